@@ -1,0 +1,107 @@
+"""Messages of the delivery path. Small, typed, immutable where they travel far."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Record:
+    """One Kafka record as fetched. `fetched_ms` is monotonic (for added latency)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+    fetched_ms: int
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Consumer -> partition: newly fetched records of that partition, in offset order."""
+
+    records: list[Record]
+    highwater: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Partition -> egress: push this record; the outcome goes back to `reply_to`."""
+
+    record: Record
+    epoch: int
+    reply_to: object  # the partition actor (an Actor); typed loosely to avoid a cycle
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Egress -> partition: the endpoint answered 2xx."""
+
+    record: Record
+    epoch: int
+    status: int
+    latency_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Egress -> partition: non-2xx, timeout or connection error; may be retried."""
+
+    record: Record
+    epoch: int
+    status: int | None
+    error: str
+    latency_ms: float
+    retry_after_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDue:
+    """Timer -> partition: time to try `record` again."""
+
+    record: Record
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """Dead-letter produce finished (acknowledged) for `record`."""
+
+    record: Record
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitTick:
+    """Timer -> partition: `autoCommitPeriodMs` elapsed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControl:
+    """Partition -> consumer: pause (buffer full) or resume fetching this partition."""
+
+    topic: str
+    partition: int
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    """Partition -> consumer: commit `offset` (the next position) for this partition."""
+
+    topic: str
+    partition: int
+    offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Consumer -> partition: stop taking new work; reply when in-flight work is done
+    or the deadline passed, with the final committable offset."""
+
+    deadline_ms: int

@@ -1,0 +1,317 @@
+"""Actors: one asyncio task that handles messages from a bounded mailbox, one at a time.
+
+An actor's state is touched by its own task only, so it needs no locks. Slow work (HTTP,
+Kafka I/O) runs in tasks the actor owns (`spawn`), and their results come back as
+messages. Timers come back as messages too (`schedule`).
+
+Lifecycle: the owner (a `Supervisor`) runs `actor.run(ready)`; `ready` resolves after
+`on_start` returned, so "start means ready". `stop()` is a message handled after the
+ones already queued; the owner cancels only after its shutdown deadline. When an actor
+dies, every pending and later `ask` fails with `ActorDeadError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from runtime.clock import Clock, RealClock
+from runtime.errors import ActorDeadError, MailboxFullError, UsageError
+from runtime.timer_wheel import TimerHandle, TimerWheel
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _Stop:
+    """The stop message: handled after every message queued before it."""
+
+    __slots__ = ()
+
+
+class _Crash:
+    """A task owned by the actor failed; the actor crashes with that error."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_STOP = _Stop()
+
+
+@dataclass(slots=True)
+class _Envelope:
+    message: Any
+    reply: asyncio.Future[Any] | None = None
+    counted: bool = True
+
+
+class Mailbox:
+    """A bounded FIFO of envelopes.
+
+    User messages respect the capacity (`put` waits, `put_nowait` raises); system
+    messages (stop, crash notices, timers) bypass it so a full mailbox can still be
+    stopped and a supervisor never loses an exit notice.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise UsageError(f"mailbox capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._queue: asyncio.Queue[_Envelope] = asyncio.Queue()
+        self._counted = 0
+        self._putters: deque[asyncio.Future[None]] = deque()
+
+    async def put(self, envelope: _Envelope) -> None:
+        while self._counted >= self.capacity:
+            space: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._putters.append(space)
+            try:
+                await space
+            except asyncio.CancelledError:
+                self._wake_putter()  # pass the wakeup on if it was ours
+                raise
+        self.put_nowait(envelope)
+
+    def put_nowait(self, envelope: _Envelope) -> None:
+        if self._counted >= self.capacity:
+            raise MailboxFullError(f"mailbox full ({self.capacity} messages)")
+        self._counted += 1
+        self._queue.put_nowait(envelope)
+
+    def put_system(self, envelope: _Envelope) -> None:
+        envelope.counted = False
+        self._queue.put_nowait(envelope)
+
+    async def get(self) -> _Envelope:
+        envelope = await self._queue.get()
+        if envelope.counted:
+            self._counted -= 1
+            self._wake_putter()
+        return envelope
+
+    def _wake_putter(self) -> None:
+        while self._putters:
+            space = self._putters.popleft()
+            if not space.done():
+                space.set_result(None)
+                return
+
+    def drain(self) -> list[_Envelope]:
+        items: list[_Envelope] = []
+        while not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        self._counted = 0
+        return items
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
+
+@dataclass(slots=True)
+class ActorContext:
+    """What the runtime gives every actor: its path, the clock and the event sink."""
+
+    path: str = "/"
+    clock: Clock = field(default_factory=RealClock)
+    emit: Callable[[Any], None] = field(default=lambda event: None)
+
+
+class Actor:
+    """Base class. Override `handle`, and optionally `on_start` / `on_stop`.
+
+    `handle`'s return value is the reply to an `ask`. An exception from `handle` or
+    from an owned task crashes the actor; its supervisor decides what happens next.
+    """
+
+    mailbox_capacity: int = 256
+    shutdown_ms: int = 5000
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.context = ActorContext(path=f"/{name}")
+        self._mailbox = Mailbox(self.mailbox_capacity)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._state = "new"
+        self._stopping = False
+        self._timers: TimerWheel[Any] | None = None
+        self._timer_wakeup: asyncio.Event | None = None
+
+    # -- overridable -------------------------------------------------------------------
+    async def on_start(self) -> None:
+        """Runs before the actor reports ready; an error here fails `start()`."""
+
+    async def handle(self, message: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not handle {message!r}")
+
+    async def on_stop(self) -> None:
+        """Runs once when the actor stops or crashes, after its tasks are cancelled."""
+
+    # -- messaging ---------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self._state in ("new", "starting", "running")
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def path(self) -> str:
+        return self.context.path
+
+    def _check_alive(self) -> None:
+        if not self.alive or self._stopping:
+            raise ActorDeadError(f"actor {self.path} is {self._state}")
+
+    async def tell(self, message: Any) -> None:
+        """Queue a message, waiting while the mailbox is full."""
+        self._check_alive()
+        await self._mailbox.put(_Envelope(message))
+
+    def tell_nowait(self, message: Any) -> None:
+        """Queue a message or raise `MailboxFullError`."""
+        self._check_alive()
+        self._mailbox.put_nowait(_Envelope(message))
+
+    def tell_system(self, message: Any) -> None:
+        """Queue a message ignoring the bound: for owned tasks reporting back."""
+        if self.alive:
+            self._mailbox.put_system(_Envelope(message))
+
+    async def ask(self, message: Any, timeout_s: float | None = None) -> Any:
+        """Send a message and wait for `handle`'s return value (or its error)."""
+        self._check_alive()
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        await self._mailbox.put(_Envelope(message, reply))
+        if timeout_s is None:
+            return await reply
+        return await asyncio.wait_for(reply, timeout_s)
+
+    async def stop(self) -> None:
+        """Ask the actor to stop after the messages already queued (returns at once)."""
+        if self.alive and not self._stopping:
+            self._stopping = True
+            self._mailbox.put_system(_Envelope(_STOP))
+
+    # -- owned tasks and timers --------------------------------------------------------
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        """Run `coro` as a task owned by this actor: cancelled when the actor ends,
+        and an error in it crashes the actor."""
+        task = asyncio.get_running_loop().create_task(coro, name=name or f"{self.path}:task")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.tell_system(_Crash(task.exception()))  # type: ignore[arg-type]
+
+    def schedule(self, deadline_ms: int, message: Any) -> TimerHandle[Any]:
+        """Deliver `message` to this actor at monotonic time `deadline_ms`."""
+        if self._timers is None:
+            self._timers = TimerWheel(start_ms=self.context.clock.monotonic_ms())
+            self._timer_wakeup = asyncio.Event()
+            self.spawn(self._timer_loop(), name=f"{self.path}:timers")
+        earliest = self._timers.next_deadline()
+        handle = self._timers.schedule(deadline_ms, message)
+        if earliest is None or deadline_ms < earliest:
+            assert self._timer_wakeup is not None
+            self._timer_wakeup.set()
+        return handle
+
+    def cancel_timer(self, handle: TimerHandle[Any]) -> bool:
+        return self._timers.cancel(handle) if self._timers is not None else False
+
+    async def _timer_loop(self) -> None:
+        assert self._timers is not None and self._timer_wakeup is not None
+        clock, wheel, wakeup = self.context.clock, self._timers, self._timer_wakeup
+        while True:
+            for message in wheel.advance(clock.monotonic_ms()):
+                self.tell_system(message)
+            wakeup.clear()
+            deadline = wheel.next_deadline()
+            if deadline is None:
+                await wakeup.wait()
+            else:
+                await _first(clock.sleep_ms(deadline - clock.monotonic_ms()), wakeup.wait())
+
+    # -- the loop ----------------------------------------------------------------------
+    async def run(self, ready: asyncio.Future[None]) -> None:
+        """The actor's task body. Resolves `ready` once `on_start` returned."""
+        self._state = "starting"
+        try:
+            await self.on_start()
+            self._state = "running"
+            if not ready.done():
+                ready.set_result(None)
+            await self._loop()
+            self._state = "stopped"
+        except BaseException as exc:
+            self._state = "crashed" if not isinstance(exc, asyncio.CancelledError) else "cancelled"
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else ActorDeadError("cancelled"))
+            raise
+        finally:
+            await self._teardown()
+
+    async def _loop(self) -> None:
+        while True:
+            envelope = await self._mailbox.get()
+            message = envelope.message
+            if message is _STOP:
+                return
+            if isinstance(message, _Crash):
+                raise message.error
+            await self._dispatch(envelope)
+
+    async def _dispatch(self, envelope: _Envelope) -> None:
+        try:
+            result = await self.handle(envelope.message)
+        except Exception as exc:
+            if envelope.reply is not None and not envelope.reply.done():
+                envelope.reply.set_exception(exc)
+            raise
+        if envelope.reply is not None and not envelope.reply.done():
+            envelope.reply.set_result(result)
+
+    async def _teardown(self) -> None:
+        if self._state in ("starting", "running"):
+            self._state = "stopped"
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        dead = ActorDeadError(f"actor {self.path} {self._state} before replying")
+        for envelope in self._mailbox.drain():
+            if envelope.reply is not None and not envelope.reply.done():
+                envelope.reply.set_exception(dead)
+        try:
+            await self.on_stop()
+        except Exception:
+            log.exception("%s: on_stop failed", self.path)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.path} {self._state} "
+            f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>"
+        )
+
+
+async def _first(*aws: Awaitable[Any]) -> None:
+    """Wait until the first of `aws` finishes; cancel and await the rest."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

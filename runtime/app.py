@@ -1,0 +1,196 @@
+"""`Runtime`: the public entry point, for the CLI and for embedding alike.
+
+    async with Runtime.from_file("config.toml") as runtime:
+        await runtime.wait()          # or run your own program beside it
+
+Start order: embedded brokers, journal, actor system, services, admin server (last, so
+`/healthz` says ok only when everything behind it runs). Stop is the reverse, within
+`runtime.shutdown_deadline_ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runtime.admin import AdminServer
+from runtime.broker import EmbeddedBroker
+from runtime.clock import Clock, RealClock
+from runtime.config import Config, load_config
+from runtime.errors import ConfigError, UsageError
+from runtime.journal import Journal, NullJournal
+from runtime.metrics import Registry
+from runtime.service import Service, ServiceFactory, discover
+from runtime.system import ActorSystem
+
+log = logging.getLogger("runtime")
+
+
+class Runtime:
+    def __init__(self, config: Config, *, clock: Clock | None = None,
+                 services: Sequence[ServiceFactory] | None = None) -> None:
+        self.config = config
+        self.clock = clock or RealClock()
+        self.metrics = Registry()
+        self.journal: Journal | NullJournal = NullJournal()
+        self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit)
+        self.admin = AdminServer(config.admin.listen, config.admin.token, self.metrics,
+                                 self._health)
+        self.services: dict[str, Service] = {}
+        self._factories = list(services) if services is not None else None
+        self._brokers: dict[str, EmbeddedBroker] = {}
+        self._bootstrap: dict[str, str] = {}
+        self._state = "new"
+        self._stopped = asyncio.Event()
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs: Any) -> Runtime:
+        return cls(load_config(path), **kwargs)
+
+    # -- what services use -------------------------------------------------------------
+    def bootstrap(self, broker_name: str) -> str:
+        """The `host:port` list of a configured broker (embedded ones once started)."""
+        self.config.broker(broker_name)
+        return self._bootstrap[broker_name]
+
+    def service(self, name: str) -> Any:
+        try:
+            return self.services[name]
+        except KeyError:
+            raise UsageError(f"service {name!r} is not running "
+                             f"(running: {', '.join(self.services) or 'none'})") from None
+
+    @property
+    def delay(self) -> Any:
+        """The delay queue: `await runtime.delay.send(target, value, delay_ms=...)`."""
+        return self.service("delay")
+
+    def _emit(self, event: Any) -> None:
+        self.journal.emit(event)
+
+    def _health(self) -> dict[str, Any]:
+        return {"status": "ok" if self._state == "running" else self._state,
+                "services": list(self.services),
+                "brokers": dict(self._bootstrap)}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._state != "new":
+            raise UsageError("Runtime.start() called twice; build a new Runtime")
+        self._state = "starting"
+        try:
+            await self._start_brokers()
+            await self._start_journal()
+            await self.system.start()
+            await self._start_services()
+            await self.admin.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._state = "running"
+        log.info("admin API listening on %s", self.admin.url)
+
+    async def _start_brokers(self) -> None:
+        for broker in self.config.brokers:
+            if broker.bootstrap_servers != "embedded":
+                self._bootstrap[broker.name] = broker.bootstrap_servers
+                continue
+            embedded = EmbeddedBroker(port=broker.embedded_port or None)
+            await embedded.start()
+            self._brokers[broker.name] = embedded
+            self._bootstrap[broker.name] = embedded.bootstrap
+            log.info("embedded broker %r listening on %s", broker.name, embedded.bootstrap)
+
+    async def _start_journal(self) -> None:
+        cfg = self.config.journal
+        if not cfg.enabled:
+            return
+        self.journal = Journal(
+            cfg.dir, clock=self.clock, max_segment_bytes=cfg.max_segment_bytes,
+            max_segment_age_ms=cfg.max_segment_age_ms, flush_interval_ms=cfg.flush_interval_ms,
+            max_buffered=cfg.max_buffered_events,
+        )
+        await self.journal.start()
+        log.info("journal writing to %s", Path(cfg.dir).resolve())
+
+    async def _start_services(self) -> None:
+        factories = self._factories if self._factories is not None else discover()
+        for factory in factories:
+            service = factory()
+            await service.start(self)
+            self.services[service.name] = service
+            log.info("service %s started", service.name)
+
+    async def stop(self) -> None:
+        """Stop everything in reverse start order; idempotent."""
+        if self._state in ("stopping", "stopped"):
+            await self._stopped.wait()
+            return
+        self._state = "stopping"
+        try:
+            await self.admin.stop()
+            for name in reversed(list(self.services)):
+                await self._stop_service(name)
+            await self.system.stop(self.config.runtime.shutdown_deadline_ms)
+            await self.journal.stop()
+            for broker in reversed(list(self._brokers.values())):
+                await broker.stop()
+        finally:
+            self._state = "stopped"
+            self._stopped.set()
+
+    async def _stop_service(self, name: str) -> None:
+        try:
+            await self.services.pop(name).stop()
+        except Exception:
+            log.exception("service %s failed to stop cleanly", name)
+
+    async def wait(self) -> None:
+        """Run until `stop()` is called or the actor tree fails for good."""
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        failed = asyncio.ensure_future(self.system.wait())
+        done, pending = await asyncio.wait({stopped, failed},
+                                           return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if failed in done and (error := failed.result()) is not None:
+            log.error("actor tree failed: %r", error)
+
+    async def run_until_signalled(self) -> None:
+        """Start, run until SIGINT/SIGTERM, then stop gracefully."""
+        loop = asyncio.get_running_loop()
+        signalled = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, signalled.set)
+        try:
+            await self.start()
+            waiter = asyncio.ensure_future(self.wait())
+            sig_wait = asyncio.ensure_future(signalled.wait())
+            await asyncio.wait({waiter, sig_wait}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (waiter, sig_wait):
+                task.cancel()
+            await asyncio.gather(waiter, sig_wait, return_exceptions=True)
+            log.info("shutting down")
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __repr__(self) -> str:
+        return (f"<Runtime {self._state} admin={self.admin.url} "
+                f"services={list(self.services)} brokers={self._bootstrap}>")
+
+
+__all__ = ["ConfigError", "Runtime"]

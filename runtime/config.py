@@ -1,0 +1,160 @@
+"""Process configuration: TOML decoded once into frozen msgspec Structs.
+
+Unknown keys are rejected and every error names its key path
+(`brokers[0].bootstrap_servers`). The keys named in DESIGN.md are the contract; the
+rest are additions with defaults. Units live in the names (`_ms`, `_bytes`).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from runtime.errors import ConfigError
+
+Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._\-]+$")]
+PositiveMs = Annotated[int, Meta(ge=0)]
+
+
+class _Frozen(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class BrokerConfig(_Frozen):
+    name: Name
+    bootstrap_servers: Annotated[str, Meta(min_length=1)]
+    """`embedded` starts the bundled broker; otherwise `host:port[,host:port...]`."""
+    embedded_port: Annotated[int, Meta(ge=0, le=65535)] = 0
+    """Port for the embedded broker; 0 picks a free one."""
+    client_id: str = "hookstream"
+
+
+class AdminConfig(_Frozen):
+    listen: str = "127.0.0.1:8080"
+    token: str = ""
+
+
+class PersistenceConfig(_Frozen):
+    dir: str = "persist"
+
+
+class JournalConfig(_Frozen):
+    dir: str = "journal"
+    enabled: bool = True
+    max_segment_bytes: Annotated[int, Meta(ge=1024)] = 64 * 1024 * 1024
+    max_segment_age_ms: Annotated[int, Meta(ge=10)] = 60_000
+    flush_interval_ms: Annotated[int, Meta(ge=1)] = 200
+    max_buffered_events: Annotated[int, Meta(ge=100)] = 100_000
+
+
+class DelayLevel(_Frozen):
+    name: Name
+    delay_ms: PositiveMs
+    topics: Annotated[list[Name], Meta(min_length=1)]
+    exactly_once: bool = False
+
+
+class DelayConfig(_Frozen):
+    levels: list[DelayLevel] = []
+    broker: str = ""
+    """Broker name the level topics live on; empty means the first broker."""
+    group_id: str = "hookstream-delay"
+    partitions: Annotated[int, Meta(ge=1)] = 3
+    """Partitions for level topics created by the runtime (existing topics are kept)."""
+    dead_letter_topic: str = "delay.dead-letter"
+    max_waiting_records: Annotated[int, Meta(ge=1)] = 200_000
+    """Per level-topic partition: above this the partition is paused (bounded memory)."""
+
+
+class RuntimeConfig(_Frozen):
+    shutdown_deadline_ms: PositiveMs = 4000
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    uvloop: bool = True
+
+
+class Config(_Frozen):
+    brokers: Annotated[list[BrokerConfig], Meta(min_length=1)]
+    admin: AdminConfig = AdminConfig()
+    persistence: PersistenceConfig = PersistenceConfig()
+    journal: JournalConfig = JournalConfig()
+    delay: DelayConfig = DelayConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    def broker(self, name: str) -> BrokerConfig:
+        for broker in self.brokers:
+            if broker.name == name:
+                return broker
+        known = ", ".join(b.name for b in self.brokers)
+        raise ConfigError(f"unknown broker {name!r} (configured: {known})", "broker")
+
+
+def _path_of(message: str) -> tuple[str, str]:
+    """Split msgspec's `... - at `$.a[0].b`` into (path, message)."""
+    match = re.search(r" - at `\$\.?(.*)`$", message)
+    path, text = ("", message) if match is None else (match.group(1), message[: match.start()])
+    field = re.search(r"(unknown|missing required) field `([^`]+)`", text)
+    if field is not None:
+        path = f"{path}.{field.group(2)}" if path else field.group(2)
+        text = f"{field.group(1)} key" + (" (check the spelling)" if field.group(1) == "unknown" else "")
+    return path, text
+
+
+def _check(config: Config) -> Config:
+    names = [b.name for b in config.brokers]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"duplicate broker name {name!r}", f"brokers[{i}].name")
+    for i, broker in enumerate(config.brokers):
+        if broker.bootstrap_servers != "embedded" and not _valid_servers(broker.bootstrap_servers):
+            raise ConfigError(
+                f"expected 'embedded' or host:port[,host:port], got {broker.bootstrap_servers!r}",
+                f"brokers[{i}].bootstrap_servers",
+            )
+    if config.delay.broker:
+        config.broker(config.delay.broker)
+    _check_levels(config.delay.levels)
+    return config
+
+
+def _check_levels(levels: list[DelayLevel]) -> None:
+    seen: set[str] = set()
+    for i, level in enumerate(levels):
+        for topic in level.topics:
+            if topic in seen:
+                raise ConfigError(f"topic {topic!r} belongs to two levels",
+                                  f"delay.levels[{i}].topics")
+            seen.add(topic)
+
+
+def _valid_servers(servers: str) -> bool:
+    return all(re.fullmatch(r"[^\s:,]+:\d{1,5}", part.strip()) for part in servers.split(","))
+
+
+def parse_config(data: dict[str, object]) -> Config:
+    try:
+        config = msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        path, message = _path_of(str(exc))
+        raise ConfigError(message, path) from None
+    return _check(config)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file; raises `ConfigError` naming the bad key."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {file}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: invalid TOML: {exc}") from None
+    return parse_config(data)

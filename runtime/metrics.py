@@ -1,0 +1,161 @@
+"""A small Prometheus text-format registry: counters, gauges and histograms with labels.
+
+Hot paths call `inc`/`set`/`observe` on a child bound to its labels once, so an
+update is a dict-free attribute change.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+Labels = tuple[tuple[str, str], ...]
+F = TypeVar("F", bound="Counter | Histogram")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _render_labels(labels: Labels, extra: str = "") -> str:
+    parts = [f'{k}="{_escape(v)}"' for k, v in labels]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+class Value:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+class HistogramValue:
+    __slots__ = ("bounds", "buckets", "count", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.buckets = [0] * (len(bounds) + 1)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
+        self.count += 1
+        self.sum += value
+
+
+class _Family:
+    kind = "untyped"
+
+    def __init__(self, name: str, help_text: str) -> None:
+        self.name = name
+        self.help = help_text
+
+    def header(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+
+
+class Counter(_Family):
+    kind = "counter"
+
+    def __init__(self, name: str, help_text: str) -> None:
+        super().__init__(name, help_text)
+        self.children: dict[Labels, Value] = {}
+
+    def labels(self, **labels: str | int) -> Value:
+        key = tuple((k, str(v)) for k, v in labels.items())
+        child = self.children.get(key)
+        if child is None:
+            child = self.children[key] = Value()
+        return child
+
+    def remove(self, **labels: str | int) -> None:
+        self.children.pop(tuple((k, str(v)) for k, v in labels.items()), None)
+
+    def render(self) -> list[str]:
+        lines = self.header()
+        for key, child in self.children.items():
+            lines.append(f"{self.name}{_render_labels(key)} {child.value:g}")
+        return lines
+
+
+class Gauge(Counter):
+    kind = "gauge"
+
+
+class Histogram(_Family):
+    kind = "histogram"
+
+    def __init__(self, name: str, help_text: str, bounds: Iterable[float]) -> None:
+        super().__init__(name, help_text)
+        self.bounds = tuple(sorted(bounds))
+        self.children: dict[Labels, HistogramValue] = {}
+
+    def labels(self, **labels: str | int) -> HistogramValue:
+        key = tuple((k, str(v)) for k, v in labels.items())
+        child = self.children.get(key)
+        if child is None:
+            child = self.children[key] = HistogramValue(self.bounds)
+        return child
+
+    def render(self) -> list[str]:
+        lines = self.header()
+        for key, child in self.children.items():
+            total = 0
+            for bound, count in zip((*self.bounds, float("inf")), child.buckets, strict=True):
+                total += count
+                le = "+Inf" if bound == float("inf") else f"{bound:g}"
+                bucket_labels = _render_labels(key, 'le="' + le + '"')
+                lines.append(f"{self.name}_bucket{bucket_labels} {total}")
+            lines.append(f"{self.name}_sum{_render_labels(key)} {child.sum:g}")
+            lines.append(f"{self.name}_count{_render_labels(key)} {child.count}")
+        return lines
+
+
+LATENCY_BOUNDS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+class Registry:
+    """Families by name, plus collectors called at scrape time (for gauges like lag)."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Counter | Histogram] = {}
+        self._collectors: list[Callable[[], None]] = []
+
+    def counter(self, name: str, help_text: str) -> Counter:
+        return self._family(name, lambda: Counter(name, help_text), Counter)
+
+    def gauge(self, name: str, help_text: str) -> Gauge:
+        return self._family(name, lambda: Gauge(name, help_text), Gauge)
+
+    def histogram(self, name: str, help_text: str,
+                  bounds: Iterable[float] = LATENCY_BOUNDS_MS) -> Histogram:
+        return self._family(name, lambda: Histogram(name, help_text, bounds), Histogram)
+
+    def _family(self, name: str, make: Callable[[], F], kind: type[F]) -> F:
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = make()
+        if not isinstance(family, kind):
+            raise TypeError(f"metric {name} already registered as {type(family).__name__}")
+        return family
+
+    def add_collector(self, collect: Callable[[], None]) -> None:
+        self._collectors.append(collect)
+
+    def render(self) -> str:
+        for collect in self._collectors:
+            collect()
+        lines: list[str] = []
+        for family in self._families.values():
+            lines.extend(family.render())
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,242 @@
+"""OTP-style supervisors.
+
+A `Supervisor` is itself an actor. It starts children from `ChildSpec`s in order (each
+`start_child` returns when the child is ready) and stops them in reverse. When a child
+exits it applies the restart type (`permanent` always, `transient` only after a crash,
+`temporary` never) and the strategy:
+
+- `one_for_one`: restart the child alone;
+- `one_for_all`: stop every other child (in reverse), then restart all in order;
+- `rest_for_one`: stop the children started after it (in reverse), restart those and it.
+
+Every restart is charged to a `RestartBudget` (`intensity` within `period_ms`). Past it
+the supervisor stops its children and crashes with `RestartBudgetExceeded`, which is
+how the failure escalates to its own parent. A restart always builds a new actor from
+the spec's factory: state is recovered from Kafka, never from the dead object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runtime.actor import Actor, ActorContext
+from runtime.budget import RestartBudget
+from runtime.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded, UsageError
+
+log = logging.getLogger(__name__)
+
+Restart = Literal["permanent", "transient", "temporary"]
+Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    name: str
+    factory: Callable[[], Actor]
+    restart: Restart = "permanent"
+    shutdown_ms: int = 5000
+
+
+@dataclass(slots=True)
+class _Child:
+    spec: ChildSpec
+    actor: Actor
+    task: asyncio.Task[None]
+    restarts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Exited:
+    name: str
+    actor: Actor
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class _StartChild:
+    spec: ChildSpec
+
+
+@dataclass(frozen=True, slots=True)
+class _StopChild:
+    name: str
+
+
+@dataclass(slots=True)
+class ChildRef:
+    """A stable handle on a supervised child: it follows restarts."""
+
+    supervisor: Supervisor
+    name: str
+
+    @property
+    def actor(self) -> Actor:
+        return self.supervisor.child(self.name)
+
+    async def tell(self, message: Any) -> None:
+        await self.actor.tell(message)
+
+    def tell_nowait(self, message: Any) -> None:
+        self.actor.tell_nowait(message)
+
+    async def ask(self, message: Any, timeout_s: float | None = None) -> Any:
+        return await self.actor.ask(message, timeout_s)
+
+
+class Supervisor(Actor):
+    mailbox_capacity = 1024
+
+    def __init__(
+        self,
+        name: str,
+        strategy: Strategy = "one_for_one",
+        intensity: int = 3,
+        period_ms: int = 5000,
+        children: list[ChildSpec] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.strategy = strategy
+        self.budget = RestartBudget(intensity, period_ms)
+        self._initial = list(children or [])
+        self._children: dict[str, _Child] = {}
+
+    # -- public API (safe to call from other actors) ---------------------------------
+    async def start_child(self, spec: ChildSpec) -> ChildRef:
+        """Start a child and return once it is ready; a start error is raised here."""
+        await self.ask(_StartChild(spec))
+        return ChildRef(self, spec.name)
+
+    async def stop_child(self, name: str) -> None:
+        """Stop a child gracefully and forget it (it is not restarted)."""
+        await self.ask(_StopChild(name))
+
+    def child(self, name: str) -> Actor:
+        entry = self._children.get(name)
+        if entry is None:
+            raise ActorDeadError(f"{self.path} has no child {name!r}")
+        return entry.actor
+
+    def has_child(self, name: str) -> bool:
+        return name in self._children
+
+    def children(self) -> list[str]:
+        return list(self._children)
+
+    # -- actor -------------------------------------------------------------------------
+    async def on_start(self) -> None:
+        for spec in self._initial:
+            await self._start(spec)
+
+    async def on_stop(self) -> None:
+        await self._stop_all(list(self._children))
+
+    async def handle(self, message: Any) -> Any:
+        if isinstance(message, _Exited):
+            await self._on_exit(message)
+        elif isinstance(message, _StartChild):
+            await self._start(message.spec)
+        elif isinstance(message, _StopChild):
+            await self._stop_all([message.name])
+        else:
+            raise UsageError(f"{self.path}: unknown message {message!r}")
+
+    # -- mechanics ---------------------------------------------------------------------
+    async def _start(self, spec: ChildSpec, restarts: int = 0) -> None:
+        if spec.name in self._children:
+            raise UsageError(f"{self.path}: a child named {spec.name!r} already runs")
+        actor = spec.factory()
+        actor.context = ActorContext(
+            path=f"{self.path}/{spec.name}", clock=self.context.clock, emit=self.context.emit
+        )
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.get_running_loop().create_task(actor.run(ready), name=actor.path)
+        self._children[spec.name] = _Child(spec, actor, task, restarts)
+        task.add_done_callback(lambda t: self._watch(spec.name, actor, t))
+        try:
+            await asyncio.shield(ready)
+        except Exception as exc:
+            self._children.pop(spec.name, None)
+            await asyncio.gather(task, return_exceptions=True)
+            raise ActorStartError(f"{actor.path} failed to start: {exc!r}") from exc
+        self._journal("actor_restarted" if restarts else "actor_started", actor.path)
+
+    def _watch(self, name: str, actor: Actor, task: asyncio.Task[None]) -> None:
+        error = None if task.cancelled() else task.exception()
+        self.tell_system(_Exited(name, actor, error))
+
+    async def _on_exit(self, exited: _Exited) -> None:
+        entry = self._children.get(exited.name)
+        if entry is None or entry.actor is not exited.actor:
+            return  # stopped on purpose, or an older incarnation
+        self._report_exit(exited)
+        if not self._should_restart(entry.spec.restart, exited.error):
+            del self._children[exited.name]
+            return
+        if not self.budget.record(self.context.clock.monotonic_ms()):
+            raise RestartBudgetExceeded(
+                f"{self.path}: restart budget exceeded {self.budget!r} "
+                f"(last: {exited.name}: {exited.error!r})"
+            )
+        await self._restart(exited.name)
+
+    def _report_exit(self, exited: _Exited) -> None:
+        if exited.error is None:
+            self._journal("actor_stopped", exited.actor.path)
+            return
+        log.error("%s crashed: %r", exited.actor.path, exited.error, exc_info=exited.error)
+        self._journal("actor_crashed", exited.actor.path, repr(exited.error))
+
+    @staticmethod
+    def _should_restart(restart: Restart, error: BaseException | None) -> bool:
+        if restart == "temporary":
+            return False
+        return restart == "permanent" or error is not None
+
+    async def _restart(self, name: str) -> None:
+        names = list(self._children)
+        if self.strategy == "one_for_one":
+            affected = [name]
+        elif self.strategy == "one_for_all":
+            affected = names
+        else:
+            affected = names[names.index(name) :]
+        specs = [(self._children[n].spec, self._children[n].restarts) for n in affected]
+        await self._stop_all([n for n in affected if n != name])
+        self._children.pop(name, None)
+        for spec, restarts in specs:
+            self._children.pop(spec.name, None)
+            await self._start(spec, restarts + 1)
+
+    async def _stop_all(self, names: list[str]) -> None:
+        for name in reversed(names):
+            entry = self._children.pop(name, None)
+            if entry is not None:
+                await _stop_child(entry)
+
+    def _journal(self, kind: str, path: str, reason: str | None = None) -> None:
+        from runtime.journal import Event  # the journal imports nothing of ours back
+
+        self.context.emit(
+            Event(type=kind, ts_ms=self.context.clock.wall_ms(), actor=path, reason=reason)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<Supervisor {self.path} {self.state} {self.strategy} "
+            f"children={list(self._children)} {self.budget!r}>"
+        )
+
+
+async def _stop_child(entry: _Child) -> None:
+    """Graceful first (a stop message), cancel after the spec's shutdown deadline."""
+    await entry.actor.stop()
+    done, _ = await asyncio.wait({entry.task}, timeout=entry.spec.shutdown_ms / 1000)
+    if not done:
+        log.warning("%s did not stop within %d ms: cancelling", entry.actor.path,
+                    entry.spec.shutdown_ms)
+        entry.task.cancel()
+    await asyncio.gather(entry.task, return_exceptions=True)

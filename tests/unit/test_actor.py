@@ -1,0 +1,165 @@
+"""Mailbox and actor lifecycle: ordering, stop after earlier messages, dead-actor asks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from runtime.actor import Actor, Mailbox, _Envelope
+from runtime.clock import FakeClock
+from runtime.errors import ActorDeadError, MailboxFullError, UsageError
+from runtime.supervisor import ChildSpec
+from runtime.system import ActorSystem
+
+
+class Recorder(Actor):
+    def __init__(self, name: str = "rec", gate: asyncio.Event | None = None) -> None:
+        super().__init__(name)
+        self.seen: list[Any] = []
+        self.stopped = asyncio.Event()
+        self.gate = gate
+
+    async def handle(self, message: Any) -> Any:
+        if self.gate is not None:
+            await self.gate.wait()
+        if message == "boom":
+            raise RuntimeError("boom")
+        self.seen.append(message)
+        return f"re:{message}"
+
+    async def on_stop(self) -> None:
+        self.stopped.set()
+
+
+async def start(actor: Actor, clock: FakeClock | None = None) -> ActorSystem:
+    system = ActorSystem(clock=clock)
+    await system.start()
+    await system.spawn(ChildSpec(actor.name, lambda: actor, restart="temporary"))
+    return system
+
+
+async def test_messages_are_handled_in_order_and_ask_returns_the_reply() -> None:
+    actor = Recorder()
+    system = await start(actor)
+    for i in range(5):
+        await actor.tell(i)
+    assert await actor.ask("last") == "re:last"
+    assert actor.seen == [0, 1, 2, 3, 4, "last"]
+    await system.stop()
+
+
+async def test_stop_is_handled_after_messages_queued_before_it() -> None:
+    gate = asyncio.Event()
+    actor = Recorder(gate=gate)
+    system = await start(actor)
+    for i in range(3):
+        await actor.tell(i)
+    await actor.stop()
+    gate.set()
+    await actor.stopped.wait()
+    assert actor.seen == [0, 1, 2]
+    assert actor.state == "stopped"
+    await system.stop()
+
+
+async def test_a_dead_actor_fails_pending_and_later_asks() -> None:
+    gate = asyncio.Event()
+    actor = Recorder(gate=gate)
+    system = await start(actor)
+    crash = asyncio.ensure_future(actor.ask("boom"))
+    pending = asyncio.ensure_future(actor.ask("never"))
+    await asyncio.sleep(0)
+    gate.set()
+    with pytest.raises(RuntimeError, match="boom"):
+        await crash
+    with pytest.raises(ActorDeadError):
+        await pending
+    with pytest.raises(ActorDeadError):
+        await actor.ask("later")
+    await system.stop()
+
+
+async def test_tell_nowait_on_a_full_mailbox_raises() -> None:
+    gate = asyncio.Event()
+    actor = Recorder(gate=gate)
+    actor._mailbox = Mailbox(2)
+    system = await start(actor)
+    actor.tell_nowait(1)
+    await asyncio.sleep(0)  # the actor takes message 1 and blocks on the gate
+    actor.tell_nowait(2)
+    actor.tell_nowait(3)
+    with pytest.raises(MailboxFullError):
+        actor.tell_nowait(4)
+    gate.set()
+    assert await actor.ask("end") == "re:end"
+    assert actor.seen == [1, 2, 3, "end"]
+    await system.stop()
+
+
+async def test_put_waits_for_space_in_a_bounded_mailbox() -> None:
+    box = Mailbox(1)
+    await box.put(_Envelope("a"))
+    blocked = asyncio.ensure_future(box.put(_Envelope("b")))
+    await asyncio.sleep(0)
+    assert not blocked.done()
+    assert (await box.get()).message == "a"
+    await blocked
+    assert (await box.get()).message == "b"
+
+
+def test_mailbox_capacity_must_be_positive() -> None:
+    with pytest.raises(UsageError):
+        Mailbox(0)
+
+
+async def test_an_error_in_on_start_comes_out_of_start() -> None:
+    class Broken(Actor):
+        async def on_start(self) -> None:
+            raise ValueError("cannot connect")
+
+    system = ActorSystem()
+    await system.start()
+    with pytest.raises(Exception, match="cannot connect"):
+        await system.spawn(ChildSpec("broken", lambda: Broken("broken")))
+    assert system.root.children() == []
+    await system.stop()
+
+
+async def test_timers_come_back_as_messages_at_their_virtual_time() -> None:
+    clock = FakeClock()
+    actor = Recorder()
+    system = await start(actor, clock)
+    actor.schedule(100, "t100")
+    actor.schedule(50, "t50")
+    await asyncio.sleep(0.01)
+    assert actor.seen == []
+    clock.advance(60)
+    await actor.ask("sync")
+    await asyncio.sleep(0.01)
+    assert actor.seen == ["sync", "t50"]
+    clock.advance(40)
+    await asyncio.sleep(0.01)
+    assert actor.seen == ["sync", "t50", "t100"]
+    await system.stop()
+
+
+async def test_an_owned_task_that_fails_crashes_the_actor() -> None:
+    actor = Recorder()
+    system = await start(actor)
+
+    async def fail() -> None:
+        raise RuntimeError("task failed")
+
+    actor.spawn(fail())
+    await actor.stopped.wait()
+    assert actor.state == "crashed"
+    await system.stop()
+
+
+async def test_repr_shows_path_state_and_mailbox() -> None:
+    actor = Recorder("orders-3")
+    system = await start(actor)
+    assert repr(actor) == "<Recorder /root/orders-3 running mailbox=0/256>"
+    await system.stop()

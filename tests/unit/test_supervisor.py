@@ -1,0 +1,173 @@
+"""Supervisor strategies, restart types and budget escalation, on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from runtime.actor import Actor
+from runtime.clock import FakeClock
+from runtime.errors import ActorDeadError, RestartBudgetExceeded
+from runtime.supervisor import ChildSpec, Strategy, Supervisor
+from runtime.system import ActorSystem
+
+
+class Worker(Actor):
+    """Counts its incarnations; crashes on 'crash', exits normally on 'quit'."""
+
+    log: list[str]
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__(name)
+        self.log = log
+
+    async def on_start(self) -> None:
+        self.log.append(f"start {self.name}")
+
+    async def handle(self, message: Any) -> Any:
+        if message == "crash":
+            raise RuntimeError(f"{self.name} crashed")
+        if message == "quit":
+            await self.stop()
+        return self.name
+
+    async def on_stop(self) -> None:
+        self.log.append(f"stop {self.name}")
+
+
+def specs(log: list[str], names: str = "abc", restart: str = "permanent") -> list[ChildSpec]:
+    return [ChildSpec(n, lambda n=n: Worker(n, log), restart=restart)  # type: ignore[misc]
+            for n in names]
+
+
+async def run_tree(strategy: Strategy, log: list[str], clock: FakeClock | None = None,
+                   restart: str = "permanent", intensity: int = 5,
+                   events: list[Any] | None = None) -> tuple[ActorSystem, Supervisor]:
+    sink = events if events is not None else []
+    system = ActorSystem(clock=clock or FakeClock(), emit=sink.append)
+    await system.start()
+    sup = Supervisor("sup", strategy, intensity=intensity, period_ms=1000,
+                     children=specs(log, restart=restart))
+    # temporary under the root, so an escalation is observable instead of restarted
+    await system.spawn(ChildSpec("sup", lambda: sup, restart="temporary"))
+    return system, sup
+
+
+async def crash_and_settle(sup: Supervisor, name: str) -> None:
+    old = sup.child(name)
+    await old.tell("crash")
+    for _ in range(200):
+        if sup.has_child(name) and sup.child(name) is not old and sup.child(name).alive:
+            await sup.child(name).ask("ping")
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{name} was not restarted: {sup!r}")
+
+
+async def test_children_start_in_order_and_stop_in_reverse() -> None:
+    log: list[str] = []
+    system, _ = await run_tree("one_for_one", log)
+    await system.stop()
+    assert log == ["start a", "start b", "start c", "stop c", "stop b", "stop a"]
+
+
+async def test_one_for_one_restarts_only_the_crashed_child() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    log.clear()
+    await crash_and_settle(sup, "b")
+    assert log == ["stop b", "start b"]
+    await system.stop()
+
+
+async def test_one_for_all_restarts_every_child_in_order() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_all", log)
+    log.clear()
+    await crash_and_settle(sup, "b")
+    assert log == ["stop b", "stop c", "stop a", "start a", "start b", "start c"]
+    await system.stop()
+
+
+async def test_rest_for_one_restarts_the_child_and_those_started_after_it() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("rest_for_one", log)
+    log.clear()
+    await crash_and_settle(sup, "b")
+    assert log == ["stop b", "stop c", "start b", "start c"]
+    await system.stop()
+
+
+async def test_a_restart_builds_a_new_actor_from_the_factory() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    before = sup.child("a")
+    await crash_and_settle(sup, "a")
+    assert sup.child("a") is not before
+    with pytest.raises(ActorDeadError):
+        await before.ask("ping")
+    await system.stop()
+
+
+async def test_transient_children_are_not_restarted_after_a_normal_exit() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log, restart="transient")
+    await sup.child("a").ask("quit")
+    for _ in range(100):
+        if not sup.has_child("a"):
+            break
+        await asyncio.sleep(0.005)
+    assert not sup.has_child("a")
+    await crash_and_settle(sup, "b")  # but a crash is restarted
+    await system.stop()
+
+
+async def test_temporary_children_are_never_restarted() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log, restart="temporary")
+    await sup.child("c").tell("crash")
+    for _ in range(100):
+        if not sup.has_child("c"):
+            break
+        await asyncio.sleep(0.005)
+    assert not sup.has_child("c")
+    assert log.count("start c") == 1
+    await system.stop()
+
+
+async def test_exceeding_the_restart_budget_escalates_to_the_parent() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+    events: list[Any] = []
+    system, sup = await run_tree("one_for_one", log, clock=clock, intensity=2, events=events)
+    await crash_and_settle(sup, "a")
+    clock.advance(100)
+    await crash_and_settle(sup, "a")
+    clock.advance(100)
+    await sup.child("a").tell("crash")  # third restart within 1000 ms: over budget
+    for _ in range(200):
+        if sup.state == "crashed":
+            break
+        await asyncio.sleep(0.005)
+    assert sup.state == "crashed"
+    assert any(e.type == "actor_crashed" and "RestartBudgetExceeded" in (e.reason or "")
+               for e in events)
+    await system.stop()
+
+
+async def test_restarts_spread_beyond_the_period_stay_within_budget() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log, clock=clock, intensity=2)
+    for _ in range(5):
+        await crash_and_settle(sup, "a")
+        clock.advance(600)
+    assert sup.state == "running"
+    assert log.count("start a") == 6
+    await system.stop()
+
+
+def test_budget_error_is_a_supervisor_error() -> None:
+    assert issubclass(RestartBudgetExceeded, Exception)
