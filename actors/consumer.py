@@ -27,7 +27,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from actors.messages import Batch, CommitRequest, FlowControl, Record
 from actors.partition import Assigned, Drain, PartitionActor, PartitionPeers, Rewind
-from actors.subscription import Consumer
+from actors.subscription import INT_PROPERTIES, Consumer
 from runtime.actor import Actor
 from runtime.errors import ActorDeadError
 from runtime.journal import Event
@@ -91,17 +91,21 @@ class ConsumerActor(Actor):
 
     def _client_settings(self) -> dict[str, Any]:
         uses_pattern = any(t.pattern for t in self.sub.topics)
-        return {
+        settings: dict[str, Any] = {
             "group_id": self.sub.group_id,
             "client_id": f"hookstream-{self.sub.key}",
             "enable_auto_commit": False,
             "auto_offset_reset": self._reset,
             "metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS if uses_pattern else 60_000,
             "max_partition_fetch_bytes": 4 * 1024 * 1024,
-            "session_timeout_ms": 10_000,
+            "session_timeout_ms": 6_000,
             "heartbeat_interval_ms": 1_000,
             "max_poll_interval_ms": 300_000,
         }
+        for name, value in self.sub.properties.items():
+            if name in INT_PROPERTIES:
+                settings[INT_PROPERTIES[name]] = int(value)
+        return settings
 
     async def _subscribe(self, kafka: AIOKafkaConsumer) -> None:
         if any(t.partitions for t in self.sub.topics):

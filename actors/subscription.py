@@ -16,6 +16,15 @@ from msgspec import Meta
 Ordering = Literal["none", "partition", "key"]
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
 BODYLESS_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
+# Kafka consumer properties a subscription may set, mapped to aiokafka's names.
+INT_PROPERTIES = {
+    "session.timeout.ms": "session_timeout_ms",
+    "heartbeat.interval.ms": "heartbeat_interval_ms",
+    "max.poll.interval.ms": "max_poll_interval_ms",
+    "metadata.max.age.ms": "metadata_max_age_ms",
+    "max.partition.fetch.bytes": "max_partition_fetch_bytes",
+    "fetch.max.wait.ms": "fetch_max_wait_ms",
+}
 
 
 class _Json(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -44,8 +53,8 @@ class TopicSpec(_Json):
 
 
 class SubscriptionMethod(_Json):
-    type: Literal["http"] = "http"
     uri: Annotated[str, Meta(min_length=1)]
+    type: Literal["http"] = "http"
     method: str = "POST"
     queryParamKey: str | None = None
     charset: str = "utf-8"
@@ -71,7 +80,7 @@ class Consumer(_Json):
     topics: Annotated[list[TopicSpec], Meta(min_length=1)]
     subscriptionMethod: SubscriptionMethod
     properties: dict[str, str] = {}
-    """Extra consumer settings; `auto.offset.reset` (earliest|latest) is honoured."""
+    """Kafka consumer settings: `auto.offset.reset` (earliest|latest) and INT_PROPERTIES."""
 
     @property
     def key(self) -> str:
@@ -123,7 +132,11 @@ def validate(consumer: Consumer) -> None:
                 "(at most 200, not starting with a dot)")
     for i, topic in enumerate(consumer.topics):
         _validate_topic(i, topic)
+    if any(t.partitions for t in consumer.topics) and any(t.pattern for t in consumer.topics):
+        raise InvalidSubscription("invalid topics", "explicit partitions and patterns "
+                                  "cannot be mixed in one subscription")
     _validate_method(consumer.subscriptionMethod)
+    _validate_properties(consumer.properties)
 
 
 def _validate_topic(i: int, topic: TopicSpec) -> None:
@@ -140,6 +153,19 @@ def _validate_topic(i: int, topic: TopicSpec) -> None:
     numbers = [p.number for p in topic.partitions or []]
     if len(set(numbers)) != len(numbers):
         raise InvalidSubscription(f"invalid {where}.partitions", "duplicate partition numbers")
+
+
+def _validate_properties(properties: dict[str, str]) -> None:
+    for name, value in properties.items():
+        if name == "auto.offset.reset":
+            if value not in ("earliest", "latest"):
+                raise InvalidSubscription("invalid properties.auto.offset.reset",
+                                          f"{value!r}: use 'earliest' or 'latest'")
+        elif name not in INT_PROPERTIES:
+            known = ", ".join(["auto.offset.reset", *INT_PROPERTIES])
+            raise InvalidSubscription(f"unknown property {name!r}", f"supported: {known}")
+        elif not value.isdigit():
+            raise InvalidSubscription(f"invalid properties.{name}", f"{value!r} is not a number")
 
 
 def _validate_method(method: SubscriptionMethod) -> None:

@@ -96,12 +96,13 @@ class Supervisor(Actor):
         strategy: Strategy = "one_for_one",
         intensity: int = 3,
         period_ms: int = 5000,
-        children: list[ChildSpec] | None = None,
+        children: list[ChildSpec] | Callable[[Supervisor], list[ChildSpec]] | None = None,
     ) -> None:
         super().__init__(name)
         self.strategy = strategy
         self.budget = RestartBudget(intensity, period_ms)
-        self._initial = list(children or [])
+        # a callable builds specs that hold ChildRefs to this very supervisor
+        self._initial = children(self) if callable(children) else list(children or [])
         self._children: dict[str, _Child] = {}
 
     # -- public API (safe to call from other actors) ---------------------------------

@@ -1,0 +1,311 @@
+"""The egress actor: one per endpoint, pushes records over HTTP and reports each outcome.
+
+A `Deliver` becomes one task owned by the actor; the task sends the request and tells
+the partition actor (`deliver.reply_to`) `Delivered` (2xx) or `Failed` (any other status,
+a timeout, a connection error, a bad URL...). A request's error never crashes the actor;
+cancellation (the actor stopping) propagates.
+
+The request (contract in DESIGN.md, "Pushed request"); choices made here:
+
+- Methods with a body (POST, PUT, PATCH) send the record value as the body, unchanged.
+  Bodyless methods (GET, DELETE) send it, decoded with `charset` (errors replaced), in the
+  query parameter `queryParamKey`. `queryParamKey` is ignored for methods with a body:
+  that is what Queue-Over-Http does (its `HttpMessageDispatcher` uses the query only when
+  the request has no entity; its `queryParamKey` defaults to "message", so copying the
+  value into the URL would break big bodies against URL length limits).
+- `Content-Type: text/plain; charset=<charset>` on bodies unless `additionalHeaders` sets
+  one (compared case-insensitively).
+- `QOH-Message-Key` is the key as text when it is valid UTF-8 and survives as a header
+  value unchanged (printable, no surrounding whitespace); empty when there is no key;
+  otherwise base64 of the key bytes with `QOH-Message-Key-Encoding: base64`. A key is
+  never silently altered, and a hostile key cannot inject headers.
+- `additionalHeaders` lose CR/LF; those named like our own headers (`QOH-*`, `webhook-*`)
+  are dropped, so a subscription cannot forge the signature or the record coordinates.
+- Standard Webhooks headers (actors/signing.py). For bodyless methods the signed payload
+  is the query value as UTF-8, i.e. what the receiver gets after percent-decoding, so the
+  value is still authenticated.
+
+Pool and timeouts. The pool is `maxConnections`, or `4 x window` clamped to 10..1000:
+the egress serves every partition of its subscription and the partition count is not
+known when it starts, so four full windows is a guess that a one-partition subscription
+never exceeds, and 1000 bounds the file descriptors. A semaphore of the same size admits
+requests, so `timeoutMs` (aiohttp's `total`, which would otherwise include waiting for a
+pooled connection) measures the endpoint, not our queue.
+
+Redirects are not followed: a 3xx is a failure like any non-2xx (as most webhook senders
+do; following would turn a POST into a GET on 303 and let an endpoint point us anywhere).
+Responses are read up to 64 KiB and discarded; a longer body closes the connection
+instead of being read to the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from typing import Any, Final
+
+import aiohttp
+from yarl import URL
+
+from actors.messages import Deliver, Delivered, Failed, Record
+from actors.signing import sign as sign_payload
+from actors.signing import signing_key, webhook_id
+from actors.subscription import BODYLESS_METHODS, Consumer
+from runtime.actor import Actor
+from runtime.backoff import parse_retry_after
+from runtime.errors import UsageError
+from runtime.journal import Event
+from runtime.metrics import Registry
+
+RESPONSE_BODY_CAP: Final = 64 * 1024
+USER_AGENT: Final = "hookstream/0.1"
+MIN_POOL: Final = 10
+MAX_POOL: Final = 1000
+POOL_PER_WINDOW: Final = 4
+KEEPALIVE_S: Final = 30
+DNS_CACHE_S: Final = 300
+ERROR_TEXT_LIMIT: Final = 200
+CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
+_RESERVED_PREFIXES: Final = ("qoh-", "webhook-")
+
+
+def pool_size(consumer: Consumer) -> int:
+    """`maxConnections`, else four windows clamped to 10..1000 (see the module docstring)."""
+    configured = consumer.subscriptionMethod.maxConnections
+    if configured:
+        return configured
+    return min(max(consumer.window * POOL_PER_WINDOW, MIN_POOL), MAX_POOL)
+
+
+def header_safe(text: str) -> str:
+    """`text` without CR and LF, which would end the header (header injection)."""
+    return text.replace("\r", "").replace("\n", "")
+
+
+def key_header(key: bytes | None) -> tuple[str, bool]:
+    """The `QOH-Message-Key` value and whether it is base64 (see the module docstring)."""
+    if key is None:
+        return "", False
+    try:
+        text = key.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(key).decode(), True
+    if text.isprintable() and text == text.strip():
+        return text, False
+    return base64.b64encode(key).decode(), True
+
+
+def static_headers(consumer: Consumer, broker_name: str, has_body: bool) -> dict[str, str]:
+    """The headers that are the same for every push to this endpoint."""
+    method = consumer.subscriptionMethod
+    headers = {"User-Agent": USER_AGENT}
+    if has_body:
+        headers["Content-Type"] = f"text/plain; charset={header_safe(method.charset)}"
+    for name, value in method.additionalHeaders.items():
+        clean = header_safe(name).strip()
+        if not clean or clean.lower().startswith(_RESERVED_PREFIXES):
+            continue
+        for existing in [h for h in headers if h.lower() == clean.lower()]:
+            del headers[existing]  # the subscription overrides our Content-Type/User-Agent
+        headers[clean] = header_safe(value)
+    headers["QOH-Consumer"] = header_safe(consumer.key)
+    headers["QOH-Broker"] = header_safe(broker_name)
+    return headers
+
+
+def describe(exc: BaseException, timeout_ms: int) -> str:
+    """A short text for `Failed.error` and the journal."""
+    text = str(exc)
+    if isinstance(exc, TimeoutError) and not text:
+        text = f"no complete response within {timeout_ms} ms"
+    described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return described[:ERROR_TEXT_LIMIT]
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "error"
+
+
+async def discard_body(response: aiohttp.ClientResponse) -> None:
+    """Read at most `RESPONSE_BODY_CAP` bytes; close the connection if more is coming."""
+    remaining = RESPONSE_BODY_CAP
+    while remaining > 0:
+        chunk = await response.content.read(remaining)
+        if not chunk:
+            return
+        remaining -= len(chunk)
+    if not response.content.at_eof():
+        response.close()  # unread bytes make the connection unusable for the next request
+
+
+class EgressActor(Actor):
+    """Pushes the records of one subscription to its endpoint."""
+
+    mailbox_capacity = 4096
+
+    def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry) -> None:
+        super().__init__(name)
+        method = consumer.subscriptionMethod
+        self.consumer = consumer
+        self.endpoint = method.uri
+        self.pool = pool_size(consumer)
+        self._method = method.method.upper()
+        self._has_body = self._method not in BODYLESS_METHODS
+        self._query_key = method.queryParamKey or "message"
+        self._charset = method.charset
+        self._timeout_ms = method.timeoutMs
+        self._headers = static_headers(consumer, broker_name, self._has_body)
+        self._url: URL | str = method.uri
+        self._key: bytes | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._slots = asyncio.Semaphore(self.pool)
+        self._inflight = 0
+        self._bind_metrics(metrics, consumer.key)
+
+    def _bind_metrics(self, metrics: Registry, subscription: str) -> None:
+        requests = metrics.counter(
+            "hookstream_http_requests_total", "HTTP pushes by status class (error: no status)")
+        self._requests = {c: requests.labels(subscription=subscription, code=c) for c in CODES}
+        self._duration = metrics.histogram(
+            "hookstream_http_request_duration_ms", "HTTP push round trip in ms",
+        ).labels(subscription=subscription)
+        self._inflight_gauge = metrics.gauge(
+            "hookstream_http_inflight", "HTTP pushes waiting for their response",
+        ).labels(subscription=subscription)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def on_start(self) -> None:
+        secret = self.consumer.subscriptionMethod.signingSecret
+        self._key = signing_key(secret) if secret else None  # a bad secret fails the start
+        # A URL yarl rejects stays text: every request then fails with aiohttp's own
+        # error and is retried or dead-lettered like any failure, never dropped.
+        with contextlib.suppress(ValueError):
+            self._url = URL(self.endpoint)
+        method = self.consumer.subscriptionMethod
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(
+                limit=self.pool, limit_per_host=self.pool,
+                keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S),
+            timeout=aiohttp.ClientTimeout(
+                total=method.timeoutMs / 1000, sock_connect=method.connectTimeoutMs / 1000),
+            cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
+            auto_decompress=False,  # bodies are discarded
+        )
+
+    async def on_stop(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def handle(self, message: Any) -> Any:
+        if not isinstance(message, Deliver):
+            raise UsageError(f"{self.path} handles Deliver, got {message!r}")
+        reply_to = message.reply_to
+        if not isinstance(reply_to, Actor):
+            raise UsageError(f"Deliver.reply_to must be an Actor, got {reply_to!r}")
+        self.spawn(self._push(message, reply_to), name=self.path)
+
+    # -- one push (runs in an owned task) -------------------------------------------
+    async def _push(self, deliver: Deliver, reply_to: Actor) -> None:
+        async with self._slots:
+            outcome = await self._attempt(deliver)
+        reply_to.tell_system(outcome)
+
+    async def _attempt(self, deliver: Deliver) -> Delivered | Failed:
+        record = deliver.record
+        self._journal_sent(record)
+        self._inflight += 1
+        self._inflight_gauge.inc()
+        # A real duration of real I/O: perf_counter, not the injected (maybe fake) clock.
+        start = time.perf_counter()
+        try:
+            status, retry_after = await self._request(record)
+        except Exception as exc:  # CancelledError is not an Exception: it propagates
+            return self._failed(deliver, None, describe(exc, self._timeout_ms), start, None)
+        finally:
+            self._inflight -= 1
+            self._inflight_gauge.inc(-1)
+        if 200 <= status < 300:
+            return self._delivered(deliver, status, start)
+        retry_ms = parse_retry_after(retry_after, self.context.clock.wall_ms())
+        return self._failed(deliver, status, f"HTTP {status}", start, retry_ms)
+
+    async def _request(self, record: Record) -> tuple[int, str | None]:
+        if self._session is None:
+            raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
+        headers, body, params = self._build(record)
+        async with self._session.request(
+            self._method, self._url, data=body, params=params, headers=headers,
+            allow_redirects=False,
+        ) as response:
+            await discard_body(response)
+            return response.status, response.headers.get("Retry-After")
+
+    def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
+        headers = self._headers.copy()
+        # Kafka topic names are [a-zA-Z0-9._-]: header-safe without cleaning.
+        headers["QOH-Topic"] = record.topic
+        headers["QOH-Partition"] = str(record.partition)
+        key, encoded = key_header(record.key)
+        headers["QOH-Message-Key"] = key
+        if encoded:
+            headers["QOH-Message-Key-Encoding"] = "base64"
+        headers["QOH-Message-Number"] = str(record.offset)
+        msg_id = webhook_id(record.topic, record.partition, record.offset)
+        timestamp_s = self.context.clock.wall_ms() // 1000
+        headers["webhook-id"] = msg_id
+        headers["webhook-timestamp"] = str(timestamp_s)
+        value = record.value or b""
+        if self._has_body:
+            body, params, payload = value, None, value
+        else:
+            text = value.decode(self._charset, errors="replace")
+            body, params, payload = None, {self._query_key: text}, text.encode()
+        if self._key is not None:
+            headers["webhook-signature"] = sign_payload(self._key, msg_id, timestamp_s, payload)
+        return headers, body, params
+
+    # -- outcomes ------------------------------------------------------------------------
+    def _delivered(self, deliver: Deliver, status: int, start: float) -> Delivered:
+        latency_ms = (time.perf_counter() - start) * 1000
+        self._requests[status_class(status)].inc()
+        self._duration.observe(latency_ms)
+        self._journal_outcome("delivered", deliver.record, status, latency_ms, None)
+        return Delivered(deliver.record, deliver.epoch, status, latency_ms)
+
+    def _failed(self, deliver: Deliver, status: int | None, error: str, start: float,
+                retry_after_ms: int | None) -> Failed:
+        latency_ms = (time.perf_counter() - start) * 1000
+        self._requests[status_class(status) if status is not None else "error"].inc()
+        self._duration.observe(latency_ms)
+        self._journal_outcome("failed", deliver.record, status, latency_ms, error)
+        return Failed(deliver.record, deliver.epoch, status, error, latency_ms, retry_after_ms)
+
+    def _journal_sent(self, record: Record) -> None:
+        clock = self.context.clock
+        now_wall, now_mono = clock.wall_ms(), clock.monotonic_ms()
+        self.context.emit(Event(
+            type="sent", ts_ms=now_wall, subscription=self.consumer.key,
+            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
+            offset=record.offset, attempt=record.attempt,
+            fetched_ts_ms=now_wall - (now_mono - record.fetched_ms),
+        ))
+
+    def _journal_outcome(self, kind: str, record: Record, status: int | None,
+                         latency_ms: float, reason: str | None) -> None:
+        self.context.emit(Event(
+            type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self.consumer.key,
+            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
+            offset=record.offset, attempt=record.attempt, status=status,
+            latency_ms=latency_ms, record_ts_ms=record.timestamp_ms, reason=reason,
+        ))
+
+    def __repr__(self) -> str:
+        waiting = len(self._tasks) - self._inflight
+        return (
+            f"<EgressActor {self.path} {self.state} {self._method} {self.endpoint} "
+            f"inflight={self._inflight}/{self.pool} waiting={waiting} "
+            f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>"
+        )

@@ -1,0 +1,202 @@
+"""DeliveryService: subscriptions as supervised actor trees, and their admin API.
+
+Tree, under the runtime's root supervisor::
+
+    delivery (one_for_one)
+    └── <id>_<group.id> (one_for_all)          one per subscription
+        ├── egress                             HTTP pushes to the endpoint
+        ├── deadletter                         only with a deadLetterTopic
+        ├── partitions (one_for_one)           one PartitionActor per assigned partition
+        └── consumer                           the AIOKafkaConsumer
+
+`one_for_all` because everything below a subscription shares the consumer's positions:
+when any part dies the subscription restarts from the committed offsets. Children stop
+in reverse, so the consumer drains its partitions and commits before anything else goes.
+
+Admin API (Queue-Over-Http): `POST /broker/subscription`, `GET /broker/subscription`,
+`POST /broker/unsubscribe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import web
+
+from actors.consumer import ConsumerActor, ConsumerDeps
+from actors.deadletter import DeadLetterActor
+from actors.egress import EgressActor
+from actors.registry import SubscriptionStore
+from actors.subscription import Consumer, InvalidSubscription, decode_consumer, redacted
+from runtime.admin import BadRequest, ok
+from runtime.errors import ActorStartError, ConfigError
+from runtime.supervisor import ChildRef, ChildSpec, Supervisor
+
+if TYPE_CHECKING:
+    from runtime.app import Runtime
+
+log = logging.getLogger(__name__)
+DRAIN_MS = 3000
+
+
+class DeliveryService:
+    name = "delivery"
+
+    def __init__(self) -> None:
+        self.subscriptions: dict[str, Consumer] = {}
+        self.problems: list[str] = []
+        self._runtime: Runtime | None = None
+        self._store: SubscriptionStore | None = None
+        self._root: ChildRef | None = None
+        self._lock = asyncio.Lock()  # one admin change at a time
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._store = SubscriptionStore(runtime.config.persistence.dir)
+        self._root = await runtime.system.spawn(ChildSpec(
+            "delivery", self._delivery_supervisor, shutdown_ms=DRAIN_MS + 3000))
+        self._add_routes(runtime.admin.app)
+        await self._restore()
+
+    def _delivery_supervisor(self) -> Supervisor:
+        # rebuilt after an escalation: it restarts every known subscription
+        specs = [self._spec(c) for c in self.subscriptions.values()]
+        return Supervisor("delivery", "one_for_one", intensity=10, period_ms=60_000,
+                          children=specs)
+
+    async def _restore(self) -> None:
+        assert self._store is not None
+        consumers, self.problems = self._store.load_all()
+        for consumer in consumers:
+            try:
+                await self.subscribe(consumer, persist=False)
+                log.info("restored subscription %s", consumer.key)
+            except (BadRequest, ActorStartError) as exc:
+                self.problems.append(f"{consumer.key}: {exc}")
+                log.error("could not restore subscription %s: %s", consumer.key, exc)
+
+    async def stop(self) -> None:
+        """Stop every subscription in parallel: each drains and commits."""
+        if self._root is None:
+            return
+        sup = self._supervisor()
+        names = [n for n in sup.children() if n in self.subscriptions]
+        await asyncio.gather(*(sup.stop_child(n) for n in names), return_exceptions=True)
+
+    def _supervisor(self) -> Supervisor:
+        assert self._root is not None
+        actor = self._root.actor
+        assert isinstance(actor, Supervisor)
+        return actor
+
+    # -- subscriptions -----------------------------------------------------------------
+    async def subscribe(self, consumer: Consumer, *, persist: bool = True) -> None:
+        async with self._lock:
+            if consumer.key in self.subscriptions:
+                raise BadRequest("subscription already exists",
+                                 f"{consumer.key}: unsubscribe it first")
+            self._bootstrap(consumer)
+            await self._supervisor().start_child(self._spec(consumer))
+            self.subscriptions[consumer.key] = consumer
+            if persist:
+                assert self._store is not None
+                self._store.save(consumer)
+
+    async def unsubscribe(self, key: str) -> Consumer:
+        async with self._lock:
+            consumer = self.subscriptions.get(key)
+            if consumer is None:
+                raise BadRequest("subscription not found", key, status=404)
+            sup = self._supervisor()
+            if sup.has_child(key):
+                await sup.stop_child(key)
+            del self.subscriptions[key]
+            assert self._store is not None
+            self._store.delete(key)
+            return consumer
+
+    def _bootstrap(self, consumer: Consumer) -> str:
+        assert self._runtime is not None
+        try:
+            return self._runtime.bootstrap(consumer.broker)
+        except ConfigError as exc:
+            raise BadRequest("unknown broker", str(exc)) from None
+
+    def _spec(self, consumer: Consumer) -> ChildSpec:
+        return ChildSpec(consumer.key, lambda: self._subscription_tree(consumer),
+                         shutdown_ms=DRAIN_MS + 2000)
+
+    def _subscription_tree(self, consumer: Consumer) -> Supervisor:
+        return Supervisor(consumer.key, "one_for_all", intensity=5, period_ms=30_000,
+                          children=lambda sup: self._subscription_children(consumer, sup))
+
+    def _subscription_children(self, consumer: Consumer, sup: Supervisor) -> list[ChildSpec]:
+        assert self._runtime is not None
+        runtime, method = self._runtime, consumer.subscriptionMethod
+        bootstrap = self._bootstrap(consumer)
+        deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
+        deps = ConsumerDeps(ChildRef(sup, "partitions"), ChildRef(sup, "egress"), deadletter,
+                            runtime.metrics, bootstrap, drain_ms=DRAIN_MS)
+        specs = [ChildSpec("egress", lambda: EgressActor("egress", consumer, consumer.broker,
+                                                          runtime.metrics))]
+        if method.deadLetterTopic:
+            topic = method.deadLetterTopic
+            specs.append(ChildSpec("deadletter",
+                                   lambda: DeadLetterActor("deadletter", bootstrap, topic)))
+        specs.append(ChildSpec("partitions", lambda: Supervisor(
+            "partitions", "one_for_one", intensity=10, period_ms=10_000),
+            shutdown_ms=DRAIN_MS + 1000))
+        specs.append(ChildSpec("consumer", lambda: ConsumerActor("consumer", consumer, deps),
+                               shutdown_ms=DRAIN_MS + 1500))
+        return specs
+
+    # -- admin routes ------------------------------------------------------------------
+    def _add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/broker/subscription", self._post_subscription)
+        app.router.add_get("/broker/subscription", self._get_subscriptions)
+        app.router.add_post("/broker/unsubscribe", self._post_unsubscribe)
+
+    async def _post_subscription(self, request: web.Request) -> web.Response:
+        consumer = _decode(await request.read())
+        try:
+            await self.subscribe(consumer)
+        except ActorStartError as exc:
+            raise BadRequest("subscription failed to start", str(exc.__cause__ or exc),
+                             status=503) from None
+        return ok(redacted(consumer))
+
+    async def _get_subscriptions(self, request: web.Request) -> web.Response:
+        return ok([redacted(c) for c in self.subscriptions.values()])
+
+    async def _post_unsubscribe(self, request: web.Request) -> web.Response:
+        key = _unsubscribe_key(await request.read())
+        return ok(redacted(await self.unsubscribe(key)))
+
+    def __repr__(self) -> str:
+        return f"<DeliveryService subscriptions={list(self.subscriptions)}>"
+
+
+def _decode(body: bytes) -> Consumer:
+    try:
+        return decode_consumer(body)
+    except InvalidSubscription as exc:
+        raise BadRequest(exc.reason, exc.details) from None
+
+
+class _Key(msgspec.Struct):
+    id: str
+    group_id: str = msgspec.field(name="group.id")
+
+
+def _unsubscribe_key(body: bytes) -> str:
+    """Unsubscribe takes a Consumer JSON (Queue-Over-Http) or just `id` and `group.id`."""
+    try:
+        key = msgspec.json.decode(body, type=_Key)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise BadRequest("invalid unsubscribe request", str(exc)) from None
+    return f"{key.id}_{key.group_id}"
+

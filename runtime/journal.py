@@ -1,0 +1,500 @@
+"""The event journal: what the actors did, as newline-delimited JSON segments on disk.
+
+Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, dispatched,
+sent, delivered, failed, retry_scheduled, dead_lettered, committed), for actor lifecycle
+(actor_started/crashed/restarted/stopped), partition movements (partition_assigned/revoked),
+delay forwards (delay_forwarded, with lateness) and the journal's own losses
+(journal_dropped). `python -m runtime report` (runtime/report) turns a journal directory
+into delivery reports and a loss/duplicate audit.
+
+Hot path. `emit()` is synchronous, never blocks and never raises: it compares the buffer
+length with a limit and appends the Struct to a list. Encoding (one reused
+`msgspec.json.Encoder`, `encode_lines` per batch) and writing happen in a flush task every
+`flush_interval_ms`; the encode+write of a batch runs in a worker thread
+(`asyncio.to_thread`) so neither a big batch nor a slow disk stalls the event loop.
+Measured cost: see bench/RESULTS.md ("## Report", journal write rate).
+
+Segments. Each segment is written as `segment-<start wall ms>-<writer id>-<seq>.jsonl.open`
+and renamed to `....jsonl` when closed (after an fsync of the file, followed by an fsync of
+the directory), so a reader that takes only `*.jsonl` never sees half a file. A segment is
+closed when it reaches `max_segment_bytes` (it may overshoot by at most one batch), when it
+is `max_segment_age_ms` old (checked on every flush tick, so a quiet journal still closes
+its segment), and on `stop()`. The writer id is random per Journal, so several processes may
+share one directory without name clashes.
+
+Crash recovery. The writer holds an exclusive `flock` on its open segment. `start()` looks
+for `*.jsonl.open` files that nobody holds (leftovers of a crashed process), keeps their
+complete lines (a torn last line is truncated), fsyncs and renames them final; empty
+leftovers are deleted. A segment held by a live writer is left alone. (A leftover that a
+concurrent writer created but has not yet locked, a window of microseconds during another
+writer's start, would be renamed; readers would still see complete lines only.)
+
+Bounded memory, nothing dropped silently. At most `max_buffered` events wait for the flush
+task. Beyond that, new events are dropped (the newest, because the older ones are already
+in order and the gap stays in one place); so are events emitted after `stop()`. Every drop
+is counted in `dropped`, logged as a warning at most once per `DROP_WARNING_INTERVAL_MS`,
+and, once the journal can write again, recorded in the journal itself as a
+`journal_dropped` event with `count` and `reason` (`buffer_full`, `write_error`). The
+report prints those counts, because a journal with gaps can make the audit report lost
+records that were in fact delivered.
+
+Disk errors. An `OSError` from a write (ENOSPC, EIO, a removed directory) is logged, the
+batch is counted as dropped with reason `write_error`, the partial write is truncated away
+so the segment keeps only complete lines, and the journal keeps running: the next flush
+tries again. A failed close leaves the `.open` file for the next start to recover.
+
+Lifecycle. `start()` creates the directory, recovers leftovers (in a thread) and starts
+the flush task, which `stop()` owns: stop takes the flush lock (so no batch is half
+written), cancels the idle task, awaits it, flushes the rest and closes the segment.
+`stop()` is idempotent. Events emitted before `start()` wait in the buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Final, Protocol
+
+import msgspec
+
+from runtime.clock import Clock
+from runtime.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+MIB: Final = 1024 * 1024
+DROP_WARNING_INTERVAL_MS: Final = 10_000
+SEGMENT_PREFIX: Final = "segment-"
+FINAL_SUFFIX: Final = ".jsonl"
+OPEN_SUFFIX: Final = ".jsonl.open"
+
+EVENT_TYPES: Final = frozenset(
+    {
+        "fetched",
+        "dispatched",
+        "sent",
+        "delivered",
+        "failed",
+        "retry_scheduled",
+        "dead_lettered",
+        "committed",
+        "actor_started",
+        "actor_crashed",
+        "actor_restarted",
+        "actor_stopped",
+        "partition_assigned",
+        "partition_revoked",
+        "delay_forwarded",
+        "journal_dropped",
+    }
+)
+
+
+class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
+    """One journal line; the field names are the journal schema (the report reads them).
+
+    Record events (`fetched`, `dispatched`, `sent`, `delivered`, `failed`,
+    `retry_scheduled`, `dead_lettered`) carry `subscription`, `topic`, `partition` and
+    `offset`, which together name one record of one subscription; `fetched` is one event
+    per record (the audit needs every fetched offset). From dispatch on they also carry
+    `endpoint` (the target URI). Other fields:
+
+    - `attempt`: 1 for the first HTTP attempt of a record, 2 for the first retry, ...
+      (it starts at 1 again when a record is fetched again after a restart).
+    - `status` and `latency_ms` (HTTP round trip) on `delivered` and `failed`; `status`
+      is absent for timeouts and connection errors (`reason` says which).
+    - `record_ts_ms` (the Kafka record timestamp) on `fetched` or `delivered`: end-to-end
+      latency is first delivery time minus it.
+    - `fetched_ts_ms` on `sent`: when the record was fetched. The report computes the
+      service's added latency as `ts_ms - fetched_ts_ms` of first attempts (attempt 1), so
+      retry delays do not count as overhead.
+    - `committed`: `offset` is the committed offset, i.e. the next offset to read (Kafka
+      convention), for `subscription`, `topic`, `partition`.
+    - `actor` names the actor in lifecycle and partition events; `reason` explains crashes,
+      failures, dead letters and drops; `count` is the number of events a
+      `journal_dropped` stands for; `lateness_ms` on `delay_forwarded`.
+
+    Frozen and not tracked by the GC: an emitted event is shared with the writer thread.
+    """
+
+    type: str
+    ts_ms: int
+    subscription: str | None = None
+    endpoint: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    attempt: int | None = None
+    status: int | None = None
+    latency_ms: float | None = None
+    record_ts_ms: int | None = None
+    fetched_ts_ms: int | None = None
+    lateness_ms: float | None = None
+    actor: str | None = None
+    reason: str | None = None
+    count: int | None = None
+
+
+class EventJournal(Protocol):
+    """What actors depend on: `Journal` or `NullJournal`."""
+
+    def emit(self, event: Event) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def written(self) -> int: ...
+
+
+def final_name(open_path: Path) -> Path:
+    """`segment-...jsonl.open` -> `segment-...jsonl`."""
+    return open_path.with_name(open_path.name.removesuffix(".open"))
+
+
+def closed_segments(directory: Path) -> list[Path]:
+    """Closed segments in name order (which is start-time order)."""
+    return sorted(directory.glob(f"{SEGMENT_PREFIX}*{FINAL_SUFFIX}"))
+
+
+def open_segments(directory: Path) -> list[Path]:
+    """Segments still being written or left over by a crash."""
+    return sorted(directory.glob(f"{SEGMENT_PREFIX}*{OPEN_SUFFIX}"))
+
+
+def is_held_by_writer(path: Path) -> bool:
+    """True if a live writer holds the segment's lock (a crash releases it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases our probe lock
+    return False
+
+
+def complete_length(fd: int, size: int, chunk: int = 64 * 1024) -> int:
+    """Length of the prefix of the file that ends with its last newline (0 if none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        block = os.pread(fd, end - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def recover_segments(directory: Path) -> list[Path]:
+    """Close the `.open` leftovers of crashed writers; return the recovered final paths."""
+    recovered: list[Path] = []
+    for path in open_segments(directory):
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live writer's current segment
+            keep = complete_length(fd, os.fstat(fd).st_size)
+            if keep == 0:
+                path.unlink()
+                continue
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+            os.replace(path, final_name(path))
+            recovered.append(final_name(path))
+        finally:
+            os.close(fd)
+    if recovered:
+        _fsync_directory(directory)
+    return recovered
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _SegmentWriter:
+    """The blocking side. Its methods run in a worker thread, one call at a time."""
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        self._writer_id = secrets.token_hex(4)
+        self._seq = 0
+        self._encoder = msgspec.json.Encoder()
+        self._fd: int | None = None
+        self.path: Path | None = None
+        self.size = 0
+        self.opened_mono_ms = 0
+
+    def write(self, events: list[Event], wall_ms: int, mono_ms: int) -> None:
+        """Append the batch; on OSError cut the partial write off again and re-raise."""
+        data = self._encoder.encode_lines(events)
+        fd = self._fd if self._fd is not None else self._open(wall_ms, mono_ms)
+        try:
+            _pwrite_all(fd, data, self.size)
+        except OSError:
+            with contextlib.suppress(OSError):  # close() truncates to `size` again
+                os.ftruncate(fd, self.size)
+            raise
+        self.size += len(data)
+
+    def close(self) -> None:
+        """fsync, rename final, fsync the directory. No-op without an open segment."""
+        fd, path = self._fd, self.path
+        if fd is None or path is None:
+            return
+        self._fd, self.path, size, self.size = None, None, self.size, 0
+        try:
+            os.ftruncate(fd, size)  # drops the tail of a write that failed
+            os.fsync(fd)
+            os.replace(path, final_name(path))
+        finally:
+            os.close(fd)
+        _fsync_directory(self._dir)
+
+    def _open(self, wall_ms: int, mono_ms: int) -> int:
+        name = f"{SEGMENT_PREFIX}{wall_ms:013d}-{self._writer_id}-{self._seq:06d}{OPEN_SUFFIX}"
+        path = self._dir / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._seq += 1
+        self._fd, self.path, self.size, self.opened_mono_ms = fd, path, 0, mono_ms
+        return fd
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+class Journal:
+    """Buffers events from `emit()` and writes them to rotating segments (see module doc)."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        clock: Clock,
+        max_segment_bytes: int = 64 * MIB,
+        max_segment_age_ms: int = 60_000,
+        flush_interval_ms: int = 200,
+        max_buffered: int = 100_000,
+    ) -> None:
+        if max_segment_bytes <= 0 or max_segment_age_ms <= 0 or flush_interval_ms <= 0:
+            raise UsageError("Journal sizes and intervals must be positive")
+        if max_buffered <= 0:
+            raise UsageError("Journal(max_buffered=...) must be positive")
+        self._dir = Path(directory)
+        self._clock = clock
+        self._writer = _SegmentWriter(self._dir)
+        self._max_bytes = max_segment_bytes
+        self._max_age_ms = max_segment_age_ms
+        self._interval_ms = flush_interval_ms
+        self._max_buffered = max_buffered
+        # emit() appends while the buffer is below `_accept`; stop() sets it to 0 so every
+        # later emit takes the slow path, which counts the drop. One compare on the hot path.
+        self._accept = max_buffered
+        self._buffer: list[Event] = []
+        self._written = 0
+        self._dropped = 0
+        self._unreported: dict[str, int] = {}
+        self._last_warning_ms: int | None = None
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._state = "new"
+
+    # -- hot path ---------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        """Queue one event for the flush task. Never blocks, never raises."""
+        buffer = self._buffer
+        if len(buffer) < self._accept:
+            buffer.append(event)
+        else:
+            self._drop(1, "stopped" if self._state == "stopped" else "buffer_full")
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the directory, recover crash leftovers, start the flush task."""
+        if self._state != "new":
+            raise UsageError(f"Journal.start() called on a {self._state} journal; start it once")
+        recovered = await asyncio.to_thread(self._prepare_directory)
+        if recovered:
+            log.warning("journal: recovered %d segment(s) left open by a crash: %s",
+                        len(recovered), ", ".join(p.name for p in recovered))
+        self._state = "running"
+        self._task = asyncio.create_task(self._run(), name=f"journal-flush:{self._dir}")
+
+    async def stop(self) -> None:
+        """Flush everything, close the segment. Idempotent; later emits are dropped."""
+        if self._state == "stopped":
+            return
+        self._state, self._accept = "stopped", 0
+        async with self._lock:
+            await self._stop_flush_task()
+            await self._flush_locked()
+            await self._close_segment()
+
+    async def flush(self) -> None:
+        """Write what is buffered now (the flush task also does this every interval)."""
+        async with self._lock:
+            await self._flush_locked()
+
+    @property
+    def dropped(self) -> int:
+        """Events dropped (buffer full, write errors, emitted after stop), all logged."""
+        return self._dropped
+
+    @property
+    def written(self) -> int:
+        """Lines written to segments, including `journal_dropped` events."""
+        return self._written
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    def __repr__(self) -> str:
+        segment = self._writer.path.name if self._writer.path else "-"
+        return (
+            f"<Journal {self._dir} {self._state} buffered={len(self._buffer)}/"
+            f"{self._max_buffered} written={self._written} dropped={self._dropped} "
+            f"segment={segment} ({self._writer.size} bytes)>"
+        )
+
+    # -- flush task -------------------------------------------------------------------
+
+    def _prepare_directory(self) -> list[Path]:
+        self._dir.mkdir(parents=True, exist_ok=True)
+        return recover_segments(self._dir)
+
+    async def _run(self) -> None:
+        while True:
+            await self._clock.sleep_ms(self._interval_ms)
+            async with self._lock:
+                await self._flush_locked()
+
+    async def _stop_flush_task(self) -> None:
+        """Cancel the flush task, which holds no batch (we hold the lock), and await it."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves
+
+    async def _flush_locked(self) -> None:
+        if self._buffer or self._unreported:
+            await self._write_batch()
+        if self._writer.path is not None and self._segment_full():
+            await self._close_segment()
+
+    async def _write_batch(self) -> None:
+        events, self._buffer = self._buffer, []
+        reports = self._take_drop_reports()
+        try:
+            await asyncio.to_thread(
+                self._writer.write, events + reports, self._clock.wall_ms(),
+                self._clock.monotonic_ms(),
+            )
+        except OSError as exc:
+            self._restore_drop_reports(reports)
+            self._drop(len(events), "write_error", exc)
+        else:
+            self._written += len(events) + len(reports)
+
+    async def _close_segment(self) -> None:
+        try:
+            await asyncio.to_thread(self._writer.close)
+        except OSError as exc:
+            log.error("journal: closing segment failed (%s); next start recovers it", exc)
+
+    def _segment_full(self) -> bool:
+        age_ms = self._clock.monotonic_ms() - self._writer.opened_mono_ms
+        return self._writer.size >= self._max_bytes or age_ms >= self._max_age_ms
+
+    # -- drop accounting --------------------------------------------------------------
+
+    def _drop(self, count: int, reason: str, exc: OSError | None = None) -> None:
+        self._dropped += count
+        if reason != "stopped":  # nothing can be journaled after stop; the log says it
+            self._unreported[reason] = self._unreported.get(reason, 0) + count
+        now = self._clock.monotonic_ms()
+        last = self._last_warning_ms
+        if last is None or now - last >= DROP_WARNING_INTERVAL_MS:
+            self._last_warning_ms = now
+            log.warning("journal: dropped %d event(s) (%s%s); %d dropped in total",
+                        count, reason, f": {exc}" if exc else "", self._dropped)
+
+    def _take_drop_reports(self) -> list[Event]:
+        now = self._clock.wall_ms()
+        reports = [
+            Event(type="journal_dropped", ts_ms=now, count=count, reason=reason)
+            for reason, count in self._unreported.items()
+        ]
+        self._unreported = {}
+        return reports
+
+    def _restore_drop_reports(self, reports: list[Event]) -> None:
+        for report in reports:
+            if report.reason is not None and report.count is not None:
+                self._unreported[report.reason] = (
+                    self._unreported.get(report.reason, 0) + report.count
+                )
+
+
+class NullJournal:
+    """The journal switched off: same interface, does nothing."""
+
+    def emit(self, event: Event) -> None:
+        pass
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def flush(self) -> None:
+        pass
+
+    @property
+    def dropped(self) -> int:
+        return 0
+
+    @property
+    def written(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "<NullJournal>"

@@ -1,0 +1,99 @@
+"""Thin helpers around aiokafka: topic creation and client construction.
+
+Clients are built here so that broker workarounds (`runtime.compat`) are applied before a
+producer that needs them starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import for_code
+
+from runtime import compat
+
+_TOPIC_ALREADY_EXISTS = 36
+_POLL_S = 0.05
+
+
+async def create_topics(
+    bootstrap: str,
+    topics: Mapping[str, int],
+    *,
+    replication_factor: int = 1,
+    timeout_s: float = 10.0,
+) -> None:
+    """Create topics (name -> partitions) and wait until they are visible.
+
+    A topic that already exists is fine, whatever its partition count.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        new = [NewTopic(name, parts, replication_factor) for name, parts in topics.items()]
+        response = await admin.create_topics(new, timeout_ms=int(timeout_s * 1000))
+        _raise_topic_errors(response.topic_errors)
+    finally:
+        await admin.close()
+    for name in topics:
+        await wait_for_topic(bootstrap, name, timeout_s=timeout_s)
+
+
+def _raise_topic_errors(topic_errors: list[Any]) -> None:
+    for error in topic_errors:
+        topic, code, message = error[0], error[1], error[2] if len(error) > 2 else None
+        if code not in (0, _TOPIC_ALREADY_EXISTS):
+            raise for_code(code)(f"creating topic {topic!r}: {message}")
+
+
+async def wait_for_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int | None = None,
+    *,
+    timeout_s: float = 10.0,
+) -> int:
+    """Wait until `topic` exists (with at least `partitions`); return its partition count.
+
+    Never creates it: Tansu and many Kafkas auto-create topics named in metadata requests,
+    so this lists all topics first and describes only a topic that is listed.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            count = await _partition_count(admin, topic)
+            if count is not None and count >= (partitions or 1):
+                return count
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic!r} not ready after {timeout_s}s")
+            await asyncio.sleep(_POLL_S)
+    finally:
+        await admin.close()
+
+
+async def _partition_count(admin: AIOKafkaAdminClient, topic: str) -> int | None:
+    if topic not in await admin.list_topics():
+        return None
+    (described,) = await admin.describe_topics([topic])
+    if described["error_code"] != 0:
+        return None
+    return len(described["partitions"])
+
+
+def make_producer(bootstrap: str, **kwargs: Any) -> AIOKafkaProducer:
+    """An `AIOKafkaProducer` (not started); transactional/idempotent ones get compat fixes."""
+    if kwargs.get("transactional_id") or kwargs.get("enable_idempotence"):
+        compat.enable_init_producer_id_v3()
+    return AIOKafkaProducer(bootstrap_servers=bootstrap, **kwargs)
+
+
+def make_consumer(bootstrap: str, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
+    """An `AIOKafkaConsumer` (not started) subscribed to `topics` when given."""
+    return AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, **kwargs)

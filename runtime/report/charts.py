@@ -1,0 +1,141 @@
+"""PNG charts from small aggregated rows (already on the driver). Agg backend, no pyplot.
+
+Figures are built with `matplotlib.figure.Figure` on a `FigureCanvasAgg`, so nothing
+touches pyplot's global state or needs a display.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+Rows = Sequence[Mapping[str, Any]]
+MAX_SERIES = 8  # more subscriptions than this are summed into "other"
+
+
+def _figure(title: str, note: str, nrows: int = 1) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=(10, 4.5 * nrows), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle(f"{title} ({note})" if note else title)
+    axes = fig.subplots(nrows, 1, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
+def _no_data(ax: Axes) -> None:
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+
+
+def _series(rows: Rows, value: str) -> tuple[list[float], dict[str, list[float | None]]]:
+    """Seconds since the first bucket, and per subscription one value per bucket.
+
+    Buckets without rows become 0 for counts (an idle second is real) and None for
+    ratios (no outcomes, no error rate); see the callers.
+    """
+    starts = sorted({int(r["bucket_start_ms"]) for r in rows})
+    step = int(rows[0]["bucket_ms"])
+    buckets = list(range(starts[0], starts[-1] + step, step))
+    index = {b: i for i, b in enumerate(buckets)}
+    by_sub: dict[str, list[float | None]] = defaultdict(lambda: [None] * len(buckets))
+    for r in rows:
+        by_sub[_label(r["subscription"])][index[int(r["bucket_start_ms"])]] = r[value]
+    seconds = [(b - buckets[0]) / 1000 for b in buckets]
+    return seconds, dict(by_sub)
+
+
+def _label(subscription: str | None) -> str:
+    return subscription or "(unknown)"
+
+
+def _top(series: dict[str, list[float | None]]) -> dict[str, list[float | None]]:
+    """Keep the MAX_SERIES largest series; sum the rest into "other"."""
+    ranked = sorted(series, key=lambda k: -sum(v or 0 for v in series[k]))
+    kept = {k: series[k] for k in ranked[:MAX_SERIES]}
+    rest = ranked[MAX_SERIES:]
+    if rest:
+        length = len(next(iter(series.values())))
+        kept["other"] = [sum(series[k][i] or 0 for k in rest) for i in range(length)]
+    return kept
+
+
+def throughput_chart(rows: Rows, path: Path, note: str = "") -> Path:
+    """Delivered records per second over time, per subscription and in total."""
+    fig, (ax,) = _figure("Delivered records per second", note)
+    if rows:
+        seconds, series = _series(rows, "delivered_per_s")
+        filled = {k: [v or 0.0 for v in values] for k, values in _top(series).items()}
+        for name, values in filled.items():
+            ax.plot(seconds, values, label=name, linewidth=1.2)
+        if len(series) > 1:
+            total = [sum(v or 0.0 for v in col) for col in zip(*series.values(), strict=True)]
+            ax.plot(seconds, total, label="total", color="black", linewidth=1.8)
+        ax.legend(loc="best", fontsize="small")
+        ax.set_ylim(bottom=0)
+    else:
+        _no_data(ax)
+    ax.set_xlabel(f"time since first event (s), {_bucket_text(rows)} buckets")
+    ax.set_ylabel("delivered records / s")
+    ax.grid(alpha=0.3)
+    fig.savefig(path)
+    return path
+
+
+def error_rate_chart(rows: Rows, path: Path, note: str = "") -> Path:
+    """Failed HTTP attempts / all completed attempts, per subscription over time."""
+    fig, (ax,) = _figure("HTTP error rate", note)
+    if rows:
+        seconds, series = _series(rows, "error_rate")
+        for name, values in _top(series).items():
+            percent = [math.nan if v is None else 100 * v for v in values]  # NaN: a gap
+            ax.plot(seconds, percent, label=name, linewidth=1.2, marker=".", markersize=3)
+        ax.legend(loc="best", fontsize="small")
+        ax.set_ylim(0, 100)
+    else:
+        _no_data(ax)
+    ax.set_xlabel(f"time since first event (s), {_bucket_text(rows)} buckets")
+    ax.set_ylabel("failed attempts (% of completed)")
+    ax.grid(alpha=0.3)
+    fig.savefig(path)
+    return path
+
+
+def latency_chart(rows: Rows, path: Path, note: str = "") -> Path:
+    """p50/p95/p99 of end-to-end and added latency, per subscription and endpoint."""
+    fig, axes = _figure("Latency percentiles per subscription", note, nrows=2)
+    panels = [("e2e", "end-to-end (record timestamp to delivered)"),
+              ("added", "added by the service (fetch to HTTP send)")]
+    for ax, (name, title) in zip(axes, panels, strict=True):
+        _latency_bars(ax, rows[:MAX_SERIES * 2], name)
+        ax.set_title(title)
+        ax.set_ylabel("milliseconds")
+        ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path)
+    return path
+
+
+def _latency_bars(ax: Axes, rows: Rows, name: str) -> None:
+    if not rows:
+        _no_data(ax)
+        return
+    labels = [_label(r["subscription"]) for r in rows]
+    width = 0.25
+    for i, q in enumerate((50, 95, 99)):
+        values = [r.get(f"{name}_p{q}_ms") or 0 for r in rows]
+        positions = [x + (i - 1) * width for x in range(len(rows))]
+        ax.bar(positions, values, width=width, label=f"p{q}")
+    ax.set_xticks(range(len(rows)), labels, rotation=15, ha="right")
+    ax.set_xlabel("subscription")
+    ax.legend(loc="best", fontsize="small")
+
+
+def _bucket_text(rows: Rows) -> str:
+    if not rows:
+        return "-"
+    seconds = int(rows[0]["bucket_ms"]) / 1000
+    return f"{seconds:g} s"

@@ -1,0 +1,249 @@
+"""The report job: read a journal directory, run the transforms, write tables, charts, summary.
+
+Input: closed segments (`segment-*.jsonl`) plus crash leftovers (`*.jsonl.open` that no
+live writer holds), read with `spark.read.json` on their paths; a torn last line is a
+malformed line and is skipped and counted. Segments a live writer holds are skipped (they
+would show its in-flight records as lost). The journal directory is listed on the driver,
+so with a cluster `--master` it must be on a filesystem every executor mounts at the same
+path.
+
+Output in OUT_DIR: `parquet/<table>/` and `csv/<table>.csv` for every table (written by
+DataFrame writers; the single CSV part file is moved to its final name), `charts/*.png`,
+`summary.json` and `summary.md`. Only small aggregates (throughput buckets, the per
+subscription summary, audit rows of partitions with problems, totals) reach the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from runtime.errors import UsageError
+from runtime.journal import closed_segments, is_held_by_writer, open_segments
+from runtime.report import charts, summary, transforms
+
+STEPS = 6
+MAX_BUCKETS = 600
+BUCKET_CHOICES_MS = (1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000, 3_600_000)
+TABLES = (
+    "delivery_summary", "throughput", "actors", "partition_movements", "delay_lateness",
+    "audit", "audit_offsets",
+)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalFiles:
+    directory: Path
+    closed: list[Path]
+    recovered_tails: list[Path]  # crash leftovers, read up to their last complete line
+    skipped_live: list[Path]  # held by a running writer
+
+    @property
+    def paths(self) -> list[Path]:
+        return self.closed + self.recovered_tails
+
+    def counts(self) -> dict[str, int]:
+        return {"closed": len(self.closed), "recovered_tails": len(self.recovered_tails),
+                "skipped_live": len(self.skipped_live)}
+
+
+def find_journal_files(journal_dir: Path) -> JournalFiles:
+    """List the segments to read; UsageError for a missing directory or no segments."""
+    if not journal_dir.is_dir():
+        raise UsageError(f"journal directory {journal_dir} does not exist")
+    leftovers = open_segments(journal_dir)
+    live = [p for p in leftovers if is_held_by_writer(p)]
+    files = JournalFiles(journal_dir, closed_segments(journal_dir),
+                         [p for p in leftovers if p not in live], live)
+    if not files.paths:
+        still = f" ({len(live)} segment(s) still being written)" if live else ""
+        raise UsageError(f"journal directory {journal_dir} has no segments{still}")
+    return files
+
+
+def choose_bucket_ms(span_ms: int) -> int:
+    """The smallest bucket that keeps the throughput table under MAX_BUCKETS rows."""
+    for bucket in BUCKET_CHOICES_MS:
+        if span_ms // bucket < MAX_BUCKETS:
+            return bucket
+    return BUCKET_CHOICES_MS[-1] * (span_ms // (BUCKET_CHOICES_MS[-1] * MAX_BUCKETS) + 1)
+
+
+def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
+    return (
+        spark.read.schema(transforms.event_schema())
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", transforms.CORRUPT)
+        .json([str(p) for p in files.paths])
+    )
+
+
+class _Output:
+    """Writes tables as Parquet and one-file CSV, keeping them cached for the summary."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.dir = out_dir
+        self.tables: list[str] = []
+        self.charts: list[str] = []
+        for sub in ("parquet", "csv", "charts"):
+            (out_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    def table(self, name: str, df: DataFrame) -> DataFrame:
+        df = df.cache()
+        df.write.mode("overwrite").parquet(str(self.dir / "parquet" / name))
+        self._csv(name, df)
+        self.tables.append(name)
+        return df
+
+    def _csv(self, name: str, df: DataFrame) -> None:
+        staging = self.dir / "csv" / f".{name}.staging"
+        flat = _csv_ready(df)
+        flat.coalesce(1).write.mode("overwrite").option("header", True).csv(str(staging))
+        target = self.dir / "csv" / f"{name}.csv"
+        parts = sorted(staging.glob("part-*.csv"))
+        if parts:
+            os.replace(parts[0], target)
+        else:  # an empty table may come without a part file
+            target.write_text(",".join(flat.columns) + "\n")
+        shutil.rmtree(staging)
+
+    def chart(self, name: str) -> Path:
+        self.charts.append(f"charts/{name}")
+        return self.dir / "charts" / name
+
+
+def _csv_ready(df: DataFrame) -> DataFrame:
+    """CSV has no arrays: offsets lists become space-separated strings."""
+    arrays = [f.name for f in df.schema.fields if f.dataType.typeName() == "array"]
+    return df.withColumns({
+        name: F.concat_ws(" ", F.col(name).cast("array<string>")) for name in arrays
+    })
+
+
+def _rows(df: DataFrame) -> list[dict[str, Any]]:
+    return [row.asDict() for row in df.collect()]
+
+
+def run_report(
+    spark: SparkSession,
+    files: JournalFiles,
+    out_dir: Path,
+    *,
+    progress: Progress = print,
+    chart_note: str = "",
+) -> dict[str, Any]:
+    """Run every step; return summary.json's content. UsageError if there are no events."""
+    out = _Output(out_dir)
+    raw = read_raw(spark, files).cache()
+    ok = transforms.is_valid_event()
+    stats = raw.agg(F.count(F.lit(1)).alias("lines"), F.count(F.when(ok, 1)).alias("events"),
+                    F.min(F.when(ok, F.col("ts_ms"))).alias("first"),
+                    F.max(F.when(ok, F.col("ts_ms"))).alias("last")).first()
+    if stats is None or stats["events"] == 0:
+        raise UsageError(f"journal directory {files.directory} has no events")
+    events = transforms.valid_events(raw)
+    malformed = stats["lines"] - stats["events"]
+    progress(f"[1/{STEPS}] reading journal {files.directory} ... {stats['events']:,} events "
+             f"({len(files.closed)} closed segment(s), {len(files.recovered_tails)} "
+             f"recovered tail(s), {malformed} malformed line(s) skipped)")
+    try:
+        facts = _steps(out, events, (stats["first"], stats["last"]), progress, chart_note)
+    finally:
+        spark.catalog.clearCache()
+    result = summary.build_summary(
+        journal=str(files.directory), segments=files.counts(), events=stats["events"],
+        malformed_lines=malformed, time_range=(stats["first"], stats["last"]),
+        outputs={"tables": out.tables, "charts": out.charts}, **facts,
+    )
+    (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out_dir / "summary.md").write_text(summary.render_markdown(result))
+    progress(f"[{STEPS}/{STEPS}] charts and summary ... {out_dir / 'summary.md'}")
+    return result
+
+
+def _steps(
+    out: _Output, events: DataFrame, time_range: tuple[int, int], progress: Progress,
+    note: str,
+) -> dict[str, Any]:
+    records = transforms.record_outcomes(events).cache()
+    subs = _rows(out.table("delivery_summary", transforms.delivery_summary(records, events)))
+    progress(f"[2/{STEPS}] delivery summary ... {len(subs)} subscription/endpoint row(s)")
+
+    bucket_ms = choose_bucket_ms(time_range[1] - time_range[0])
+    buckets = _rows(out.table("throughput", transforms.throughput(events, bucket_ms)))
+    progress(f"[3/{STEPS}] throughput and error rate ... {len(buckets)} row(s) of "
+             f"{bucket_ms / 1000:g} s buckets")
+
+    actors = out.table("actors", transforms.actor_lifecycle(events)).count()
+    moves = out.table("partition_movements", transforms.partition_movements(events)).count()
+    out.table("delay_lateness", transforms.delay_lateness(events))
+    counts = {r["type"]: (r["events"], r["count_sum"])
+              for r in _rows(transforms.event_counts(events))}
+    progress(f"[4/{STEPS}] actors and partitions ... {actors} actor(s), "
+             f"{counts.get('actor_restarted', (0, 0))[0]} restart(s), {moves} "
+             "partition/actor row(s)")
+
+    commits = transforms.committed_offsets(events)
+    audit = out.table("audit", transforms.audit(records, commits))
+    out.table("audit_offsets", transforms.audit_offsets(records, commits))
+    totals = _rows(transforms.totals(records))[0]
+    problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
+    progress(f"[5/{STEPS}] audit ... lost {totals['lost']:,}, duplicates "
+             f"{totals['duplicates']:,}, dead-lettered {totals['dead_lettered']:,}")
+
+    charts.throughput_chart(buckets, out.chart("throughput.png"), note)
+    charts.error_rate_chart(buckets, out.chart("error_rate.png"), note)
+    charts.latency_chart(subs, out.chart("latency.png"), note)
+    return {
+        "bucket_ms": bucket_ms, "totals": totals, "event_counts": counts,
+        "subscriptions": subs, "audit_rows": problems,
+    }
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") or (java_home and Path(java_home, "bin", "java").exists()):
+        return
+    raise UsageError("the report runs PySpark, which needs Java 17+: install a JRE or set "
+                     "JAVA_HOME")
+
+
+def spark_session(master: str) -> tuple[SparkSession, bool]:
+    """An active session in this process is reused (and not stopped); else a new one."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("hookstream-report")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark, True
+
+
+def report(journal_dir: Path, out_dir: Path, *, master: str, progress: Progress = print,
+           chart_note: str = "") -> dict[str, Any]:
+    """Check the input before Spark starts (it takes seconds), then run the report."""
+    files = find_journal_files(journal_dir)
+    check_java()
+    progress(f"starting Spark ({master}) ...")
+    spark, owned = spark_session(master)
+    try:
+        return run_report(spark, files, out_dir, progress=progress, chart_note=chart_note)
+    finally:
+        if owned:
+            spark.stop()

@@ -1,0 +1,195 @@
+"""The report's summary: a JSON document and its Markdown rendering (plain Python, no Spark).
+
+`summary.json` always has the totals `delivered` (distinct records delivered), `lost`,
+`duplicates` (extra successful deliveries) and `dead_lettered`; the definitions are in
+`runtime.report.transforms`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+AUDIT_OFFSETS_SHOWN = 100  # per partition and problem in summary.json; tables list all
+MARKDOWN_OFFSETS_SHOWN = 20
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _count(counts: Mapping[str, tuple[int, int]], event_type: str) -> int:
+    return counts.get(event_type, (0, 0))[0]
+
+
+def build_summary(
+    *,
+    journal: str,
+    segments: Mapping[str, int],
+    events: int,
+    malformed_lines: int,
+    time_range: tuple[int | None, int | None],
+    bucket_ms: int,
+    totals: Mapping[str, int],
+    event_counts: Mapping[str, tuple[int, int]],
+    subscriptions: Sequence[Mapping[str, Any]],
+    audit_rows: Sequence[Mapping[str, Any]],
+    outputs: Mapping[str, Sequence[str]],
+) -> dict[str, Any]:
+    """Assemble summary.json. `event_counts` maps type -> (events, sum of `count`)."""
+    first, last = time_range
+    problems = [_audit_entry(row) for row in audit_rows if row["lost"] or row["duplicates"]]
+    return {
+        "journal": journal,
+        "generated_at": dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
+        "segments": dict(segments),
+        "events": events,
+        "malformed_lines": malformed_lines,
+        "first_event": _iso(first),
+        "last_event": _iso(last),
+        "span_s": (last - first) / 1000 if first is not None and last is not None else 0.0,
+        "throughput_bucket_ms": bucket_ms,
+        **{key: int(value) for key, value in totals.items()},
+        "lost_committed_past": sum(int(row["lost_committed_past"]) for row in audit_rows),
+        "actor_crashes": _count(event_counts, "actor_crashed"),
+        "actor_restarts": _count(event_counts, "actor_restarted"),
+        "partition_assignments": _count(event_counts, "partition_assigned"),
+        "partition_revocations": _count(event_counts, "partition_revoked"),
+        "delay_forwarded": _count(event_counts, "delay_forwarded"),
+        "journal_dropped": event_counts.get("journal_dropped", (0, 0))[1],
+        "event_types": {t: n for t, (n, _) in sorted(event_counts.items())},
+        "subscriptions": [dict(row) for row in subscriptions],
+        "audit": problems,
+        "outputs": {key: list(value) for key, value in outputs.items()},
+    }
+
+
+def _audit_entry(row: Mapping[str, Any]) -> dict[str, Any]:
+    lost, dups = list(row["lost_offsets"]), list(row["duplicate_offsets"])
+    return {
+        "subscription": row["subscription"],
+        "topic": row["topic"],
+        "partition": row["partition"],
+        "lost": row["lost"],
+        "lost_committed_past": row["lost_committed_past"],
+        "lost_offsets": lost[:AUDIT_OFFSETS_SHOWN],
+        "duplicates": row["duplicates"],
+        "duplicated_offsets": len(dups),
+        "duplicate_offsets": dups[:AUDIT_OFFSETS_SHOWN],
+        "offsets_truncated": len(lost) > AUDIT_OFFSETS_SHOWN or len(dups) > AUDIT_OFFSETS_SHOWN,
+    }
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    """A short human summary of summary.json."""
+    parts = [
+        _header(summary),
+        _totals_table(summary),
+        _subscriptions_table(summary["subscriptions"]),
+        _audit_section(summary["audit"]),
+        _files_section(summary["outputs"]),
+    ]
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _header(s: Mapping[str, Any]) -> str:
+    seg = s["segments"]
+    lines = [
+        "# Delivery report",
+        "",
+        f"Journal `{s['journal']}`: {s['events']:,} events from {seg['closed']} closed "
+        f"segment(s) and {seg['recovered_tails']} recovered crash tail(s); "
+        f"{s['malformed_lines']} malformed line(s) skipped.",
+        f"Events from {s['first_event']} to {s['last_event']} ({s['span_s']:.1f} s).",
+    ]
+    if seg.get("skipped_live"):
+        lines.append(f"{seg['skipped_live']} segment(s) still being written were not read.")
+    if s["journal_dropped"]:
+        lines.append(
+            f"**The journal dropped {s['journal_dropped']:,} event(s)** (journal_dropped): "
+            "records whose events were dropped may show up as lost or undercounted."
+        )
+    return "\n".join(lines)
+
+
+def _totals_table(s: Mapping[str, Any]) -> str:
+    rows = [
+        ("delivered records (distinct)", s["delivered"]),
+        ("lost (fetched, never delivered nor dead-lettered)", s["lost"]),
+        ("  of which committed past (lost for good)", s["lost_committed_past"]),
+        ("duplicates (extra successful deliveries)", s["duplicates"]),
+        ("dead-lettered records", s["dead_lettered"]),
+        ("records fetched", s["records_fetched"]),
+        ("HTTP attempts / failed", f"{s['attempts']:,} / {s['failed_attempts']:,}"),
+        ("retries scheduled", s["retries"]),
+        ("actor crashes / restarts", f"{s['actor_crashes']} / {s['actor_restarts']}"),
+        ("partitions assigned / revoked",
+         f"{s['partition_assignments']} / {s['partition_revocations']}"),
+    ]
+    body = "\n".join(f"| {name} | {_fmt(value)} |" for name, value in rows)
+    return "## Totals\n\n| | |\n|---|---:|\n" + body
+
+
+def _subscriptions_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return ""
+    head = (
+        "| subscription | endpoint | delivered | attempts | retries | dead letters | lost | "
+        "duplicates | end-to-end p50/p95/p99 ms | added p50/p95/p99 ms |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    body = [
+        f"| {r['subscription']} | {r['endpoint']} | {_fmt(r['delivered'])} | "
+        f"{_fmt(r['attempts'])} | {_fmt(r['retries'])} | {_fmt(r['dead_lettered'])} | "
+        f"{_fmt(r['lost'])} | {_fmt(r['duplicates'])} | {_pcts(r, 'e2e')} | {_pcts(r, 'added')} |"
+        for r in rows
+    ]
+    return "## Per subscription and endpoint\n\n" + "\n".join([head, *body])
+
+
+def _audit_section(problems: Sequence[Mapping[str, Any]]) -> str:
+    if not problems:
+        return "## Audit\n\nNo lost and no duplicated offsets."
+    head = (
+        "| subscription | topic-partition | lost offsets | duplicated offsets |\n"
+        "|---|---|---|---|"
+    )
+    body = [
+        f"| {p['subscription']} | {p['topic']}-{p['partition']} | "
+        f"{_offsets(p['lost_offsets'], p['lost'])} | "
+        f"{_offsets(p['duplicate_offsets'], p['duplicated_offsets'])} |"
+        for p in problems
+    ]
+    note = "Full lists: tables `audit` and `audit_offsets`."
+    return "## Audit\n\n" + "\n".join([head, *body]) + "\n\n" + note
+
+
+def _files_section(outputs: Mapping[str, Sequence[str]]) -> str:
+    charts = ", ".join(f"`{c}`" for c in outputs.get("charts", []))
+    tables = ", ".join(f"`{t}`" for t in outputs.get("tables", []))
+    return (
+        f"## Files\n\nTables (Parquet in `parquet/`, CSV in `csv/`): {tables}.\n"
+        f"Charts: {charts}."
+    )
+
+
+def _offsets(offsets: Sequence[int], total: int) -> str:
+    if total == 0:
+        return "-"
+    shown = ", ".join(str(o) for o in offsets[:MARKDOWN_OFFSETS_SHOWN])
+    more = total - min(len(offsets), MARKDOWN_OFFSETS_SHOWN)
+    return f"{shown} (+{more} more)" if more > 0 else shown
+
+
+def _pcts(row: Mapping[str, Any], name: str) -> str:
+    values = [row.get(f"{name}_p{q}_ms") for q in (50, 95, 99)]
+    return "/".join("-" if v is None else f"{v:g}" for v in values)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,}" if isinstance(value, int) else str(value)

@@ -1,0 +1,142 @@
+"""A synthetic journal with known faults, for tests, benchmarks and documentation charts.
+
+Deterministic: the same `SyntheticJournal` gives the same events. Records of every
+subscription flow through `fetched -> dispatched -> sent -> delivered` at `rate_per_s`;
+some first attempts fail and are retried, some records are dead-lettered, the chosen
+`lost` records are fetched and never finished, the chosen `duplicates` are delivered twice,
+and, when `crash_partition` is set, that partition actor crashes once after fetching
+`crash_inflight` records, which are fetched again and delivered after the restart (so
+they are not lost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from runtime.journal import Event
+
+RecordId = tuple[str, int, int]  # (subscription, partition, offset)
+
+
+class _Record(NamedTuple):
+    subscription: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticJournal:
+    subscriptions: tuple[str, ...] = ("orders-hook", "audit-hook")
+    topic: str = "orders"
+    partitions: int = 4
+    records_per_partition: int = 100
+    start_ms: int = 1_700_000_000_000
+    rate_per_s: float = 2_000.0
+    fail_every: int = 25  # every Nth record's first attempt fails with a 503
+    dead_letter_every: int = 0  # every Nth record fails for good (0: never)
+    outage: tuple[float, float] | None = None  # (from, to) as fractions of the run
+    commit_every: int = 50
+    lost: frozenset[RecordId] = field(default_factory=frozenset)
+    duplicates: frozenset[RecordId] = field(default_factory=frozenset)
+    crash_partition: tuple[str, int] | None = None
+    crash_inflight: int = 5
+
+    def endpoint(self, subscription: str) -> str:
+        return f"http://127.0.0.1:9000/{subscription}"
+
+    def events(self) -> Iterator[Event]:
+        yield from self._startup()
+        n = self.records_per_partition
+        for offset in range(n):
+            for partition in range(self.partitions):
+                for sub in self.subscriptions:
+                    yield from self._record(sub, partition, offset)
+                    if (offset + 1) % self.commit_every == 0 or offset == n - 1:
+                        yield self._commit(sub, partition, offset + 1)
+        yield from self._shutdown()
+
+    def _time(self, sub: str, partition: int, offset: int) -> int:
+        index = (offset * self.partitions + partition) * len(self.subscriptions)
+        index += self.subscriptions.index(sub)
+        return self.start_ms + int(index * 1000 / (self.rate_per_s * len(self.subscriptions)))
+
+    def _in_outage(self, sub: str, offset: int) -> bool:
+        if self.outage is None or sub != self.subscriptions[-1]:
+            return False
+        position = offset / max(1, self.records_per_partition)
+        return self.outage[0] <= position < self.outage[1]
+
+    def _event(self, type_: str, ts_ms: int, rec: _Record, **fields: Any) -> Event:
+        return Event(type=type_, ts_ms=ts_ms, subscription=rec.subscription, topic=self.topic,
+                     partition=rec.partition, offset=rec.offset, **fields)
+
+    def _record(self, sub: str, partition: int, offset: int) -> Iterator[Event]:
+        t = self._time(sub, partition, offset)
+        if self.crash_partition == (sub, partition) and offset == self.records_per_partition // 2:
+            yield from self._crash(sub, partition, offset, t)
+        rec = _Record(sub, partition, offset)
+        yield self._event("fetched", t, rec, record_ts_ms=t - 5 - offset % 20)
+        if (sub, partition, offset) in self.lost:
+            return
+        endpoint = self.endpoint(sub)
+        yield self._event("dispatched", t + 1, rec, endpoint=endpoint)
+        yield from self._attempts(t, rec, endpoint, self._in_outage(sub, offset))
+        if (sub, partition, offset) in self.duplicates:
+            yield self._event("delivered", t + 900, rec, endpoint=endpoint, attempt=1,
+                              status=200, latency_ms=4.0)
+
+    def _attempts(self, t: int, rec: _Record, endpoint: str, outage: bool) -> Iterator[Event]:
+        offset = rec.offset
+        latency = 2.0 + (offset * 7919) % 50 / 10
+        sent = t + 2 + offset % 3
+        doomed = self.dead_letter_every > 0 and offset % self.dead_letter_every == 7
+        attempt = 1
+        if outage or doomed or offset % self.fail_every == 3:
+            yield self._event("sent", sent, rec, endpoint=endpoint, attempt=1, fetched_ts_ms=t)
+            done = sent + int(latency)
+            yield self._event("failed", done, rec, endpoint=endpoint, attempt=1, status=503,
+                              latency_ms=latency)
+            yield self._event("retry_scheduled", done, rec, endpoint=endpoint, attempt=2)
+            sent, attempt = sent + 200, 2
+        if doomed:
+            yield self._event("dead_lettered", sent, rec, endpoint=endpoint,
+                              reason="retries exhausted")
+            return
+        yield self._event("sent", sent, rec, endpoint=endpoint, attempt=attempt,
+                          fetched_ts_ms=t)
+        yield self._event("delivered", sent + int(latency), rec, endpoint=endpoint,
+                          attempt=attempt, status=200, latency_ms=latency)
+
+    def _crash(self, sub: str, partition: int, offset: int, t: int) -> Iterator[Event]:
+        """Fetch a few records, crash before dispatching them, restart."""
+        actor = f"partition:{sub}:{self.topic}-{partition}"
+        for ahead in range(offset, offset + self.crash_inflight):
+            yield self._event("fetched", t, _Record(sub, partition, ahead), record_ts_ms=t - 5)
+        yield Event(type="actor_crashed", ts_ms=t + 1, actor=actor, reason="RuntimeError")
+        yield Event(type="actor_restarted", ts_ms=t + 2, actor=actor)
+
+    def _commit(self, sub: str, partition: int, next_offset: int) -> Event:
+        return Event(type="committed", ts_ms=self._time(sub, partition, next_offset - 1) + 5,
+                     subscription=sub, topic=self.topic, partition=partition,
+                     offset=next_offset, actor=f"consumer:{sub}")
+
+    def _startup(self) -> Iterator[Event]:
+        for sub in self.subscriptions:
+            yield Event(type="actor_started", ts_ms=self.start_ms, actor=f"consumer:{sub}")
+            for partition in range(self.partitions):
+                actor = f"partition:{sub}:{self.topic}-{partition}"
+                yield Event(type="actor_started", ts_ms=self.start_ms, actor=actor)
+                yield Event(type="partition_assigned", ts_ms=self.start_ms, actor=actor,
+                            subscription=sub, topic=self.topic, partition=partition)
+
+    def _shutdown(self) -> Iterator[Event]:
+        end = self._time(self.subscriptions[-1], self.partitions - 1, self.records_per_partition)
+        for sub in self.subscriptions:
+            for partition in range(self.partitions):
+                actor = f"partition:{sub}:{self.topic}-{partition}"
+                yield Event(type="partition_revoked", ts_ms=end, actor=actor,
+                            subscription=sub, topic=self.topic, partition=partition)
+                yield Event(type="actor_stopped", ts_ms=end, actor=actor)
+            yield Event(type="actor_stopped", ts_ms=end, actor=f"consumer:{sub}")

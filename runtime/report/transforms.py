@@ -1,0 +1,284 @@
+"""Pure transformations of journal events: DataFrame(s) in, DataFrame out, no I/O.
+
+Definitions (the report and the audit use these, and the tests pin them down):
+
+- A *record* is one Kafka record as seen by one subscription: (subscription, topic,
+  partition, offset). Several subscriptions reading one topic give several records.
+- *delivered*: distinct records with at least one `delivered` event; *deliveries* counts
+  the events; *duplicates* = deliveries - delivered (redeliveries of a delivered record).
+- *lost*: a record with a `fetched` event and neither a `delivered` nor a `dead_lettered`
+  one. A record fetched, abandoned by a crash and fetched and delivered again is not lost.
+  `lost_committed_past` narrows this to lost offsets below the partition's highest
+  committed offset: those will not be fetched again, so they are lost for good; the
+  others would be redelivered after a restart (or were in flight when the journal ends).
+- *attempts*: completed HTTP attempts (`delivered` + `failed` events); *retries*:
+  `retry_scheduled` events.
+- *end-to-end latency*: first `delivered` time minus the Kafka record timestamp.
+- *added latency*: the service's own overhead, `sent.ts_ms - sent.fetched_ts_ms` for first
+  attempts (attempt 1 or unset); retries are excluded since their delay is policy.
+- *HTTP latency*: `latency_ms` of `delivered` events.
+
+An endpoint missing on a record's events is filled in when its subscription used exactly
+one endpoint; grouping keys that stay unknown are reported as "".
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import msgspec
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from runtime.journal import Event
+
+CORRUPT = "_corrupt_record"
+RECORD_KEY = ["subscription", "topic", "partition", "offset"]
+PARTITION_KEY = ["subscription", "topic", "partition"]
+RECORD_EVENTS = [
+    "fetched", "dispatched", "sent", "delivered", "failed", "retry_scheduled", "dead_lettered",
+]
+PERCENTILES = [0.5, 0.95, 0.99]
+PERCENTILE_ACCURACY = 10_000
+
+_SPARK_TYPES: dict[object, T.DataType] = {
+    str: T.StringType(),
+    int: T.LongType(),
+    float: T.DoubleType(),
+}
+
+
+def event_schema() -> T.StructType:
+    """The Spark schema of a journal line, derived from `Event` so the two never drift."""
+    fields = []
+    for info in msgspec.structs.fields(Event):
+        base = next(t for t in (str, int, float) if info.type in (t, t | None))
+        fields.append(T.StructField(info.encode_name, _SPARK_TYPES[base], nullable=True))
+    fields.append(T.StructField(CORRUPT, T.StringType(), nullable=True))
+    return T.StructType(fields)
+
+
+def _is(event_type: str) -> Column:
+    return F.col("type") == event_type
+
+
+def _count_if(condition: Column) -> Column:
+    return F.count(F.when(condition, 1))
+
+
+def _percentile_aggs(name: str, value: Column) -> list[Column]:
+    """Aggregates for p50/p95/p99 (one approx sketch) and max; see `_split_percentiles`."""
+    return [
+        F.percentile_approx(value, PERCENTILES, PERCENTILE_ACCURACY).alias(f"_{name}_pct"),
+        F.max(value).alias(f"_{name}_max"),
+    ]
+
+
+def _split_percentiles(df: DataFrame, *names: str) -> DataFrame:
+    """`_x_pct`, `_x_max` -> `x_p50_ms`, `x_p95_ms`, `x_p99_ms`, `x_max_ms`, in that order."""
+    for name in names:
+        pct = F.col(f"_{name}_pct")
+        columns = {
+            f"{name}_p{round(q * 100)}_ms": pct.getItem(i) for i, q in enumerate(PERCENTILES)
+        }
+        columns[f"{name}_max_ms"] = F.col(f"_{name}_max")
+        df = df.withColumns(columns).drop(f"_{name}_pct", f"_{name}_max")
+    return df
+
+
+def is_valid_event() -> Column:
+    """False for malformed lines: torn, not JSON, or without `type` or `ts_ms`."""
+    return F.col(CORRUPT).isNull() & F.col("type").isNotNull() & F.col("ts_ms").isNotNull()
+
+
+def valid_events(raw: DataFrame) -> DataFrame:
+    """Drop malformed lines."""
+    return raw.filter(is_valid_event()).drop(CORRUPT)
+
+
+def record_outcomes(events: DataFrame) -> DataFrame:
+    """One row per record: how often it was fetched, attempted, delivered, dead-lettered."""
+    keyed = reduce(lambda acc, c: acc & F.col(c).isNotNull(), RECORD_KEY, F.lit(True))
+    records = events.filter(F.col("type").isin(RECORD_EVENTS) & keyed).groupBy(*RECORD_KEY).agg(
+        F.min("endpoint").alias("endpoint"),
+        _count_if(_is("fetched")).alias("fetches"),
+        _count_if(_is("delivered")).alias("deliveries"),
+        _count_if(_is("failed")).alias("failures"),
+        _count_if(_is("retry_scheduled")).alias("retries"),
+        _count_if(_is("dead_lettered")).alias("dead_letters"),
+        F.max("record_ts_ms").alias("record_ts_ms"),
+        F.min(F.when(_is("fetched"), F.col("ts_ms"))).alias("first_fetched_ms"),
+        F.min(F.when(_is("delivered"), F.col("ts_ms"))).alias("first_delivered_ms"),
+    )
+    return fill_endpoints(records).withColumns({
+        "attempts": F.col("deliveries") + F.col("failures"),
+        "e2e_latency_ms": F.col("first_delivered_ms") - F.col("record_ts_ms"),
+        "lost": (F.col("fetches") > 0) & (F.col("deliveries") == 0)
+        & (F.col("dead_letters") == 0),
+    })
+
+
+def fill_endpoints(records: DataFrame) -> DataFrame:
+    """Fill a missing endpoint from the subscription when it used exactly one endpoint."""
+    by_sub = Window.partitionBy("subscription")
+    lowest, highest = F.min("endpoint").over(by_sub), F.max("endpoint").over(by_sub)
+    only = F.when(lowest == highest, lowest)
+    return records.withColumn("endpoint", F.coalesce(F.col("endpoint"), only))
+
+
+def _known(name: str) -> Column:
+    return F.coalesce(F.col(name), F.lit("")).alias(name)
+
+
+def _summary_keys() -> list[Column]:
+    return [_known("subscription"), _known("endpoint")]
+
+
+def delivery_summary(records: DataFrame, events: DataFrame) -> DataFrame:
+    """Per subscription and endpoint: counts and latency percentiles."""
+    per_record = records.groupBy(*_summary_keys()).agg(
+        _count_if(F.col("fetches") > 0).alias("records_fetched"),
+        _count_if(F.col("deliveries") > 0).alias("delivered"),
+        F.sum("deliveries").alias("deliveries"),
+        F.sum("attempts").alias("attempts"),
+        F.sum("failures").alias("failed_attempts"),
+        F.sum("retries").alias("retries"),
+        _count_if(F.col("dead_letters") > 0).alias("dead_lettered"),
+        _count_if(F.col("lost")).alias("lost"),
+        *_percentile_aggs("e2e", F.col("e2e_latency_ms")),
+    ).withColumn("duplicates", F.col("deliveries") - F.col("delivered"))
+    per_event = _event_latencies(events)
+    joined = per_record.join(per_event, ["subscription", "endpoint"], "full")
+    return _split_percentiles(joined, "e2e", "added", "http").orderBy("subscription", "endpoint")
+
+
+def _event_latencies(events: DataFrame) -> DataFrame:
+    first_send = (_is("sent") & F.col("fetched_ts_ms").isNotNull()
+                  & (F.col("attempt").isNull() | (F.col("attempt") <= 1)))
+    added = F.when(first_send, F.col("ts_ms") - F.col("fetched_ts_ms"))
+    http = F.when(_is("delivered"), F.col("latency_ms"))
+    sends = events.filter(F.col("type").isin("sent", "delivered"))
+    return sends.groupBy(*_summary_keys()).agg(
+        *_percentile_aggs("added", added), *_percentile_aggs("http", http)
+    )
+
+
+def time_range(events: DataFrame) -> DataFrame:
+    """One row: first and last event time."""
+    return events.agg(F.min("ts_ms").alias("first_ms"), F.max("ts_ms").alias("last_ms"))
+
+
+def throughput(events: DataFrame, bucket_ms: int) -> DataFrame:
+    """Per time bucket and subscription: fetched, delivered, failed, rate and error rate."""
+    bucket = (F.floor(F.col("ts_ms") / bucket_ms) * bucket_ms).cast("long")
+    counted = events.filter(F.col("type").isin("fetched", "delivered", "failed", "dead_lettered"))
+    per_bucket = counted.groupBy(bucket.alias("bucket_start_ms"), _known("subscription")).agg(
+        _count_if(_is("fetched")).alias("fetched"),
+        _count_if(_is("delivered")).alias("delivered"),
+        _count_if(_is("failed")).alias("failed"),
+        _count_if(_is("dead_lettered")).alias("dead_lettered"),
+    )
+    outcomes = F.col("delivered") + F.col("failed")
+    return per_bucket.withColumns({
+        "bucket_ms": F.lit(bucket_ms).cast("long"),
+        "delivered_per_s": F.col("delivered") * 1000.0 / bucket_ms,
+        "error_rate": F.when(outcomes > 0, F.col("failed") / outcomes),
+    }).orderBy("bucket_start_ms", "subscription")
+
+
+def actor_lifecycle(events: DataFrame) -> DataFrame:
+    """Per actor: starts, crashes, restarts, stops, and the last crash reason."""
+    lifecycle = events.filter(F.col("type").startswith("actor_") & F.col("actor").isNotNull())
+    crashed = _is("actor_crashed")
+    return lifecycle.groupBy("actor").agg(
+        _count_if(_is("actor_started")).alias("started"),
+        _count_if(crashed).alias("crashed"),
+        _count_if(_is("actor_restarted")).alias("restarted"),
+        _count_if(_is("actor_stopped")).alias("stopped"),
+        F.max_by(F.col("reason"), F.when(crashed, F.col("ts_ms"))).alias("last_crash_reason"),
+        F.min("ts_ms").alias("first_ms"),
+        F.max("ts_ms").alias("last_ms"),
+    ).orderBy(F.desc("restarted"), F.desc("crashed"), "actor")
+
+
+def partition_movements(events: DataFrame) -> DataFrame:
+    """Per subscription, topic-partition and actor: assignments and revocations."""
+    moves = events.filter(F.col("type").isin("partition_assigned", "partition_revoked"))
+    return moves.groupBy(*PARTITION_KEY, "actor").agg(
+        _count_if(_is("partition_assigned")).alias("assigned"),
+        _count_if(_is("partition_revoked")).alias("revoked"),
+        F.max("ts_ms").alias("last_ms"),
+    ).orderBy(*PARTITION_KEY, "actor")
+
+
+def delay_lateness(events: DataFrame) -> DataFrame:
+    """Per delay-level topic: forwards and how late they were."""
+    forwards = events.filter(_is("delay_forwarded"))
+    per_topic = forwards.groupBy("topic").agg(
+        F.count(F.lit(1)).alias("forwarded"),
+        *_percentile_aggs("lateness", F.col("lateness_ms")),
+    )
+    return _split_percentiles(per_topic, "lateness").orderBy("topic")
+
+
+def committed_offsets(events: DataFrame) -> DataFrame:
+    """Per subscription and topic-partition: the highest committed offset."""
+    commits = events.filter(_is("committed") & F.col("offset").isNotNull())
+    return commits.groupBy(*PARTITION_KEY).agg(F.max("offset").alias("committed_offset"))
+
+
+def _with_commits(records: DataFrame, commits: DataFrame) -> DataFrame:
+    joined = records.join(commits, PARTITION_KEY, "left")
+    return joined.withColumns({
+        "duplicate": F.col("deliveries") > 1,
+        "committed_past": F.coalesce(F.col("offset") < F.col("committed_offset"), F.lit(False)),
+    })
+
+
+def audit(records: DataFrame, commits: DataFrame) -> DataFrame:
+    """Per subscription and topic-partition: lost and duplicated offsets, listed."""
+    rows = _with_commits(records, commits)
+    lost, dup = F.col("lost"), F.col("duplicate")
+    return rows.groupBy(*PARTITION_KEY).agg(
+        _count_if(F.col("fetches") > 0).alias("records_fetched"),
+        _count_if(F.col("deliveries") > 0).alias("delivered"),
+        _count_if(F.col("dead_letters") > 0).alias("dead_lettered"),
+        _count_if(lost).alias("lost"),
+        _count_if(lost & F.col("committed_past")).alias("lost_committed_past"),
+        F.array_sort(F.collect_list(F.when(lost, F.col("offset")))).alias("lost_offsets"),
+        F.sum(F.when(dup, F.col("deliveries") - 1).otherwise(0)).alias("duplicates"),
+        F.array_sort(F.collect_list(F.when(dup, F.col("offset")))).alias("duplicate_offsets"),
+        F.max("committed_offset").alias("committed_offset"),
+    ).orderBy(*PARTITION_KEY)
+
+
+def audit_offsets(records: DataFrame, commits: DataFrame) -> DataFrame:
+    """One row per lost or duplicated offset (the audit in long form)."""
+    rows = _with_commits(records, commits).filter(F.col("lost") | F.col("duplicate"))
+    problem = F.when(F.col("lost"), F.lit("lost")).otherwise(F.lit("duplicate"))
+    return rows.select(
+        *RECORD_KEY, problem.alias("problem"), "fetches", "deliveries", "committed_past"
+    ).orderBy(*RECORD_KEY)
+
+
+def totals(records: DataFrame) -> DataFrame:
+    """One row of record totals for the summary."""
+    return records.agg(
+        _count_if(F.col("fetches") > 0).alias("records_fetched"),
+        _count_if(F.col("deliveries") > 0).alias("delivered"),
+        F.coalesce(F.sum("deliveries"), F.lit(0)).alias("deliveries"),
+        _count_if(F.col("dead_letters") > 0).alias("dead_lettered"),
+        _count_if(F.col("lost")).alias("lost"),
+        F.coalesce(F.sum("attempts"), F.lit(0)).alias("attempts"),
+        F.coalesce(F.sum("failures"), F.lit(0)).alias("failed_attempts"),
+        F.coalesce(F.sum("retries"), F.lit(0)).alias("retries"),
+    ).withColumn("duplicates", F.col("deliveries") - F.col("delivered"))
+
+
+def event_counts(events: DataFrame) -> DataFrame:
+    """Per event type: events, and the sum of `count` (what journal_dropped stands for)."""
+    return events.groupBy("type").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.coalesce(F.sum("count"), F.lit(0)).alias("count_sum"),
+    ).orderBy("type")

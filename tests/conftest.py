@@ -1,0 +1,129 @@
+"""Shared fixtures: one Kafka-protocol broker for the whole test session.
+
+Which broker, in order:
+1. `KAFKA_BOOTSTRAP=host:port` in the environment: that Kafka, as is;
+2. a Docker engine that answers within ~2 s: testcontainers' Kafka;
+3. otherwise the embedded broker (Tansu), started once, without an event loop, so that no
+   test's loop owns it.
+
+The broker starts only when a test asks for `kafka_bootstrap`; unit tests never start one.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from runtime.broker import EmbeddedBroker, free_port
+from runtime.kafka import create_topics
+
+BrokerKind = Literal["external", "container", "embedded"]
+TopicFactory = Callable[..., Awaitable[str]]
+
+_DOCKER_PING_TIMEOUT_S = 2
+_DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaUnderTest:
+    bootstrap: str
+    kind: BrokerKind
+
+
+@pytest.fixture(scope="session")
+def kafka_under_test() -> Iterator[KafkaUnderTest]:
+    external = os.environ.get("KAFKA_BOOTSTRAP")
+    if external:
+        yield KafkaUnderTest(external, "external")
+    elif _docker_answers():
+        yield from _container_kafka()
+    else:
+        broker = EmbeddedBroker()
+        broker.start_sync()
+        try:
+            yield KafkaUnderTest(broker.bootstrap, "embedded")
+        finally:
+            broker.stop_sync()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_under_test: KafkaUnderTest) -> str:
+    """`host:port` of the session's broker."""
+    return kafka_under_test.bootstrap
+
+
+@pytest.fixture(scope="session")
+def broker_is_embedded(kafka_under_test: KafkaUnderTest) -> bool:
+    """True when the session's broker is Tansu, whose quirks `runtime.compat` lists."""
+    return kafka_under_test.kind == "embedded"
+
+
+@pytest.fixture(scope="session")
+def fast_group_kwargs(kafka_under_test: KafkaUnderTest) -> dict[str, int]:
+    """Consumer settings that make group joins and rebalances quick on this broker.
+
+    Tansu answers a JoinGroup after about half the session timeout, rounded up to whole
+    seconds (10 s default -> 5 s; 2 s -> 1 s). Apache Kafka refuses session timeouts below
+    `group.min.session.timeout.ms` (6 s by default), which our container lowers.
+    """
+    if kafka_under_test.kind == "external":
+        return {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    return {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300}
+
+
+@pytest.fixture
+def topic_factory(kafka_bootstrap: str) -> TopicFactory:
+    """`name = await topic_factory(partitions=1, prefix="t")`: a new, uniquely named topic."""
+
+    async def make(partitions: int = 1, prefix: str = "t") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        await create_topics(kafka_bootstrap, {name: partitions})
+        return name
+
+    return make
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    return free_port()
+
+
+def _docker_answers() -> bool:
+    # Without an engine docker-py leaks the socket of its failed connect: don't even try.
+    if not os.environ.get("DOCKER_HOST") and not Path(_DEFAULT_DOCKER_SOCKET).exists():
+        return False
+    try:
+        import docker
+
+        client = docker.from_env(timeout=_DOCKER_PING_TIMEOUT_S)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # no SDK, no socket, no daemon: all mean "no Docker"
+        return False
+
+
+def _container_kafka() -> Iterator[KafkaUnderTest]:
+    from testcontainers.community.kafka import KafkaContainer
+
+    container: Any = KafkaContainer()
+    # A single broker: internal topics with one replica, and short sessions allowed.
+    for key, value in {
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "1000",
+    }.items():
+        container.with_env(key, value)
+    container.start()
+    try:
+        yield KafkaUnderTest(container.get_bootstrap_server(), "container")
+    finally:
+        container.stop()

@@ -1,0 +1,198 @@
+"""Real parts for delivery tests: an aiohttp receiver on loopback, a runtime on the
+session's broker, a producer and an admin client. Nothing here is a mock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from actors.service import DeliveryService
+from runtime.app import Runtime
+from runtime.config import parse_config
+from runtime.kafka import make_producer
+
+Behaviour = Callable[["Push"], Awaitable[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """One request the receiver got."""
+
+    headers: dict[str, str]
+    body: bytes
+    query: dict[str, str]
+
+    @property
+    def topic(self) -> str:
+        return self.headers["QOH-Topic"]
+
+    @property
+    def partition(self) -> int:
+        return int(self.headers["QOH-Partition"])
+
+    @property
+    def offset(self) -> int:
+        return int(self.headers["QOH-Message-Number"])
+
+    @property
+    def consumer(self) -> str:
+        return self.headers["QOH-Consumer"]
+
+
+async def always_ok(push: Push) -> int:
+    return 200
+
+
+@dataclass
+class Receiver:
+    """An HTTP endpoint that records every push and answers with `behaviour`."""
+
+    behaviour: Behaviour = always_ok
+    pushes: list[Push] = field(default_factory=list)
+    ok: list[Push] = field(default_factory=list)
+    port: int = 0
+    _runner: web.AppRunner | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def start(self) -> Receiver:
+        app = web.Application()
+        app.router.add_route("*", "/hook", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        push = Push(dict(request.headers), await request.read(), dict(request.query))
+        self.pushes.append(push)
+        status = await self.behaviour(push)
+        if 200 <= status < 300:
+            self.ok.append(push)
+        self._changed.set()
+        return web.Response(status=status)
+
+    def delivered(self) -> set[tuple[str, str, int, int]]:
+        return {(p.consumer, p.topic, p.partition, p.offset) for p in self.ok}
+
+    def duplicates(self) -> list[tuple[str, str, int, int]]:
+        counts = Counter((p.consumer, p.topic, p.partition, p.offset) for p in self.ok)
+        return [k for k, n in counts.items() if n > 1]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(
+                    f"timed out after {timeout_s}s: {len(self.pushes)} pushes, "
+                    f"{len(self.ok)} ok, {len(self.delivered())} distinct")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
+            except TimeoutError:
+                pass
+
+
+def runtime_config(bootstrap: str, tmp: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "brokers": [{"name": "Kafka", "bootstrap_servers": bootstrap}],
+        "admin": {"listen": "127.0.0.1:0", **extra.pop("admin", {})},
+        "persistence": {"dir": str(tmp / "persist")},
+        "journal": {"dir": str(tmp / "journal"), "flush_interval_ms": 50,
+                    **extra.pop("journal", {})},
+        "runtime": {"shutdown_deadline_ms": 8000},
+        **extra,
+    }
+
+
+def make_runtime(bootstrap: str, tmp: Path, **extra: Any) -> Runtime:
+    return Runtime(parse_config(runtime_config(bootstrap, tmp, **extra)),
+                   services=[DeliveryService])
+
+
+def subscription(sub_id: str, topics: list[dict[str, Any]], uri: str,
+                 group: str | None = None, fast_group: dict[str, int] | None = None,
+                 **method: Any) -> dict[str, Any]:
+    properties = {k.replace("_", "."): str(v) for k, v in (fast_group or {}).items()}
+    return {
+        "id": sub_id,
+        "group.id": group or f"g-{sub_id}",
+        "broker": "Kafka",
+        "topics": topics,
+        "subscriptionMethod": {"type": "http", "uri": uri, "delayOnErrorMs": 50, **method},
+        "properties": properties,
+    }
+
+
+class Admin:
+    """A client of the runtime's admin API."""
+
+    def __init__(self, runtime: Runtime, token: str = "") -> None:
+        self.base = runtime.admin.url
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def call(self, method: str, path: str, body: Any = None,
+                   raw: bytes | None = None) -> tuple[int, Any]:
+        async with aiohttp.ClientSession(headers=self.headers) as session, session.request(
+                method, self.base + path, json=body if raw is None else None,
+                data=raw) as response:
+            return response.status, await response.json(content_type=None)
+
+    async def subscribe(self, body: dict[str, Any]) -> Any:
+        status, reply = await self.call("POST", "/broker/subscription", body)
+        assert status == 200, reply
+        return reply
+
+
+async def produce(bootstrap: str, topic: str, count: int, *, partitions: int = 1,
+                  key: Callable[[int], bytes | None] = lambda i: None,
+                  start: int = 0) -> None:
+    producer = make_producer(bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, f"v{i}".encode(), key=key(i),
+                                       partition=i % partitions)
+                   for i in range(start, start + count)]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        result: dict[int, int] = {}
+        for p in range(partitions):
+            offset = await consumer.committed(TopicPartition(topic, p))
+            result[p] = -1 if offset is None else offset
+        return result
+    finally:
+        await consumer.stop()
+
+
+def per_partition_offsets(pushes: list[Push]) -> dict[tuple[str, int], list[int]]:
+    seen: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for push in pushes:
+        seen[(push.topic, push.partition)].append(push.offset)
+    return seen

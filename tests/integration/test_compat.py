@@ -1,0 +1,195 @@
+"""Broker quirks and their workarounds (runtime.compat).
+
+A test named `..._quirk` shows the embedded broker misbehaving; when it starts failing, the
+broker was fixed and the workaround can go. The other tests show the workaround is right
+on whichever broker the session uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.transaction import InitProducerIdRequest as AiokafkaInitProducerId
+
+from runtime import compat
+from runtime.kafka import make_consumer, make_producer
+from tests.conftest import TopicFactory
+
+pytestmark = pytest.mark.integration
+
+embedded_only = "the quirk is the embedded broker's; a real Kafka does not have it"
+
+
+async def _read(consumer: AIOKafkaConsumer, count: int, timeout_s: float = 15) -> list[bytes]:
+    values: list[bytes] = []
+    async with asyncio.timeout(timeout_s):
+        while len(values) < count:
+            batches = await consumer.getmany(timeout_ms=200)
+            values += [r.value for records in batches.values() for r in records]
+    return values
+
+
+def _assigned_reader(bootstrap: str, tp: TopicPartition, **kwargs: object) -> AIOKafkaConsumer:
+    consumer = make_consumer(bootstrap, auto_offset_reset="earliest", **kwargs)
+    consumer.assign([tp])
+    return consumer
+
+
+# -- 1. InitProducerId -------------------------------------------------------------------
+
+
+def test_v3_is_chosen_when_the_broker_supports_it_and_v0_otherwise() -> None:
+    request = compat.InitProducerIdRequest("tx", 60_000)
+
+    v3 = request.prepare({22: (0, 5)})
+    v0 = request.prepare({22: (0, 2)})
+
+    assert (v3.API_VERSION, v3.producer_id, v3.producer_epoch) == (3, -1, -1)
+    assert v0.API_VERSION == 0
+
+
+def test_enabling_v3_twice_is_harmless() -> None:
+    compat.enable_init_producer_id_v3()
+    compat.enable_init_producer_id_v3()
+    assert compat.init_producer_id_v3_enabled()
+
+
+async def test_init_producer_id_v0_is_rejected_quirk(
+    kafka_bootstrap: str, broker_is_embedded: bool
+) -> None:
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    client = AIOKafkaClient(bootstrap_servers=kafka_bootstrap)
+    await client.bootstrap()
+    try:
+        node_id = next(iter(client.cluster.brokers())).nodeId
+        response = await client.send(node_id, AiokafkaInitProducerId(None, 60_000))
+    finally:
+        await client.close()
+
+    assert response.API_VERSION == 0
+    assert response.error_code != 0
+
+
+async def test_transactional_producer_commits_records_and_offsets(
+    kafka_bootstrap: str, topic_factory: TopicFactory, fast_group_kwargs: dict[str, int]
+) -> None:
+    source, target = await topic_factory(prefix="src"), await topic_factory(prefix="dst")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    producer = make_producer(
+        kafka_bootstrap, transactional_id=f"tx-{group}", enable_idempotence=True, acks="all"
+    )
+    await producer.start()
+    try:
+        async with producer.transaction():
+            for i in range(3):
+                await producer.send(target, b"r%d" % i)
+            await producer.send_offsets_to_transaction({TopicPartition(source, 0): 7}, group)
+    finally:
+        await producer.stop()
+
+    reader = _assigned_reader(
+        kafka_bootstrap, TopicPartition(target, 0), isolation_level="read_committed"
+    )
+    await reader.start()
+    try:
+        assert await _read(reader, 3) == [b"r0", b"r1", b"r2"]
+    finally:
+        await reader.stop()
+    member = make_consumer(kafka_bootstrap, group_id=group, **fast_group_kwargs)
+    await member.start()
+    try:
+        assert await member.committed(TopicPartition(source, 0)) == 7
+    finally:
+        await member.stop()
+
+
+# -- 2. end offsets versus the fetch high watermark ------------------------------------------
+
+
+async def _produce_one_batch(bootstrap: str, topic: str, count: int) -> None:
+    producer = make_producer(bootstrap, acks="all")
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        for i in range(count):
+            assert batch.append(key=None, value=b"m%d" % i, timestamp=None) is not None
+        await (await producer.send_batch(batch, topic, partition=0))
+    finally:
+        await producer.stop()
+
+
+async def test_highwater_counts_every_record_of_a_batch(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = await topic_factory(prefix="hw")
+    tp = TopicPartition(topic, 0)
+    await _produce_one_batch(kafka_bootstrap, topic, 100)
+    reader = _assigned_reader(kafka_bootstrap, tp)
+    await reader.start()
+    try:
+        assert compat.lag(reader, tp, 0) is None  # nothing fetched yet
+        assert compat.lag(reader, TopicPartition(topic, 1), 0) is None  # not assigned
+        head = await reader.getone()
+        assert head.offset == 0
+        assert reader.highwater(tp) == 100
+        assert compat.lag(reader, tp, head.offset + 1) == 99
+        await _read(reader, 99)
+        assert compat.lag(reader, tp, await reader.position(tp)) == 0
+    finally:
+        await reader.stop()
+
+
+async def test_list_offsets_latest_undercounts_multi_record_batches_quirk(
+    kafka_bootstrap: str, broker_is_embedded: bool, topic_factory: TopicFactory
+) -> None:
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    topic = await topic_factory(prefix="lo")
+    tp = TopicPartition(topic, 0)
+    await _produce_one_batch(kafka_bootstrap, topic, 100)
+    reader = _assigned_reader(kafka_bootstrap, tp)
+    await reader.start()
+    try:
+        end = (await reader.end_offsets([tp]))[tp]
+    finally:
+        await reader.stop()
+
+    assert end != 100, "ListOffsets is right now: compat.lag may use end_offsets again"
+
+
+# -- 3. aborted transactions -------------------------------------------------------------------
+
+
+async def test_read_committed_reader_sees_aborted_records_quirk(
+    kafka_bootstrap: str, broker_is_embedded: bool, topic_factory: TopicFactory
+) -> None:
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    topic = await topic_factory(prefix="abort")
+    producer = make_producer(kafka_bootstrap, transactional_id=f"tx-{topic}")
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        await producer.send_and_wait(topic, b"aborted")
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send_and_wait(topic, b"committed")
+    finally:
+        await producer.stop()
+
+    reader = _assigned_reader(
+        kafka_bootstrap, TopicPartition(topic, 0), isolation_level="read_committed"
+    )
+    await reader.start()
+    try:
+        values: list[bytes] = []
+        while b"committed" not in values:
+            values += await _read(reader, 1)
+    finally:
+        await reader.stop()
+    assert b"aborted" in values, "aborts are hidden now: update quirk 3 in runtime.compat"

@@ -1,0 +1,530 @@
+"""The egress actor against real aiohttp servers on loopback, under a real ActorSystem.
+
+Outcomes go to `Collector`, a small actor of this test standing where the partition actor
+stands in production. Time for the headers comes from a FakeClock (so the timestamp is
+exact); HTTP timeouts are aiohttp's own, in real time, and every wait here is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from multidict import CIMultiDictProxy
+
+from actors.egress import RESPONSE_BODY_CAP, EgressActor
+from actors.messages import Deliver, Delivered, Failed, Record
+from actors.subscription import Consumer, decode_consumer
+from runtime.actor import Actor
+from runtime.clock import FakeClock
+from runtime.journal import Event
+from runtime.metrics import Registry
+from runtime.supervisor import ChildSpec
+from runtime.system import ActorSystem
+
+WALL_OFFSET_MS = 1_700_000_000_000
+START_MS = 1_000
+BIG_BODY_BYTES = 10 * 1024 * 1024
+WAIT_S = 5.0
+SECRET_KEY = b"0123456789abcdef0123456789abcdef"
+SECRET = "whsec_" + base64.b64encode(SECRET_KEY).decode()
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+
+class Endpoint:
+    """A real HTTP server on 127.0.0.1 that records every request it gets."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.arrived = asyncio.Event()
+        self.release = asyncio.Event()  # lets slow handlers finish at teardown
+        self.big_written = 0
+        self.big_done = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/hook", self._ok)
+        app.router.add_route("*", "/status/{code}", self._status)
+        app.router.add_route("*", "/slow", self._slow)
+        app.router.add_route("*", "/sleep/{ms}", self._sleep)
+        app.router.add_route("*", "/big", self._big)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _record(self, request: web.Request) -> None:
+        self.seen.append(Seen(request.method, request.path, dict(request.query),
+                              request.headers, await request.read()))
+        self.arrived.set()
+
+    async def _ok(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.Response(text="ok")
+
+    async def _status(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        headers = {}
+        if "retry_after" in request.query:
+            headers["Retry-After"] = request.query["retry_after"]
+        if "location" in request.query:
+            headers["Location"] = request.query["location"]
+        return web.Response(status=int(request.match_info["code"]), headers=headers)
+
+    async def _slow(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        await asyncio.wait_for(self.release.wait(), 10)
+        return web.Response(text="late")
+
+    async def _sleep(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        await asyncio.sleep(int(request.match_info["ms"]) / 1000)
+        return web.Response(text="done")
+
+    async def _big(self, request: web.Request) -> web.StreamResponse:
+        await self._record(request)
+        response = web.StreamResponse()
+        response.content_length = BIG_BODY_BYTES
+        await response.prepare(request)
+        chunk = b"x" * 65536
+        try:
+            while self.big_written < BIG_BODY_BYTES:
+                await response.write(chunk)
+                self.big_written += len(chunk)
+        except (ConnectionError, OSError):
+            pass  # the client hung up: what the cap is for
+        finally:
+            self.big_done.set()
+        return response
+
+
+class Collector(Actor):
+    """Stands where the partition actor stands: keeps every outcome it is told."""
+
+    def __init__(self) -> None:
+        super().__init__("collector")
+        self.outcomes: list[Delivered | Failed] = []
+        self._changed = asyncio.Event()
+
+    async def handle(self, message: Any) -> None:
+        self.outcomes.append(message)
+        self._changed.set()
+
+    async def wait_for(self, count: int) -> list[Delivered | Failed]:
+        async with asyncio.timeout(WAIT_S):
+            while len(self.outcomes) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.outcomes
+
+
+@dataclass
+class Harness:
+    system: ActorSystem
+    endpoint: Endpoint
+    collector: Collector
+    events: list[Event]
+    metrics: Registry
+
+    async def egress(self, path: str = "/hook", **method: Any) -> EgressActor:
+        consumer = make_consumer(self.endpoint.url + path, **method)
+        actor = EgressActor("egress", consumer, "Kafka", self.metrics)
+        await self.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
+        return actor
+
+    async def push(self, egress: EgressActor, *records: Record) -> list[Delivered | Failed]:
+        before = len(self.collector.outcomes)
+        for rec in records:
+            await egress.tell(Deliver(rec, epoch=3, reply_to=self.collector))
+        outcomes = await self.collector.wait_for(before + len(records))
+        return outcomes[before:]
+
+
+def make_consumer(uri: str, **method: Any) -> Consumer:
+    return decode_consumer({
+        "id": "billing",
+        "group.id": "g1",
+        "broker": "Kafka",
+        "topics": [{"name": "orders", "config": {"concurrencyFactor": 5}}],
+        "subscriptionMethod": {"type": "http", "uri": uri, **method},
+    })
+
+
+def make_record(offset: int = 7, key: bytes | None = b"user-7", value: bytes | None = b"hello",
+                attempt: int = 1) -> Record:
+    return Record("orders", 3, offset, key, value, (), timestamp_ms=1_699_999_000_000,
+                  fetched_ms=START_MS - 10, attempt=attempt)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def expected_signature(msg_id: str, timestamp: str, payload: bytes) -> str:
+    """Standard Webhooks, computed here independently of actors.signing."""
+    mac = hmac.new(SECRET_KEY, msg_id.encode() + b"." + timestamp.encode() + b"." + payload,
+                   hashlib.sha256)
+    return "v1," + base64.b64encode(mac.digest()).decode()
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    endpoint = Endpoint()
+    await endpoint.start()
+    events: list[Event] = []
+    system = ActorSystem(clock=FakeClock(START_MS, WALL_OFFSET_MS), emit=events.append)
+    await system.start()
+    collector = Collector()
+    await system.spawn(ChildSpec("collector", lambda: collector))
+    try:
+        yield Harness(system, endpoint, collector, events, Registry())
+    finally:
+        await system.stop(deadline_ms=3000)
+        await endpoint.stop()
+
+
+async def test_push_carries_the_value_and_every_contract_header(harness: Harness) -> None:
+    egress = await harness.egress(additionalHeaders={"Authorization": "Bearer t0k"})
+
+    [outcome] = await harness.push(egress, make_record())
+
+    assert isinstance(outcome, Delivered)
+    assert (outcome.status, outcome.epoch, outcome.record.offset) == (200, 3, 7)
+    [seen] = harness.endpoint.seen
+    assert (seen.method, seen.path, seen.query, seen.body) == ("POST", "/hook", {}, b"hello")
+    headers = seen.headers
+    assert headers["QOH-Consumer"] == "billing_g1"
+    assert headers["QOH-Topic"] == "orders"
+    assert headers["QOH-Partition"] == "3"
+    assert headers["QOH-Broker"] == "Kafka"
+    assert headers["QOH-Message-Key"] == "user-7"
+    assert "QOH-Message-Key-Encoding" not in headers
+    assert headers["QOH-Message-Number"] == "7"
+    assert headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert headers["Authorization"] == "Bearer t0k"
+    assert headers["webhook-id"] == "msg_" + hashlib.sha256(b"orders/3/7").hexdigest()[:32]
+    assert headers["webhook-timestamp"] == str((WALL_OFFSET_MS + START_MS) // 1000)
+    assert "webhook-signature" not in headers
+
+
+async def test_additional_headers_may_set_content_type_but_never_forge_our_headers(
+    harness: Harness,
+) -> None:
+    egress = await harness.egress(additionalHeaders={
+        "content-type": "application/json", "webhook-id": "forged",
+        "QOH-Topic": "forged", "X-Injected": "a\r\nEvil: 1",
+    })
+
+    await harness.push(egress, make_record(value=b"{}"))
+
+    headers = harness.endpoint.seen[0].headers
+    assert headers.getall("Content-Type") == ["application/json"]
+    assert headers.getall("webhook-id") == ["msg_" + hashlib.sha256(b"orders/3/7").hexdigest()[:32]]
+    assert headers.getall("QOH-Topic") == ["orders"]
+    assert headers["X-Injected"] == "aEvil: 1"
+    assert "Evil" not in headers
+
+
+async def test_webhook_id_is_stable_across_redeliveries_and_differs_across_offsets(
+    harness: Harness,
+) -> None:
+    egress = await harness.egress()
+
+    await harness.push(egress, make_record(7, attempt=1))
+    await harness.push(egress, make_record(7, attempt=2))
+    await harness.push(egress, make_record(8, attempt=1))
+
+    first, again, other = (s.headers["webhook-id"] for s in harness.endpoint.seen)
+    assert first == again
+    assert other != first
+
+
+async def test_signature_verifies_with_an_independent_hmac(harness: Harness) -> None:
+    egress = await harness.egress(signingSecret=SECRET)
+
+    await harness.push(egress, make_record(value=b'{"amount": 12}'))
+
+    [seen] = harness.endpoint.seen
+    msg_id, timestamp = seen.headers["webhook-id"], seen.headers["webhook-timestamp"]
+    assert seen.headers["webhook-signature"] == expected_signature(msg_id, timestamp, seen.body)
+
+
+async def test_get_sends_the_value_as_the_query_parameter_and_signs_it(harness: Harness) -> None:
+    egress = await harness.egress(method="GET", queryParamKey="message", signingSecret=SECRET)
+    value = "héllo wörld&x=1 ?#"
+
+    [outcome] = await harness.push(egress, make_record(value=value.encode()))
+
+    assert isinstance(outcome, Delivered)
+    [seen] = harness.endpoint.seen
+    assert (seen.method, seen.query, seen.body) == ("GET", {"message": value}, b"")
+    assert "Content-Type" not in seen.headers
+    msg_id, timestamp = seen.headers["webhook-id"], seen.headers["webhook-timestamp"]
+    assert seen.headers["webhook-signature"] == expected_signature(
+        msg_id, timestamp, value.encode())
+
+
+async def test_delete_decodes_the_value_with_the_charset_and_keeps_the_uri_query(
+    harness: Harness,
+) -> None:
+    egress = await harness.egress("/hook?tenant=a", method="DELETE", queryParamKey="m",
+                                  charset="latin-1")
+
+    await harness.push(egress, make_record(value="café".encode("latin-1")))
+
+    [seen] = harness.endpoint.seen
+    assert (seen.method, seen.query) == ("DELETE", {"tenant": "a", "m": "café"})
+
+
+async def test_post_ignores_query_param_key_like_queue_over_http(harness: Harness) -> None:
+    egress = await harness.egress(queryParamKey="message")
+
+    await harness.push(egress, make_record(value=b"in the body"))
+
+    [seen] = harness.endpoint.seen
+    assert (seen.query, seen.body) == ({}, b"in the body")
+
+
+async def test_a_missing_value_is_an_empty_body(harness: Harness) -> None:
+    egress = await harness.egress()
+
+    [outcome] = await harness.push(egress, make_record(value=None))
+
+    assert isinstance(outcome, Delivered)
+    assert harness.endpoint.seen[0].body == b""
+
+
+@pytest.mark.parametrize(
+    ("key", "header", "encoded"),
+    [
+        (b"\xff\xfe\x00key", base64.b64encode(b"\xff\xfe\x00key").decode(), True),
+        (b"a\r\nEvil: 1", base64.b64encode(b"a\r\nEvil: 1").decode(), True),
+        (b" padded ", base64.b64encode(b" padded ").decode(), True),
+        ("ключ".encode(), "ключ", False),
+        (None, "", False),
+    ],
+)
+async def test_message_key_is_text_when_header_safe_else_base64(
+    harness: Harness, key: bytes | None, header: str, encoded: bool
+) -> None:
+    egress = await harness.egress()
+
+    await harness.push(egress, make_record(key=key))
+
+    headers = harness.endpoint.seen[0].headers
+    assert headers["QOH-Message-Key"] == header
+    assert ("QOH-Message-Key-Encoding" in headers) is encoded
+    if encoded:
+        assert headers["QOH-Message-Key-Encoding"] == "base64"
+        assert base64.b64decode(header) == key
+
+
+async def test_server_error_fails_with_its_status(harness: Harness) -> None:
+    egress = await harness.egress("/status/500")
+
+    [outcome] = await harness.push(egress, make_record())
+
+    assert isinstance(outcome, Failed)
+    assert (outcome.status, outcome.retry_after_ms, outcome.epoch) == (500, None, 3)
+    assert "500" in outcome.error
+
+
+async def test_retry_after_is_reported_in_milliseconds(harness: Harness) -> None:
+    egress = await harness.egress("/status/503?retry_after=2")
+
+    [outcome] = await harness.push(egress, make_record())
+
+    assert isinstance(outcome, Failed)
+    assert (outcome.status, outcome.retry_after_ms) == (503, 2000)
+
+
+async def test_a_client_error_fails_with_its_status(harness: Harness) -> None:
+    egress = await harness.egress("/status/404")
+
+    [outcome] = await harness.push(egress, make_record())
+
+    assert isinstance(outcome, Failed)
+    assert outcome.status == 404
+
+
+async def test_a_redirect_is_a_failure_and_is_not_followed(harness: Harness) -> None:
+    egress = await harness.egress("/status/307?location=/hook")
+
+    [outcome] = await harness.push(egress, make_record())
+
+    assert isinstance(outcome, Failed)
+    assert outcome.status == 307
+    assert [s.path for s in harness.endpoint.seen] == ["/status/307"]
+
+
+async def test_a_slow_endpoint_fails_without_status_within_the_timeout(harness: Harness) -> None:
+    egress = await harness.egress("/slow", timeoutMs=200)
+    started = time.perf_counter()
+
+    [outcome] = await harness.push(egress, make_record())
+
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    assert isinstance(outcome, Failed)
+    assert outcome.status is None
+    assert "200 ms" in outcome.error
+    assert 150 <= outcome.latency_ms < 1500
+    assert elapsed_ms < 2000
+
+
+async def test_connection_refused_fails_and_the_actor_keeps_working(harness: Harness) -> None:
+    consumer = make_consumer(f"http://127.0.0.1:{free_port()}/hook", connectTimeoutMs=1000)
+    refused = EgressActor("refused", consumer, "Kafka", harness.metrics)
+    await harness.system.spawn(ChildSpec("refused", lambda: refused, restart="temporary"))
+
+    outcomes = await harness.push(refused, make_record(1), make_record(2))
+
+    assert all(isinstance(o, Failed) and o.status is None for o in outcomes)
+    assert all(o.error for o in outcomes if isinstance(o, Failed))
+    assert refused.state == "running"
+
+
+async def test_a_bad_url_fails_the_request_not_the_actor(harness: Harness) -> None:
+    consumer = make_consumer("http://127.0.0.1:99999/hook")
+    bad = EgressActor("bad", consumer, "Kafka", harness.metrics)
+    await harness.system.spawn(ChildSpec("bad", lambda: bad, restart="temporary"))
+
+    [outcome] = await harness.push(bad, make_record())
+
+    assert isinstance(outcome, Failed)
+    assert outcome.status is None
+    assert bad.state == "running"
+
+
+async def test_a_huge_response_body_is_not_read_to_the_end(harness: Harness) -> None:
+    egress = await harness.egress("/big")
+
+    [outcome] = await harness.push(egress, make_record())
+
+    assert isinstance(outcome, Delivered)
+    async with asyncio.timeout(WAIT_S):
+        await harness.endpoint.big_done.wait()
+    # The client hung up after the cap: the server could not write the whole body.
+    assert harness.endpoint.big_written < BIG_BODY_BYTES
+    assert RESPONSE_BODY_CAP < BIG_BODY_BYTES
+
+
+async def test_queued_requests_wait_for_a_connection_outside_the_timeout(
+    harness: Harness,
+) -> None:
+    # One connection, 8 requests of 150 ms each: the last waits ~1 s for the connection,
+    # longer than timeoutMs; only the endpoint's own time may count against the timeout.
+    egress = await harness.egress("/sleep/150", maxConnections=1, timeoutMs=1000)
+
+    outcomes = await harness.push(egress, *(make_record(i) for i in range(8)))
+
+    assert [type(o) for o in outcomes] == [Delivered] * 8
+    assert max(o.latency_ms for o in outcomes) < 1000
+
+
+async def test_stopping_cancels_in_flight_requests_without_reporting_them(
+    harness: Harness,
+) -> None:
+    egress = await harness.egress("/slow")
+    await egress.tell(Deliver(make_record(), epoch=3, reply_to=harness.collector))
+    async with asyncio.timeout(WAIT_S):
+        await harness.endpoint.arrived.wait()
+
+    async with asyncio.timeout(WAIT_S):
+        await harness.system.root.stop_child("egress")
+
+    assert egress.state == "stopped"
+    # A swallowed CancelledError would have turned into a Failed here.
+    assert harness.collector.outcomes == []
+
+
+async def test_outcomes_are_journaled_and_counted(harness: Harness) -> None:
+    ok = await harness.egress()
+    await harness.push(ok, make_record(7))
+    await harness.push(ok, make_record(8, attempt=2))
+
+    sent = [e for e in harness.events if e.type == "sent"]
+    delivered = [e for e in harness.events if e.type == "delivered"]
+    assert [(e.offset, e.attempt) for e in sent] == [(7, 1), (8, 2)]
+    assert sent[0].fetched_ts_ms == WALL_OFFSET_MS + START_MS - 10
+    assert sent[0].subscription == "billing_g1"
+    assert sent[0].endpoint == harness.endpoint.url + "/hook"
+    assert [(e.offset, e.status) for e in delivered] == [(7, 200), (8, 200)]
+    assert delivered[0].record_ts_ms == 1_699_999_000_000
+    assert delivered[0].latency_ms is not None and delivered[0].latency_ms > 0
+    text = harness.metrics.render()
+    assert 'hookstream_http_requests_total{subscription="billing_g1",code="2xx"} 2' in text
+    assert 'hookstream_http_request_duration_ms_count{subscription="billing_g1"} 2' in text
+    assert 'hookstream_http_inflight{subscription="billing_g1"} 0' in text
+
+
+async def test_failures_are_journaled_with_a_reason_and_counted(harness: Harness) -> None:
+    egress = await harness.egress("/status/502")
+
+    await harness.push(egress, make_record())
+
+    [failed] = [e for e in harness.events if e.type == "failed"]
+    assert (failed.status, failed.offset, failed.attempt) == (502, 7, 1)
+    assert failed.reason is not None and "502" in failed.reason
+    text = harness.metrics.render()
+    assert 'hookstream_http_requests_total{subscription="billing_g1",code="5xx"} 1' in text
+
+
+async def test_repr_shows_endpoint_inflight_and_pool(harness: Harness) -> None:
+    egress = await harness.egress("/slow", maxConnections=7)
+    await egress.tell(Deliver(make_record(), epoch=3, reply_to=harness.collector))
+    async with asyncio.timeout(WAIT_S):
+        await harness.endpoint.arrived.wait()
+
+    text = repr(egress)
+
+    assert harness.endpoint.url + "/slow" in text
+    assert "inflight=1/7" in text
+    assert "running" in text
+
+
+async def test_a_bad_signing_secret_fails_the_start(harness: Harness) -> None:
+    consumer = make_consumer(harness.endpoint.url + "/hook", signingSecret="whsec_!!")
+
+    with pytest.raises(Exception, match="signingSecret"):
+        await harness.system.spawn(
+            ChildSpec("bad", lambda: EgressActor("bad", consumer, "Kafka", harness.metrics)))
+
+
+async def test_the_session_is_closed_on_stop(harness: Harness) -> None:
+    egress = await harness.egress()
+    session = egress._session
+    assert isinstance(session, aiohttp.ClientSession)
+
+    await harness.system.root.stop_child("egress")
+
+    assert session.closed
