@@ -16,6 +16,7 @@ every few seconds so that topics created later are picked up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -204,10 +205,8 @@ class ConsumerActor(Actor):
         elif self._reset == "earliest":
             await kafka.seek_to_beginning(tp)
         kafka.resume(tp)
-        try:
+        with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
             await self._partition_actor(tp).tell(Assigned(committed, epoch))
-        except ActorDeadError:
-            pass  # died again already; its successor asks anew
 
     async def _commit(self, kafka: AIOKafkaConsumer, commits: dict[TopicPartition, int]) -> None:
         owned = {tp: off for tp, off in commits.items() if tp in self.owned}

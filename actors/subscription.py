@@ -31,11 +31,11 @@ class _Json(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
     pass
 
 
-class PartitionSpec(_Json):
+class PartitionSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     number: Annotated[int, Meta(ge=0)]
 
 
-class TopicConfig(_Json):
+class TopicConfig(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     concurrencyFactor: Annotated[int, Meta(ge=1, le=10_000)] = 1
     autoCommitPeriodMs: Annotated[int, Meta(ge=0)] = 0
     ordering: Ordering = "none"
@@ -45,14 +45,14 @@ class TopicConfig(_Json):
     """Prefetch buffer as a multiple of the window; above it the partition is paused."""
 
 
-class TopicSpec(_Json):
+class TopicSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     name: str | None = None
     pattern: str | None = None
     partitions: list[PartitionSpec] | None = None
     config: TopicConfig = TopicConfig()
 
 
-class SubscriptionMethod(_Json):
+class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     uri: Annotated[str, Meta(min_length=1)]
     type: Literal["http"] = "http"
     method: str = "POST"
@@ -73,7 +73,7 @@ class SubscriptionMethod(_Json):
     """HTTP pool size for this endpoint; 0 sizes it to the subscription's concurrency."""
 
 
-class Consumer(_Json):
+class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     id: Annotated[str, Meta(min_length=1)]
     group_id: Annotated[str, Meta(min_length=1)] = msgspec.field(name="group.id")
     broker: Annotated[str, Meta(min_length=1)]

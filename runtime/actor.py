@@ -17,10 +17,10 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from runtime.clock import Clock, RealClock
-from runtime.errors import ActorDeadError, MailboxFullError, UsageError
+from runtime.errors import ActorDeadError, ActorKilled, MailboxFullError, UsageError
 from runtime.timer_wheel import TimerHandle, TimerWheel
 
 log = logging.getLogger(__name__)
@@ -200,6 +200,10 @@ class Actor:
             self._stopping = True
             self._mailbox.put_system(_Envelope(_STOP))
 
+    def kill(self, reason: str = "killed") -> None:
+        """Crash the actor as if its handler had failed (for chaos tests and operators)."""
+        self.tell_system(_Crash(ActorKilled(f"{self.path}: {reason}")))
+
     # -- owned tasks and timers --------------------------------------------------------
     def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
         """Run `coro` as a task owned by this actor: cancelled when the actor ends,
@@ -257,7 +261,8 @@ class Actor:
         except BaseException as exc:
             self._state = "crashed" if not isinstance(exc, asyncio.CancelledError) else "cancelled"
             if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else ActorDeadError("cancelled"))
+                failure = exc if isinstance(exc, Exception) else ActorDeadError("cancelled")
+                ready.set_exception(failure)
             raise
         finally:
             await self._teardown()

@@ -115,7 +115,7 @@ class Runtime:
             max_buffered=cfg.max_buffered_events,
         )
         await self.journal.start()
-        log.info("journal writing to %s", Path(cfg.dir).resolve())
+        log.info("journal writing to %s", cfg.dir)
 
     async def _start_services(self) -> None:
         factories = self._factories if self._factories is not None else discover()

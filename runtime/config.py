@@ -25,7 +25,7 @@ class _Frozen(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     pass
 
 
-class BrokerConfig(_Frozen):
+class BrokerConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     name: Name
     bootstrap_servers: Annotated[str, Meta(min_length=1)]
     """`embedded` starts the bundled broker; otherwise `host:port[,host:port...]`."""
@@ -34,16 +34,16 @@ class BrokerConfig(_Frozen):
     client_id: str = "hookstream"
 
 
-class AdminConfig(_Frozen):
+class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     listen: str = "127.0.0.1:8080"
     token: str = ""
 
 
-class PersistenceConfig(_Frozen):
+class PersistenceConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     dir: str = "persist"
 
 
-class JournalConfig(_Frozen):
+class JournalConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     dir: str = "journal"
     enabled: bool = True
     max_segment_bytes: Annotated[int, Meta(ge=1024)] = 64 * 1024 * 1024
@@ -52,14 +52,14 @@ class JournalConfig(_Frozen):
     max_buffered_events: Annotated[int, Meta(ge=100)] = 100_000
 
 
-class DelayLevel(_Frozen):
+class DelayLevel(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     name: Name
     delay_ms: PositiveMs
     topics: Annotated[list[Name], Meta(min_length=1)]
     exactly_once: bool = False
 
 
-class DelayConfig(_Frozen):
+class DelayConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     levels: list[DelayLevel] = []
     broker: str = ""
     """Broker name the level topics live on; empty means the first broker."""
@@ -71,13 +71,13 @@ class DelayConfig(_Frozen):
     """Per level-topic partition: above this the partition is paused (bounded memory)."""
 
 
-class RuntimeConfig(_Frozen):
+class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     shutdown_deadline_ms: PositiveMs = 4000
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     uvloop: bool = True
 
 
-class Config(_Frozen):
+class Config(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     brokers: Annotated[list[BrokerConfig], Meta(min_length=1)]
     admin: AdminConfig = AdminConfig()
     persistence: PersistenceConfig = PersistenceConfig()
@@ -100,7 +100,8 @@ def _path_of(message: str) -> tuple[str, str]:
     field = re.search(r"(unknown|missing required) field `([^`]+)`", text)
     if field is not None:
         path = f"{path}.{field.group(2)}" if path else field.group(2)
-        text = f"{field.group(1)} key" + (" (check the spelling)" if field.group(1) == "unknown" else "")
+        hint = " (check the spelling)" if field.group(1) == "unknown" else ""
+        text = f"{field.group(1)} key{hint}"
     return path, text
 
 

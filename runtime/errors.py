@@ -6,6 +6,7 @@ Hierarchy::
     ├── ConfigError             a config file or value is invalid (names the key path)
     ├── ActorError
     │   ├── ActorDeadError      the actor stopped or crashed; pending asks fail with it
+    │   ├── ActorKilled         the crash `Actor.kill()` injects (chaos tests)
     │   ├── MailboxFullError    tell_nowait on a full mailbox
     │   └── ActorStartError     an actor failed before it reported ready
     ├── SupervisorError
@@ -34,6 +35,10 @@ class ActorError(RuntimeKernelError):
 
 
 class ActorDeadError(ActorError):
+    pass
+
+
+class ActorKilled(ActorError):
     pass
 
 

@@ -198,34 +198,46 @@ class TimerWheel(Generic[T]):
 
     def _place(self, handle: TimerHandle[T]) -> None:
         """Put a pending timer in the finest level whose window reaches its deadline."""
+        # The hottest path (every schedule and every cascade step): kept in one frame.
         deadline = handle.deadline_ms
         now = self._now
         span = self._tick
         slot = deadline // span
-        if deadline <= now:
-            self._add(handle, 0, slot)  # starts <= now: the next advance pops it
-            return
-        now_slot = now // span
-        if slot == now_slot:
-            self._soon.add(handle)  # later in the current tick (tick_ms > 1 only)
-            return
         level = 0
-        while slot - now_slot >= self._size:
-            level += 1
-            if level == len(self._spans):
-                self._grow()
-            span = self._spans[level]
-            slot = deadline // span
+        if deadline > now:
             now_slot = now // span
-        self._add(handle, level, slot)
+            if slot == now_slot:
+                self._soon.add(handle)  # later in the current tick (tick_ms > 1 only)
+                return
+            size = self._size
+            while slot - now_slot >= size:
+                level += 1
+                if level == len(self._spans):
+                    self._grow()
+                span = self._spans[level]
+                slot = deadline // span
+                now_slot = now // span
+        # else: due already; a level-0 bucket starting <= now is popped by the next advance.
+        bucket = self._levels[level].get(slot)
+        if bucket is None:
+            bucket = self._new_bucket(level, slot)
+        bucket.entries.append(handle)
+        bucket.live += 1
+        handle._bucket = bucket
 
     def _add(self, handle: TimerHandle[T], level: int, slot: int) -> None:
-        buckets = self._levels[level]
-        bucket = buckets.get(slot)
+        bucket = self._levels[level].get(slot)
         if bucket is None:
-            bucket = buckets[slot] = _Bucket(level, slot, slot * self._spans[level])
-            heappush(self._heap, (bucket.start, -level, bucket))
-        bucket.add(handle)
+            bucket = self._new_bucket(level, slot)
+        bucket.entries.append(handle)
+        bucket.live += 1
+        handle._bucket = bucket
+
+    def _new_bucket(self, level: int, slot: int) -> _Bucket[T]:
+        bucket: _Bucket[T] = _Bucket(level, slot, slot * self._spans[level])
+        self._levels[level][slot] = bucket
+        heappush(self._heap, (bucket.start, -level, bucket))
+        return bucket
 
     def _grow(self) -> None:
         """An overflow wheel, created only when a deadline is beyond all current levels."""

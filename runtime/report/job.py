@@ -100,7 +100,8 @@ class _Output:
 
     def table(self, name: str, df: DataFrame) -> DataFrame:
         df = df.cache()
-        df.write.mode("overwrite").parquet(str(self.dir / "parquet" / name))
+        # Tables are aggregates: one file each is easier to hand around than 200 tiny ones.
+        df.coalesce(1).write.mode("overwrite").parquet(str(self.dir / "parquet" / name))
         self._csv(name, df)
         self.tables.append(name)
         return df

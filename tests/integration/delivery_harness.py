@@ -4,6 +4,7 @@ session's broker, a producer and an admin client. Nothing here is a mock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
@@ -106,10 +107,8 @@ class Receiver:
                     f"timed out after {timeout_s}s: {len(self.pushes)} pushes, "
                     f"{len(self.ok)} ok, {len(self.delivered())} distinct")
             self._changed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
-            except TimeoutError:
-                pass
 
 
 def runtime_config(bootstrap: str, tmp: Path, **extra: Any) -> dict[str, Any]:
