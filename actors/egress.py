@@ -153,7 +153,7 @@ class EgressActor(Actor):
         self.pool = pool_size(consumer)
         self._method = method.method.upper()
         self._has_body = self._method not in BODYLESS_METHODS
-        self._query_key = method.queryParamKey or "message"
+        self._query_key = method.queryParamKey or "message"  # Queue-Over-Http's default
         self._charset = method.charset
         self._timeout_ms = method.timeoutMs
         self._headers = static_headers(consumer, broker_name, self._has_body)
@@ -190,6 +190,7 @@ class EgressActor(Actor):
                 keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S),
             timeout=aiohttp.ClientTimeout(
                 total=method.timeoutMs / 1000, sock_connect=method.connectTimeoutMs / 1000),
+            headers=self._headers,  # aiohttp merges these per request, in C (multidict)
             cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
             auto_decompress=False,  # bodies are discarded
         )
@@ -244,19 +245,20 @@ class EgressActor(Actor):
             return response.status, response.headers.get("Retry-After")
 
     def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
-        headers = self._headers.copy()
-        # Kafka topic names are [a-zA-Z0-9._-]: header-safe without cleaning.
-        headers["QOH-Topic"] = record.topic
-        headers["QOH-Partition"] = str(record.partition)
+        """The per-record headers (the static ones are the session's defaults), body, query."""
         key, encoded = key_header(record.key)
-        headers["QOH-Message-Key"] = key
-        if encoded:
-            headers["QOH-Message-Key-Encoding"] = "base64"
-        headers["QOH-Message-Number"] = str(record.offset)
         msg_id = webhook_id(record.topic, record.partition, record.offset)
         timestamp_s = self.context.clock.wall_ms() // 1000
-        headers["webhook-id"] = msg_id
-        headers["webhook-timestamp"] = str(timestamp_s)
+        headers = {
+            "QOH-Topic": record.topic,  # Kafka topic names are [a-zA-Z0-9._-]: header-safe
+            "QOH-Partition": str(record.partition),
+            "QOH-Message-Key": key,
+            "QOH-Message-Number": str(record.offset),
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(timestamp_s),
+        }
+        if encoded:
+            headers["QOH-Message-Key-Encoding"] = "base64"
         value = record.value or b""
         if self._has_body:
             body, params, payload = value, None, value

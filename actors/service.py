@@ -93,6 +93,12 @@ class DeliveryService:
         assert isinstance(actor, Supervisor)
         return actor
 
+    def tree(self, key: str) -> Supervisor:
+        """The running supervisor of subscription `key` (for operators and chaos tests)."""
+        actor = self._supervisor().child(key)
+        assert isinstance(actor, Supervisor)
+        return actor
+
     # -- subscriptions -----------------------------------------------------------------
     async def subscribe(self, consumer: Consumer, *, persist: bool = True) -> None:
         async with self._lock:

@@ -39,7 +39,7 @@ class TopicConfig(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     concurrencyFactor: Annotated[int, Meta(ge=1, le=10_000)] = 1
     autoCommitPeriodMs: Annotated[int, Meta(ge=0)] = 0
     ordering: Ordering = "none"
-    lanes: Annotated[int, Meta(ge=1, le=10_000)] = 0
+    lanes: Annotated[int, Meta(ge=0, le=10_000)] = 0
     """Key mode parallelism; 0 means `concurrencyFactor` lanes."""
     loadFactor: Annotated[float, Meta(ge=1.0, le=100.0)] = 2.0
     """Prefetch buffer as a multiple of the window; above it the partition is paused."""

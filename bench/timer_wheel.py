@@ -121,6 +121,7 @@ class Scenario:
 @dataclass
 class Result:
     seconds: float = 0.0
+    schedule_seconds: float = 0.0  # scheduling (and cancelling) only
     peak_bytes: int = 0
     fired: int = 0
     checksum: int = 0
@@ -147,18 +148,21 @@ def run_once(
     make: Callable[[], Timer], deadlines: Sequence[int], cancels: Sequence[int], scenario: Scenario
 ) -> Result:
     """Schedule everything, cancel the chosen ones, drive time until nothing is pending."""
+    result = Result()
+    started = time.perf_counter()
     timer = make()
     schedule = timer.schedule
     handles = [schedule(deadline, item) for item, deadline in enumerate(deadlines)]
     for index in cancels:
         timer.cancel(handles[index])
     del handles
-    result = Result()
+    result.schedule_seconds = time.perf_counter() - started
     order_hash = 0
     for fired in scenario.drive(timer):
         result.fired += len(fired)
         for item in fired:
             order_hash = (order_hash * 1_000_003 + item) & 0xFFFF_FFFF_FFFF
+    result.seconds = time.perf_counter() - started
     if len(timer):
         raise AssertionError(f"{len(timer)} timers still pending at the end of the hour")
     result.checksum = order_hash
@@ -172,15 +176,28 @@ def measure(
     scenario: Scenario,
     memory: bool,
 ) -> Result:
-    started = time.perf_counter()
     result = run_once(make, deadlines, cancels, scenario)
-    result.seconds = time.perf_counter() - started
     if memory:
         tracemalloc.start()
         run_once(make, deadlines, cancels, scenario)
         result.peak_bytes = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     return result
+
+
+def report(scenario: Scenario, n: int, results: dict[str, Result]) -> None:
+    for name, result in results.items():
+        rate = n / result.seconds
+        peak = f"{result.peak_bytes / 2**20:9.1f}" if result.peak_bytes else f"{'-':>9}"
+        print(
+            f"{scenario.name:<15} {name:<6} {result.schedule_seconds:10.2f} "
+            f"{result.seconds:8.2f} {rate:11,.0f} {peak}"
+        )
+    wheel, heap = results["wheel"], results["heapq"]
+    ratio = f"wheel vs heapq: throughput x{heap.seconds / wheel.seconds:.2f}"
+    if heap.peak_bytes:
+        ratio += f", peak memory x{wheel.peak_bytes / heap.peak_bytes:.2f}"
+    print(f"{'':<15} {ratio}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,8 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadlines = [rng.randrange(1, HOUR_MS + 1) for _ in range(args.n)]
     cancels = rng.sample(range(args.n), int(args.n * 0.10))
     makers: dict[str, Callable[[], Timer]] = {"wheel": TimerWheel, "heapq": HeapTimer}
-    print(f"n={args.n:,} seed={args.seed} deadlines uniform over 1 h, Python {sys.version.split()[0]}")
-    header = f"{'scenario':<15} {'timer':<6} {'seconds':>8} {'timers/s':>11} {'peak MiB':>9}"
+    python = sys.version.split()[0]
+    print(f"n={args.n:,} seed={args.seed} deadlines uniform over 1 h, Python {python}")
+    header = (
+        f"{'scenario':<15} {'timer':<6} {'schedule s':>10} {'total s':>8} "
+        f"{'timers/s':>11} {'peak MiB':>9}"
+    )
     print(header)
     print("-" * len(header))
     for scenario in SCENARIOS:
@@ -205,15 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         if len({(r.fired, r.checksum) for r in results.values()}) != 1:
             raise AssertionError(f"{scenario.name}: the timers expired different items")
-        for name, result in results.items():
-            rate = args.n / result.seconds
-            peak = f"{result.peak_bytes / 2**20:9.1f}" if result.peak_bytes else f"{'-':>9}"
-            print(f"{scenario.name:<15} {name:<6} {result.seconds:8.2f} {rate:11,.0f} {peak}")
-        wheel, heap = results["wheel"], results["heapq"]
-        ratio = f"wheel/heapq: throughput x{heap.seconds / wheel.seconds:.2f}"
-        if heap.peak_bytes:
-            ratio += f", peak memory x{wheel.peak_bytes / heap.peak_bytes:.2f}"
-        print(f"{'':<15} {ratio}")
+        report(scenario, args.n, results)
     return 0
 
 

@@ -345,7 +345,8 @@ class Journal:
             log.warning("journal: recovered %d segment(s) left open by a crash: %s",
                         len(recovered), ", ".join(p.name for p in recovered))
         self._state = "running"
-        self._task = asyncio.create_task(self._run(), name=f"journal-flush:{self._dir}")
+        first_tick_ms = self._clock.monotonic_ms() + self._interval_ms
+        self._task = asyncio.create_task(self._run(first_tick_ms), name=f"journal:{self._dir}")
 
     async def stop(self) -> None:
         """Flush everything, close the segment. Idempotent; later emits are dropped."""
@@ -394,11 +395,14 @@ class Journal:
         self._dir.mkdir(parents=True, exist_ok=True)
         return recover_segments(self._dir)
 
-    async def _run(self) -> None:
+    async def _run(self, tick_ms: int) -> None:
+        # Ticks are anchored to start(), not to when this task first runs; a slow write
+        # makes the next tick come at once rather than piling up.
         while True:
-            await self._clock.sleep_ms(self._interval_ms)
+            await self._clock.sleep_ms(tick_ms - self._clock.monotonic_ms())
             async with self._lock:
                 await self._flush_locked()
+            tick_ms = max(tick_ms + self._interval_ms, self._clock.monotonic_ms())
 
     async def _stop_flush_task(self) -> None:
         """Cancel the flush task, which holds no batch (we hold the lock), and await it."""

@@ -1,0 +1,66 @@
+"""Chaos: kill actors of a running subscription mid-stream; nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from actors.service import DeliveryService
+from runtime.actor import Actor
+from runtime.supervisor import Supervisor
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Push,
+    Receiver,
+    committed,
+    make_runtime,
+    produce,
+    subscription,
+)
+
+pytestmark = pytest.mark.chaos
+
+
+async def slow_ok(push: Push) -> int:
+    await asyncio.sleep(0.002)
+    return 200
+
+
+@pytest.mark.parametrize("victim", ["partition", "consumer", "egress"])
+async def test_a_killed_actor_is_rebuilt_and_every_record_is_delivered(
+        victim: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=2)
+    await produce(kafka_bootstrap, topic, 600, partitions=2)
+    receiver = await Receiver(slow_ok).start()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    await runtime.start()
+    try:
+        sub = subscription("chaos", [{"name": topic, "config": {
+            "concurrencyFactor": 5, "autoCommitPeriodMs": 100}}], receiver.url,
+            fast_group=fast_group_kwargs)
+        await Admin(runtime).subscribe(sub)
+        await receiver.wait_for(lambda: len(receiver.delivered()) >= 100)
+        tree = runtime.service("delivery").tree("chaos_g-chaos")
+        target = pick(tree, victim, topic)
+        target.kill("chaos test")
+        await receiver.wait_for(lambda: target.state == "crashed", timeout_s=5)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 600, timeout_s=60)
+        assert isinstance(runtime.service("delivery"), DeliveryService)
+        replacement = pick(runtime.service("delivery").tree("chaos_g-chaos"), victim, topic)
+        assert replacement is not target and replacement.alive
+    finally:
+        await runtime.stop()
+        await receiver.stop()
+    assert await committed(kafka_bootstrap, "g-chaos", topic, 2) == {0: 300, 1: 300}
+
+
+def pick(tree: Supervisor, victim: str, topic: str) -> Actor:
+    if victim == "partition":
+        partitions = tree.child("partitions")
+        assert isinstance(partitions, Supervisor)
+        return partitions.child(f"{topic}-0")
+    return tree.child(victim)

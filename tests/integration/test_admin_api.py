@@ -1,0 +1,146 @@
+"""The admin API: Queue-Over-Http bodies, 4xx with a JSON reason for bad input, bearer
+tokens, persistence across restarts, health and metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
+
+
+@pytest.fixture
+async def receiver() -> Receiver:
+    return await Receiver().start()
+
+
+async def test_bad_requests_get_4xx_with_a_json_reason(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver) -> None:
+    topic = await topic_factory()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    async with runtime:
+        admin = Admin(runtime)
+        good = subscription("a", [{"name": topic}], receiver.url)
+        cases = [
+            (b"{not json", "malformed JSON"),
+            (b'{"id": "x"}', "invalid subscription"),
+            (b'[]', "invalid subscription"),
+        ]
+        for raw, reason in cases:
+            status, body = await admin.call("POST", "/broker/subscription", raw=raw)
+            assert status == 400 and body["success"] is False and body["reason"] == reason
+        bad_bodies = {
+            "unknown broker": {**good, "broker": "Nope"},
+            "invalid id": {**good, "id": "../../etc"},
+            "invalid subscriptionMethod.uri": {
+                **good, "subscriptionMethod": {"type": "http", "uri": "ftp://x"}},
+            "invalid topics[0]": {**good, "topics": [{"name": topic, "pattern": "x.*"}]},
+        }
+        for reason, body in bad_bodies.items():
+            status, reply = await admin.call("POST", "/broker/subscription", body)
+            assert status == 400, reply
+            assert reply["reason"] == reason, reply
+        assert (await admin.call("POST", "/broker/subscription", good))[0] == 200
+        status, reply = await admin.call("POST", "/broker/subscription", good)
+        assert status == 400 and reply["reason"] == "subscription already exists"
+        status, reply = await admin.call("POST", "/broker/unsubscribe",
+                                         {"id": "zz", "group.id": "zz"})
+        assert status == 404 and reply["reason"] == "subscription not found"
+        status, reply = await admin.call("POST", "/broker/unsubscribe", raw=b"nope")
+        assert status == 400
+        status, _ = await admin.call("GET", "/no/such/route")
+        assert status == 404
+    await receiver.stop()
+
+
+async def test_list_hides_header_values_and_secrets_and_unsubscribe_removes(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver) -> None:
+    topic = await topic_factory()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    async with runtime:
+        admin = Admin(runtime)
+        sub = subscription("s", [{"name": topic}], receiver.url,
+                           additionalHeaders={"Authorization": "Bearer hush"},
+                           signingSecret="whsec_c2VjcmV0")
+        reply = await admin.subscribe(sub)
+        assert reply["data"]["subscriptionMethod"]["signingSecret"] == "***"
+        status, listed = await admin.call("GET", "/broker/subscription")
+        text = str(listed)
+        assert status == 200 and "hush" not in text and "c2VjcmV0" not in text
+        assert listed["data"][0]["subscriptionMethod"]["additionalHeaders"] == {
+            "Authorization": "***"}
+        assert (tmp_path / "persist" / "s_g-s.json").exists()
+        status, _ = await admin.call("POST", "/broker/unsubscribe", sub)
+        assert status == 200
+        assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
+        assert not (tmp_path / "persist" / "s_g-s.json").exists()
+    await receiver.stop()
+
+
+async def test_a_token_is_required_when_configured(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    runtime = make_runtime(kafka_bootstrap, tmp_path, admin={"token": "t0k"})
+    async with runtime:
+        status, body = await Admin(runtime).call("GET", "/broker/subscription")
+        assert status == 401 and body["reason"] == "unauthorized"
+        status, _ = await Admin(runtime, token="wrong").call("GET", "/broker/subscription")
+        assert status == 401
+        status, body = await Admin(runtime, token="t0k").call("GET", "/broker/subscription")
+        assert status == 200 and body == {"success": True, "data": []}
+
+
+async def test_a_corrupt_subscription_file_is_skipped_and_the_rest_restored(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver, fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        await Admin(runtime).subscribe(subscription(
+            "keep", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs))
+    (tmp_path / "persist" / "broken_g.json").write_text("{half a file")
+    await produce(kafka_bootstrap, topic, 3)
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        service = runtime.service("delivery")
+        assert list(service.subscriptions) == ["keep_g-keep"]
+        assert any("broken_g.json" in p for p in service.problems)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
+    assert (tmp_path / "persist" / "broken_g.json.corrupt").exists()
+    await receiver.stop()
+
+
+async def test_health_and_metrics_report_deliveries(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver, fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    await produce(kafka_bootstrap, topic, 5)
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        status, health = await admin.call("GET", "/healthz")
+        assert status == 200 and health["status"] == "ok"
+        await admin.subscribe(subscription("m", [{"name": topic}], receiver.url,
+                                           fast_group=fast_group_kwargs))
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 5)
+        text = await metrics_text(admin)
+        line = f'hookstream_delivered_total{{subscription="m_g-m",topic="{topic}",partition="0"}} 5'
+        assert line in text
+        assert "hookstream_http_request_duration_ms_bucket" in text
+        assert "hookstream_lag" in text
+    await receiver.stop()
+
+
+async def metrics_text(admin: Admin) -> str:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(
+            admin.base + "/metrics") as response:
+        assert response.status == 200
+        return await response.text()

@@ -1,0 +1,110 @@
+"""The CLI process: SIGTERM mid-stream exits 0 quickly; a restart restores subscriptions
+from disk and every record is delivered."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from runtime.broker import free_port
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp: Path, bootstrap: str, port: int) -> Path:
+    path = tmp / "runtime.toml"
+    path.write_text(f"""
+[[brokers]]
+name = "Kafka"
+bootstrap_servers = "{bootstrap}"
+[admin]
+listen = "127.0.0.1:{port}"
+[persistence]
+dir = "{tmp / 'persist'}"
+[journal]
+dir = "{tmp / 'journal'}"
+[runtime]
+shutdown_deadline_ms = 4000
+""")
+    return path
+
+
+async def start_process(config: Path, port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-m", "runtime", str(config)], cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/healthz"
+    deadline = time.monotonic() + 30
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return process
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    process.kill()
+    raise AssertionError("runtime process did not become healthy")
+
+
+async def terminate(process: subprocess.Popen[bytes]) -> tuple[int, float]:
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    while process.poll() is None and time.monotonic() - started < 10:
+        await asyncio.sleep(0.05)
+    if process.poll() is None:
+        process.kill()
+    return process.wait(), time.monotonic() - started
+
+
+async def admin(port: int, method: str, path: str, body: object = None) -> tuple[int, object]:
+    async with aiohttp.ClientSession() as session, session.request(
+            method, f"http://127.0.0.1:{port}{path}", json=body) as response:
+        return response.status, await response.json()
+
+
+async def test_sigterm_mid_stream_then_restart_delivers_everything(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=2)
+    await produce(kafka_bootstrap, topic, 400, partitions=2)
+
+    async def slow(push: Push) -> int:
+        await asyncio.sleep(0.003)
+        return 200
+
+    receiver = await Receiver(slow).start()
+    port = free_port()
+    config = write_config(tmp_path, kafka_bootstrap, port)
+    process = await start_process(config, port)
+    try:
+        sub = subscription("proc", [{"name": topic, "config": {"concurrencyFactor": 4}}],
+                           receiver.url, fast_group=fast_group_kwargs)
+        status, reply = await admin(port, "POST", "/broker/subscription", sub)
+        assert status == 200, reply
+        await receiver.wait_for(lambda: len(receiver.delivered()) >= 100)
+        code, took = await terminate(process)
+        assert code == 0, process.stderr.read().decode()  # type: ignore[union-attr]
+        assert took < 5, f"shutdown took {took:.1f}s"
+        await produce(kafka_bootstrap, topic, 200, partitions=2, start=400)
+        process = await start_process(config, port)
+        status, listed = await admin(port, "GET", "/broker/subscription")
+        assert status == 200 and [s["id"] for s in listed["data"]] == ["proc"]  # type: ignore[index]
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 600, timeout_s=60)
+        code, _ = await terminate(process)
+        assert code == 0
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        await receiver.stop()
+    assert await committed(kafka_bootstrap, "g-proc", topic, 2) == {0: 300, 1: 300}

@@ -1,0 +1,283 @@
+"""The journal writer: segments, rotation, crash recovery, drop accounting, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from runtime.clock import FakeClock
+from runtime.errors import UsageError
+from runtime.journal import (
+    Event,
+    Journal,
+    NullJournal,
+    closed_segments,
+    open_segments,
+    recover_segments,
+)
+
+decoder = msgspec.json.Decoder(Event)
+
+
+def read_events(directory: Path) -> list[Event]:
+    return [
+        decoder.decode(line)
+        for path in closed_segments(directory)
+        for line in path.read_bytes().splitlines()
+    ]
+
+
+def fetched(offset: int) -> Event:
+    return Event(type="fetched", ts_ms=1_700_000_000_000 + offset, subscription="s",
+                 topic="t", partition=0, offset=offset)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_journal(
+    tmp_path: Path, clock: FakeClock
+) -> Callable[..., Journal]:
+    def make(**options: int) -> Journal:
+        return Journal(tmp_path / "journal", clock=clock, **options)
+
+    return make
+
+
+@pytest.fixture
+async def journal(make_journal: Callable[..., Journal]) -> AsyncIterator[Journal]:
+    j = make_journal()
+    await j.start()
+    yield j
+    await j.stop()
+
+
+async def test_stop_writes_every_event_to_a_closed_segment(journal: Journal) -> None:
+    events = [fetched(i) for i in range(100)]
+    for event in events:
+        journal.emit(event)
+    await journal.stop()
+
+    assert read_events(journal.directory) == events
+    assert open_segments(journal.directory) == []
+    assert (journal.written, journal.dropped) == (100, 0)
+
+
+async def test_lines_hold_only_the_fields_that_are_set(journal: Journal) -> None:
+    journal.emit(Event(type="actor_crashed", ts_ms=5, actor="a", reason="boom"))
+    await journal.stop()
+
+    (segment,) = closed_segments(journal.directory)
+    assert segment.read_bytes() == (
+        b'{"type":"actor_crashed","ts_ms":5,"actor":"a","reason":"boom"}\n'
+    )
+
+
+async def test_flush_task_writes_every_interval_of_the_clock(
+    make_journal: Callable[..., Journal], clock: FakeClock
+) -> None:
+    journal = make_journal(flush_interval_ms=200)
+    await journal.start()
+    journal.emit(fetched(1))
+    clock.advance(199)
+    await asyncio.sleep(0)
+    assert journal.buffered == 1
+
+    clock.advance(1)
+    for _ in range(10):  # let the flush task wake up and take the batch
+        await asyncio.sleep(0)
+        if journal.buffered == 0:
+            break
+    assert journal.buffered == 0
+    await journal.flush()  # waits for the flush task's write (it holds the lock)
+    assert journal.written == 1
+    await journal.stop()
+
+
+async def test_segment_is_rotated_when_it_reaches_max_bytes(
+    make_journal: Callable[..., Journal],
+) -> None:
+    journal = make_journal(max_segment_bytes=1_000)
+    await journal.start()
+    events = [fetched(i) for i in range(60)]
+    for batch in range(6):
+        for event in events[batch * 10:(batch + 1) * 10]:
+            journal.emit(event)
+        await journal.flush()
+    await journal.stop()
+
+    segments = closed_segments(journal.directory)
+    assert len(segments) >= 3
+    # a segment is closed once it reaches the limit, so it overshoots by at most a batch
+    assert all(p.stat().st_size < 1_000 + 10 * 100 for p in segments)
+    assert read_events(journal.directory) == events
+
+
+async def test_segment_is_rotated_by_age_even_when_idle(
+    make_journal: Callable[..., Journal], clock: FakeClock
+) -> None:
+    journal = make_journal(max_segment_age_ms=60_000)
+    await journal.start()
+    journal.emit(fetched(1))
+    await journal.flush()
+    assert len(open_segments(journal.directory)) == 1
+
+    clock.advance(59_999)
+    await journal.flush()
+    assert len(open_segments(journal.directory)) == 1
+    clock.advance(1)
+    await journal.flush()  # nothing buffered: the age alone closes the segment
+    assert open_segments(journal.directory) == []
+    assert read_events(journal.directory) == [fetched(1)]
+
+    journal.emit(fetched(2))
+    await journal.stop()
+    assert len(closed_segments(journal.directory)) == 2
+    assert read_events(journal.directory) == [fetched(1), fetched(2)]
+
+
+async def test_start_recovers_the_complete_lines_of_a_torn_leftover(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    encoder = msgspec.json.Encoder()
+    torn = directory / "segment-0000000000001-dead0000-000000.jsonl.open"
+    torn.write_bytes(encoder.encode_lines([fetched(1), fetched(2)]) + b'{"type":"fetch')
+    empty = directory / "segment-0000000000002-dead0000-000001.jsonl.open"
+    empty.write_bytes(b'{"type":"no newline"')
+
+    journal = Journal(directory, clock=clock)
+    await journal.start()
+    await journal.stop()
+
+    assert not torn.exists() and not empty.exists()
+    assert closed_segments(directory) == [directory / torn.name.removesuffix(".open")]
+    assert read_events(directory) == [fetched(1), fetched(2)]
+
+
+async def test_start_leaves_a_segment_held_by_a_live_writer_alone(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    directory = tmp_path / "journal"
+    live = Journal(directory, clock=clock)
+    await live.start()
+    live.emit(fetched(1))
+    await live.flush()
+    (live_segment,) = open_segments(directory)
+
+    other = Journal(directory, clock=clock)
+    await other.start()
+    assert open_segments(directory) == [live_segment]
+
+    live.emit(fetched(2))
+    await live.stop()
+    await other.stop()
+    assert read_events(directory) == [fetched(1), fetched(2)]
+
+
+def test_recovery_skips_a_locked_file(tmp_path: Path) -> None:
+    held = tmp_path / "segment-0000000000001-aaaa0000-000000.jsonl.open"
+    held.write_bytes(b'{"type":"fetched","ts_ms":1}\n')
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert recover_segments(tmp_path) == []
+    finally:
+        os.close(fd)
+    assert recover_segments(tmp_path) == [tmp_path / held.name.removesuffix(".open")]
+
+
+async def test_a_full_buffer_drops_new_events_and_journals_the_count(
+    make_journal: Callable[..., Journal], caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = make_journal(max_buffered=10)
+    await journal.start()
+    with caplog.at_level(logging.WARNING, logger="runtime.journal"):
+        for i in range(15):
+            journal.emit(fetched(i))
+    assert journal.dropped == 5
+    assert len([r for r in caplog.records if "dropped" in r.message]) == 1  # rate-limited
+
+    await journal.stop()
+    events = read_events(journal.directory)
+    assert events[:10] == [fetched(i) for i in range(10)]
+    assert [(e.type, e.count, e.reason) for e in events[10:]] == [
+        ("journal_dropped", 5, "buffer_full")
+    ]
+    assert journal.written == 11
+
+
+async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
+    make_journal: Callable[..., Journal], caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = make_journal()
+    await journal.start()
+    shutil.rmtree(journal.directory)  # the next segment cannot be created
+    journal.emit(fetched(1))
+    journal.emit(fetched(2))
+    with caplog.at_level(logging.WARNING, logger="runtime.journal"):
+        await journal.flush()
+    assert (journal.dropped, journal.written) == (2, 0)
+    assert any("write_error" in r.message for r in caplog.records)
+
+    journal.directory.mkdir()
+    journal.emit(fetched(3))
+    await journal.stop()
+    events = read_events(journal.directory)
+    assert events[0] == fetched(3)
+    assert [(e.type, e.count, e.reason) for e in events[1:]] == [
+        ("journal_dropped", 2, "write_error")
+    ]
+
+
+async def test_emit_after_stop_is_counted_and_harmless(journal: Journal) -> None:
+    journal.emit(fetched(1))
+    await journal.stop()
+    journal.emit(fetched(2))
+    await journal.stop()  # idempotent
+
+    assert journal.dropped == 1
+    assert read_events(journal.directory) == [fetched(1)]
+    assert open_segments(journal.directory) == []
+
+
+async def test_starting_twice_says_what_to_do(journal: Journal) -> None:
+    with pytest.raises(UsageError, match="start it once"):
+        await journal.start()
+
+
+async def test_events_emitted_before_start_are_kept(
+    make_journal: Callable[..., Journal],
+) -> None:
+    journal = make_journal()
+    journal.emit(fetched(1))
+    await journal.start()
+    await journal.stop()
+    assert read_events(journal.directory) == [fetched(1)]
+
+
+async def test_repr_shows_state(journal: Journal) -> None:
+    journal.emit(fetched(1))
+    assert "running buffered=1/100000 written=0 dropped=0" in repr(journal)
+    await journal.flush()
+    assert "written=1" in repr(journal) and ".jsonl.open" in repr(journal)
+
+
+async def test_null_journal_does_nothing() -> None:
+    journal = NullJournal()
+    await journal.start()
+    journal.emit(fetched(1))
+    await journal.stop()
+    assert (journal.written, journal.dropped, repr(journal)) == (0, 0, "<NullJournal>")
