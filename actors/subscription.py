@@ -13,7 +13,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from actors.signing import signing_key
+
 Ordering = Literal["none", "partition", "key"]
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
 BODYLESS_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
 # Kafka consumer properties a subscription may set, mapped to aiokafka's names.
@@ -181,6 +184,16 @@ def _validate_method(method: SubscriptionMethod) -> None:
         "".encode(method.charset)
     except LookupError:
         raise InvalidSubscription("invalid subscriptionMethod.charset", method.charset) from None
+    for name, value in method.additionalHeaders.items():
+        if not HEADER_NAME.match(name) or "\r" in value or "\n" in value:
+            raise InvalidSubscription("invalid subscriptionMethod.additionalHeaders",
+                                      f"{name!r}: header names are tokens; no CR/LF in values")
+    if method.signingSecret is not None:
+        try:
+            signing_key(method.signingSecret)
+        except ValueError as exc:
+            raise InvalidSubscription("invalid subscriptionMethod.signingSecret",
+                                      str(exc)) from None
 
 
 def redacted(consumer: Consumer) -> dict[str, Any]:

@@ -143,6 +143,42 @@ def receiver(kind: str, workdir: Path, timeout_s: float = 10.0) -> Iterator[Rece
             process.wait()
 
 
+# -- CPU accounting -----------------------------------------------------------------------
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its children (nginx's worker), from /proc."""
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (OSError, IndexError, ValueError):
+        return total
+    return total + sum(process_cpu_s(int(child)) for child in children)
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds used during a phase by this process, the broker and the receiver."""
+
+    pids: dict[str, int]
+    start: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.start = self.read()
+
+    def read(self) -> dict[str, float]:
+        used = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        used["self"] = time.process_time()
+        return used
+
+    def used(self) -> dict[str, float]:
+        now = self.read()
+        return {name: now[name] - self.start[name] for name in now}
+
+
 # -- producing -----------------------------------------------------------------------------
 def payload(i: int, size: int) -> bytes:
     return f"{i:012d}".encode().ljust(size, b".")[:size]
@@ -198,7 +234,12 @@ class RunResult:
     seconds: float
     peak_inflight: int
     mean_inflight: float
+    cpu: dict[str, float]
     notes: str = ""
+
+    def cpu_us(self, name: str) -> float:
+        """CPU microseconds per record used by `name` (self, broker, receiver)."""
+        return self.cpu.get(name, 0.0) / self.records * 1e6 if self.records else 0.0
 
     @property
     def rate(self) -> float:
@@ -206,7 +247,7 @@ class RunResult:
 
 
 async def bare_loop(url: str, count: int, concurrency: int, size: int,
-                    timeout_s: float) -> RunResult:
+                    timeout_s: float, pids: dict[str, int]) -> RunResult:
     """`count` POSTs by `concurrency` workers on one session; each checks for a 200."""
     body = payload(0, size)
     headers = {"Content-Type": "text/plain; charset=utf-8"}
@@ -222,13 +263,13 @@ async def bare_loop(url: str, count: int, concurrency: int, size: int,
                 ok += response.status == 200
 
     async with aiohttp.ClientSession(connector=connector) as session:
-        start = time.perf_counter()
+        start, meter = time.perf_counter(), CpuMeter(pids)
         await asyncio.wait_for(
             asyncio.gather(*(worker(session) for _ in range(concurrency))), timeout_s)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, meter.used()
     if ok != count:
         raise RuntimeError(f"bare loop: {ok} of {count} requests answered 200")
-    return RunResult("bare aiohttp POST loop", count, seconds, concurrency, concurrency)
+    return RunResult("bare aiohttp POST loop", count, seconds, concurrency, concurrency, cpu)
 
 
 # -- the runtime ---------------------------------------------------------------------------
@@ -276,20 +317,24 @@ def metric_total(runtime: Runtime, name: str, gauge: bool = False) -> float:
 
 @dataclass
 class Progress:
+    pids: dict[str, int]
     first_t: float = 0.0
     first_count: float = 0.0
     samples: list[float] = field(default_factory=list)
+    cpu: CpuMeter | None = None
 
 
-async def wait_delivered(runtime: Runtime, count: int, timeout_s: float) -> Progress:
+async def wait_delivered(runtime: Runtime, count: int, timeout_s: float,
+                         pids: dict[str, int]) -> Progress:
     """Poll the delivered counter until `count`; note when the first delivery was seen."""
-    progress = Progress()
+    progress = Progress(pids)
     deadline = time.monotonic() + timeout_s
     while True:
         delivered = metric_total(runtime, "hookstream_delivered_total")
         if delivered > 0:
             if not progress.first_t:
                 progress.first_t, progress.first_count = time.perf_counter(), delivered
+                progress.cpu = CpuMeter(pids)
             progress.samples.append(metric_total(runtime, "hookstream_http_inflight", True))
         if delivered >= count:
             return progress
@@ -299,12 +344,14 @@ async def wait_delivered(runtime: Runtime, count: int, timeout_s: float) -> Prog
 
 
 async def runtime_throughput(bootstrap: str, url: str, topic: str, args: argparse.Namespace,
-                             journal: bool, workdir: Path) -> RunResult:
+                             journal: bool, workdir: Path, pids: dict[str, int]) -> RunResult:
     async with running(bootstrap, workdir, journal) as runtime:
         await subscribe(runtime, subscription(f"bench-{uuid.uuid4().hex[:8]}", topic, url,
                                               args.concurrency))
-        progress = await wait_delivered(runtime, args.records, args.timeout_s)
+        progress = await wait_delivered(runtime, args.records, args.timeout_s, pids)
         seconds = time.perf_counter() - progress.first_t
+        assert progress.cpu is not None
+        cpu = progress.cpu.used()
         delivered = metric_total(runtime, "hookstream_delivered_total") - progress.first_count
         inflight = progress.samples or [0.0]
         failed = metric_total(runtime, "hookstream_failed_attempts_total")
@@ -313,7 +360,7 @@ async def runtime_throughput(bootstrap: str, url: str, topic: str, args: argpars
         notes = f"{notes}; journal: {journal_stats(runtime)}".lstrip("; ")
     name = f"runtime, journal {'on' if journal else 'off'}"
     return RunResult(name, int(delivered), seconds, int(max(inflight)),
-                     statistics.fmean(inflight), notes)
+                     statistics.fmean(inflight), cpu, notes)
 
 
 def journal_stats(runtime: Runtime) -> str:
@@ -341,7 +388,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def added_latency(bootstrap: str, url: str, args: argparse.Namespace,
-                        workdir: Path) -> Latency:
+                        workdir: Path, pids: dict[str, int]) -> Latency:
     topic = f"bench-latency-{uuid.uuid4().hex[:8]}"
     await create_topics(bootstrap, {topic: args.partitions})
     total = int(args.rate * args.duration_s)
@@ -349,10 +396,10 @@ async def added_latency(bootstrap: str, url: str, args: argparse.Namespace,
         await subscribe(runtime, subscription("bench-latency", topic, url, args.concurrency))
         # one record per partition: the group has joined and the pool is warm
         await produce_backlog(bootstrap, topic, args.partitions, args.partitions, args.size)
-        await wait_delivered(runtime, args.partitions, args.timeout_s)
+        await wait_delivered(runtime, args.partitions, args.timeout_s, pids)
         start_wall_ms = time.time_ns() // 1_000_000
         await run_paced_producer(bootstrap, topic, args)
-        await wait_delivered(runtime, args.partitions + total, args.timeout_s)
+        await wait_delivered(runtime, args.partitions + total, args.timeout_s, pids)
         dropped = runtime.journal.dropped
     return latency_from_journal(workdir / "journal", start_wall_ms, dropped)
 
@@ -408,6 +455,8 @@ async def bench(args: argparse.Namespace, recv: Receiver, workdir: Path) -> None
     concurrency = args.bare_concurrency or window
     journals = {"on": [True], "off": [False], "both": [True, False]}[args.journal]
     async with EmbeddedBroker() as broker:
+        assert broker.pid is not None
+        pids = {"broker": broker.pid, "receiver": recv.process.pid}
         topic = f"bench-delivery-{uuid.uuid4().hex[:8]}"
         await create_topics(broker.bootstrap, {topic: args.partitions})
         await produce_backlog(broker.bootstrap, topic, args.records, args.partitions,
@@ -416,17 +465,18 @@ async def bench(args: argparse.Namespace, recv: Receiver, workdir: Path) -> None
         results: dict[str, list[RunResult]] = {}
         for round_no in range(args.rounds):
             runs = [await bare_loop(recv.url, args.records, concurrency, args.size,
-                                    args.timeout_s)]
+                                    args.timeout_s, pids)]
             for journal in journals:
                 runs.append(await runtime_throughput(
                     broker.bootstrap, recv.url, topic, args, journal,
-                    workdir / f"r{round_no}-{'on' if journal else 'off'}"))
+                    workdir / f"r{round_no}-{'on' if journal else 'off'}", pids))
             for run in runs:
                 results.setdefault(run.name, []).append(run)
             print_round(round_no, runs)
         latency = None
         if args.duration_s > 0:
-            latency = await added_latency(broker.bootstrap, recv.url, args, workdir / "lat")
+            latency = await added_latency(broker.bootstrap, recv.url, args, workdir / "lat",
+                                          pids)
     print_summary(args, results, latency)
 
 
@@ -442,7 +492,8 @@ def print_header(args: argparse.Namespace, recv: Receiver, window: int, pool: in
           f"{concurrency}")
     print()
     print(f"{'round':>5}  {'run':<24} {'records':>8} {'seconds':>8} {'records/s':>10} "
-          f"{'vs bare':>8} {'in flight peak/mean':>20}  notes")
+          f"{'vs bare':>8} {'in flight':>9} {'CPU us/record self/broker/recv':>31}  notes")
+    print(f"{'':>72}{'(peak/mean)':>9}")
 
 
 def print_round(round_no: int, runs: list[RunResult]) -> None:
@@ -450,7 +501,9 @@ def print_round(round_no: int, runs: list[RunResult]) -> None:
     for run in runs:
         print(f"{round_no + 1:>5}  {run.name:<24} {run.records:>8} {run.seconds:>8.2f} "
               f"{run.rate:>10.0f} {run.rate / bare:>8.2f} "
-              f"{f'{run.peak_inflight}/{run.mean_inflight:.0f}':>20}  {run.notes}",
+              f"{f'{run.peak_inflight}/{run.mean_inflight:.0f}':>9} "
+              f"{run.cpu_us('self'):>13.0f}/{run.cpu_us('broker'):>4.0f}/"
+              f"{run.cpu_us('receiver'):>4.0f}     {run.notes}",
               flush=True)
 
 

@@ -1,20 +1,27 @@
-"""One local[2] SparkSession for all Spark tests (startup takes seconds on 2 cores).
+"""Shared fixtures of the Spark tests: one local[2] SparkSession (startup takes seconds on
+2 cores) and a helper that writes events through the real journal writer.
 
-Tests here skip, with the reason, when PySpark or Java is missing.
+Spark tests skip, with the reason, when PySpark or Java is missing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
+from runtime.clock import FakeClock
+from runtime.journal import Event, Journal
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+WriteJournal = Callable[..., Journal]  # the type of the `journal_writer` fixture
 
 
 def _java_missing() -> bool:
@@ -22,13 +29,6 @@ def _java_missing() -> bool:
     return shutil.which("java") is None and not (
         java_home and Path(java_home, "bin", "java").exists()
     )
-
-
-def pytest_collection_modifyitems(items: list[Any]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if Path(str(item.fspath)).is_relative_to(here):
-            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +50,35 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def write_journal(
+    directory: Path,
+    events: Iterable[Event],
+    *,
+    clock: FakeClock | None = None,
+    flush_every: int = 1_000,
+    advance_ms: int = 0,
+    **options: int,
+) -> Journal:
+    """Write events through a real Journal, flushing every `flush_every` events and moving
+    the fake clock `advance_ms` at each flush (so age rotation can happen)."""
+    fake = clock or FakeClock()
+
+    async def run() -> Journal:
+        journal = Journal(directory, clock=fake, **options)
+        await journal.start()
+        for i, event in enumerate(events, start=1):
+            journal.emit(event)
+            if i % flush_every == 0:
+                fake.advance(advance_ms)
+                await journal.flush()
+        await journal.stop()
+        return journal
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def journal_writer() -> WriteJournal:
+    return write_journal

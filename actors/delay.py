@@ -1,0 +1,491 @@
+"""DelayActor: one per assigned level-topic partition.
+
+It holds the partition's `DelayBook` (waiting records in a wall-clock timer wheel, the
+offset tracker) and performs what the book decides: forwards, cascades, recycles and
+dead letters. It never touches the consumer: batches come from `DelayConsumerActor`,
+commits and pause/resume go back to it as requests, exactly like the delivery path's
+partition actors.
+
+Timing. One owned "alarm" task sleeps until the book's next deadline (wall ms, through the
+injected clock) and sends `_Tick`; the handler advances the book and produces everything
+due in one go. A batch that brings an earlier deadline re-arms the alarm.
+
+At-least-once levels. Outputs go to the shared acks=all producer (`ForwardProducerActor`):
+all records of a tick are sent, then one owned task awaits their acknowledgements and
+reports `_Acked`; only then are the offsets finished and a commit requested, so the
+commit position never passes a record that is not safely in its target.
+
+Exactly-once levels (`exactly_once = true`). The actor owns a transactional producer whose
+`transactional_id` is fixed by group, level topic and partition
+(`<group_id>-<topic>-<partition>`), started *before* the actor asks for its position:
+InitProducerId fences a zombie owner (a restarted or moved instance) and settles its open
+transaction before we read the committed offset. Each batch of due records is one
+transaction: the outputs plus `send_offsets_to_transaction` of the new position. One
+transaction runs at a time; what falls due meanwhile goes into the next. Readers of the
+targets must use `isolation_level="read_committed"`.
+
+Failures. A forward whose `send()` is refused for that record alone (target topic
+invalid, record too large, metadata for the target never arrives) is dead-lettered with
+the reason, so a bad target cannot stall the partition. Any other produce or transaction
+error crashes the actor; its supervisor builds a new one that rewinds to the committed
+offset and forwards again (at-least-once) or re-runs the aborted transaction
+(exactly-once).
+
+Drain (revoke, shutdown): take no new batches, keep forwarding what falls due until the
+drain deadline, wait for acknowledgements, answer with the final commit position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import (
+    InvalidTopicError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+
+from actors.delay_logic import DelayBook, Output, dead_letter_headers
+from actors.messages import Batch, CommitRequest, FlowControl
+from runtime.actor import Actor
+from runtime.config import DelayLevel
+from runtime.journal import Event
+from runtime.kafka import make_producer
+from runtime.metrics import Gauge, HistogramValue, Registry, Value
+
+log = logging.getLogger(__name__)
+
+# A forward refused for reasons that belong to that record and its target: dead-letter it.
+RECORD_ERRORS: tuple[type[KafkaError], ...] = (
+    InvalidTopicError, MessageSizeTooLargeError, RecordListTooLargeError,
+    UnknownTopicOrPartitionError, KafkaTimeoutError,
+)
+
+
+# -- settings and messages -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DelaySettings:
+    """The delay queue's slice of the config, resolved (bootstrap) once."""
+
+    bootstrap: str
+    group_id: str
+    levels: tuple[DelayLevel, ...]
+    dead_letter_topic: str
+    max_waiting: int
+    drain_ms: int
+
+    def level_of(self, topic: str) -> DelayLevel:
+        for level in self.levels:
+            if topic in level.topics:
+                return level
+        raise KeyError(f"{topic!r} is not a delay level topic")
+
+    def transactional_id(self, topic: str, partition: int) -> str:
+        return f"{self.group_id}-{topic}-{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rewind:
+    """Delay actor -> consumer: seek my partition to its committed offset, then `Assigned`."""
+
+    topic: str
+    partition: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    """Consumer -> delay actor: fetching restarts at `position` (None: no commit yet)."""
+
+    position: int | None
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Consumer -> delay actor: take no new records, forward what falls due before
+    `deadline_ms` (monotonic), then resolve `done` with the position the consumer should
+    commit (None: nothing to commit by the consumer, e.g. exactly-once levels)."""
+
+    deadline_ms: int
+    done: asyncio.Future[int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    alarm: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Acked:
+    outputs: list[Output]
+    acked_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _TxnDone:
+    outputs: list[Output]
+    position: int
+    committed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _DrainDeadline:
+    pass
+
+
+_Sent = tuple[Output, "asyncio.Future[Any]"]
+
+
+@dataclass(slots=True)
+class DelayPeers:
+    consumer: Any  # ChildRef or Actor of the DelayConsumerActor
+    producer: Any  # ChildRef of the ForwardProducerActor
+
+
+# -- the shared at-least-once producer ------------------------------------------------------
+
+
+class ForwardProducerActor(Actor):
+    """Owns the acks=all producer that at-least-once delay actors forward with.
+
+    Delay actors call `producer.send()` directly (a message per record would cost more
+    than the send); the producer is safe to share between tasks of one event loop.
+    """
+
+    def __init__(self, name: str, bootstrap: str) -> None:
+        super().__init__(name)
+        self.bootstrap = bootstrap
+        self._producer: AIOKafkaProducer | None = None
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError(f"{self.path} has no running producer")
+        return self._producer
+
+    async def on_start(self) -> None:
+        self._producer = make_producer(self.bootstrap, acks="all", linger_ms=0,
+                                       client_id="hookstream-delay-forward")
+        await self._producer.start()
+
+    async def on_stop(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def handle(self, message: Any) -> None:
+        raise TypeError(f"{self.path}: unexpected message {message!r}")
+
+
+# -- the delay actor -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Meters:
+    forwarded: Value
+    cascaded: Value
+    dead: Value
+    waiting: Value
+    lateness: HistogramValue
+    committed: Value
+    waiting_family: Gauge
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class DelayActor(Actor):
+    mailbox_capacity = 512
+
+    def __init__(self, name: str, topic: str, partition: int, epoch: int,
+                 settings: DelaySettings, peers: DelayPeers, metrics: Registry) -> None:
+        super().__init__(name)
+        self.topic, self.partition, self.epoch = topic, partition, epoch
+        self.settings = settings
+        self.level = settings.level_of(topic)
+        self.exactly_once = self.level.exactly_once
+        self.peers = peers
+        self.book: DelayBook | None = None
+        self.committed: int | None = None
+        self._m = self._bind_metrics(metrics)
+        self._inflight = 0  # outputs handed to a producer, not yet acknowledged/committed
+        self._alarm: asyncio.Task[None] | None = None
+        self._alarm_at: int | None = None
+        self._alarm_seq = 0
+        self._drain: Drain | None = None
+        self._drain_wall_deadline: int | None = None
+        self._txn: AIOKafkaProducer | None = None
+        self._txn_queue: list[Output] = []
+        self._txn_busy = False
+
+    def _bind_metrics(self, metrics: Registry) -> _Meters:
+        level = {"level": self.level.name}
+        part = {**level, "topic": self.topic, "partition": str(self.partition)}
+        waiting = metrics.gauge("hookstream_delay_waiting", "Records held until due")
+        return _Meters(
+            forwarded=metrics.counter("hookstream_delay_forwarded_total",
+                                      "Delayed records forwarded to their target").labels(**level),
+            cascaded=metrics.counter("hookstream_delay_cascaded_total",
+                                     "Records moved on to another level (or recycled)"
+                                     ).labels(**level),
+            dead=metrics.counter("hookstream_delay_dead_lettered_total",
+                                 "Records with missing or bad delay headers").labels(**level),
+            waiting=waiting.labels(**part),
+            lateness=metrics.histogram("hookstream_delay_lateness_ms",
+                                       "Forward time minus due time").labels(**level),
+            committed=metrics.gauge("hookstream_delay_committed_offset",
+                                    "Last committed position").labels(**part),
+            waiting_family=waiting,
+            labels=part,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def on_start(self) -> None:
+        if self.exactly_once:
+            # Fence the previous owner before we learn our position (see module doc).
+            self._txn = make_producer(
+                self.settings.bootstrap, acks="all", enable_idempotence=True,
+                transactional_id=self.settings.transactional_id(self.topic, self.partition),
+                client_id=f"hookstream-delay-{self.topic}-{self.partition}")
+            await self._txn.start()
+        self.peers.consumer.tell_system(Rewind(self.topic, self.partition, self.epoch))
+
+    async def on_stop(self) -> None:
+        self._m.waiting_family.remove(**self._m.labels)
+        if self._drain is not None and not self._drain.done.done():
+            self._drain.done.set_result(self._consumer_position())
+        txn, self._txn = self._txn, None
+        if txn is not None:
+            await txn.stop()
+
+    # -- messages ----------------------------------------------------------------------
+    async def handle(self, message: Any) -> None:
+        if isinstance(message, Batch):
+            await self._on_batch(message)
+        elif isinstance(message, _Tick):
+            await self._on_tick(message)
+        elif isinstance(message, _Acked):
+            self._on_acked(message)
+        elif isinstance(message, _TxnDone):
+            self._on_txn_done(message)
+        elif isinstance(message, Assigned):
+            self._on_assigned(message)
+        elif isinstance(message, Drain):
+            self._on_drain(message)
+        elif isinstance(message, _DrainDeadline):
+            self._maybe_finish_drain()
+        else:
+            raise TypeError(f"{self.path}: unexpected message {message!r}")
+
+    def _on_assigned(self, message: Assigned) -> None:
+        if message.epoch != self.epoch or self.book is not None:
+            return
+        cfg = self.settings
+        self.book = DelayBook(self.level, cfg.levels, dead_letter_topic=cfg.dead_letter_topic,
+                              max_waiting=cfg.max_waiting, position=message.position,
+                              now_ms=self.context.clock.wall_ms())
+        self.committed = message.position
+
+    async def _on_batch(self, batch: Batch) -> None:
+        book = self.book
+        if book is None or self._drain is not None:
+            return  # fetched for an older incarnation, or draining: the next owner rereads
+        outputs = book.offer(batch.records, self.context.clock.wall_ms())
+        await self._produce(outputs)
+        self._after_change(book)
+
+    async def _on_tick(self, tick: _Tick) -> None:
+        if tick.alarm == self._alarm_seq:
+            self._alarm, self._alarm_at = None, None
+        book = self.book
+        if book is None or self._past_drain_deadline():
+            return
+        outputs = book.advance(self.context.clock.wall_ms())
+        await self._produce(outputs)
+        self._after_change(book)
+        self._maybe_finish_drain()
+
+    def _after_change(self, book: DelayBook) -> None:
+        self._m.waiting.set(book.waiting)
+        self._arm(book)
+        paused = book.flow()
+        if paused is not None:
+            self.peers.consumer.tell_system(FlowControl(self.topic, self.partition, paused))
+
+    # -- the alarm ---------------------------------------------------------------------
+    def _arm(self, book: DelayBook) -> None:
+        deadline = book.next_deadline()
+        if deadline is None or (self._alarm_at is not None and self._alarm_at <= deadline):
+            return
+        if self._alarm is not None:
+            self._alarm.cancel()
+        self._alarm_seq += 1
+        self._alarm_at = deadline
+        self._alarm = self.spawn(self._sleep_until(deadline, self._alarm_seq),
+                                 name=f"{self.path}:alarm")
+
+    async def _sleep_until(self, wall_ms: int, seq: int) -> None:
+        clock = self.context.clock
+        await clock.sleep_ms(wall_ms - clock.wall_ms())
+        self.tell_system(_Tick(seq))
+
+    # -- producing ---------------------------------------------------------------------
+    async def _produce(self, outputs: list[Output]) -> None:
+        if not outputs:
+            return
+        self._inflight += len(outputs)
+        if self.exactly_once:
+            self._txn_queue.extend(outputs)
+            self._maybe_transact()
+            return
+        producer: AIOKafkaProducer = self.peers.producer.actor.producer
+        sent = [await self._send(producer, out) for out in outputs]
+        self.spawn(self._await_acks(producer, sent), name=f"{self.path}:acks")
+
+    async def _send(self, producer: AIOKafkaProducer, out: Output) -> _Sent:
+        try:
+            return out, await producer.send(out.topic, out.record.value, key=out.record.key,
+                                            headers=out.headers)
+        except RECORD_ERRORS as exc:
+            if out.kind == "dead_letter":
+                raise  # the dead-letter topic itself is unusable: crash, retry later
+            log.warning("%s: offset %d cannot go to %r (%r): dead-lettering it",
+                        self.path, out.record.offset, out.topic, exc)
+            return await self._send(producer, self._dead(out, f"forward failed: {exc!r}"))
+
+    def _dead(self, out: Output, reason: str) -> Output:
+        record = out.record
+        return Output("dead_letter", record, self.settings.dead_letter_topic,
+                      dead_letter_headers(record, reason), reason=reason)
+
+    async def _await_acks(self, producer: AIOKafkaProducer, sent: list[_Sent]) -> None:
+        results = await asyncio.gather(*(ack for _, ack in sent), return_exceptions=True)
+        done = [out for out, _ in sent]
+        for i, result in enumerate(results):
+            if isinstance(result, BaseException):
+                done[i] = await self._retry_as_dead_letter(producer, done[i], result)
+        self.tell_system(_Acked(done, self.context.clock.wall_ms()))
+
+    async def _retry_as_dead_letter(self, producer: AIOKafkaProducer, out: Output,
+                                    error: BaseException) -> Output:
+        if not isinstance(error, RECORD_ERRORS) or out.kind == "dead_letter":
+            raise error  # crash: the successor rewinds to the committed offset
+        dead = self._dead(out, f"forward failed: {error!r}")
+        await (await producer.send(dead.topic, dead.record.value, key=dead.record.key,
+                                   headers=dead.headers))
+        return dead
+
+    def _on_acked(self, acked: _Acked) -> None:
+        self._inflight -= len(acked.outputs)
+        self._account(acked.outputs, acked.acked_ms)
+        if self.book is None:
+            return
+        self.book.finish(out.record.offset for out in acked.outputs)
+        self._request_commit()
+        self._maybe_finish_drain()
+
+    def _request_commit(self) -> None:
+        position = self._consumer_position()
+        if position is None or (self.committed is not None and position <= self.committed):
+            return
+        self.committed = position
+        self._m.committed.set(position)
+        self.peers.consumer.tell_system(
+            CommitRequest(self.topic, self.partition, position, self.epoch))
+
+    def _consumer_position(self) -> int | None:
+        """What the consumer should commit: nothing for exactly-once (transactions do)."""
+        if self.exactly_once or self.book is None:
+            return None
+        return self.book.committable()
+
+    # -- exactly-once ------------------------------------------------------------------
+    def _maybe_transact(self) -> None:
+        if self._txn_busy or not self._txn_queue or self.book is None:
+            return
+        batch, self._txn_queue = self._txn_queue, []
+        # Finished before the commit: if the transaction fails the actor crashes and its
+        # successor starts from the last committed transaction, so nothing is skipped.
+        self.book.finish(out.record.offset for out in batch)
+        position = self.book.committable()
+        assert position is not None  # the batch's own offsets were received
+        self._txn_busy = True
+        self.spawn(self._transact(batch, position), name=f"{self.path}:txn")
+
+    async def _transact(self, batch: list[Output], position: int) -> None:
+        producer = self._txn
+        assert producer is not None
+        tp = TopicPartition(self.topic, self.partition)
+        async with producer.transaction():
+            sent = [await self._send(producer, out) for out in batch]
+            await producer.send_offsets_to_transaction({tp: position}, self.settings.group_id)
+        await asyncio.gather(*(ack for _, ack in sent))  # resolved: the commit flushed them
+        outputs = [out for out, _ in sent]
+        self.tell_system(_TxnDone(outputs, position, self.context.clock.wall_ms()))
+
+    def _on_txn_done(self, done: _TxnDone) -> None:
+        self._txn_busy = False
+        self._inflight -= len(done.outputs)
+        self._account(done.outputs, done.committed_ms)
+        self.committed = done.position
+        self._m.committed.set(done.position)
+        self._maybe_transact()
+        self._maybe_finish_drain()
+
+    # -- accounting --------------------------------------------------------------------
+    def _account(self, outputs: Sequence[Output], now_ms: int) -> None:
+        emit, m = self.context.emit, self._m
+        for out in outputs:
+            if out.kind == "forward":
+                m.forwarded.inc()
+                m.lateness.observe(out.lateness_ms or 0)
+                emit(Event(type="delay_forwarded", ts_ms=now_ms, topic=self.topic,
+                           partition=self.partition, offset=out.record.offset,
+                           lateness_ms=float(out.lateness_ms or 0), reason=out.topic))
+            elif out.kind == "dead_letter":
+                m.dead.inc()
+                emit(Event(type="dead_lettered", ts_ms=now_ms, topic=self.topic,
+                           partition=self.partition, offset=out.record.offset,
+                           reason=out.reason))
+            else:
+                m.cascaded.inc()
+
+    # -- drain -------------------------------------------------------------------------
+    def _on_drain(self, drain: Drain) -> None:
+        self._drain = drain
+        clock = self.context.clock
+        self._drain_wall_deadline = clock.wall_ms() + drain.deadline_ms - clock.monotonic_ms()
+        self.schedule(drain.deadline_ms, _DrainDeadline())
+        self._maybe_finish_drain()
+
+    def _past_drain_deadline(self) -> bool:
+        deadline = self._drain_wall_deadline
+        return deadline is not None and self.context.clock.wall_ms() >= deadline
+
+    def _maybe_finish_drain(self) -> None:
+        drain = self._drain
+        if drain is None or drain.done.done() or self._inflight or self._txn_busy:
+            return
+        deadline = self._drain_wall_deadline
+        assert deadline is not None
+        upcoming = self.book.next_deadline() if self.book is not None else None
+        if upcoming is not None and upcoming < deadline and not self._past_drain_deadline():
+            return  # something still falls due before the deadline: forward it first
+        drain.done.set_result(self._consumer_position())
+
+    def __repr__(self) -> str:
+        book = self.book
+        return (f"<DelayActor {self.topic}-{self.partition} level={self.level.name} "
+                f"epoch={self.epoch} eos={self.exactly_once} "
+                f"waiting={book.waiting if book else '-'} inflight={self._inflight} "
+                f"committed={self.committed} paused={book.paused if book else '-'} "
+                f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>")

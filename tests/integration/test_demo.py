@@ -1,0 +1,68 @@
+"""The demo command: embedded broker + admin server, /healthz, clean exit on signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from runtime.broker import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def demo_config(tmp: Path) -> Path:
+    """config/demo.toml with free ports, so the test never collides with a running demo."""
+    text = (ROOT / "config" / "demo.toml").read_text()
+    text = text.replace("embedded_port = 9092", f"embedded_port = {free_port()}")
+    text = text.replace('listen = "127.0.0.1:8080"', f'listen = "127.0.0.1:{free_port()}"')
+    path = tmp / "demo.toml"
+    path.write_text(text)
+    return path
+
+
+async def healthz(url: str, timeout_s: float = 30) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        body: dict[str, object] = await response.json()
+                        return body
+            except aiohttp.ClientError:
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_demo_answers_healthz_and_exits_cleanly_on_a_signal(
+        sig: signal.Signals, tmp_path: Path) -> None:
+    config = demo_config(tmp_path)
+    port = config.read_text().split('listen = "127.0.0.1:')[1].split('"')[0]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtime", str(config), cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        health = await healthz(f"http://127.0.0.1:{port}/healthz")
+        assert health["status"] == "ok"
+        assert "delivery" in health["services"]  # type: ignore[operator]
+        started = time.monotonic()
+        process.send_signal(sig)
+        code = await asyncio.wait_for(process.wait(), 10)
+        assert code == 0
+        assert time.monotonic() - started < 5
+        assert process.stdout is not None
+        log = (await process.stdout.read()).decode()
+        assert "embedded broker 'Kafka' listening on 127.0.0.1:" in log
+        assert "admin API listening on" in log
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
