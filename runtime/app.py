@@ -131,11 +131,12 @@ class Runtime:
             await self._stopped.wait()
             return
         self._state = "stopping"
+        deadline = self.clock.monotonic_ms() + self.config.runtime.shutdown_deadline_ms
         try:
             await self.admin.stop()
-            for name in reversed(list(self.services)):
-                await self._stop_service(name)
-            await self.system.stop(self.config.runtime.shutdown_deadline_ms)
+            names = list(reversed(self.services))
+            await asyncio.gather(*(self._stop_service(n, deadline) for n in names))
+            await self.system.stop(max(deadline - self.clock.monotonic_ms(), 100))
             await self.journal.stop()
             for broker in reversed(list(self._brokers.values())):
                 await broker.stop()
@@ -143,9 +144,13 @@ class Runtime:
             self._state = "stopped"
             self._stopped.set()
 
-    async def _stop_service(self, name: str) -> None:
+    async def _stop_service(self, name: str, deadline_ms: int) -> None:
+        """Services stop in parallel, each within what is left of the shutdown deadline."""
+        budget_s = max(deadline_ms - self.clock.monotonic_ms(), 0) / 1000
         try:
-            await self.services.pop(name).stop()
+            await asyncio.wait_for(self.services.pop(name).stop(), budget_s)
+        except TimeoutError:
+            log.error("service %s did not stop in time: cancelled", name)
         except Exception:
             log.exception("service %s failed to stop cleanly", name)
 
@@ -162,11 +167,21 @@ class Runtime:
             log.error("actor tree failed: %r", error)
 
     async def run_until_signalled(self) -> None:
-        """Start, run until SIGINT/SIGTERM, then stop gracefully."""
+        """Start, run until SIGINT/SIGTERM, then stop gracefully.
+
+        The handlers stay installed until the stop is complete: a second signal during
+        shutdown is logged, not turned into a KeyboardInterrupt halfway through commits.
+        """
         loop = asyncio.get_running_loop()
         signalled = asyncio.Event()
+
+        def on_signal(sig: signal.Signals) -> None:
+            if signalled.is_set():
+                log.warning("%s received again: already shutting down", sig.name)
+            signalled.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, signalled.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         try:
             await self.start()
             waiter = asyncio.ensure_future(self.wait())
@@ -177,9 +192,9 @@ class Runtime:
             await asyncio.gather(waiter, sig_wait, return_exceptions=True)
             log.info("shutting down")
         finally:
+            await self.stop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            await self.stop()
 
     async def __aenter__(self) -> Runtime:
         await self.start()

@@ -173,10 +173,11 @@ class TimerWheel(Generic[T]):
             return []  # cascading moved timers but the pending set, and its minimum, stayed
         self._pending -= len(expired)
         self._next_known = False
-        if len(expired) > 1:
-            # Buckets hold arrival order; two stable passes give (deadline, schedule order).
-            expired.sort(key=_by_seq)
-            expired.sort(key=_by_deadline)
+        if len(expired) == 1:
+            return [expired[0].item]  # the common case when woken at next_deadline()
+        # Buckets hold arrival order; two stable passes give (deadline, schedule order).
+        expired.sort(key=_by_seq)
+        expired.sort(key=_by_deadline)
         return [h.item for h in expired]
 
     def next_deadline(self) -> int | None:
@@ -257,7 +258,7 @@ class TimerWheel(Generic[T]):
     def _earliest(self) -> int | None:
         """Find the minimum deadline: split coarse buckets at the top of the heap until a
         live finest-level bucket is on top, whose start is then exact (tick_ms == 1)."""
-        best = self._soon_min()
+        best = _min_live_deadline(self._soon.entries) if self._soon.live else None
         heap = self._heap
         while heap:
             start, neg_level, bucket = heap[0]
@@ -281,11 +282,6 @@ class TimerWheel(Generic[T]):
         for handle in bucket.take():
             if handle._state == _PENDING:
                 self._add(handle, level, handle.deadline_ms // span)
-
-    def _soon_min(self) -> int | None:
-        if not self._soon.live:
-            return None
-        return _min_live_deadline(self._soon.entries)
 
 
 def _min_live_deadline(entries: list[TimerHandle[T]]) -> int:

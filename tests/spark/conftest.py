@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 WriteJournal = Callable[..., Journal]  # the type of the `journal_writer` fixture
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # PySpark 4.x warns about pandas 3 on import; the report does not use pandas.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning"
+    )
+
+
 def _java_missing() -> bool:
     java_home = os.environ.get("JAVA_HOME")
     return shutil.which("java") is None and not (

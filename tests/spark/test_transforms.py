@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import types as T  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
-from runtime.journal import Event  # noqa: E402
-from runtime.report import transforms  # noqa: E402
+from runtime.journal import Event
+from runtime.report import transforms
 
 pytestmark = pytest.mark.spark
 

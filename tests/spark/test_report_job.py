@@ -1,0 +1,176 @@
+"""The report job end to end on a synthetic journal: segments rotated by size and by age
+plus a torn crash leftover in; Parquet, CSV, charts and summaries out. Also the CLI's
+errors, which need no Spark.
+
+TODO(e2e): a test that runs real delivery actors against the embedded broker and a real
+HTTP endpoint, kills a partition actor mid-run, and checks the report's audit shows
+lost == 0 and every produced offset delivered (needs actors/ and runtime.app).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
+
+from runtime.clock import FakeClock
+from runtime.errors import UsageError
+from runtime.journal import Event, Journal, closed_segments
+from runtime.report import charts, main, summary
+from runtime.report.synthetic import SyntheticJournal
+
+pytestmark = pytest.mark.spark
+
+WriteJournal = Callable[..., Journal]  # the `journal_writer` fixture (conftest.py)
+LOST = ("orders-hook", 3, 11)
+DUPLICATE = ("orders-hook", 0, 2)
+LEFTOVER_EVENTS = [
+    Event(type="fetched", ts_ms=1_700_000_001_000 + i, subscription="late-hook", topic="t",
+          partition=0, offset=i)
+    for i in range(3)
+]
+
+
+@dataclass
+class Run:
+    journal: Path
+    out: Path
+    result: dict[str, Any]
+    progress: list[str]
+    journal_lines: int
+
+
+@pytest.fixture(scope="module")
+def run(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, journal_writer: WriteJournal
+) -> Run:
+    from runtime.report.job import find_journal_files, run_report
+
+    base = tmp_path_factory.mktemp("report")
+    journal_dir = base / "journal"
+    synthetic = SyntheticJournal(
+        records_per_partition=60, dead_letter_every=20, lost=frozenset({LOST}),
+        duplicates=frozenset({DUPLICATE}), crash_partition=("audit-hook", 1),
+    )
+    # 30 s of fake time per 500 events: some segments close by age (60 s), some by size
+    journal_writer(journal_dir, synthetic.events(), flush_every=500, advance_ms=30_000,
+                   max_segment_bytes=150_000, max_segment_age_ms=60_000)
+    leftover = journal_dir / "segment-9999999999999-dead0000-000000.jsonl.open"
+    leftover.write_bytes(msgspec.json.Encoder().encode_lines(LEFTOVER_EVENTS) + b'{"type":"fetc')
+    lines = sum(len(p.read_bytes().splitlines()) for p in closed_segments(journal_dir))
+
+    progress: list[str] = []
+    result = run_report(spark, find_journal_files(journal_dir), base / "out",
+                        progress=progress.append)
+    return Run(journal_dir, base / "out", result, progress, lines)
+
+
+def test_report_reads_every_closed_segment_and_the_recovered_tail(run: Run) -> None:
+    segments = closed_segments(run.journal)
+    assert len(segments) >= 4
+    assert run.result["segments"] == {"closed": len(segments), "recovered_tails": 1,
+                                      "skipped_live": 0}
+    assert run.result["events"] == run.journal_lines + len(LEFTOVER_EVENTS)
+    assert run.result["malformed_lines"] == 1  # the torn last line of the leftover
+    assert run.progress[0].startswith("[1/6] reading journal ")
+    assert f"... {run.result['events']:,} events" in run.progress[0]
+    assert [line[:5] for line in run.progress] == [f"[{i}/6]" for i in range(1, 7)]
+
+
+def test_summary_totals_name_the_known_faults(run: Run) -> None:
+    result = json.loads((run.out / "summary.json").read_text())
+    # the leftover's three fetched records were never delivered either
+    assert (result["lost"], result["duplicates"]) == (1 + len(LEFTOVER_EVENTS), 1)
+    assert result["dead_lettered"] == 2 * 4 * 3  # offsets 7, 27, 47 of every partition
+    assert result["delivered"] == 2 * 4 * 60 - result["dead_lettered"] - 1
+    assert (result["actor_crashes"], result["actor_restarts"]) == (1, 1)
+    lost = {(a["subscription"], a["partition"], tuple(a["lost_offsets"]))
+            for a in result["audit"] if a["lost"]}
+    assert lost == {("orders-hook", 3, (11,)), ("late-hook", 0, (0, 1, 2))}
+    assert "| orders-hook | orders-3 | 11 | - |" in (run.out / "summary.md").read_text()
+
+
+def test_every_table_is_written_as_parquet_and_csv(run: Run, spark: Any) -> None:
+    tables = run.result["outputs"]["tables"]
+    assert set(tables) >= {"delivery_summary", "throughput", "actors", "partition_movements",
+                           "audit", "audit_offsets"}
+    for name in tables:
+        parquet = spark.read.parquet(str(run.out / "parquet" / name)).count()
+        csv_lines = (run.out / "csv" / f"{name}.csv").read_text().splitlines()
+        assert len(csv_lines) - 1 == parquet, name  # a header, then one line per row
+    audit_csv = (run.out / "csv" / "audit_offsets.csv").read_text()
+    assert "orders-hook,orders,3,11,lost" in audit_csv
+    assert "orders-hook,orders,0,2,duplicate" in audit_csv
+
+
+def test_charts_are_png_files(run: Run) -> None:
+    assert run.result["outputs"]["charts"] == [
+        "charts/throughput.png", "charts/error_rate.png", "charts/latency.png"]
+    for chart in run.result["outputs"]["charts"]:
+        data = (run.out / chart).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000
+
+
+def test_missing_journal_directory_exits_2_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "error: journal directory" in err and "does not exist" in err
+    assert "Traceback" not in err
+
+
+def test_empty_journal_directory_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "journal").mkdir()
+    assert main([str(tmp_path / "journal"), "--out", str(tmp_path / "out")]) == 2
+    assert "has no segments" in capsys.readouterr().err
+
+
+def test_a_segment_held_by_a_live_writer_is_not_read(tmp_path: Path) -> None:
+    from runtime.report.job import find_journal_files
+
+    async def scenario() -> None:
+        journal = Journal(tmp_path, clock=FakeClock())
+        await journal.start()
+        journal.emit(LEFTOVER_EVENTS[0])
+        await journal.flush()
+        with pytest.raises(UsageError, match="1 segment\\(s\\) still being written"):
+            find_journal_files(tmp_path)
+        await journal.stop()
+        assert find_journal_files(tmp_path).closed == closed_segments(tmp_path)
+
+    asyncio.run(scenario())
+
+
+def test_charts_without_rows_say_no_data(tmp_path: Path) -> None:
+    for draw in (charts.throughput_chart, charts.error_rate_chart, charts.latency_chart):
+        path = draw([], tmp_path / f"{draw.__name__}.png")
+        assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_markdown_lists_offsets_and_says_how_many_more() -> None:
+    audit_row = {"subscription": "s", "topic": "t", "partition": 0, "lost": 25,
+                 "lost_committed_past": 0, "lost_offsets": list(range(25)), "duplicates": 0,
+                 "duplicate_offsets": []}
+    totals = dict.fromkeys(["delivered", "lost", "duplicates", "dead_lettered",
+                            "records_fetched", "deliveries", "attempts", "failed_attempts",
+                            "retries"], 0)
+    result = summary.build_summary(
+        journal="j", segments={"closed": 1, "recovered_tails": 0, "skipped_live": 0},
+        events=1, malformed_lines=0, time_range=(0, 1000), bucket_ms=1000, totals=totals,
+        event_counts={"journal_dropped": (1, 7)}, subscriptions=[], audit_rows=[audit_row],
+        outputs={},
+    )
+    text = summary.render_markdown(result)
+    assert "| s | t-0 | 0, 1, 2" in text and "19 (+5 more) | - |" in text
+    assert "The journal dropped 7 event(s)" in text
