@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
+from aiokafka.partitioner import DefaultPartitioner
 
 from actors.delay_logic import DelayBook, Output, dead_letter_headers
 from actors.messages import Batch, CommitRequest, FlowControl
@@ -62,6 +64,9 @@ from runtime.kafka import make_producer
 from runtime.metrics import Gauge, HistogramValue, Registry, Value
 
 log = logging.getLogger(__name__)
+
+_PARTITIONER = DefaultPartitioner()
+BATCH_BYTES = 256 * 1024  # per produce batch; below Kafka's default 1 MB message limit
 
 # A forward refused for reasons that belong to that record and its target: dead-letter it.
 RECORD_ERRORS: tuple[type[KafkaError], ...] = (
@@ -144,9 +149,6 @@ class _DrainDeadline:
     pass
 
 
-_Sent = tuple[Output, "asyncio.Future[Any]"]
-
-
 @dataclass(slots=True)
 class DelayPeers:
     consumer: Any  # ChildRef or Actor of the DelayConsumerActor
@@ -176,6 +178,7 @@ class ForwardProducerActor(Actor):
 
     async def on_start(self) -> None:
         self._producer = make_producer(self.bootstrap, acks="all", linger_ms=0,
+                                       max_batch_size=BATCH_BYTES,
                                        client_id="hookstream-delay-forward")
         await self._producer.start()
 
@@ -186,6 +189,107 @@ class ForwardProducerActor(Actor):
 
     async def handle(self, message: Any) -> None:
         raise TypeError(f"{self.path}: unexpected message {message!r}")
+
+
+# -- batched produce -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Flight:
+    outputs: list[Output]
+    ack: asyncio.Future[Any]
+
+
+class Forwarder:
+    """Produces outputs with one `send_batch` per target partition and call, instead of a
+    `send()` per record: the per-record future and accumulator work was the largest cost
+    of forwarding. Keys are partitioned like `send()` does (Kafka's murmur2 default
+    partitioner); records without a key share one random partition per call.
+
+    `settle` awaits the acks. A batch refused for a record-level reason is retried one
+    record at a time, and a record refused on its own is dead-lettered (`dead_letter`
+    builds that output); any other error propagates and crashes the owner.
+    """
+
+    def __init__(self, dead_letter: Callable[[Output, str], Output]) -> None:
+        self._dead_letter = dead_letter
+
+    async def send(self, producer: AIOKafkaProducer, outputs: list[Output]) -> list[_Flight]:
+        groups = await self._group(producer, outputs)
+        flights: list[_Flight] = []
+        for (topic, partition), members in groups.items():
+            batch, taken = producer.create_batch(), list[Output]()
+            for out in members:
+                if batch.append(key=out.record.key, value=out.record.value, timestamp=None,
+                                headers=out.headers) is None:
+                    flights.append(_Flight(taken, await producer.send_batch(
+                        batch, topic, partition=partition)))
+                    batch, taken = producer.create_batch(), list[Output]()
+                    # a first record always fits, however large; the broker may refuse it
+                    batch.append(key=out.record.key, value=out.record.value, timestamp=None,
+                                 headers=out.headers)
+                taken.append(out)
+            flights.append(_Flight(taken, await producer.send_batch(
+                batch, topic, partition=partition)))
+        return flights
+
+    async def _group(self, producer: AIOKafkaProducer, outputs: list[Output]
+                     ) -> dict[tuple[str, int], list[Output]]:
+        known: dict[str, list[int]] = {}
+        keyless: dict[str, int] = {}
+        groups: dict[tuple[str, int], list[Output]] = {}
+        for out in outputs:
+            try:
+                partitions = await _partitions(producer, out.topic, known)
+            except RECORD_ERRORS as exc:
+                if out.kind == "dead_letter":
+                    raise  # the dead-letter topic itself is unusable: crash, retry later
+                out = self._dead_letter(out, f"forward failed: {exc!r}")
+                partitions = await _partitions(producer, out.topic, known)
+            key = out.record.key
+            if key is None:
+                partition = keyless.setdefault(out.topic, random.choice(partitions))
+            else:
+                partition = _PARTITIONER(key, partitions, partitions)
+            groups.setdefault((out.topic, partition), []).append(out)
+        return groups
+
+    async def settle(self, producer: AIOKafkaProducer, flights: list[_Flight]) -> list[Output]:
+        """Await every ack; return what was written (dead letters replace refused ones)."""
+        results = await asyncio.gather(*(f.ack for f in flights), return_exceptions=True)
+        done: list[Output] = []
+        for flight, result in zip(flights, results, strict=True):
+            if not isinstance(result, BaseException):
+                done += flight.outputs
+            elif isinstance(result, RECORD_ERRORS):
+                done += await self._one_by_one(producer, flight.outputs)
+            else:
+                raise result  # the owner crashes; its successor rewinds to the commit
+        return done
+
+    async def _one_by_one(self, producer: AIOKafkaProducer, outputs: list[Output]
+                          ) -> list[Output]:
+        done: list[Output] = []
+        for out in outputs:
+            try:
+                await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
+                                             headers=out.headers)
+            except RECORD_ERRORS as exc:
+                if out.kind == "dead_letter":
+                    raise
+                out = self._dead_letter(out, f"forward failed: {exc!r}")
+                await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
+                                             headers=out.headers)
+            done.append(out)
+        return done
+
+
+async def _partitions(producer: AIOKafkaProducer, topic: str,
+                      known: dict[str, list[int]]) -> list[int]:
+    partitions = known.get(topic)
+    if partitions is None:
+        partitions = known[topic] = sorted(await producer.partitions_for(topic))
+    return partitions
 
 
 # -- the delay actor -----------------------------------------------------------------------
@@ -199,6 +303,7 @@ class _Meters:
     waiting: Value
     lateness: HistogramValue
     committed: Value
+    pauses: Value
     waiting_family: Gauge
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -224,6 +329,7 @@ class DelayActor(Actor):
         self._drain: Drain | None = None
         self._drain_wall_deadline: int | None = None
         self._txn: AIOKafkaProducer | None = None
+        self._forwarder = Forwarder(self._dead)
         self._txn_queue: list[Output] = []
         self._txn_busy = False
 
@@ -244,6 +350,9 @@ class DelayActor(Actor):
                                        "Forward time minus due time").labels(**level),
             committed=metrics.gauge("hookstream_delay_committed_offset",
                                     "Last committed position").labels(**part),
+            pauses=metrics.counter("hookstream_delay_pauses_total",
+                                   "Times a partition was paused (max_waiting_records)"
+                                   ).labels(**level),
             waiting_family=waiting,
             labels=part,
         )
@@ -255,6 +364,7 @@ class DelayActor(Actor):
             self._txn = make_producer(
                 self.settings.bootstrap, acks="all", enable_idempotence=True,
                 transactional_id=self.settings.transactional_id(self.topic, self.partition),
+                max_batch_size=BATCH_BYTES,
                 client_id=f"hookstream-delay-{self.topic}-{self.partition}")
             await self._txn.start()
         self.peers.consumer.tell_system(Rewind(self.topic, self.partition, self.epoch))
@@ -268,10 +378,10 @@ class DelayActor(Actor):
             await txn.stop()
 
     # -- messages ----------------------------------------------------------------------
-    async def handle(self, message: Any) -> None:
+    async def handle(self, message: Any) -> bool | None:
         if isinstance(message, Batch):
-            await self._on_batch(message)
-        elif isinstance(message, _Tick):
+            return await self._on_batch(message)
+        if isinstance(message, _Tick):
             await self._on_tick(message)
         elif isinstance(message, _Acked):
             self._on_acked(message)
@@ -285,6 +395,7 @@ class DelayActor(Actor):
             self._maybe_finish_drain()
         else:
             raise TypeError(f"{self.path}: unexpected message {message!r}")
+        return None
 
     def _on_assigned(self, message: Assigned) -> None:
         if message.epoch != self.epoch or self.book is not None:
@@ -295,19 +406,22 @@ class DelayActor(Actor):
                               now_ms=self.context.clock.wall_ms())
         self.committed = message.position
 
-    async def _on_batch(self, batch: Batch) -> None:
+    async def _on_batch(self, batch: Batch) -> bool:
+        """Take a batch; the reply tells the consumer whether to pause us now."""
         book = self.book
         if book is None or self._drain is not None:
-            return  # fetched for an older incarnation, or draining: the next owner rereads
+            return False  # for an older incarnation, or draining: the next owner rereads
         outputs = book.offer(batch.records, self.context.clock.wall_ms())
         await self._produce(outputs)
         self._after_change(book)
+        return book.paused
 
     async def _on_tick(self, tick: _Tick) -> None:
         if tick.alarm == self._alarm_seq:
             self._alarm, self._alarm_at = None, None
         book = self.book
         if book is None or self._past_drain_deadline():
+            self._maybe_finish_drain()  # forward nothing more: records wait for the next owner
             return
         outputs = book.advance(self.context.clock.wall_ms())
         await self._produce(outputs)
@@ -318,6 +432,8 @@ class DelayActor(Actor):
         self._m.waiting.set(book.waiting)
         self._arm(book)
         paused = book.flow()
+        if paused:
+            self._m.pauses.inc()
         if paused is not None:
             self.peers.consumer.tell_system(FlowControl(self.topic, self.partition, paused))
 
@@ -348,41 +464,19 @@ class DelayActor(Actor):
             self._maybe_transact()
             return
         producer: AIOKafkaProducer = self.peers.producer.actor.producer
-        sent = [await self._send(producer, out) for out in outputs]
-        self.spawn(self._await_acks(producer, sent), name=f"{self.path}:acks")
+        flights = await self._forwarder.send(producer, outputs)
+        self.spawn(self._await_acks(producer, flights), name=f"{self.path}:acks")
 
-    async def _send(self, producer: AIOKafkaProducer, out: Output) -> _Sent:
-        try:
-            return out, await producer.send(out.topic, out.record.value, key=out.record.key,
-                                            headers=out.headers)
-        except RECORD_ERRORS as exc:
-            if out.kind == "dead_letter":
-                raise  # the dead-letter topic itself is unusable: crash, retry later
-            log.warning("%s: offset %d cannot go to %r (%r): dead-lettering it",
-                        self.path, out.record.offset, out.topic, exc)
-            return await self._send(producer, self._dead(out, f"forward failed: {exc!r}"))
+    async def _await_acks(self, producer: AIOKafkaProducer, flights: list[_Flight]) -> None:
+        done = await self._forwarder.settle(producer, flights)
+        self.tell_system(_Acked(done, self.context.clock.wall_ms()))
 
     def _dead(self, out: Output, reason: str) -> Output:
+        log.warning("%s: offset %d cannot go to %r (%s): dead-lettering it",
+                    self.path, out.record.offset, out.topic, reason)
         record = out.record
         return Output("dead_letter", record, self.settings.dead_letter_topic,
                       dead_letter_headers(record, reason), reason=reason)
-
-    async def _await_acks(self, producer: AIOKafkaProducer, sent: list[_Sent]) -> None:
-        results = await asyncio.gather(*(ack for _, ack in sent), return_exceptions=True)
-        done = [out for out, _ in sent]
-        for i, result in enumerate(results):
-            if isinstance(result, BaseException):
-                done[i] = await self._retry_as_dead_letter(producer, done[i], result)
-        self.tell_system(_Acked(done, self.context.clock.wall_ms()))
-
-    async def _retry_as_dead_letter(self, producer: AIOKafkaProducer, out: Output,
-                                    error: BaseException) -> Output:
-        if not isinstance(error, RECORD_ERRORS) or out.kind == "dead_letter":
-            raise error  # crash: the successor rewinds to the committed offset
-        dead = self._dead(out, f"forward failed: {error!r}")
-        await (await producer.send(dead.topic, dead.record.value, key=dead.record.key,
-                                   headers=dead.headers))
-        return dead
 
     def _on_acked(self, acked: _Acked) -> None:
         self._inflight -= len(acked.outputs)
@@ -426,10 +520,10 @@ class DelayActor(Actor):
         assert producer is not None
         tp = TopicPartition(self.topic, self.partition)
         async with producer.transaction():
-            sent = [await self._send(producer, out) for out in batch]
+            flights = await self._forwarder.send(producer, batch)
             await producer.send_offsets_to_transaction({tp: position}, self.settings.group_id)
-        await asyncio.gather(*(ack for _, ack in sent))  # resolved: the commit flushed them
-        outputs = [out for out, _ in sent]
+        await asyncio.gather(*(f.ack for f in flights))  # resolved: the commit flushed them
+        outputs = [out for flight in flights for out in flight.outputs]
         self.tell_system(_TxnDone(outputs, position, self.context.clock.wall_ms()))
 
     def _on_txn_done(self, done: _TxnDone) -> None:

@@ -76,6 +76,9 @@ class DelayConsumerActor(Actor):
         self._rewinds: dict[TopicPartition, int] = {}
         self._flow: dict[TopicPartition, bool] = {}
         self._commits: dict[TopicPartition, int] = {}
+        # A partition pauses at max_waiting, before the next fetch (see `_hand_over`);
+        # fetches stay below it too, so a wheel holds less than 2 x max_waiting.
+        self._max_records = min(MAX_RECORDS, self.settings.max_waiting)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -128,7 +131,7 @@ class DelayConsumerActor(Actor):
         assert kafka is not None
         while True:
             await self._apply_requests(kafka)
-            batches = await kafka.getmany(timeout_ms=100, max_records=MAX_RECORDS)
+            batches = await kafka.getmany(timeout_ms=100, max_records=self._max_records)
             now = self.context.clock.monotonic_ms()
             for tp, messages in batches.items():
                 if messages:
@@ -141,9 +144,16 @@ class DelayConsumerActor(Actor):
                    m.timestamp, now_ms)
             for m in messages
         ]
-        # A dead actor is restarting: its next incarnation rewinds to the committed offset.
-        with contextlib.suppress(ActorDeadError):
-            await self._actor(tp).tell(Batch(records, kafka.highwater(tp)))
+        try:
+            # ask, not tell: the reply says whether the partition is full, and the pause
+            # takes effect before the next fetch, so memory stays bounded.
+            paused = await self._actor(tp).ask(Batch(records, kafka.highwater(tp)))
+        except ActorDeadError:
+            return  # restarting: its next incarnation rewinds to the committed offset
+        except Exception:  # the actor crashed with it; its supervisor restarts it
+            return
+        if paused and tp in self.owned:
+            kafka.pause(tp)
 
     def _actor(self, tp: TopicPartition) -> Actor:
         sup: Supervisor = self.deps.partitions.actor

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,6 +48,8 @@ MIN_RECYCLE_MS = 60_000
 with a tiny delay_ms does not spin a long-waiting record through Kafka."""
 
 _TOPIC = re.compile(r"[A-Za-z0-9._\-]{1,249}")
+_TOPIC_CACHE_SIZE = 4096
+_TOPICS: dict[bytes, str] = {}  # valid target names seen, decoded
 _MAX_DUE_DIGITS = 16  # epoch ms stays below 10**16 until the year 318857
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -80,22 +82,28 @@ class Output:
 
 
 def parse_routing(headers: Headers, timestamp_ms: int, level_delay_ms: int,
-                  level_topics: Iterable[str] = ()) -> Routing | str:
+                  level_topics: Collection[str] = ()) -> Routing | str:
     """The record's routing, or the reason it cannot be routed (a dead-letter reason)."""
-    targets = [v for k, v in headers if k == DELAY_TARGET]
-    dues = [v for k, v in headers if k == DELAY_DUE_MS]
+    target_raw: bytes | None = None
+    due_raw: bytes | None = None
+    targets = dues = 0
+    for name, value in headers:  # one pass: this runs for every record
+        if name == DELAY_TARGET:
+            target_raw, targets = value, targets + 1
+        elif name == DELAY_DUE_MS:
+            due_raw, dues = value, dues + 1
     if not targets:
         return f"missing {DELAY_TARGET} header"
-    if len(targets) > 1 or len(dues) > 1:
+    if targets > 1 or dues > 1:
         return "duplicate delay-* header"
-    target = _decode_topic(targets[0])
+    target = _decode_topic(target_raw)
     if target is None:
         return f"invalid {DELAY_TARGET} header (not a topic name)"
-    if target in set(level_topics):
+    if target in level_topics:
         return f"{DELAY_TARGET} {target!r} is a delay level topic"
     if not dues:
         return Routing(target, timestamp_ms + level_delay_ms)
-    due = parse_due_ms(dues[0])
+    due = parse_due_ms(due_raw)
     if due is None:
         return f"invalid {DELAY_DUE_MS} header (expected epoch ms, ASCII decimal)"
     return Routing(target, due)
@@ -111,11 +119,17 @@ def parse_due_ms(raw: bytes | None) -> int | None:
 def _decode_topic(raw: bytes | None) -> str | None:
     if raw is None:
         return None
-    try:
-        topic = raw.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    return topic if valid_topic(topic) else None
+    topic = _TOPICS.get(raw)
+    if topic is None:
+        try:
+            topic = raw.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        if not valid_topic(topic):
+            return None
+        if len(_TOPICS) < _TOPIC_CACHE_SIZE:  # targets are few; bounded all the same
+            _TOPICS[raw] = topic
+    return topic
 
 
 def forward_headers(headers: Headers) -> list[tuple[str, bytes]]:

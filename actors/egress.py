@@ -1,9 +1,12 @@
 """The egress actor: one per endpoint, pushes records over HTTP and reports each outcome.
 
-A `Deliver` becomes one task owned by the actor; the task sends the request and tells
-the partition actor (`deliver.reply_to`) `Delivered` (2xx) or `Failed` (any other status,
-a timeout, a connection error, a bad URL...). A request's error never crashes the actor;
-cancellation (the actor stopping) propagates.
+A `Deliver` is queued for a worker: one of at most `pool` tasks owned by the actor, each
+sending one request at a time and telling the partition actor (`deliver.reply_to`)
+`Delivered` (2xx) or `Failed` (any other status, a timeout, a connection error, a bad
+URL...). Workers are started on demand, park when there is nothing to send and live as
+long as the actor: a task per record cost as much CPU as our own share of the hot path
+(bench/RESULTS.md, "Delivery"). A request's error never crashes the actor; cancellation
+(the actor stopping) propagates.
 
 The request (contract in DESIGN.md, "Pushed request"); choices made here:
 
@@ -28,9 +31,9 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
 Pool and timeouts. The pool is `maxConnections`, or `4 x window` clamped to 10..1000:
 the egress serves every partition of its subscription and the partition count is not
 known when it starts, so four full windows is a guess that a one-partition subscription
-never exceeds, and 1000 bounds the file descriptors. A semaphore of the same size admits
-requests, so `timeoutMs` (aiohttp's `total`, which would otherwise include waiting for a
-pooled connection) measures the endpoint, not our queue.
+never exceeds, and 1000 bounds the file descriptors. There are at most as many workers
+as pooled connections, so `timeoutMs` (aiohttp's `total`, which would otherwise include
+waiting for a pooled connection) measures the endpoint, not our queue.
 
 Redirects are not followed: a 3xx is a failure like any non-2xx (as most webhook senders
 do; following would turn a POST into a GET on 303 and let an endpoint point us anywhere).
@@ -44,6 +47,7 @@ import asyncio
 import base64
 import contextlib
 import time
+from collections import deque
 from typing import Any, Final
 
 import aiohttp
@@ -160,9 +164,12 @@ class EgressActor(Actor):
         self._url: URL | str = method.uri
         self._key: bytes | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._slots = asyncio.Semaphore(self.pool)
+        self._pending: deque[tuple[Deliver, Actor]] = deque()  # accepted, not yet sent
+        self._parked: deque[asyncio.Future[None]] = deque()  # idle workers' wakeups
+        self._workers = 0
         self._inflight = 0
-        self._bind_metrics(metrics, consumer.key)
+        self._subscription = consumer.key  # a property that formats: once, not per record
+        self._bind_metrics(metrics, self._subscription)
 
     def _bind_metrics(self, metrics: Registry, subscription: str) -> None:
         requests = metrics.counter(
@@ -206,13 +213,34 @@ class EgressActor(Actor):
         reply_to = message.reply_to
         if not isinstance(reply_to, Actor):
             raise UsageError(f"Deliver.reply_to must be an Actor, got {reply_to!r}")
-        self.spawn(self._push(message, reply_to), name=self.path)
+        self._pending.append((message, reply_to))
+        self._wake_or_grow()
 
-    # -- one push (runs in an owned task) -------------------------------------------
-    async def _push(self, deliver: Deliver, reply_to: Actor) -> None:
-        async with self._slots:
+    def _wake_or_grow(self) -> None:
+        """Wake a parked worker, else start one below `pool`; else every worker is busy and
+        checks `_pending` before it parks again."""
+        while self._parked:
+            parked = self._parked.popleft()
+            if not parked.done():  # done: its worker was cancelled
+                parked.set_result(None)
+                return
+        if self._workers < self.pool:
+            self._workers += 1
+            self.spawn(self._worker(), name=f"{self.path}:worker")
+
+    # -- workers (owned tasks) -------------------------------------------------------
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        pending = self._pending
+        while True:
+            if not pending:
+                parked: asyncio.Future[None] = loop.create_future()
+                self._parked.append(parked)
+                await parked
+                continue  # another worker may have taken the record it was woken for
+            deliver, reply_to = pending.popleft()
             outcome = await self._attempt(deliver)
-        reply_to.tell_system(outcome)
+            reply_to.tell_system(outcome)
 
     async def _attempt(self, deliver: Deliver) -> Delivered | Failed:
         record = deliver.record
@@ -289,7 +317,7 @@ class EgressActor(Actor):
         clock = self.context.clock
         now_wall, now_mono = clock.wall_ms(), clock.monotonic_ms()
         self.context.emit(Event(
-            type="sent", ts_ms=now_wall, subscription=self.consumer.key,
+            type="sent", ts_ms=now_wall, subscription=self._subscription,
             endpoint=self.endpoint, topic=record.topic, partition=record.partition,
             offset=record.offset, attempt=record.attempt,
             fetched_ts_ms=now_wall - (now_mono - record.fetched_ms),
@@ -298,14 +326,14 @@ class EgressActor(Actor):
     def _journal_outcome(self, kind: str, record: Record, status: int | None,
                          latency_ms: float, reason: str | None) -> None:
         self.context.emit(Event(
-            type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self.consumer.key,
+            type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self._subscription,
             endpoint=self.endpoint, topic=record.topic, partition=record.partition,
             offset=record.offset, attempt=record.attempt, status=status,
             latency_ms=latency_ms, record_ts_ms=record.timestamp_ms, reason=reason,
         ))
 
     def __repr__(self) -> str:
-        waiting = len(self._tasks) - self._inflight
+        waiting = len(self._pending)
         return (
             f"<EgressActor {self.path} {self.state} {self._method} {self.endpoint} "
             f"inflight={self._inflight}/{self.pool} waiting={waiting} "

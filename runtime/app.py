@@ -92,6 +92,7 @@ class Runtime:
             await self.stop()
             raise
         self._state = "running"
+        log.info("actors:\n%s", "\n".join(self.system.root.describe("  ")))
         log.info("admin API listening on %s", self.admin.url)
 
     async def _start_brokers(self) -> None:

@@ -34,9 +34,10 @@ task. Beyond that, new events are dropped (the newest, because the older ones ar
 in order and the gap stays in one place); so are events emitted after `stop()`. Every drop
 is counted in `dropped`, logged as a warning at most once per `DROP_WARNING_INTERVAL_MS`,
 and, once the journal can write again, recorded in the journal itself as a
-`journal_dropped` event with `count` and `reason` (`buffer_full`, `write_error`). The
-report prints those counts, because a journal with gaps can make the audit report lost
-records that were in fact delivered.
+`journal_dropped` event with `count` and `reason` (`buffer_full`, `write_error`, or
+`unencodable` for an event holding a value JSON cannot encode; the rest of its batch is
+kept). The report prints those counts, because a journal with gaps can make the audit
+report lost records that were in fact delivered.
 
 Disk errors. An `OSError` from a write (ENOSPC, EIO, a removed directory) is logged, the
 batch is counted as dropped with reason `write_error`, the partial write is truncated away
@@ -203,7 +204,10 @@ def recover_segments(directory: Path) -> list[Path]:
     """Close the `.open` leftovers of crashed writers; return the recovered final paths."""
     recovered: list[Path] = []
     for path in open_segments(directory):
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # another process recovered it first
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -245,9 +249,12 @@ class _SegmentWriter:
         self.size = 0
         self.opened_mono_ms = 0
 
-    def write(self, events: list[Event], wall_ms: int, mono_ms: int) -> None:
-        """Append the batch; on OSError cut the partial write off again and re-raise."""
-        data = self._encoder.encode_lines(events)
+    def write(self, events: list[Event], wall_ms: int, mono_ms: int) -> int:
+        """Append the batch; return how many events could not be encoded (and were left out).
+
+        On OSError the partial write is cut off again and the error re-raised.
+        """
+        data, unencodable = self._encode(events)
         fd = self._fd if self._fd is not None else self._open(wall_ms, mono_ms)
         try:
             _pwrite_all(fd, data, self.size)
@@ -256,6 +263,20 @@ class _SegmentWriter:
                 os.ftruncate(fd, self.size)
             raise
         self.size += len(data)
+        return unencodable
+
+    def _encode(self, events: list[Event]) -> tuple[bytes, int]:
+        try:
+            return self._encoder.encode_lines(events), 0
+        except (TypeError, ValueError, msgspec.EncodeError):
+            pass  # an emitter put a value JSON cannot hold: keep the others
+        lines, bad = bytearray(), 0
+        for event in events:
+            try:
+                lines += self._encoder.encode(event) + b"\n"
+            except (TypeError, ValueError, msgspec.EncodeError):
+                bad += 1
+        return bytes(lines), bad
 
     def close(self) -> None:
         """fsync, rename final, fsync the directory. No-op without an open segment."""
@@ -427,15 +448,18 @@ class Journal:
         events, self._buffer = self._buffer, []
         reports = self._take_drop_reports()
         try:
-            await asyncio.to_thread(
+            unencodable = await asyncio.to_thread(
                 self._writer.write, events + reports, self._clock.wall_ms(),
                 self._clock.monotonic_ms(),
             )
         except OSError as exc:
             self._restore_drop_reports(reports)
             self._drop(len(events), "write_error", exc)
-        else:
-            self._written += len(events) + len(reports)
+            return
+        self._written += len(events) + len(reports) - unencodable
+        if unencodable:
+            self._drop(unencodable, "unencodable")
+            await self._write_batch()  # journal the drop now; that event always encodes
 
     async def _close_segment(self) -> None:
         try:

@@ -127,6 +127,17 @@ class Supervisor(Actor):
     def children(self) -> list[str]:
         return list(self._children)
 
+    def describe(self, indent: str = "") -> list[str]:
+        """The subtree as indented lines of actor reprs (for logs and operators)."""
+        lines = [f"{indent}{self!r}"]
+        for entry in self._children.values():
+            child = entry.actor
+            if isinstance(child, Supervisor):
+                lines.extend(child.describe(indent + "  "))
+            else:
+                lines.append(f"{indent}  {child!r}")
+        return lines
+
     # -- actor -------------------------------------------------------------------------
     async def on_start(self) -> None:
         for spec in self._initial:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from runtime.errors import UsageError
@@ -33,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run the report; 0 on success, 2 with a one-line error for bad input or setup."""
     args = _parser().parse_args(argv)
+    # PySpark 4.x warns about pandas 3 on import; the report does not use pandas.
+    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     try:
         from runtime.report import job
     except ImportError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,21 @@ def _csv_ready(df: DataFrame) -> DataFrame:
     })
 
 
+class _Steps:
+    """Numbered progress lines with the time each step took: `[2/6] what ... result (1.2 s)`."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._done = 0
+        self._since = time.perf_counter()
+
+    def done(self, line: str) -> None:
+        now = time.perf_counter()
+        self._done += 1
+        self._progress(f"[{self._done}/{STEPS}] {line} ({now - self._since:.1f} s)")
+        self._since = now
+
+
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict() for row in df.collect()]
 
@@ -144,7 +160,7 @@ def run_report(
     chart_note: str = "",
 ) -> dict[str, Any]:
     """Run every step; return summary.json's content. UsageError if there are no events."""
-    out = _Output(out_dir)
+    out, steps = _Output(out_dir), _Steps(progress)
     raw = read_raw(spark, files).cache()
     ok = transforms.is_valid_event()
     stats = raw.agg(F.count(F.lit(1)).alias("lines"), F.count(F.when(ok, 1)).alias("events"),
@@ -154,11 +170,11 @@ def run_report(
         raise UsageError(f"journal directory {files.directory} has no events")
     events = transforms.valid_events(raw)
     malformed = stats["lines"] - stats["events"]
-    progress(f"[1/{STEPS}] reading journal {files.directory} ... {stats['events']:,} events "
-             f"({len(files.closed)} closed segment(s), {len(files.recovered_tails)} "
-             f"recovered tail(s), {malformed} malformed line(s) skipped)")
+    steps.done(f"reading journal {files.directory} ... {stats['events']:,} events "
+               f"({len(files.closed)} closed segment(s), {len(files.recovered_tails)} "
+               f"recovered tail(s), {malformed} malformed line(s) skipped)")
     try:
-        facts = _steps(out, events, (stats["first"], stats["last"]), progress, chart_note)
+        facts = _steps(out, events, (stats["first"], stats["last"]), steps, chart_note)
     finally:
         spark.catalog.clearCache()
     result = summary.build_summary(
@@ -168,39 +184,38 @@ def run_report(
     )
     (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     (out_dir / "summary.md").write_text(summary.render_markdown(result))
-    progress(f"[{STEPS}/{STEPS}] charts and summary ... {out_dir / 'summary.md'}")
+    steps.done(f"charts and summary ... {out_dir / 'summary.md'}")
     return result
 
 
 def _steps(
-    out: _Output, events: DataFrame, time_range: tuple[int, int], progress: Progress,
-    note: str,
+    out: _Output, events: DataFrame, time_range: tuple[int, int], steps: _Steps, note: str,
 ) -> dict[str, Any]:
     records = transforms.record_outcomes(events).cache()
     subs = _rows(out.table("delivery_summary", transforms.delivery_summary(records, events)))
-    progress(f"[2/{STEPS}] delivery summary ... {len(subs)} subscription/endpoint row(s)")
+    steps.done(f"delivery summary ... {len(subs)} subscription/endpoint row(s)")
 
     bucket_ms = choose_bucket_ms(time_range[1] - time_range[0])
     buckets = _rows(out.table("throughput", transforms.throughput(events, bucket_ms)))
-    progress(f"[3/{STEPS}] throughput and error rate ... {len(buckets)} row(s) of "
-             f"{bucket_ms / 1000:g} s buckets")
+    steps.done(f"throughput and error rate ... {len(buckets)} row(s) of "
+               f"{bucket_ms / 1000:g} s buckets")
 
     actors = out.table("actors", transforms.actor_lifecycle(events)).count()
     moves = out.table("partition_movements", transforms.partition_movements(events)).count()
     out.table("delay_lateness", transforms.delay_lateness(events))
     counts = {r["type"]: (r["events"], r["count_sum"])
               for r in _rows(transforms.event_counts(events))}
-    progress(f"[4/{STEPS}] actors and partitions ... {actors} actor(s), "
-             f"{counts.get('actor_restarted', (0, 0))[0]} restart(s), {moves} "
-             "partition/actor row(s)")
+    steps.done(f"actors and partitions ... {actors} actor(s), "
+               f"{counts.get('actor_restarted', (0, 0))[0]} restart(s), {moves} "
+               "partition/actor row(s)")
 
     commits = transforms.committed_offsets(events)
     audit = out.table("audit", transforms.audit(records, commits))
     out.table("audit_offsets", transforms.audit_offsets(records, commits))
     totals = _rows(transforms.totals(records))[0]
     problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
-    progress(f"[5/{STEPS}] audit ... lost {totals['lost']:,}, duplicates "
-             f"{totals['duplicates']:,}, dead-lettered {totals['dead_lettered']:,}")
+    steps.done(f"audit ... lost {totals['lost']:,}, duplicates "
+               f"{totals['duplicates']:,}, dead-lettered {totals['dead_lettered']:,}")
 
     charts.throughput_chart(buckets, out.chart("throughput.png"), note)
     charts.error_rate_chart(buckets, out.chart("error_rate.png"), note)

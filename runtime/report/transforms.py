@@ -27,7 +27,7 @@ from __future__ import annotations
 from functools import reduce
 
 import msgspec
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -121,10 +121,15 @@ def record_outcomes(events: DataFrame) -> DataFrame:
 
 def fill_endpoints(records: DataFrame) -> DataFrame:
     """Fill a missing endpoint from the subscription when it used exactly one endpoint."""
-    by_sub = Window.partitionBy("subscription")
-    lowest, highest = F.min("endpoint").over(by_sub), F.max("endpoint").over(by_sub)
-    only = F.when(lowest == highest, lowest)
-    return records.withColumn("endpoint", F.coalesce(F.col("endpoint"), only))
+    # A tiny per-subscription table joined back (broadcast), rather than a window over
+    # each subscription, which would put all of a subscription's records in one task.
+    only = records.filter(F.col("endpoint").isNotNull()).groupBy("subscription").agg(
+        F.when(F.countDistinct("endpoint") == 1, F.min("endpoint")).alias("_only_endpoint")
+    )
+    filled = records.join(F.broadcast(only), "subscription", "left")
+    return filled.withColumn(
+        "endpoint", F.coalesce(F.col("endpoint"), F.col("_only_endpoint"))
+    ).drop("_only_endpoint")
 
 
 def _known(name: str) -> Column:

@@ -281,3 +281,17 @@ async def test_null_journal_does_nothing() -> None:
     journal.emit(fetched(1))
     await journal.stop()
     assert (journal.written, journal.dropped, repr(journal)) == (0, 0, "<NullJournal>")
+
+
+async def test_an_unencodable_event_is_dropped_and_its_batch_kept(journal: Journal) -> None:
+    journal.emit(fetched(1))
+    journal.emit(Event(type="actor_crashed", ts_ms=2, reason=object()))  # type: ignore[arg-type]
+    journal.emit(fetched(3))
+    await journal.stop()
+
+    assert journal.dropped == 1
+    events = read_events(journal.directory)
+    assert events[:2] == [fetched(1), fetched(3)]
+    assert [(e.type, e.count, e.reason) for e in events[2:]] == [
+        ("journal_dropped", 1, "unencodable")
+    ]
