@@ -27,7 +27,14 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from actors.messages import Batch, CommitRequest, FlowControl, Record
-from actors.partition import Assigned, Drain, PartitionActor, PartitionPeers, Rewind
+from actors.partition import (
+    Assigned,
+    Drain,
+    PartitionActor,
+    PartitionPeers,
+    Rewind,
+    buffer_limit,
+)
 from actors.subscription import INT_PROPERTIES, Consumer
 from runtime.actor import Actor
 from runtime.errors import ActorDeadError
@@ -38,6 +45,7 @@ from runtime.supervisor import ChildSpec, Supervisor
 
 log = logging.getLogger(__name__)
 PATTERN_METADATA_MAX_AGE_MS = 3000
+MIN_FETCH_RECORDS = 100
 
 
 @dataclass(slots=True)
@@ -78,6 +86,10 @@ class ConsumerActor(Actor):
         self._flow: dict[TopicPartition, bool] = {}
         self._commits: dict[TopicPartition, int] = {}
         self._reset = sub.properties.get("auto.offset.reset", "earliest")
+        # One fetch brings at most about one prefetch buffer: a partition is paused when
+        # its buffer is full, so it then holds less than twice its buffer.
+        largest_buffer = max(buffer_limit(t.config) for t in sub.topics)
+        self._max_records = min(deps.max_records, max(largest_buffer, MIN_FETCH_RECORDS))
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -161,7 +173,7 @@ class ConsumerActor(Actor):
         assert kafka is not None
         while True:
             await self._apply_requests(kafka)
-            batches = await kafka.getmany(timeout_ms=100, max_records=self.deps.max_records)
+            batches = await kafka.getmany(timeout_ms=100, max_records=self._max_records)
             clock = self.context.clock
             for tp, messages in batches.items():
                 if messages:
@@ -175,10 +187,17 @@ class ConsumerActor(Actor):
             for m in messages
         ]
         try:
-            actor = self._partition_actor(tp)
-            await actor.tell(Batch(records, kafka.highwater(tp)))
+            # ask, not tell: the reply says whether the partition's buffer is full, and the
+            # pause takes effect before the next fetch. With tell this loop ran ahead of the
+            # partition actors and handed them everything aiokafka had prefetched (a whole
+            # backlog: memory, and a large heap for the garbage collector to walk).
+            paused = await self._partition_actor(tp).ask(Batch(records, kafka.highwater(tp)))
         except ActorDeadError:
-            pass  # restarting: its next incarnation rewinds to the committed offset
+            return  # restarting: its next incarnation rewinds to the committed offset
+        except Exception:  # the partition actor crashed with it; its supervisor restarts it
+            return
+        if paused is True and tp in self.owned:
+            kafka.pause(tp)
 
     def _partition_actor(self, tp: TopicPartition) -> Actor:
         sup: Supervisor = self.deps.partitions.actor

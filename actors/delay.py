@@ -24,12 +24,14 @@ transaction: the outputs plus `send_offsets_to_transaction` of the new position.
 transaction runs at a time; what falls due meanwhile goes into the next. Readers of the
 targets must use `isolation_level="read_committed"`.
 
-Failures. A forward whose `send()` is refused for that record alone (target topic
-invalid, record too large, metadata for the target never arrives) is dead-lettered with
-the reason, so a bad target cannot stall the partition. Any other produce or transaction
-error crashes the actor; its supervisor builds a new one that rewinds to the committed
-offset and forwards again (at-least-once) or re-runs the aborted transaction
-(exactly-once).
+Failures. A forward refused for that record alone is dead-lettered with the reason, so
+a bad target cannot stall the partition: a target whose metadata never arrives (a topic
+that does not exist and is not auto-created) on every level; a record the broker refuses
+(too large, invalid topic) on at-least-once levels, where a refused batch is retried
+record by record. Any other produce or transaction error crashes the actor; its
+supervisor builds a new one that rewinds to the committed offset and forwards again
+(at-least-once) or re-runs the aborted transaction (exactly-once), so on an exactly-once
+level a record the broker refuses keeps failing (it shows in the restart journal).
 
 Drain (revoke, shutdown): take no new batches, keep forwarding what falls due until the
 drain deadline, wait for acknowledgements, answer with the final commit position.
@@ -67,12 +69,17 @@ log = logging.getLogger(__name__)
 
 _PARTITIONER = DefaultPartitioner()
 BATCH_BYTES = 256 * 1024  # per produce batch; below Kafka's default 1 MB message limit
+SMALL_FLUSH = 64  # up to this many records per target partition: send() each (see Forwarder)
 
 # A forward refused for reasons that belong to that record and its target: dead-letter it.
 RECORD_ERRORS: tuple[type[KafkaError], ...] = (
     InvalidTopicError, MessageSizeTooLargeError, RecordListTooLargeError,
-    UnknownTopicOrPartitionError, KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
 )
+# Metadata for the target never came (a topic that does not exist and is not created).
+# Only when asking for the target's partitions: a timed-out *ack* may be a broker outage,
+# and then the dead-letter write fails as well, which crashes the actor (retried later).
+TARGET_ERRORS: tuple[type[KafkaError], ...] = (*RECORD_ERRORS, KafkaTimeoutError)
 
 
 # -- settings and messages -----------------------------------------------------------------
@@ -161,8 +168,8 @@ class DelayPeers:
 class ForwardProducerActor(Actor):
     """Owns the acks=all producer that at-least-once delay actors forward with.
 
-    Delay actors call `producer.send()` directly (a message per record would cost more
-    than the send); the producer is safe to share between tasks of one event loop.
+    Delay actors produce with it directly (a message per record would cost more than the
+    send); an aiokafka producer is safe to share between the tasks of one event loop.
     """
 
     def __init__(self, name: str, bootstrap: str) -> None:
@@ -206,6 +213,10 @@ class Forwarder:
     of forwarding. Keys are partitioned like `send()` does (Kafka's murmur2 default
     partitioner); records without a key share one random partition per call.
 
+    Small flushes (a timer tick under steady load) still use `send()`: `send_batch` waits
+    until the partition's previous batch left, which under load is a broker round trip
+    during which the actor could forward nothing; `send()` joins the pending batch.
+
     `settle` awaits the acks. A batch refused for a record-level reason is retried one
     record at a time, and a record refused on its own is dead-lettered (`dead_letter`
     builds that output); any other error propagates and crashes the owner.
@@ -218,6 +229,9 @@ class Forwarder:
         groups = await self._group(producer, outputs)
         flights: list[_Flight] = []
         for (topic, partition), members in groups.items():
+            if len(members) <= SMALL_FLUSH:
+                flights += [await self._send_one(producer, out, partition) for out in members]
+                continue
             batch, taken = producer.create_batch(), list[Output]()
             for out in members:
                 if batch.append(key=out.record.key, value=out.record.value, timestamp=None,
@@ -233,6 +247,12 @@ class Forwarder:
                 batch, topic, partition=partition)))
         return flights
 
+    @staticmethod
+    async def _send_one(producer: AIOKafkaProducer, out: Output, partition: int) -> _Flight:
+        ack = await producer.send(out.topic, out.record.value, key=out.record.key,
+                                  partition=partition, headers=out.headers)
+        return _Flight([out], ack)
+
     async def _group(self, producer: AIOKafkaProducer, outputs: list[Output]
                      ) -> dict[tuple[str, int], list[Output]]:
         known: dict[str, list[int]] = {}
@@ -241,7 +261,7 @@ class Forwarder:
         for out in outputs:
             try:
                 partitions = await _partitions(producer, out.topic, known)
-            except RECORD_ERRORS as exc:
+            except TARGET_ERRORS as exc:
                 if out.kind == "dead_letter":
                     raise  # the dead-letter topic itself is unusable: crash, retry later
                 out = self._dead_letter(out, f"forward failed: {exc!r}")

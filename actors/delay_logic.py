@@ -34,6 +34,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from actors.messages import Record
 from actors.offsets import OffsetTracker
 from runtime.config import DelayLevel
@@ -56,8 +58,10 @@ Headers = Sequence[tuple[str, bytes | None]]
 Kind = Literal["forward", "cascade", "recycle", "dead_letter"]
 
 
-@dataclass(frozen=True, slots=True)
-class Routing:
+class Routing(msgspec.Struct, frozen=True, gc=False):
+    """Where and when a record goes. Not tracked by the GC (it holds a str and an int):
+    thousands wait in the wheel, and tracked objects make every full collection longer."""
+
     target: str
     due_ms: int
 
@@ -193,8 +197,10 @@ def recycle_after_ms(level: DelayLevel) -> int:
 # -- one level-topic partition -----------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Waiting:
+class _Waiting(msgspec.Struct, frozen=True, gc=False):
+    """A record in the wheel. Untracked by the GC like `Routing`; it refers to a Record
+    and a Routing only, so it can take part in no reference cycle."""
+
     record: Record
     routing: Routing
     recycle: bool  # the timer is the largest level's hold limit, not the due time

@@ -300,7 +300,7 @@ class EgressActor(Actor):
     # -- outcomes ------------------------------------------------------------------------
     def _delivered(self, deliver: Deliver, status: int, start: float) -> Delivered:
         latency_ms = (time.perf_counter() - start) * 1000
-        self._requests[status_class(status)].inc()
+        self._requests["2xx"].inc()  # _delivered is for 2xx only
         self._duration.observe(latency_ms)
         self._journal_outcome("delivered", deliver.record, status, latency_ms, None)
         return Delivered(deliver.record, deliver.epoch, status, latency_ms)

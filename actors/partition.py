@@ -95,14 +95,15 @@ class PartitionActor(Actor):
                  peers: PartitionPeers, metrics: Registry) -> None:
         super().__init__(name)
         self.sub, self.topic, self.partition, self.epoch = sub, topic, partition, epoch
+        self.sub_key = sub.key  # a property that formats: once, not per record
         self.peers = peers
         cfg: TopicConfig = sub.topic_config(topic)
         self.cfg = cfg
-        window = 1 if cfg.ordering == "partition" else cfg.concurrencyFactor
+        window = _window(cfg)
         lanes = cfg.lanes or cfg.concurrencyFactor
         self.dispatcher: Dispatcher[Record] = Dispatcher(cfg.ordering, window, lanes,
                                                          _key_of)
-        self.buffer_limit = max(window, math.ceil(window * cfg.loadFactor))
+        self.buffer_limit = buffer_limit(cfg)
         self.tracker: OffsetTracker | None = None
         method = sub.subscriptionMethod
         self.backoff = Backoff(
@@ -149,8 +150,8 @@ class PartitionActor(Actor):
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: Any) -> Any:
         if isinstance(message, Batch):
-            await self._on_batch(message)
-        elif isinstance(message, Delivered):
+            return await self._on_batch(message)  # the consumer asks: am I paused now?
+        if isinstance(message, Delivered):
             await self._on_delivered(message)
         elif isinstance(message, Failed):
             await self._on_failed(message)
@@ -174,13 +175,13 @@ class PartitionActor(Actor):
             self.tracker = OffsetTracker(message.position)
             self.committed = message.position
 
-    async def _on_batch(self, batch: Batch) -> None:
+    async def _on_batch(self, batch: Batch) -> bool:
         tracker = self.tracker
         if tracker is None or self._drain is not None:
-            return  # fetched for an older incarnation, or draining: refetched later
+            return self.paused  # fetched for an older incarnation, or draining: refetched
         if batch.highwater is not None:
             self.highwater = batch.highwater
-        emit, now = self.context.emit, self.context.clock.wall_ms()
+        emit, now, sub = self.context.emit, self.context.clock.wall_ms(), self.sub_key
         last = tracker.last
         for record in batch.records:
             if last is not None and record.offset <= last:
@@ -188,11 +189,12 @@ class PartitionActor(Actor):
             tracker.add(record.offset)
             last = record.offset
             self.dispatcher.offer(record)
-            emit(Event(type="fetched", ts_ms=now, subscription=self.sub.key, topic=self.topic,
+            emit(Event(type="fetched", ts_ms=now, subscription=sub, topic=self.topic,
                        partition=self.partition, offset=record.offset,
                        record_ts_ms=record.timestamp_ms))
         await self._pump()
         self._flow_control()
+        return self.paused
 
     async def _pump(self) -> None:
         if self._drain is not None:
@@ -325,6 +327,16 @@ class PartitionActor(Actor):
                 f"inflight={self.dispatcher.inflight}/{self.dispatcher} "
                 f"watermark={self._position()} paused={self.paused} "
                 f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>")
+
+
+def _window(cfg: TopicConfig) -> int:
+    return 1 if cfg.ordering == "partition" else cfg.concurrencyFactor
+
+
+def buffer_limit(cfg: TopicConfig) -> int:
+    """Buffered records at which a partition asks to be paused (`loadFactor` x window)."""
+    window = _window(cfg)
+    return max(window, math.ceil(window * cfg.loadFactor))
 
 
 def _key_of(record: Record) -> bytes | None:

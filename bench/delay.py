@@ -11,16 +11,23 @@ Without `--bootstrap` an embedded broker (Tansu) is started for the run.
    - `bare`: an aiokafka loop, `getmany` -> `send` each record (target from the header,
      routing headers dropped) -> await the acks -> commit, the least a forwarder must do;
      the acks of one batch are awaited while the next one is sent;
-   - `bare-eos`: the same loop, one transaction per batch with `send_offsets_to_transaction`;
+   - `bare-batch`: the same loop producing with `create_batch`/`send_batch` (one batch per
+     target partition), the trick the runtime uses for bursts;
+   - `bare-eos`: the `bare` loop, one transaction per batch with `send_offsets_to_transaction`;
    - `runtime`: the DelayService (consumer actor, delay actor, timer wheel, acks=all);
    - `runtime-eos`: the same level with `exactly_once = true`.
-   Rate = records / time from the first acknowledged forward to the last, so group joins
-   and client start-up are left out of every contender alike.
+   Rate = records / time from the moment the partition is assigned (the runtime's
+   `partition_assigned` event; for the bare loops, after `assign()` and client start-up)
+   to the last acknowledgement (or transaction commit): group joins and client start-up
+   are left out of every contender alike, the first fetch is in.
 2. Lateness. A separate process produces `--rate` records/s for `--seconds` with
    `delay_ms=1000` through `DelayProducer`; the runtime forwards them. Lateness is what
    the delay actor records: wall ms when the forward is handed to the producer minus the
    due ms (the `hookstream_delay_lateness_ms` histogram and the journal's `lateness_ms`).
-   Also reported: records forwarded early (must be 0).
+   Also reported: records forwarded early (must be 0), and the floor the machine allows:
+   a bare `asyncio.sleep(1 ms)` loop in the same process measures how late this process
+   wakes up at all (scheduler, other processes, GC); its samples are weighted by time so
+   they compare with records that fall due at any moment.
 
 Everything runs on loopback; the broker shares the machine's cores with the benchmark.
 """
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -77,12 +85,15 @@ class Collector:
     """Stands in for the journal: keeps forward events with the time they arrived."""
 
     def __init__(self) -> None:
+        self.assigned = 0.0
         self.first: float | None = None
         self.last = 0.0
         self.count = 0
         self.lateness: list[float] = []
 
     def emit(self, event: Event) -> None:
+        if event.type == "partition_assigned":
+            self.assigned = time.perf_counter()
         if event.type != "delay_forwarded":
             return
         now = time.perf_counter()
@@ -136,17 +147,17 @@ async def run_runtime(bootstrap: str, topic: str, count: int, exactly_once: bool
     runtime.journal = collector  # type: ignore[assignment]
     async with runtime:
         await until(lambda: collector.count >= count, RUN_TIMEOUT_S)
-    assert collector.first is not None
-    return (collector.count - 1) / (collector.last - collector.first)
+    return collector.count / (collector.last - collector.assigned)
 
 
-async def run_bare(bootstrap: str, topic: str, count: int, exactly_once: bool) -> float:
+async def run_bare(bootstrap: str, topic: str, count: int, exactly_once: bool,
+                   batched: bool = False) -> float:
     group = f"bare-{_uid()}"
     tp = TopicPartition(topic, 0)
     consumer = make_consumer(bootstrap, group_id=group, enable_auto_commit=False,
                              auto_offset_reset="earliest")
     consumer.assign([tp])
-    settings: dict[str, Any] = {"acks": "all"}
+    settings: dict[str, Any] = {"acks": "all", "max_batch_size": 256 * 1024}
     if exactly_once:
         settings |= {"transactional_id": f"bare-{_uid()}", "enable_idempotence": True}
     producer = make_producer(bootstrap, **settings)
@@ -154,23 +165,25 @@ async def run_bare(bootstrap: str, topic: str, count: int, exactly_once: bool) -
     await producer.start()
     try:
         async with asyncio.timeout(RUN_TIMEOUT_S):
-            return await _bare_loop(consumer, producer, tp, group, count, exactly_once)
+            return await _bare_loop(consumer, producer, tp, group, count, exactly_once,
+                                    batched)
     finally:
         await producer.stop()
         await consumer.stop()
 
 
 async def _bare_loop(consumer: Any, producer: Any, tp: TopicPartition, group: str,
-                     count: int, exactly_once: bool) -> float:
+                     count: int, exactly_once: bool, batched: bool) -> float:
     """At-least-once: batch i is sent while batch i-1's acks are awaited and committed
     (two batches in flight, as the runtime pipelines). Exactly-once: one transaction per
     batch, one at a time."""
-    done, first, last = 0, 0.0, 0.0
+    done, start, last = 0, time.perf_counter(), 0.0
     pending: tuple[list[Any], int, int] | None = None
     while done < count:
         batches = await consumer.getmany(timeout_ms=100, max_records=2000)
         records = [r for rs in batches.values() for r in rs]
-        current = await _bare_forward(consumer, producer, tp, group, records, exactly_once)
+        current = await _bare_forward(consumer, producer, tp, group, records, exactly_once,
+                                      batched)
         if exactly_once:
             pending, current = current, None
         if pending is not None:
@@ -178,25 +191,47 @@ async def _bare_loop(consumer: Any, producer: Any, tp: TopicPartition, group: st
             await asyncio.gather(*acks)
             if not exactly_once:
                 await consumer.commit({tp: position})
-            first = first or time.perf_counter()
             last = time.perf_counter()
             done += n
         pending = current
-    return (done - 1) / (last - first)
+    return done / (last - start)
 
 
-async def _bare_forward(consumer: Any, producer: Any, tp: TopicPartition, group: str,
-                        records: list[Any], exactly_once: bool
-                        ) -> tuple[list[Any], int, int] | None:
-    if not records:
-        return None
-    if exactly_once:
-        await producer.begin_transaction()
+async def _bare_send_each(producer: Any, records: list[Any]) -> list[Any]:
     acks = []
     for r in records:
         target = dict(r.headers)[DELAY_TARGET].decode()
         acks.append(await producer.send(target, r.value, key=r.key,
                                         headers=forward_headers(r.headers)))
+    return acks
+
+
+async def _bare_send_batches(producer: Any, records: list[Any]) -> list[Any]:
+    """One BatchBuilder per target partition (the bench's targets have one partition)."""
+    acks: list[Any] = []
+    batches: dict[str, Any] = {}
+    for r in records:
+        target = dict(r.headers)[DELAY_TARGET].decode()
+        batch = batches.get(target) or batches.setdefault(target, producer.create_batch())
+        if batch.append(key=r.key, value=r.value, timestamp=None,
+                        headers=forward_headers(r.headers)) is None:
+            acks.append(await producer.send_batch(batch, target, partition=0))
+            batch = batches[target] = producer.create_batch()
+            batch.append(key=r.key, value=r.value, timestamp=None,
+                         headers=forward_headers(r.headers))
+    for target, batch in batches.items():
+        acks.append(await producer.send_batch(batch, target, partition=0))
+    return acks
+
+
+async def _bare_forward(consumer: Any, producer: Any, tp: TopicPartition, group: str,
+                        records: list[Any], exactly_once: bool, batched: bool
+                        ) -> tuple[list[Any], int, int] | None:
+    if not records:
+        return None
+    if exactly_once:
+        await producer.begin_transaction()
+    acks = await (_bare_send_batches if batched else _bare_send_each)(producer, records)
     position = records[-1].offset + 1
     if exactly_once:
         await producer.send_offsets_to_transaction({tp: position}, group)
@@ -204,8 +239,13 @@ async def _bare_forward(consumer: Any, producer: Any, tp: TopicPartition, group:
     return acks, position, len(records)
 
 
-CONTENDERS = {"bare": (run_bare, False), "runtime": (run_runtime, False),
-              "bare-eos": (run_bare, True), "runtime-eos": (run_runtime, True)}
+async def run_bare_batch(bootstrap: str, topic: str, count: int, exactly_once: bool) -> float:
+    return await run_bare(bootstrap, topic, count, exactly_once, batched=True)
+
+
+CONTENDERS = {"bare": (run_bare, False), "bare-batch": (run_bare_batch, False),
+              "runtime": (run_runtime, False), "bare-eos": (run_bare, True),
+              "runtime-eos": (run_runtime, True)}
 
 
 async def throughput(bootstrap: str, count: int, names: list[str],
@@ -258,6 +298,34 @@ class Lateness:
     p99: float
     max: float
     early: int
+    probe_p50: float
+    probe_p99: float
+    probe_max: float
+    cpu_s: float
+
+
+async def wake_probe(samples: list[float]) -> None:
+    """The floor: how late a bare `asyncio.sleep(1 ms)` wakes up in this process, while
+    the runtime works beside it (scheduler and event-loop delays, GC pauses)."""
+    for _ in range(1_000_000):  # bounded; cancelled when the run ends
+        target = time.perf_counter() + 0.001
+        await asyncio.sleep(0.001)
+        samples.append((time.perf_counter() - target) * 1000)
+
+
+def time_weighted(samples: list[float]) -> list[float]:
+    """What a record due at a random moment would suffer from the same stalls: a wake-up
+    l ms late means records due during those l ms waited l, l-1, ..., 0 ms (records are
+    spread in time; probe samples are not: one sample per stall)."""
+    out: list[float] = []
+    for late in samples:
+        out.extend(max(late - i, 0.0) for i in range(int(late) + 1))
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 async def lateness(bootstrap: str, rate: int, seconds: float) -> Lateness:
@@ -272,6 +340,8 @@ async def lateness(bootstrap: str, rate: int, seconds: float) -> Lateness:
     async with runtime:
         service = runtime.delay
         await until(lambda: bool(service.assignment()), 30)
+        probe_samples: list[float] = []
+        probe = asyncio.create_task(wake_probe(probe_samples))
         load = await asyncio.create_subprocess_exec(
             sys.executable, "-c", _LOAD.format(repo=str(Path(__file__).parent.parent)),
             bootstrap, topic, target, str(rate), str(seconds), stdout=subprocess.PIPE)
@@ -279,12 +349,15 @@ async def lateness(bootstrap: str, rate: int, seconds: float) -> Lateness:
         sent_s, produce_s = out.decode().split()
         sent = int(sent_s)
         await until(lambda: collector.count >= sent, 30)
-    cpu = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"  runtime process CPU: {cpu.ru_utime + cpu.ru_stime - cpu0:.1f} s over the run")
-    values = sorted(collector.lateness)
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    values = collector.lateness
+    floor = time_weighted(probe_samples)
     return Lateness(sent, float(produce_s), collector.count, statistics.median(values),
-                    values[min(len(values) - 1, int(len(values) * 0.99))], values[-1],
-                    sum(1 for v in values if v < 0))
+                    _pct(values, 0.99), max(values), sum(1 for v in values if v < 0),
+                    statistics.median(floor), _pct(floor, 0.99), max(floor),
+                    usage.ru_utime + usage.ru_stime - cpu0)
 
 
 # -- main ----------------------------------------------------------------------------------
@@ -327,7 +400,11 @@ def report(rows: list[tuple[str, int, float]], lat: Lateness | None,
         return
     print(f"\nlateness at {lat.sent / lat.produce_s:,.0f} records/s for {lat.produce_s:.1f} s "
           f"({lat.sent} sent, {lat.forwarded} forwarded): p50 {lat.p50:.0f} ms, "
-          f"p99 {lat.p99:.0f} ms, max {lat.max:.0f} ms, early {lat.early}")
+          f"p99 {lat.p99:.0f} ms, max {lat.max:.0f} ms, early {lat.early}; "
+          f"floor (sleep(1 ms) probe, time-weighted) p50 {lat.probe_p50:.1f} ms, "
+          f"p99 {lat.probe_p99:.1f} ms, max {lat.probe_max:.1f} ms; "
+          f"runtime process CPU {lat.cpu_s:.1f} s; "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(json.dumps({"throughput": rows, "lateness": asdict(lat)}))
 
 

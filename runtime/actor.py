@@ -53,18 +53,23 @@ class _Envelope:
 
 
 class Mailbox:
-    """A bounded FIFO of envelopes.
+    """A bounded FIFO of envelopes, read by one task (the actor's).
 
     User messages respect the capacity (`put` waits, `put_nowait` raises); system
     messages (stop, crash notices, timers) bypass it so a full mailbox can still be
     stopped and a supervisor never loses an exit notice.
+
+    A deque and a single waiter future rather than an `asyncio.Queue`: with one reader the
+    queue's getter bookkeeping is pure overhead, and every delivered record passes through
+    two mailboxes (bench/RESULTS.md, "Delivery").
     """
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise UsageError(f"mailbox capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self._queue: asyncio.Queue[_Envelope] = asyncio.Queue()
+        self._items: deque[_Envelope] = deque()
+        self._getter: asyncio.Future[None] | None = None
         self._counted = 0
         self._putters: deque[asyncio.Future[None]] = deque()
 
@@ -79,18 +84,42 @@ class Mailbox:
                 raise
         self.put_nowait(envelope)
 
+    def has_room(self) -> bool:
+        return self._counted < self.capacity
+
     def put_nowait(self, envelope: _Envelope) -> None:
         if self._counted >= self.capacity:
             raise MailboxFullError(f"mailbox full ({self.capacity} messages)")
         self._counted += 1
-        self._queue.put_nowait(envelope)
+        self._push(envelope)
 
     def put_system(self, envelope: _Envelope) -> None:
         envelope.counted = False
-        self._queue.put_nowait(envelope)
+        self._push(envelope)
+
+    def _push(self, envelope: _Envelope) -> None:
+        self._items.append(envelope)
+        getter, self._getter = self._getter, None
+        if getter is not None and not getter.done():
+            getter.set_result(None)
 
     async def get(self) -> _Envelope:
-        envelope = await self._queue.get()
+        """The next envelope, waiting for one; only one task may wait at a time."""
+        while not self._items:
+            if self._getter is not None:
+                raise UsageError("Mailbox.get: another task is already waiting")
+            getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._getter = getter
+            try:
+                await getter
+            finally:
+                if self._getter is getter:  # cancelled while waiting
+                    self._getter = None
+        return self.get_nowait()
+
+    def get_nowait(self) -> _Envelope:
+        """The next envelope; `IndexError` when the mailbox is empty."""
+        envelope = self._items.popleft()
         if envelope.counted:
             self._counted -= 1
             self._wake_putter()
@@ -104,14 +133,13 @@ class Mailbox:
                 return
 
     def drain(self) -> list[_Envelope]:
-        items: list[_Envelope] = []
-        while not self._queue.empty():
-            items.append(self._queue.get_nowait())
+        items = list(self._items)
+        self._items.clear()
         self._counted = 0
         return items
 
     def __len__(self) -> int:
-        return self._queue.qsize()
+        return len(self._items)
 
 
 @dataclass(slots=True)
@@ -173,7 +201,11 @@ class Actor:
     async def tell(self, message: Any) -> None:
         """Queue a message, waiting while the mailbox is full."""
         self._check_alive()
-        await self._mailbox.put(_Envelope(message))
+        mailbox = self._mailbox
+        if mailbox.has_room():  # the common case, without a coroutine for `put`
+            mailbox.put_nowait(_Envelope(message))
+        else:
+            await mailbox.put(_Envelope(message))
 
     def tell_nowait(self, message: Any) -> None:
         """Queue a message or raise `MailboxFullError`."""
@@ -268,14 +300,19 @@ class Actor:
             await self._teardown()
 
     async def _loop(self) -> None:
+        mailbox = self._mailbox
         while True:
-            envelope = await self._mailbox.get()
+            # the hot path: take a queued message without creating a coroutine to wait
+            envelope = mailbox.get_nowait() if mailbox else await mailbox.get()
             message = envelope.message
             if message is _STOP:
                 return
             if isinstance(message, _Crash):
                 raise message.error
-            await self._dispatch(envelope)
+            if envelope.reply is None:
+                await self.handle(message)
+            else:
+                await self._dispatch(envelope)
 
     async def _dispatch(self, envelope: _Envelope) -> None:
         try:

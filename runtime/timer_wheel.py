@@ -161,10 +161,12 @@ class TimerWheel(Generic[T]):
         if now_ms < self._now:
             raise ValueError(f"TimerWheel cannot go backwards from {self._now} to {now_ms}")
         self._now = now_ms
+        heap = self._heap
+        if (not heap or heap[0][0] > now_ms) and not self._soon.live:
+            return []  # nothing due: the common case for an actor woken by other messages
         expired: list[TimerHandle[T]] = []
         if self._soon.live:
             self._flush(self._soon.take(), now_ms, expired)
-        heap = self._heap
         while heap and heap[0][0] <= now_ms:
             _, neg_level, bucket = heappop(heap)
             del self._levels[-neg_level][bucket.slot]

@@ -89,18 +89,36 @@ def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
     )
 
 
+class _Cache:
+    """The frames this report cached, so it can unpersist them (and only them) at the end:
+    the session may be the caller's."""
+
+    def __init__(self) -> None:
+        self._frames: list[DataFrame] = []
+
+    def keep(self, df: DataFrame) -> DataFrame:
+        self._frames.append(df.cache())
+        return self._frames[-1]
+
+    def release(self) -> None:
+        for df in self._frames:
+            df.unpersist()
+        self._frames.clear()
+
+
 class _Output:
     """Writes tables as Parquet and one-file CSV, keeping them cached for the summary."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, cache: _Cache) -> None:
         self.dir = out_dir
+        self.cache = cache
         self.tables: list[str] = []
         self.charts: list[str] = []
         for sub in ("parquet", "csv", "charts"):
             (out_dir / sub).mkdir(parents=True, exist_ok=True)
 
     def table(self, name: str, df: DataFrame) -> DataFrame:
-        df = df.cache()
+        df = self.cache.keep(df)
         # Tables are aggregates: one file each is easier to hand around than 200 tiny ones.
         df.coalesce(1).write.mode("overwrite").parquet(str(self.dir / "parquet" / name))
         self._csv(name, df)
@@ -160,23 +178,26 @@ def run_report(
     chart_note: str = "",
 ) -> dict[str, Any]:
     """Run every step; return summary.json's content. UsageError if there are no events."""
-    out, steps = _Output(out_dir), _Steps(progress)
-    raw = read_raw(spark, files).cache()
-    ok = transforms.is_valid_event()
-    stats = raw.agg(F.count(F.lit(1)).alias("lines"), F.count(F.when(ok, 1)).alias("events"),
-                    F.min(F.when(ok, F.col("ts_ms"))).alias("first"),
-                    F.max(F.when(ok, F.col("ts_ms"))).alias("last")).first()
-    if stats is None or stats["events"] == 0:
-        raise UsageError(f"journal directory {files.directory} has no events")
-    events = transforms.valid_events(raw)
-    malformed = stats["lines"] - stats["events"]
-    steps.done(f"reading journal {files.directory} ... {stats['events']:,} events "
-               f"({len(files.closed)} closed segment(s), {len(files.recovered_tails)} "
-               f"recovered tail(s), {malformed} malformed line(s) skipped)")
+    steps, cache = _Steps(progress), _Cache()
     try:
-        facts = _steps(out, events, (stats["first"], stats["last"]), steps, chart_note)
+        raw = cache.keep(read_raw(spark, files))
+        ok = transforms.is_valid_event()
+        stats = raw.agg(
+            F.count(F.lit(1)).alias("lines"), F.count(F.when(ok, 1)).alias("events"),
+            F.min(F.when(ok, F.col("ts_ms"))).alias("first"),
+            F.max(F.when(ok, F.col("ts_ms"))).alias("last"),
+        ).first()
+        if stats is None or stats["events"] == 0:
+            raise UsageError(f"journal directory {files.directory} has no events")
+        malformed = stats["lines"] - stats["events"]
+        steps.done(f"reading journal {files.directory} ... {stats['events']:,} events "
+                   f"({len(files.closed)} closed segment(s), {len(files.recovered_tails)} "
+                   f"recovered tail(s), {malformed} malformed line(s) skipped)")
+        out = _Output(out_dir, cache)
+        facts = _steps(out, transforms.valid_events(raw), (stats["first"], stats["last"]),
+                       steps, chart_note)
     finally:
-        spark.catalog.clearCache()
+        cache.release()
     result = summary.build_summary(
         journal=str(files.directory), segments=files.counts(), events=stats["events"],
         malformed_lines=malformed, time_range=(stats["first"], stats["last"]),
@@ -191,7 +212,7 @@ def run_report(
 def _steps(
     out: _Output, events: DataFrame, time_range: tuple[int, int], steps: _Steps, note: str,
 ) -> dict[str, Any]:
-    records = transforms.record_outcomes(events).cache()
+    records = out.cache.keep(transforms.record_outcomes(events))
     subs = _rows(out.table("delivery_summary", transforms.delivery_summary(records, events)))
     steps.done(f"delivery summary ... {len(subs)} subscription/endpoint row(s)")
 
@@ -239,14 +260,18 @@ def spark_session(master: str) -> tuple[SparkSession, bool]:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName("hookstream-report")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    if master.startswith("local"):
+        # The default 200 shuffle partitions suit clusters; on one machine their task
+        # overhead doubled the report's time (bench/report.py). A few per core suffice.
+        builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark, True
 

@@ -2,15 +2,17 @@
 
 Deterministic: the same `SyntheticJournal` gives the same events. Records of every
 subscription flow through `fetched -> dispatched -> sent -> delivered` at `rate_per_s`;
-some first attempts fail and are retried, some records are dead-lettered, the chosen
+some first attempts fail and are retried, during the `outage` the last subscription's
+endpoint fails until the outage ends, some records are dead-lettered, the chosen
 `lost` records are fetched and never finished, the chosen `duplicates` are delivered twice,
 and, when `crash_partition` is set, that partition actor crashes once after fetching
 `crash_inflight` records, which are fetched again and delivered after the restart (so
-they are not lost).
+they are not lost). `delay_forwards` adds delay-queue forwards with some lateness.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -42,6 +44,7 @@ class SyntheticJournal:
     duplicates: frozenset[RecordId] = field(default_factory=frozenset)
     crash_partition: tuple[str, int] | None = None
     crash_inflight: int = 5
+    delay_forwards: int = 0  # delay_forwarded events spread over the run
 
     def endpoint(self, subscription: str) -> str:
         return f"http://127.0.0.1:9000/{subscription}"
@@ -55,6 +58,7 @@ class SyntheticJournal:
                     yield from self._record(sub, partition, offset)
                     if (offset + 1) % self.commit_every == 0 or offset == n - 1:
                         yield self._commit(sub, partition, offset + 1)
+        yield from self._delay_forwards()
         yield from self._shutdown()
 
     def _time(self, sub: str, partition: int, offset: int) -> int:
@@ -62,11 +66,14 @@ class SyntheticJournal:
         index += self.subscriptions.index(sub)
         return self.start_ms + int(index * 1000 / (self.rate_per_s * len(self.subscriptions)))
 
-    def _in_outage(self, sub: str, offset: int) -> bool:
+    def _outage_end_ms(self, sub: str, offset: int) -> int | None:
+        """When the outage this record runs into ends (None: no outage for it)."""
         if self.outage is None or sub != self.subscriptions[-1]:
-            return False
-        position = offset / max(1, self.records_per_partition)
-        return self.outage[0] <= position < self.outage[1]
+            return None
+        n = self.records_per_partition
+        if not self.outage[0] <= offset / max(1, n) < self.outage[1]:
+            return None
+        return self._time(sub, 0, math.ceil(self.outage[1] * n))
 
     def _event(self, type_: str, ts_ms: int, rec: _Record, **fields: Any) -> Event:
         return Event(type=type_, ts_ms=ts_ms, subscription=rec.subscription, topic=self.topic,
@@ -82,24 +89,28 @@ class SyntheticJournal:
             return
         endpoint = self.endpoint(sub)
         yield self._event("dispatched", t + 1, rec, endpoint=endpoint)
-        yield from self._attempts(t, rec, endpoint, self._in_outage(sub, offset))
+        yield from self._attempts(t, rec, endpoint, self._outage_end_ms(sub, offset))
         if (sub, partition, offset) in self.duplicates:
             yield self._event("delivered", t + 900, rec, endpoint=endpoint, attempt=1,
                               status=200, latency_ms=4.0)
 
-    def _attempts(self, t: int, rec: _Record, endpoint: str, outage: bool) -> Iterator[Event]:
+    def _attempts(
+        self, t: int, rec: _Record, endpoint: str, outage_end_ms: int | None
+    ) -> Iterator[Event]:
         offset = rec.offset
         latency = 2.0 + (offset * 7919) % 50 / 10
         sent = t + 2 + offset % 3
         doomed = self.dead_letter_every > 0 and offset % self.dead_letter_every == 7
         attempt = 1
-        if outage or doomed or offset % self.fail_every == 3:
+        if outage_end_ms is not None or doomed or offset % self.fail_every == 3:
             yield self._event("sent", sent, rec, endpoint=endpoint, attempt=1, fetched_ts_ms=t)
             done = sent + int(latency)
             yield self._event("failed", done, rec, endpoint=endpoint, attempt=1, status=503,
                               latency_ms=latency)
             yield self._event("retry_scheduled", done, rec, endpoint=endpoint, attempt=2)
-            sent, attempt = sent + 200, 2
+            # retried after 200 ms, or after the outage (spread over 2 s as backoff would)
+            retry_ms = sent + 200 if outage_end_ms is None else outage_end_ms + offset * 7 % 2000
+            sent, attempt = max(sent + 200, retry_ms), 2
         if doomed:
             yield self._event("dead_lettered", sent, rec, endpoint=endpoint,
                               reason="retries exhausted")
@@ -122,6 +133,16 @@ class SyntheticJournal:
                      subscription=sub, topic=self.topic, partition=partition,
                      offset=next_offset, actor=f"consumer:{sub}")
 
+    def _delay_forwards(self) -> Iterator[Event]:
+        span_ms = self._end_ms() - self.start_ms
+        for i in range(self.delay_forwards):
+            ts_ms = self.start_ms + i * span_ms // self.delay_forwards
+            yield Event(type="delay_forwarded", ts_ms=ts_ms, topic="delay.5s", partition=i % 4,
+                        offset=i // 4, lateness_ms=(i * 37) % 200 / 10)
+
+    def _end_ms(self) -> int:
+        return self._time(self.subscriptions[-1], self.partitions - 1, self.records_per_partition)
+
     def _startup(self) -> Iterator[Event]:
         for sub in self.subscriptions:
             yield Event(type="actor_started", ts_ms=self.start_ms, actor=f"consumer:{sub}")
@@ -132,7 +153,7 @@ class SyntheticJournal:
                             subscription=sub, topic=self.topic, partition=partition)
 
     def _shutdown(self) -> Iterator[Event]:
-        end = self._time(self.subscriptions[-1], self.partitions - 1, self.records_per_partition)
+        end = self._end_ms()
         for sub in self.subscriptions:
             for partition in range(self.partitions):
                 actor = f"partition:{sub}:{self.topic}-{partition}"

@@ -111,7 +111,7 @@ def record_outcomes(events: DataFrame) -> DataFrame:
         F.min(F.when(_is("fetched"), F.col("ts_ms"))).alias("first_fetched_ms"),
         F.min(F.when(_is("delivered"), F.col("ts_ms"))).alias("first_delivered_ms"),
     )
-    return fill_endpoints(records).withColumns({
+    return fill_endpoints(records, events).withColumns({
         "attempts": F.col("deliveries") + F.col("failures"),
         "e2e_latency_ms": F.col("first_delivered_ms") - F.col("record_ts_ms"),
         "lost": (F.col("fetches") > 0) & (F.col("deliveries") == 0)
@@ -119,11 +119,11 @@ def record_outcomes(events: DataFrame) -> DataFrame:
     })
 
 
-def fill_endpoints(records: DataFrame) -> DataFrame:
+def fill_endpoints(records: DataFrame, events: DataFrame) -> DataFrame:
     """Fill a missing endpoint from the subscription when it used exactly one endpoint."""
-    # A tiny per-subscription table joined back (broadcast), rather than a window over
-    # each subscription, which would put all of a subscription's records in one task.
-    only = records.filter(F.col("endpoint").isNotNull()).groupBy("subscription").agg(
+    # The per-subscription table comes from the events (a cheap scan) and is broadcast;
+    # a window over each subscription would put all its records in one task.
+    only = events.filter(F.col("endpoint").isNotNull()).groupBy("subscription").agg(
         F.when(F.countDistinct("endpoint") == 1, F.min("endpoint")).alias("_only_endpoint")
     )
     filled = records.join(F.broadcast(only), "subscription", "left")

@@ -180,3 +180,12 @@ def test_markdown_lists_offsets_and_says_how_many_more() -> None:
     text = summary.render_markdown(result)
     assert "| s | t-0 | 0, 1, 2" in text and "19 (+5 more) | - |" in text
     assert "The journal dropped 7 event(s)" in text
+
+
+def test_a_journal_without_events_is_a_usage_error(spark: Any, tmp_path: Path) -> None:
+    from runtime.report.job import find_journal_files, run_report
+
+    (tmp_path / "segment-0000000000001-aaaa0000-000000.jsonl").write_text('{"type":"fe')
+    with pytest.raises(UsageError, match="has no events"):
+        run_report(spark, find_journal_files(tmp_path), tmp_path / "out", progress=print)
+    assert not (tmp_path / "out").exists()
