@@ -46,6 +46,10 @@ from runtime.supervisor import ChildSpec, Supervisor
 log = logging.getLogger(__name__)
 PATTERN_METADATA_MAX_AGE_MS = 3000
 MIN_FETCH_RECORDS = 100
+POLL_MS = 100
+# While a partition is paused its resume request waits for the poll to return: a long poll
+# on the other partitions (or on none: all paused) would starve it for up to POLL_MS.
+PAUSED_POLL_MS = 5
 
 
 @dataclass(slots=True)
@@ -173,7 +177,8 @@ class ConsumerActor(Actor):
         assert kafka is not None
         while True:
             await self._apply_requests(kafka)
-            batches = await kafka.getmany(timeout_ms=100, max_records=self._max_records)
+            poll_ms = PAUSED_POLL_MS if kafka.paused() else POLL_MS
+            batches = await kafka.getmany(timeout_ms=poll_ms, max_records=self._max_records)
             clock = self.context.clock
             for tp, messages in batches.items():
                 if messages:

@@ -2,9 +2,7 @@
 plus a torn crash leftover in; Parquet, CSV, charts and summaries out. Also the CLI's
 errors, which need no Spark.
 
-TODO(e2e): a test that runs real delivery actors against the embedded broker and a real
-HTTP endpoint, kills a partition actor mid-run, and checks the report's audit shows
-lost == 0 and every produced offset delivered (needs actors/ and runtime.app).
+The end-to-end run with real delivery actors is in test_report_end_to_end.py.
 """
 
 from __future__ import annotations
