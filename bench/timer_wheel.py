@@ -18,9 +18,9 @@ Throughput counts timers scheduled and expired (or cancelled) per second of wall
 the whole run, best of `--repeat` runs (the machine is shared; the best run is the one
 least disturbed); `cpu s` is the same run's process CPU time, which other processes
 disturb less. Peak memory is measured in a second, identical run under tracemalloc (which
-slows Python down, so it is kept out of the timed run); it covers the timer structures and
-handles, not the pre-generated deadlines. Both timers must return the same items in the
-same order, or the script fails.
+slows Python down, so it is kept out of the timed run); it covers the timer structures,
+the handles and the script's list of them, not the pre-generated deadlines. Both timers
+must return the same items in the same order, or the script fails.
 """
 
 from __future__ import annotations
