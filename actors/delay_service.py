@@ -45,11 +45,12 @@ later stay uncommitted and are forwarded by the next owner."""
 class DelayService:
     name = "delay"
 
-    def __init__(self, *, drain_ms: int = DRAIN_MS,
+    def __init__(self, *, drain_ms: int | None = None,
                  consumer_settings: Mapping[str, Any] | None = None) -> None:
-        """`consumer_settings` overrides AIOKafkaConsumer settings (e.g. a short
-        `session_timeout_ms` so a dead instance's partitions move quickly)."""
-        self.drain_ms = drain_ms
+        """`drain_ms` and `consumer_settings` (AIOKafkaConsumer settings) override what
+        `[delay]` configures (`drain_ms`, `session_timeout_ms`)."""
+        self.drain_ms = DRAIN_MS if drain_ms is None else drain_ms
+        self._drain_override = drain_ms
         self.consumer_settings = dict(consumer_settings or {})
         self.settings: DelaySettings | None = None
         self._runtime: Runtime | None = None
@@ -64,6 +65,13 @@ class DelayService:
             log.info("no [[delay.levels]] configured: the delay queue is off")
             return
         broker = cfg.broker or runtime.config.brokers[0].name
+        if self._drain_override is None:
+            self.drain_ms = cfg.drain_ms
+        self.consumer_settings = {
+            "session_timeout_ms": cfg.session_timeout_ms,
+            "heartbeat_interval_ms": max(cfg.session_timeout_ms // 6, 100),
+            **self.consumer_settings,
+        }
         settings = self.settings = _settings(cfg, runtime.bootstrap(broker), self.drain_ms)
         await create_topics(settings.bootstrap, _topics(cfg))
         try:

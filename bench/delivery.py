@@ -274,18 +274,21 @@ async def bare_loop(url: str, count: int, concurrency: int, size: int,
 
 # -- the runtime ---------------------------------------------------------------------------
 def subscription(group: str, topic: str, url: str, concurrency: int,
-                 load_factor: float = 0.0) -> dict[str, Any]:
+                 load_factor: float = 0.0, fetch_max_wait_ms: int = 0) -> dict[str, Any]:
     config: dict[str, Any] = {"concurrencyFactor": concurrency}
     if load_factor:
         config["loadFactor"] = load_factor
+    # Tansu answers a JoinGroup after about half the session timeout: keep joins quick.
+    properties = {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300"}
+    if fetch_max_wait_ms:
+        properties["fetch.max.wait.ms"] = str(fetch_max_wait_ms)
     return {
         "id": "bench",
         "group.id": group,
         "broker": "Kafka",
         "topics": [{"name": topic, "config": config}],
         "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100},
-        # Tansu answers a JoinGroup after about half the session timeout: keep joins quick.
-        "properties": {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300"},
+        "properties": properties,
     }
 
 
@@ -351,7 +354,8 @@ async def runtime_throughput(bootstrap: str, url: str, topic: str, args: argpars
                              journal: bool, workdir: Path, pids: dict[str, int]) -> RunResult:
     async with running(bootstrap, workdir, journal) as runtime:
         await subscribe(runtime, subscription(f"bench-{uuid.uuid4().hex[:8]}", topic, url,
-                                              args.concurrency, args.load_factor))
+                                              args.concurrency, args.load_factor,
+                                              args.fetch_max_wait_ms))
         progress = await wait_delivered(runtime, args.records, args.timeout_s, pids)
         seconds = time.perf_counter() - progress.first_t
         assert progress.cpu is not None
@@ -398,7 +402,7 @@ async def added_latency(bootstrap: str, url: str, args: argparse.Namespace,
     total = int(args.rate * args.duration_s)
     async with running(bootstrap, workdir, journal=True) as runtime:
         await subscribe(runtime, subscription("bench-latency", topic, url, args.concurrency,
-                                              args.load_factor))
+                                              args.load_factor, args.fetch_max_wait_ms))
         # one record per partition: the group has joined and the pool is warm
         await produce_backlog(bootstrap, topic, args.partitions, args.partitions, args.size)
         await wait_delivered(runtime, args.partitions, args.timeout_s, pids)
@@ -550,6 +554,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="bare loop workers; 0: what the runtime has in flight")
     parser.add_argument("--load-factor", type=float, default=0.0,
                         help="topics[].config.loadFactor; 0: the default (2.0)")
+    parser.add_argument("--fetch-max-wait-ms", type=int, default=10,
+                        help="the subscription's fetch.max.wait.ms; 0: aiokafka's 500 "
+                             "(see the module docstring: Tansu holds every fetch that long)")
     parser.add_argument("--journal", choices=("on", "off", "both"), default="both")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--rate", type=int, default=1000, help="latency run, records/s")

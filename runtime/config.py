@@ -69,6 +69,10 @@ class DelayConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     dead_letter_topic: str = "delay.dead-letter"
     max_waiting_records: Annotated[int, Meta(ge=1)] = 200_000
     """Per level-topic partition: above this the partition is paused (bounded memory)."""
+    session_timeout_ms: Annotated[int, Meta(ge=1000)] = 6_000
+    """How soon a dead instance's level partitions move to the others."""
+    drain_ms: Annotated[int, Meta(ge=0)] = 2_000
+    """On revoke and shutdown: how long to keep forwarding what falls due."""
 
 
 class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
