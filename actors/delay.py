@@ -58,7 +58,15 @@ from aiokafka.errors import (
 from aiokafka.partitioner import DefaultPartitioner
 
 from actors.delay_logic import DelayBook, Output, dead_letter_headers
-from actors.messages import Batch, CommitRequest, FlowControl
+from actors.messages import (
+    Assigned,
+    Batch,
+    CommitRequest,
+    Drain,
+    DrainDeadline,
+    FlowControl,
+    Rewind,
+)
 from runtime.actor import Actor
 from runtime.config import DelayLevel
 from runtime.journal import Event
@@ -107,33 +115,6 @@ class DelaySettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Rewind:
-    """Delay actor -> consumer: seek my partition to its committed offset, then `Assigned`."""
-
-    topic: str
-    partition: int
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class Assigned:
-    """Consumer -> delay actor: fetching restarts at `position` (None: no commit yet)."""
-
-    position: int | None
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class Drain:
-    """Consumer -> delay actor: take no new records, forward what falls due before
-    `deadline_ms` (monotonic), then resolve `done` with the position the consumer should
-    commit (None: nothing to commit by the consumer, e.g. exactly-once levels)."""
-
-    deadline_ms: int
-    done: asyncio.Future[int | None]
-
-
-@dataclass(frozen=True, slots=True)
 class _Tick:
     alarm: int
 
@@ -149,11 +130,6 @@ class _TxnDone:
     outputs: list[Output]
     position: int
     committed_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class _DrainDeadline:
-    pass
 
 
 @dataclass(slots=True)
@@ -411,7 +387,7 @@ class DelayActor(Actor):
             self._on_assigned(message)
         elif isinstance(message, Drain):
             self._on_drain(message)
-        elif isinstance(message, _DrainDeadline):
+        elif isinstance(message, DrainDeadline):
             self._maybe_finish_drain()
         else:
             raise TypeError(f"{self.path}: unexpected message {message!r}")
@@ -578,7 +554,7 @@ class DelayActor(Actor):
         self._drain = drain
         clock = self.context.clock
         self._drain_wall_deadline = clock.wall_ms() + drain.deadline_ms - clock.monotonic_ms()
-        self.schedule(drain.deadline_ms, _DrainDeadline())
+        self.schedule(drain.deadline_ms, DrainDeadline())
         self._maybe_finish_drain()
 
     def _past_drain_deadline(self) -> bool:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.structs import RecordMetadata
 
 from actors.delay import DelaySettings, ForwardProducerActor
-from actors.delay_consumer import DelayConsumerActor, DelayConsumerDeps
+from actors.delay_consumer import DelayConsumerActor, DelayConsumerDeps, delay_wiring
 from actors.delay_producer import DelayProducer
 from runtime.config import DelayConfig
 from runtime.errors import UsageError
@@ -93,14 +93,15 @@ class DelayService:
     def _children(self, sup: Supervisor) -> list[ChildSpec]:
         assert self._runtime is not None and self.settings is not None
         settings = self.settings
-        deps = DelayConsumerDeps(ChildRef(sup, "partitions"), ChildRef(sup, "producer"),
-                                 settings, self._runtime.metrics, self.consumer_settings)
+        wiring = delay_wiring(ChildRef(sup, "partitions"), settings)
+        deps = DelayConsumerDeps(ChildRef(sup, "producer"), settings, self._runtime.metrics,
+                                 self.consumer_settings)
         return [
             ChildSpec("producer", lambda: ForwardProducerActor("producer", settings.bootstrap)),
             ChildSpec("partitions", lambda: Supervisor("partitions", "one_for_one",
                                                        intensity=10, period_ms=10_000),
                       shutdown_ms=self.drain_ms + 3000),
-            ChildSpec("consumer", lambda: DelayConsumerActor("consumer", deps),
+            ChildSpec("consumer", lambda: DelayConsumerActor("consumer", wiring, deps),
                       shutdown_ms=self.drain_ms + 4000),
         ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 
@@ -100,8 +101,34 @@ class CommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Rewind:
+    """Partition actor -> consumer: seek my partition to its committed offset, then
+    answer with `Assigned`. Sent by every new incarnation (first assignment or restart)."""
+
+    topic: str
+    partition: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    """Consumer -> partition actor: fetching restarts at `position` (None: no commit yet).
+    Batches that arrive before it were fetched for an older incarnation."""
+
+    position: int | None
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class Drain:
-    """Consumer -> partition: stop taking new work; reply when in-flight work is done
-    or the deadline passed, with the final committable offset."""
+    """Consumer -> partition actor (revoke, unsubscribe, shutdown): take no new work, finish
+    what can finish before `deadline_ms` (monotonic), then resolve `done` with the position
+    the consumer should commit (None: nothing for the consumer to commit)."""
 
     deadline_ms: int
+    done: asyncio.Future[int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class DrainDeadline:
+    """Timer -> partition actor: the drain deadline passed."""

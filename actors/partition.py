@@ -17,7 +17,6 @@ so a partition that is never idle still commits), and at drain (revoke, shutdown
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from dataclasses import dataclass
@@ -26,16 +25,20 @@ from typing import Any
 from actors.deadletter import DeadLetter
 from actors.lanes import Dispatcher
 from actors.messages import (
+    Assigned,
     Batch,
     CommitRequest,
     CommitTick,
     DeadLettered,
     Deliver,
     Delivered,
+    Drain,
+    DrainDeadline,
     Failed,
     FlowControl,
     Record,
     RetryDue,
+    Rewind,
 )
 from actors.offsets import OffsetTracker
 from actors.subscription import Consumer, TopicConfig
@@ -46,37 +49,6 @@ from runtime.metrics import Registry
 
 log = logging.getLogger(__name__)
 IDLE_COMMIT_PERIOD_MS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Rewind:
-    """Partition -> consumer: seek my partition to its committed offset, then `Assigned`."""
-
-    topic: str
-    partition: int
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class Assigned:
-    """Consumer -> partition: the consumer now fetches from `position` (None: unknown)."""
-
-    position: int | None
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class Drain:
-    """Consumer -> partition: take no new work; resolve `done` with the final commit
-    position once nothing is in flight or at `deadline_ms` (monotonic)."""
-
-    deadline_ms: int
-    done: asyncio.Future[int | None]
-
-
-@dataclass(frozen=True, slots=True)
-class _DrainDeadline:
-    pass
 
 
 @dataclass(slots=True)
@@ -165,7 +137,7 @@ class PartitionActor(Actor):
             self._on_assigned(message)
         elif isinstance(message, Drain):
             self._on_drain(message)
-        elif isinstance(message, _DrainDeadline):
+        elif isinstance(message, DrainDeadline):
             self._finish_drain()
         else:
             raise TypeError(f"{self.path}: unexpected message {message!r}")
@@ -305,7 +277,7 @@ class PartitionActor(Actor):
         if self.dispatcher.inflight == 0:
             self._finish_drain()
         else:
-            self.schedule(drain.deadline_ms, _DrainDeadline())
+            self.schedule(drain.deadline_ms, DrainDeadline())
 
     def _finish_drain(self) -> None:
         drain = self._drain

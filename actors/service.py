@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from actors.consumer import ConsumerActor, ConsumerDeps
+from actors.consumer import ConsumerActor, ConsumerDeps, fetch_size
 from actors.deadletter import DeadLetterActor
 from actors.egress import EgressActor
+from actors.group_consumer import Wiring
 from actors.registry import SubscriptionStore
 from actors.subscription import Consumer, InvalidSubscription, decode_consumer, redacted
 from runtime.admin import BadRequest, ok
@@ -145,8 +146,8 @@ class DeliveryService:
         runtime, method = self._runtime, consumer.subscriptionMethod
         bootstrap = self._bootstrap(consumer)
         deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
-        deps = ConsumerDeps(ChildRef(sup, "partitions"), ChildRef(sup, "egress"), deadletter,
-                            runtime.metrics, bootstrap, drain_ms=DRAIN_MS)
+        wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer))
+        deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics)
         specs = [ChildSpec("egress", lambda: EgressActor("egress", consumer, consumer.broker,
                                                           runtime.metrics))]
         if method.deadLetterTopic:
@@ -156,8 +157,9 @@ class DeliveryService:
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
             shutdown_ms=DRAIN_MS + 1000))
-        specs.append(ChildSpec("consumer", lambda: ConsumerActor("consumer", consumer, deps),
-                               shutdown_ms=DRAIN_MS + 1500))
+        specs.append(ChildSpec(
+            "consumer", lambda: ConsumerActor("consumer", consumer, wiring, deps),
+            shutdown_ms=DRAIN_MS + 1500))
         return specs
 
     # -- admin routes ------------------------------------------------------------------

@@ -247,7 +247,8 @@ class RunResult:
 
 
 async def bare_loop(url: str, count: int, concurrency: int, size: int,
-                    timeout_s: float, pids: dict[str, int]) -> RunResult:
+                    timeout_s: float, pids: dict[str, int],
+                    name: str = "bare aiohttp POST loop") -> RunResult:
     """`count` POSTs by `concurrency` workers on one session; each checks for a 200."""
     body = payload(0, size)
     headers = {"Content-Type": "text/plain; charset=utf-8"}
@@ -269,7 +270,7 @@ async def bare_loop(url: str, count: int, concurrency: int, size: int,
         seconds, cpu = time.perf_counter() - start, meter.used()
     if ok != count:
         raise RuntimeError(f"bare loop: {ok} of {count} requests answered 200")
-    return RunResult("bare aiohttp POST loop", count, seconds, concurrency, concurrency, cpu)
+    return RunResult(name, count, seconds, concurrency, concurrency, cpu)
 
 
 # -- the runtime ---------------------------------------------------------------------------
@@ -471,7 +472,7 @@ async def bench(args: argparse.Namespace, recv: Receiver, workdir: Path) -> None
         await produce_backlog(broker.bootstrap, topic, args.records, args.partitions,
                               args.size)
         print_header(args, recv, window, pool, concurrency)
-        results: dict[str, list[RunResult]] = {}
+        results: dict[str, list[RunResult]] = {}  # by run name, one per round
         for round_no in range(args.rounds):
             runs = [await bare_loop(recv.url, args.records, concurrency, args.size,
                                     args.timeout_s, pids)]
@@ -479,6 +480,12 @@ async def bench(args: argparse.Namespace, recv: Receiver, workdir: Path) -> None
                 runs.append(await runtime_throughput(
                     broker.bootstrap, recv.url, topic, args, journal,
                     workdir / f"r{round_no}-{'on' if journal else 'off'}", pids))
+            if args.bare_at_mean:
+                mean = max(1, round(runs[1].mean_inflight))
+                extra = await bare_loop(recv.url, args.records, mean, args.size,
+                                        args.timeout_s, pids, "bare, runtime's mean")
+                extra.notes = f"{mean} workers: the runtime's mean HTTP requests in flight"
+                runs.append(extra)
             for run in runs:
                 results.setdefault(run.name, []).append(run)
             print_round(round_no, runs)
@@ -518,15 +525,18 @@ def print_round(round_no: int, runs: list[RunResult]) -> None:
 
 def print_summary(args: argparse.Namespace, results: dict[str, list[RunResult]],
                   latency: Latency | None) -> None:
-    bare = statistics.median(r.rate for r in results["bare aiohttp POST loop"])
+    bare = results["bare aiohttp POST loop"]
     print()
-    print(f"median over {args.rounds} round(s):")
+    print(f"median over {args.rounds} round(s); the ratio is the median of each round's ratio "
+          f"to that round's bare loop ({bare[0].peak_inflight} workers):")
     ratio_on: float | None = None
     for name, runs in results.items():
         rate = statistics.median(r.rate for r in runs)
-        print(f"  {name:<24} {rate:>8.0f} records/s  {rate / bare:>5.2f} x bare")
+        ratio = statistics.median(r.rate / b.rate for r, b in zip(runs, bare, strict=True))
+        print(f"  {name:<24} {rate:>8.0f} records/s  {ratio:>5.2f} x bare  "
+              f"CPU {statistics.median(r.cpu_us('self') for r in runs):.0f} us/record")
         if name == "runtime, journal on":
-            ratio_on = rate / bare
+            ratio_on = ratio
     if latency is not None:
         print()
         print(f"added latency (fetch -> HTTP send), journal `sent` events, first attempts, "
@@ -552,6 +562,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="concurrencyFactor (per partition)")
     parser.add_argument("--bare-concurrency", type=int, default=0,
                         help="bare loop workers; 0: what the runtime has in flight")
+    parser.add_argument("--bare-at-mean", action=argparse.BooleanOptionalAction,
+                        default=True, help="also run the bare loop with as many workers as "
+                        "the runtime had HTTP requests in flight on average")
     parser.add_argument("--load-factor", type=float, default=0.0,
                         help="topics[].config.loadFactor; 0: the default (2.0)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=10,

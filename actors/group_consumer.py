@@ -1,0 +1,270 @@
+"""GroupConsumerActor: owns one `AIOKafkaConsumer` and the actors of its partitions.
+
+The delivery path (`ConsumerActor`, one per subscription) and the delay queue
+(`DelayConsumerActor`) share this shape; subclasses say how to subscribe, which client
+settings to use and which actor handles a partition.
+
+The fetch loop (a task the actor owns) alternates between applying what partition actors
+asked for (rewinds, pause/resume, commits batched into one call) and `getmany`, whose
+batches it hands over with `ask`, so a partition's pause takes effect before the next fetch
+and memory stays bounded. Requests arrive as messages; the handler only records them, so
+the fetch loop is the one place that calls the Kafka client.
+
+Positions. Every new partition actor (first assignment or restart) sends `Rewind`; the
+loop seeks to the committed offset and answers `Assigned`. Batches fetched before the
+seek are dropped by the actor. Commits carry the actor's epoch; stale ones are ignored.
+
+Rebalance. aiokafka awaits the listener while the group rebalances: on revoke each
+revoked partition's actor drains (in parallel, within `drain_ms`), the positions are
+committed, then the actors stop; on assignment an actor starts per new partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from actors.messages import Assigned, Batch, CommitRequest, Drain, FlowControl, Record, Rewind
+from runtime.actor import Actor
+from runtime.errors import ActorDeadError
+from runtime.journal import Event
+from runtime.kafka import make_consumer
+from runtime.supervisor import ChildSpec, Supervisor
+
+log = logging.getLogger(__name__)
+POLL_MS = 100
+# While a partition is paused its resume request waits for the poll to return: a long poll
+# on the other partitions (or on none: all paused) would starve it for up to POLL_MS.
+PAUSED_POLL_MS = 5
+
+
+@dataclass(slots=True)
+class Wiring:
+    """What the base needs from its tree; refs follow restarts."""
+
+    partitions: Any  # ChildRef to the Supervisor of the partition actors
+    bootstrap: str
+    drain_ms: int
+    max_records: int
+    epochs: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, owner: GroupConsumerActor) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.owner.revoke(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.owner.assign(set(assigned))
+
+
+class GroupConsumerActor(Actor):
+    mailbox_capacity = 4096
+
+    def __init__(self, name: str, wiring: Wiring) -> None:
+        super().__init__(name)
+        self.wiring = wiring
+        self.kafka: AIOKafkaConsumer | None = None
+        self.owned: set[TopicPartition] = set()
+        self._rewinds: dict[TopicPartition, int] = {}
+        self._flow: dict[TopicPartition, bool] = {}
+        self._commits: dict[TopicPartition, int] = {}
+        self.listener = _Listener(self)
+
+    # -- what subclasses define --------------------------------------------------------
+    def client_settings(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
+        raise NotImplementedError
+
+    def build_child(self, tp: TopicPartition, epoch: int) -> Actor:
+        raise NotImplementedError
+
+    def commits_here(self, tp: TopicPartition) -> bool:
+        """False where the partition actor commits itself (exactly-once transactions)."""
+        return True
+
+    def reset_to_beginning(self) -> bool:
+        """With no committed offset, a restarted partition restarts from the beginning."""
+        return True
+
+    def event_fields(self) -> dict[str, Any]:
+        """Extra fields of this consumer's journal events."""
+        return {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def on_start(self) -> None:
+        self.kafka = make_consumer(self.wiring.bootstrap, **self.client_settings())
+        await self.kafka.start()
+        try:
+            await self.subscribe(self.kafka)
+        except BaseException:
+            await self.kafka.stop()
+            raise
+        self.spawn(self._fetch_loop(), name=f"{self.path}:fetch")
+
+    async def on_stop(self) -> None:
+        # the fetch task is already cancelled: drain and commit what is ours, then leave
+        kafka, self.kafka = self.kafka, None
+        if kafka is None:
+            return
+        try:
+            await self._revoke_with(kafka, set(self.owned))
+        finally:
+            await kafka.stop()
+
+    # -- messages ----------------------------------------------------------------------
+    async def handle(self, message: Any) -> None:
+        if isinstance(message, CommitRequest):
+            tp = TopicPartition(message.topic, message.partition)
+            if tp in self.owned and self.wiring.epochs.get(tp) == message.epoch:
+                self._commits[tp] = message.offset
+        elif isinstance(message, FlowControl):
+            self._flow[TopicPartition(message.topic, message.partition)] = message.paused
+        elif isinstance(message, Rewind):
+            self._rewinds[TopicPartition(message.topic, message.partition)] = message.epoch
+        else:
+            raise TypeError(f"{self.path}: unexpected message {message!r}")
+
+    # -- the fetch loop ----------------------------------------------------------------
+    async def _fetch_loop(self) -> None:
+        kafka = self.kafka
+        assert kafka is not None
+        while True:
+            await self._apply_requests(kafka)
+            poll_ms = PAUSED_POLL_MS if kafka.paused() else POLL_MS
+            batches = await kafka.getmany(timeout_ms=poll_ms, max_records=self.wiring.max_records)
+            now = self.context.clock.monotonic_ms()
+            for tp, messages in batches.items():
+                if messages:
+                    await self._hand_over(kafka, tp, messages, now)
+
+    async def _hand_over(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
+                         messages: list[Any], now_ms: int) -> None:
+        records = [
+            Record(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()),
+                   m.timestamp, now_ms)
+            for m in messages
+        ]
+        try:
+            # ask, not tell: the reply says whether the partition's buffer is full, and the
+            # pause takes effect before the next fetch (with tell this loop would hand over
+            # everything aiokafka prefetched: a whole backlog in memory)
+            paused = await self.partition_actor(tp).ask(Batch(records, kafka.highwater(tp)))
+        except Exception:
+            return  # dead or crashed with it: its next incarnation rewinds to the commit
+        if paused is True and tp in self.owned:
+            kafka.pause(tp)
+
+    def partition_actor(self, tp: TopicPartition) -> Actor:
+        sup: Supervisor = self.wiring.partitions.actor
+        return sup.child(child_name(tp))
+
+    async def _apply_requests(self, kafka: AIOKafkaConsumer) -> None:
+        rewinds, self._rewinds = self._rewinds, {}
+        for tp, epoch in rewinds.items():
+            await self._rewind(kafka, tp, epoch)
+        flow, self._flow = self._flow, {}
+        for tp, paused in flow.items():
+            if tp in self.owned:
+                (kafka.pause if paused else kafka.resume)(tp)
+        commits, self._commits = self._commits, {}
+        if commits:
+            await self._commit(kafka, commits)
+
+    async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int) -> None:
+        if tp not in self.owned or self.wiring.epochs.get(tp) != epoch:
+            return
+        committed = await kafka.committed(tp)
+        if committed is not None:
+            kafka.seek(tp, committed)
+        elif self.reset_to_beginning():
+            await kafka.seek_to_beginning(tp)
+        kafka.resume(tp)
+        with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
+            await self.partition_actor(tp).tell(Assigned(committed, epoch))
+
+    async def _commit(self, kafka: AIOKafkaConsumer, commits: dict[TopicPartition, int]) -> None:
+        ours = {tp: off for tp, off in commits.items()
+                if tp in self.owned and self.commits_here(tp)}
+        if not ours:
+            return
+        try:
+            await kafka.commit({tp: OffsetAndMetadata(off, "") for tp, off in ours.items()})
+        except KafkaError as exc:
+            # a rebalance in progress: the next owner resumes from the last good commit
+            log.warning("%s: commit failed (%r); records may be handled again", self.path, exc)
+            return
+        for tp, offset in ours.items():
+            self._journal("committed", tp, offset=offset)
+
+    # -- rebalance ---------------------------------------------------------------------
+    async def assign(self, tps: set[TopicPartition]) -> None:
+        sup: Supervisor = self.wiring.partitions.actor
+        for tp in sorted(tps):
+            if tp in self.owned:
+                continue
+            self.owned.add(tp)
+            await sup.start_child(ChildSpec(child_name(tp), self._factory(tp),
+                                            restart="transient",
+                                            shutdown_ms=self.wiring.drain_ms + 2000))
+            self._journal("partition_assigned", tp, actor=self.path)
+
+    def _factory(self, tp: TopicPartition) -> Any:
+        def build() -> Actor:
+            epoch = self.wiring.epochs.get(tp, 0) + 1
+            self.wiring.epochs[tp] = epoch
+            return self.build_child(tp, epoch)
+
+        return build
+
+    async def revoke(self, tps: set[TopicPartition]) -> None:
+        if self.kafka is not None:
+            await self._revoke_with(self.kafka, tps)
+
+    async def _revoke_with(self, kafka: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
+        ordered = sorted(tps & self.owned)
+        if not ordered:
+            return
+        positions = await asyncio.gather(*(self._drain(tp) for tp in ordered))
+        final = {tp: pos for tp, pos in zip(ordered, positions, strict=True) if pos is not None}
+        await self._commit(kafka, final)
+        sup: Supervisor = self.wiring.partitions.actor
+        for tp in ordered:
+            self.owned.discard(tp)
+            self._commits.pop(tp, None)
+            if sup.alive and sup.has_child(child_name(tp)):
+                await sup.stop_child(child_name(tp))
+            self._journal("partition_revoked", tp, actor=self.path)
+
+    async def _drain(self, tp: TopicPartition) -> int | None:
+        done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        drain_ms = self.wiring.drain_ms
+        deadline = self.context.clock.monotonic_ms() + drain_ms
+        try:
+            await self.partition_actor(tp).tell(Drain(deadline, done))
+            return await asyncio.wait_for(done, drain_ms / 1000 + 1)
+        except (ActorDeadError, TimeoutError):
+            return None  # nothing trustworthy to commit: the last commit stands
+
+    def _journal(self, kind: str, tp: TopicPartition, **fields: Any) -> None:
+        self.context.emit(Event(type=kind, ts_ms=self.context.clock.wall_ms(), topic=tp.topic,
+                                partition=tp.partition, **self.event_fields(), **fields))
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.path} owned={len(self.owned)} "
+                f"pending_commits={len(self._commits)} mailbox={len(self._mailbox)}>")
+
+
+def child_name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
