@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/delivery.py [--records 50000] [--partitions 4]
         [--concurrency 100] [--rate 1000] [--duration-s 10] [--journal on|off|both]
-        [--rounds 1] [--receiver auto|nginx|uvloop]
+        [--rounds 1] [--receiver auto|nginx|uvloop] [--fetch-max-wait-ms 10]
+        [--no-bare-at-mean] [--gc-tune none|runtime|both] [--max-connections 0]
 
 Everything runs on loopback, started by this script and stopped at the end: the embedded
 broker (Tansu), the receiver (Debian's nginx answering `200` with an empty body, one
@@ -13,24 +14,44 @@ Throughput. `--records` records of `--size` bytes are produced to a new topic wi
 `--partitions` partitions before anything is timed. Then, per round:
 
 - the bare loop: one `aiohttp.ClientSession` and C workers POSTing a body of the same
-  size, `--records` requests in all, where C is the concurrency the runtime really has:
+  size, `--records` requests in all, where C is the concurrency the runtime is given:
   the window is per partition, so partitions x concurrencyFactor records may be in
   flight, capped by the egress HTTP pool (`maxConnections`, default 4 x the window, so
-  4 x 100 = 400 with the defaults here: the pool does not cap it).
+  4 x 100 = 400 with the defaults here: the pool does not cap it). The runtime does
+  reach 400 requests at once (the peak is printed), but on average it has fewer on the
+  wire, because a CPU-bound event loop keeps records queued between its actors.
 - the runtime: a subscription (group, concurrencyFactor = `--concurrency`) on the topic,
   through the admin API; timed from the first record delivered to the last (the group
   join before it is not delivery). Completion is read from the runtime's own
   `hookstream_delivered_total` counter, polled every 5 ms; in-flight from
   `hookstream_http_inflight`, sampled at the same time (peak and mean are printed).
+- with `--bare-at-mean` (the default), the bare loop again with as many workers as the
+  runtime's mean HTTP requests in flight: aiohttp's cost per request grows with the
+  number of connections (mostly garbage collection of the objects of requests in flight),
+  so this is the stricter comparison.
+
+CPU columns: CPU microseconds per record of this process (all threads: the runtime or the
+bare loop, the journal writer), of the broker and of the receiver, from /proc. The machine
+has 2 cores and this process is CPU-bound, so records/s follows its CPU per record.
 
 Added latency. A new topic and a subscription with the journal on; after a warm-up
 record per partition, a producer in a separate process (so that its work does not run
 on the runtime's event loop) sends `--rate` records/s for `--duration-s` seconds, in
 1 ms steps. The added latency is read from the journal: for each first attempt, the
 `sent` event's `ts_ms - fetched_ts_ms`, i.e. from the moment `getmany` handed the record
-to the consumer actor to the moment the egress task starts the HTTP request. Both come
+to the consumer actor to the moment the egress worker starts the HTTP request. Both come
 from one monotonic clock in whole milliseconds, so each value is exact to +-1 ms.
 End-to-end (Kafka record timestamp to 2xx received) is printed too, for context.
+
+`fetch.max.wait.ms` (`--fetch-max-wait-ms`, default 10). Tansu holds every fetch for the
+whole wait even when records arrive (a bare aiokafka consumer at 100 records/s: end to
+end p50 125 ms / p99 248 ms with aiokafka's default 500 ms, 3 / 6 ms with 10 ms), while
+Kafka answers as soon as `fetch.min.bytes` (1) is there. The subscriptions here set 10 ms
+so that the broker's quirk does not decide the result; `0` keeps aiokafka's 500 ms.
+
+`--gc-tune` is an experiment, not what the product does: `gc.freeze()` and a
+young-generation threshold of 20,000 for the runtime runs (`runtime`) or all runs
+(`both`). The process's collector settings are restored after every phase.
 
 Every loop is bounded in count and in time (`--timeout-s`).
 """
@@ -41,6 +62,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import gc
 import logging
 import multiprocessing
 import os
@@ -179,6 +201,28 @@ class CpuMeter:
         return {name: now[name] - self.start[name] for name in now}
 
 
+# -- the garbage collector ----------------------------------------------------------------
+GC_TUNED_THRESHOLD = (20_000, 20, 20)
+
+
+@contextlib.contextmanager
+def gc_state(tuned: bool) -> Iterator[None]:
+    """A phase with the collector as the process has it, or tuned (`--gc-tune`: freeze what
+    exists, then collect young objects every 20,000 allocations instead of 700); the
+    process's settings are restored afterwards, whatever the phase changed, so every bare
+    loop runs with Python's defaults unless it was asked to be tuned too."""
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    if tuned:
+        gc.freeze()
+        gc.set_threshold(*GC_TUNED_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if gc.get_freeze_count() != frozen:
+            gc.unfreeze()
+
+
 # -- producing -----------------------------------------------------------------------------
 def payload(i: int, size: int) -> bytes:
     return f"{i:012d}".encode().ljust(size, b".")[:size]
@@ -275,7 +319,8 @@ async def bare_loop(url: str, count: int, concurrency: int, size: int,
 
 # -- the runtime ---------------------------------------------------------------------------
 def subscription(group: str, topic: str, url: str, concurrency: int,
-                 load_factor: float = 0.0, fetch_max_wait_ms: int = 0) -> dict[str, Any]:
+                 load_factor: float = 0.0, fetch_max_wait_ms: int = 0,
+                 max_connections: int = 0) -> dict[str, Any]:
     config: dict[str, Any] = {"concurrencyFactor": concurrency}
     if load_factor:
         config["loadFactor"] = load_factor
@@ -288,7 +333,8 @@ def subscription(group: str, topic: str, url: str, concurrency: int,
         "group.id": group,
         "broker": "Kafka",
         "topics": [{"name": topic, "config": config}],
-        "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100},
+        "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100,
+                               "maxConnections": max_connections},
         "properties": properties,
     }
 
@@ -356,7 +402,7 @@ async def runtime_throughput(bootstrap: str, url: str, topic: str, args: argpars
     async with running(bootstrap, workdir, journal) as runtime:
         await subscribe(runtime, subscription(f"bench-{uuid.uuid4().hex[:8]}", topic, url,
                                               args.concurrency, args.load_factor,
-                                              args.fetch_max_wait_ms))
+                                              args.fetch_max_wait_ms, args.max_connections))
         progress = await wait_delivered(runtime, args.records, args.timeout_s, pids)
         seconds = time.perf_counter() - progress.first_t
         assert progress.cpu is not None
@@ -403,7 +449,8 @@ async def added_latency(bootstrap: str, url: str, args: argparse.Namespace,
     total = int(args.rate * args.duration_s)
     async with running(bootstrap, workdir, journal=True) as runtime:
         await subscribe(runtime, subscription("bench-latency", topic, url, args.concurrency,
-                                              args.load_factor, args.fetch_max_wait_ms))
+                                              args.load_factor, args.fetch_max_wait_ms,
+                                              args.max_connections))
         # one record per partition: the group has joined and the pool is warm
         await produce_backlog(bootstrap, topic, args.partitions, args.partitions, args.size)
         await wait_delivered(runtime, args.partitions, args.timeout_s, pids)
@@ -455,7 +502,8 @@ def latency_from_journal(directory: Path, since_wall_ms: int, dropped: int) -> L
 # -- the run -------------------------------------------------------------------------------
 def runtime_concurrency(args: argparse.Namespace, url: str) -> tuple[int, int]:
     """(records the runtime may have in flight, its HTTP pool size)."""
-    consumer = decode_consumer(subscription("g", "t", url, args.concurrency))
+    consumer = decode_consumer(subscription("g", "t", url, args.concurrency,
+                                            max_connections=args.max_connections))
     pool = pool_size(consumer)
     return min(args.partitions * args.concurrency, pool), pool
 
@@ -473,17 +521,21 @@ async def bench(args: argparse.Namespace, recv: Receiver, workdir: Path) -> None
                               args.size)
         print_header(args, recv, window, pool, concurrency)
         results: dict[str, list[RunResult]] = {}  # by run name, one per round
+        tune_bare, tune_runtime = args.gc_tune == "both", args.gc_tune != "none"
         for round_no in range(args.rounds):
-            runs = [await bare_loop(recv.url, args.records, concurrency, args.size,
-                                    args.timeout_s, pids)]
+            with gc_state(tune_bare):
+                runs = [await bare_loop(recv.url, args.records, concurrency, args.size,
+                                        args.timeout_s, pids)]
             for journal in journals:
-                runs.append(await runtime_throughput(
-                    broker.bootstrap, recv.url, topic, args, journal,
-                    workdir / f"r{round_no}-{'on' if journal else 'off'}", pids))
+                with gc_state(tune_runtime):
+                    runs.append(await runtime_throughput(
+                        broker.bootstrap, recv.url, topic, args, journal,
+                        workdir / f"r{round_no}-{'on' if journal else 'off'}", pids))
             if args.bare_at_mean:
                 mean = max(1, round(runs[1].mean_inflight))
-                extra = await bare_loop(recv.url, args.records, mean, args.size,
-                                        args.timeout_s, pids, "bare, runtime's mean")
+                with gc_state(tune_bare):
+                    extra = await bare_loop(recv.url, args.records, mean, args.size,
+                                            args.timeout_s, pids, "bare, runtime's mean")
                 extra.notes = f"{mean} workers: the runtime's mean HTTP requests in flight"
                 runs.append(extra)
             for run in runs:
@@ -491,8 +543,9 @@ async def bench(args: argparse.Namespace, recv: Receiver, workdir: Path) -> None
             print_round(round_no, runs)
         latency = None
         if args.duration_s > 0:
-            latency = await added_latency(broker.bootstrap, recv.url, args, workdir / "lat",
-                                          pids)
+            with gc_state(tune_runtime):
+                latency = await added_latency(broker.bootstrap, recv.url, args,
+                                              workdir / "lat", pids)
     print_summary(args, results, latency)
 
 
@@ -503,6 +556,9 @@ def print_header(args: argparse.Namespace, recv: Receiver, window: int, pool: in
     print(f"receiver: {recv.description}; broker: embedded Tansu")
     print(f"{args.records} records of {args.size} B on {args.partitions} partitions, "
           f"concurrencyFactor {args.concurrency} (per partition)")
+    fetch_wait = f"{args.fetch_max_wait_ms} ms" if args.fetch_max_wait_ms else "500 ms (default)"
+    print(f"subscription: fetch.max.wait.ms {fetch_wait}, loadFactor "
+          f"{args.load_factor or 'default'}; garbage collector tuned: {args.gc_tune}")
     print(f"runtime in flight at most min({args.partitions} partitions x "
           f"{args.concurrency}, HTTP pool {pool}) = {window}; bare loop concurrency: "
           f"{concurrency}")
@@ -565,6 +621,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--bare-at-mean", action=argparse.BooleanOptionalAction,
                         default=True, help="also run the bare loop with as many workers as "
                         "the runtime had HTTP requests in flight on average")
+    parser.add_argument("--gc-tune", choices=("none", "runtime", "both"), default="none",
+                        help="an experiment: gc.freeze() and a young-generation threshold "
+                        f"of {GC_TUNED_THRESHOLD[0]} for the runtime runs (or all runs)")
+    parser.add_argument("--max-connections", type=int, default=0,
+                        help="subscriptionMethod.maxConnections; 0: the default pool")
     parser.add_argument("--load-factor", type=float, default=0.0,
                         help="topics[].config.loadFactor; 0: the default (2.0)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=10,

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from typing import cast
 
 import uvloop
 
@@ -40,8 +41,8 @@ class Responder(asyncio.Protocol):
         self.body_left = -1  # -1: reading a head; >= 0: body bytes still to skip
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCPTransport is not an asyncio.Transport subclass, but it is one
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
