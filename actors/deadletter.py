@@ -4,7 +4,9 @@ A record that used up its retries is produced to `deadLetterTopic` with its key,
 and headers, plus headers saying where it came from and why it was given up. The
 partition actor is told `DeadLettered` only after the broker acknowledged the write,
 so the commit position never passes a record that is neither delivered nor safely
-dead-lettered. A failed produce is retried with a capped backoff, never dropped.
+dead-lettered. A failed produce is retried with a capped backoff, never dropped; every
+failure is logged and journaled (`dead_letter_failed`), since a record that can never be
+written (too large for the topic) holds its partition's commits until someone acts.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 
 from actors.messages import DeadLettered, Record
 from runtime.actor import Actor
+from runtime.journal import Event
 from runtime.kafka import make_producer
 
 log = logging.getLogger(__name__)
@@ -80,9 +82,14 @@ class DeadLetterActor(Actor):
                     self.topic, record.value, key=record.key,
                     headers=dead_letter_headers(message))
                 break
-            except KafkaError as exc:
-                log.warning("%s: dead-letter produce of %s-%d@%d failed (%r); retrying",
-                            self.path, record.topic, record.partition, record.offset, exc)
+            except Exception as exc:  # never dropped: retried, loudly, until it is written
+                log.error("%s: dead-letter produce of %s-%d@%d failed (%r); retrying in "
+                          "%.1fs", self.path, record.topic, record.partition, record.offset,
+                          exc, delay)
+                self.context.emit(Event(
+                    type="dead_letter_failed", ts_ms=self.context.clock.wall_ms(),
+                    topic=record.topic, partition=record.partition, offset=record.offset,
+                    reason=repr(exc)))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP_S)
         message.reply_to.tell_system(DeadLettered(record, message.epoch))

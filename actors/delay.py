@@ -431,7 +431,8 @@ class DelayActor(Actor):
         if paused:
             self._m.pauses.inc()
         if paused is not None:
-            self.peers.consumer.tell_system(FlowControl(self.topic, self.partition, paused))
+            self.peers.consumer.tell_system(
+                FlowControl(self.topic, self.partition, paused, self.epoch))
 
     # -- the alarm ---------------------------------------------------------------------
     def _arm(self, book: DelayBook) -> None:

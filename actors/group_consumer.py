@@ -78,6 +78,9 @@ class GroupConsumerActor(Actor):
         self._rewinds: dict[TopicPartition, int] = {}
         self._flow: dict[TopicPartition, bool] = {}
         self._commits: dict[TopicPartition, int] = {}
+        # where fetching started after assignment: the position to return to when nothing
+        # is committed yet (with auto.offset.reset=latest, a reset would skip records)
+        self._first_fetched: dict[TopicPartition, int] = {}
         self.listener = _Listener(self)
 
     # -- what subclasses define --------------------------------------------------------
@@ -130,7 +133,9 @@ class GroupConsumerActor(Actor):
             if tp in self.owned and self.wiring.epochs.get(tp) == message.epoch:
                 self._commits[tp] = message.offset
         elif isinstance(message, FlowControl):
-            self._flow[TopicPartition(message.topic, message.partition)] = message.paused
+            tp = TopicPartition(message.topic, message.partition)
+            if self.wiring.epochs.get(tp) == message.epoch:  # a dead incarnation's is stale
+                self._flow[tp] = message.paused
         elif isinstance(message, Rewind):
             self._rewinds[TopicPartition(message.topic, message.partition)] = message.epoch
         else:
@@ -156,6 +161,7 @@ class GroupConsumerActor(Actor):
                    m.timestamp, now_ms)
             for m in messages
         ]
+        self._first_fetched.setdefault(tp, records[0].offset)
         try:
             # ask, not tell: the reply says whether the partition's buffer is full, and the
             # pause takes effect before the next fetch (with tell this loop would hand over
@@ -171,28 +177,34 @@ class GroupConsumerActor(Actor):
         return sup.child(child_name(tp))
 
     async def _apply_requests(self, kafka: AIOKafkaConsumer) -> None:
-        rewinds, self._rewinds = self._rewinds, {}
-        for tp, epoch in rewinds.items():
-            await self._rewind(kafka, tp, epoch)
         flow, self._flow = self._flow, {}
         for tp, paused in flow.items():
             if tp in self.owned:
                 (kafka.pause if paused else kafka.resume)(tp)
+        rewinds, self._rewinds = self._rewinds, {}
+        for tp, epoch in rewinds.items():
+            await self._rewind(kafka, tp, epoch)
         commits, self._commits = self._commits, {}
         if commits:
             await self._commit(kafka, commits)
 
     async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int) -> None:
-        if tp not in self.owned or self.wiring.epochs.get(tp) != epoch:
+        if not self._current(tp, epoch):
             return
         committed = await kafka.committed(tp)
-        if committed is not None:
-            kafka.seek(tp, committed)
+        if not self._current(tp, epoch):
+            return  # revoked (or restarted again) while we asked the coordinator
+        position = committed if committed is not None else self._first_fetched.get(tp)
+        if position is not None:
+            kafka.seek(tp, position)
         elif self.reset_to_beginning():
             await kafka.seek_to_beginning(tp)
         kafka.resume(tp)
         with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
-            await self.partition_actor(tp).tell(Assigned(committed, epoch))
+            await self.partition_actor(tp).tell(Assigned(position, epoch))
+
+    def _current(self, tp: TopicPartition, epoch: int) -> bool:
+        return tp in self.owned and self.wiring.epochs.get(tp) == epoch
 
     async def _commit(self, kafka: AIOKafkaConsumer, commits: dict[TopicPartition, int]) -> None:
         ours = {tp: off for tp, off in commits.items()
@@ -243,6 +255,7 @@ class GroupConsumerActor(Actor):
         for tp in ordered:
             self.owned.discard(tp)
             self._commits.pop(tp, None)
+            self._first_fetched.pop(tp, None)
             if sup.alive and sup.has_child(child_name(tp)):
                 await sup.stop_child(child_name(tp))
             self._journal("partition_revoked", tp, actor=self.path)

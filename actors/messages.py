@@ -88,6 +88,7 @@ class FlowControl:
     topic: str
     partition: int
     paused: bool
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)

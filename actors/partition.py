@@ -17,6 +17,7 @@ so a partition that is never idle still commits), and at drain (revoke, shutdown
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ class PartitionActor(Actor):
         self.committed: int | None = None
         self.highwater: int | None = None
         self._drain: Drain | None = None
+        self._drain_waiters: list[asyncio.Future[int | None]] = []
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
@@ -116,8 +118,7 @@ class PartitionActor(Actor):
 
     async def on_stop(self) -> None:
         self.m_inflight.set(0)
-        if self._drain is not None and not self._drain.done.done():
-            self._drain.done.set_result(self._position())
+        self._resolve_drains(self._position())
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: Any) -> Any:
@@ -164,6 +165,10 @@ class PartitionActor(Actor):
             emit(Event(type="fetched", ts_ms=now, subscription=sub, topic=self.topic,
                        partition=self.partition, offset=record.offset,
                        record_ts_ms=record.timestamp_ms))
+        if self.committed is None:
+            # the group has no position yet: pin where we started, so a later owner does
+            # not reset past these records (auto.offset.reset=latest)
+            self._request_commit()
         await self._pump()
         self._flow_control()
         return self.paused
@@ -185,7 +190,7 @@ class PartitionActor(Actor):
         else:
             return
         self.peers.consumer.tell_system(
-            FlowControl(self.topic, self.partition, self.paused))
+            FlowControl(self.topic, self.partition, self.paused, self.epoch))
 
     async def _on_delivered(self, outcome: Delivered) -> None:
         if outcome.epoch != self.epoch:
@@ -270,6 +275,12 @@ class PartitionActor(Actor):
 
     # -- drain (revoke, unsubscribe, shutdown) -----------------------------------------
     def _on_drain(self, drain: Drain) -> None:
+        # a revoke and a shutdown may both drain us: every waiter gets the position
+        self._drain_waiters.append(drain.done)
+        if self._drain is not None:
+            if self.dispatcher.inflight == 0:
+                self._finish_drain()
+            return
         self._drain = drain
         self.dispatcher.drop_buffered()
         if self.paused:
@@ -280,13 +291,17 @@ class PartitionActor(Actor):
             self.schedule(drain.deadline_ms, DrainDeadline())
 
     def _finish_drain(self) -> None:
-        drain = self._drain
-        if drain is not None and not drain.done.done():
-            position = self._position()
-            self.committed = position
-            if position is not None:
-                self.m_committed.set(position)
-            drain.done.set_result(position)
+        position = self._position()
+        self.committed = position
+        if position is not None:
+            self.m_committed.set(position)
+        self._resolve_drains(position)
+
+    def _resolve_drains(self, position: int | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for done in waiters:
+            if not done.done():
+                done.set_result(position)
 
     def _journal(self, kind: str, record: Record, **fields: Any) -> None:
         self.context.emit(Event(

@@ -40,7 +40,12 @@ if TYPE_CHECKING:
     from runtime.app import Runtime
 
 log = logging.getLogger(__name__)
-DRAIN_MS = 3000
+DRAIN_MS = 2500
+"""On revoke, unsubscribe and shutdown: how long in-flight pushes may take to finish."""
+# The consumer drains (DRAIN_MS + 1 s of margin), then the rest stop quickly; a parent's
+# deadline covers its children's so nothing is cancelled while still stopping properly.
+CONSUMER_STOP_MS = DRAIN_MS + 1000
+SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
 
 
 class DeliveryService:
@@ -59,7 +64,7 @@ class DeliveryService:
         self._runtime = runtime
         self._store = SubscriptionStore(runtime.config.persistence.dir)
         self._root = await runtime.system.spawn(ChildSpec(
-            "delivery", self._delivery_supervisor, shutdown_ms=DRAIN_MS + 3000))
+            "delivery", self._delivery_supervisor, shutdown_ms=SUBSCRIPTION_STOP_MS + 500))
         self._add_routes(runtime.admin.app)
         await self._restore()
 
@@ -85,8 +90,7 @@ class DeliveryService:
         if self._root is None:
             return
         sup = self._supervisor()
-        names = [n for n in sup.children() if n in self.subscriptions]
-        await asyncio.gather(*(sup.stop_child(n) for n in names), return_exceptions=True)
+        await sup.stop_children([n for n in sup.children() if n in self.subscriptions])
 
     def _supervisor(self) -> Supervisor:
         assert self._root is not None
@@ -135,7 +139,7 @@ class DeliveryService:
 
     def _spec(self, consumer: Consumer) -> ChildSpec:
         return ChildSpec(consumer.key, lambda: self._subscription_tree(consumer),
-                         shutdown_ms=DRAIN_MS + 2000)
+                         shutdown_ms=SUBSCRIPTION_STOP_MS)
 
     def _subscription_tree(self, consumer: Consumer) -> Supervisor:
         return Supervisor(consumer.key, "one_for_all", intensity=5, period_ms=30_000,
@@ -156,10 +160,10 @@ class DeliveryService:
                                    lambda: DeadLetterActor("deadletter", bootstrap, topic)))
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
-            shutdown_ms=DRAIN_MS + 1000))
+            shutdown_ms=500))
         specs.append(ChildSpec(
             "consumer", lambda: ConsumerActor("consumer", consumer, wiring, deps),
-            shutdown_ms=DRAIN_MS + 1500))
+            shutdown_ms=CONSUMER_STOP_MS))
         return specs
 
     # -- admin routes ------------------------------------------------------------------

@@ -28,6 +28,15 @@ INT_PROPERTIES = {
     "max.partition.fetch.bytes": "max_partition_fetch_bytes",
     "fetch.max.wait.ms": "fetch_max_wait_ms",
 }
+PROPERTY_RANGES = {
+    "session.timeout.ms": (1_000, 3_600_000),
+    "heartbeat.interval.ms": (100, 600_000),
+    "max.poll.interval.ms": (1_000, 86_400_000),
+    "metadata.max.age.ms": (100, 86_400_000),
+    "max.partition.fetch.bytes": (1024, 1 << 30),
+    "fetch.max.wait.ms": (1, 60_000),
+}
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 class _Json(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -167,8 +176,11 @@ def _validate_properties(properties: dict[str, str]) -> None:
         elif name not in INT_PROPERTIES:
             known = ", ".join(["auto.offset.reset", *INT_PROPERTIES])
             raise InvalidSubscription(f"unknown property {name!r}", f"supported: {known}")
-        elif not value.isdigit():
-            raise InvalidSubscription(f"invalid properties.{name}", f"{value!r} is not a number")
+        elif not (value.isascii() and value.isdecimal()) or not (
+                PROPERTY_RANGES[name][0] <= int(value) <= PROPERTY_RANGES[name][1]):
+            low, high = PROPERTY_RANGES[name]
+            raise InvalidSubscription(f"invalid properties.{name}",
+                                      f"{value!r}: expected a whole number in {low}..{high}")
 
 
 def _validate_method(method: SubscriptionMethod) -> None:
@@ -177,9 +189,9 @@ def _validate_method(method: SubscriptionMethod) -> None:
                                   f"{method.uri!r} is not an http(s) URL")
     if method.method.upper() not in {"POST", "PUT", "PATCH", "GET", "DELETE"}:
         raise InvalidSubscription("invalid subscriptionMethod.method", method.method)
-    if method.method.upper() in BODYLESS_METHODS and not method.queryParamKey:
-        raise InvalidSubscription("invalid subscriptionMethod.queryParamKey",
-                                  f"method {method.method} has no body: set queryParamKey")
+    if method.deadLetterTopic is not None and not TOPIC_NAME.match(method.deadLetterTopic):
+        raise InvalidSubscription("invalid subscriptionMethod.deadLetterTopic",
+                                  f"{method.deadLetterTopic!r} is not a Kafka topic name")
     try:
         "".encode(method.charset)
     except LookupError:

@@ -49,9 +49,11 @@ end p50 125 ms / p99 248 ms with aiokafka's default 500 ms, 3 / 6 ms with 10 ms)
 Kafka answers as soon as `fetch.min.bytes` (1) is there. The subscriptions here set 10 ms
 so that the broker's quirk does not decide the result; `0` keeps aiokafka's 500 ms.
 
-`--gc-tune` is an experiment, not what the product does: `gc.freeze()` and a
-young-generation threshold of 20,000 for the runtime runs (`runtime`) or all runs
-(`both`). The process's collector settings are restored after every phase.
+Garbage collector. The runtime freezes what exists once it has started
+(`[runtime] gc_freeze`, on by default); the bare loops run with Python's defaults (the
+settings are restored after every phase). `--gc-tune` is an experiment beyond what the
+product does: `gc.freeze()` and a young-generation threshold of 20,000 allocations instead
+of 700, for the runtime runs (`runtime`) or for all runs (`both`).
 
 Every loop is bounded in count and in time (`--timeout-s`).
 """

@@ -72,9 +72,10 @@ class Mailbox:
         self._getter: asyncio.Future[None] | None = None
         self._counted = 0
         self._putters: deque[asyncio.Future[None]] = deque()
+        self.closed = False
 
     async def put(self, envelope: _Envelope) -> None:
-        while self._counted >= self.capacity:
+        while self._counted >= self.capacity and not self.closed:
             space: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._putters.append(space)
             try:
@@ -82,6 +83,8 @@ class Mailbox:
             except asyncio.CancelledError:
                 self._wake_putter()  # pass the wakeup on if it was ours
                 raise
+        if self.closed:
+            raise ActorDeadError("the actor stopped while this message waited for room")
         self.put_nowait(envelope)
 
     def has_room(self) -> bool:
@@ -131,6 +134,15 @@ class Mailbox:
             if not space.done():
                 space.set_result(None)
                 return
+
+    def close(self) -> list[_Envelope]:
+        """The owner died: senders waiting for room fail; return what was queued."""
+        self.closed = True
+        while self._putters:
+            space = self._putters.popleft()
+            if not space.done():
+                space.set_result(None)  # they wake, see `closed` and raise
+        return self.drain()
 
     def drain(self) -> list[_Envelope]:
         items = list(self._items)
@@ -333,7 +345,7 @@ class Actor:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         dead = ActorDeadError(f"actor {self.path} {self._state} before replying")
-        for envelope in self._mailbox.drain():
+        for envelope in self._mailbox.close():
             if envelope.reply is not None and not envelope.reply.done():
                 envelope.reply.set_exception(dead)
         try:

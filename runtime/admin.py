@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from runtime.errors import ActorError
 from runtime.metrics import Registry
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ def _error_middleware(token: str) -> Any:
             return await handler(request)
         except BadRequest as exc:
             return fail(exc.status, exc.reason, exc.details)
+        except ActorError as exc:  # a service's actors are restarting: try again shortly
+            return fail(503, "service unavailable", str(exc))
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise

@@ -83,6 +83,7 @@ EVENT_TYPES: Final = frozenset(
         "failed",
         "retry_scheduled",
         "dead_lettered",
+        "dead_letter_failed",
         "committed",
         "actor_started",
         "actor_crashed",

@@ -62,8 +62,19 @@ class _StartChild:
 
 
 @dataclass(frozen=True, slots=True)
-class _StopChild:
-    name: str
+class _StopChildren:
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _RetryRestart:
+    """Timer: start again the specs whose restart failed."""
+
+    specs: tuple[tuple[ChildSpec, int], ...]
+
+
+RETRY_BASE_MS = 200
+RETRY_CAP_MS = 5000
 
 
 @dataclass(slots=True)
@@ -107,13 +118,20 @@ class Supervisor(Actor):
 
     # -- public API (safe to call from other actors) ---------------------------------
     async def start_child(self, spec: ChildSpec) -> ChildRef:
-        """Start a child and return once it is ready; a start error is raised here."""
-        await self.ask(_StartChild(spec))
+        """Start a child and return once it is ready; a start error is raised here
+        (and only here: a child that cannot start does not crash its supervisor)."""
+        error = await self.ask(_StartChild(spec))
+        if isinstance(error, ActorStartError):
+            raise error
         return ChildRef(self, spec.name)
 
     async def stop_child(self, name: str) -> None:
         """Stop a child gracefully and forget it (it is not restarted)."""
-        await self.ask(_StopChild(name))
+        await self.ask(_StopChildren((name,)))
+
+    async def stop_children(self, names: list[str]) -> None:
+        """Stop several children in parallel, each within its shutdown deadline."""
+        await self.ask(_StopChildren(tuple(names)))
 
     def child(self, name: str) -> Actor:
         entry = self._children.get(name)
@@ -144,17 +162,32 @@ class Supervisor(Actor):
             await self._start(spec)
 
     async def on_stop(self) -> None:
-        await self._stop_all(list(self._children))
+        try:
+            await self._stop_all(list(self._children))
+        except asyncio.CancelledError:
+            # our own deadline passed: children must not outlive us
+            await _cancel_all([self._children.pop(n) for n in list(self._children)])
+            raise
 
     async def handle(self, message: Any) -> Any:
         if isinstance(message, _Exited):
             await self._on_exit(message)
         elif isinstance(message, _StartChild):
-            await self._start(message.spec)
-        elif isinstance(message, _StopChild):
-            await self._stop_all([message.name])
+            return await self._try_start(message.spec)
+        elif isinstance(message, _StopChildren):
+            await self._stop_parallel(message.names)
+        elif isinstance(message, _RetryRestart):
+            await self._start_in_order(list(message.specs))
         else:
             raise UsageError(f"{self.path}: unknown message {message!r}")
+        return None
+
+    async def _try_start(self, spec: ChildSpec) -> ActorStartError | None:
+        try:
+            await self._start(spec)
+        except ActorStartError as exc:
+            return exc
+        return None
 
     # -- mechanics ---------------------------------------------------------------------
     async def _start(self, spec: ChildSpec, restarts: int = 0) -> None:
@@ -219,15 +252,37 @@ class Supervisor(Actor):
         specs = [(self._children[n].spec, self._children[n].restarts) for n in affected]
         await self._stop_all([n for n in affected if n != name])
         self._children.pop(name, None)
-        for spec, restarts in specs:
+        await self._start_in_order(specs)
+
+    async def _start_in_order(self, specs: list[tuple[ChildSpec, int]]) -> None:
+        """Restart `specs` in order. A start that fails is charged to the budget and
+        retried after a backoff, with the specs after it (as OTP does); past the budget
+        the failure escalates."""
+        for i, (spec, restarts) in enumerate(specs):
             self._children.pop(spec.name, None)
-            await self._start(spec, restarts + 1)
+            try:
+                await self._start(spec, restarts + 1)
+            except ActorStartError as exc:
+                if not self.budget.record(self.context.clock.monotonic_ms()):
+                    raise RestartBudgetExceeded(
+                        f"{self.path}: restart budget exceeded {self.budget!r} "
+                        f"(last: {exc})") from exc
+                log.warning("%s; retrying", exc)
+                delay = min(RETRY_BASE_MS * 2 ** restarts, RETRY_CAP_MS)
+                retry = tuple((s, r + 1) for s, r in specs[i:])
+                self.schedule(self.context.clock.monotonic_ms() + delay, _RetryRestart(retry))
+                return
 
     async def _stop_all(self, names: list[str]) -> None:
         for name in reversed(names):
-            entry = self._children.pop(name, None)
+            entry = self._children.get(name)
             if entry is not None:
                 await _stop_child(entry)
+                self._children.pop(name, None)
+
+    async def _stop_parallel(self, names: tuple[str, ...]) -> None:
+        entries = [e for n in names if (e := self._children.pop(n, None)) is not None]
+        await asyncio.gather(*(_stop_child(e) for e in entries))
 
     def _journal(self, kind: str, path: str, reason: str | None = None) -> None:
         from runtime.journal import Event  # the journal imports nothing of ours back
@@ -241,6 +296,12 @@ class Supervisor(Actor):
             f"<Supervisor {self.path} {self.state} {self.strategy} "
             f"children={list(self._children)} {self.budget!r}>"
         )
+
+
+async def _cancel_all(entries: list[_Child]) -> None:
+    for entry in entries:
+        entry.task.cancel()
+    await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
 
 
 async def _stop_child(entry: _Child) -> None:

@@ -64,3 +64,31 @@ def pick(tree: Supervisor, victim: str, topic: str) -> Actor:
         assert isinstance(partitions, Supervisor)
         return partitions.child(f"{topic}-0")
     return tree.child(victim)
+
+
+async def test_with_reset_latest_a_crash_before_the_first_commit_loses_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    receiver = await Receiver(slow_ok).start()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    await runtime.start()
+    try:
+        sub = subscription("late", [{"name": topic, "config": {
+            "concurrencyFactor": 3, "autoCommitPeriodMs": 600_000}}], receiver.url,
+            fast_group=fast_group_kwargs)
+        sub["properties"]["auto.offset.reset"] = "latest"
+        await Admin(runtime).subscribe(sub)
+        tree = runtime.service("delivery").tree("late_g-late")
+        partitions = tree.child("partitions")
+        assert isinstance(partitions, Supervisor)
+        await receiver.wait_for(lambda: partitions.has_child(f"{topic}-0"), timeout_s=15)
+        await produce(kafka_bootstrap, topic, 300)
+        await receiver.wait_for(lambda: len(receiver.delivered()) >= 30)
+        victim = partitions.child(f"{topic}-0")
+        victim.kill("chaos test")
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 300, timeout_s=60)
+    finally:
+        await runtime.stop()
+        await receiver.stop()
+    assert await committed(kafka_bootstrap, "g-late", topic, 1) == {0: 300}

@@ -163,3 +163,20 @@ async def test_repr_shows_path_state_and_mailbox() -> None:
     system = await start(actor)
     assert repr(actor) == "<Recorder /root/orders-3 running mailbox=0/256>"
     await system.stop()
+
+
+async def test_a_sender_waiting_for_room_fails_when_the_actor_dies() -> None:
+    gate = asyncio.Event()
+    actor = Recorder(gate=gate)
+    actor._mailbox = Mailbox(1)
+    system = await start(actor)
+    await actor.tell("boom")
+    await asyncio.sleep(0)  # the actor holds "boom" at the gate; it will crash on it
+    await actor.tell(2)  # fills the mailbox
+    blocked = asyncio.ensure_future(actor.tell(3))
+    await asyncio.sleep(0)
+    assert not blocked.done()
+    gate.set()
+    with pytest.raises(ActorDeadError):
+        await asyncio.wait_for(blocked, 2)
+    await system.stop()

@@ -9,8 +9,8 @@ import pytest
 
 from runtime.actor import Actor
 from runtime.clock import FakeClock
-from runtime.errors import ActorDeadError, RestartBudgetExceeded
-from runtime.supervisor import ChildSpec, Strategy, Supervisor
+from runtime.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded
+from runtime.supervisor import RETRY_CAP_MS, ChildSpec, Strategy, Supervisor
 from runtime.system import ActorSystem
 
 
@@ -171,3 +171,65 @@ async def test_restarts_spread_beyond_the_period_stay_within_budget() -> None:
 
 def test_budget_error_is_a_supervisor_error() -> None:
     assert issubclass(RestartBudgetExceeded, Exception)
+
+
+class FailsToStart(Actor):
+    """Fails in on_start while `failures` has entries left."""
+
+    def __init__(self, name: str, failures: list[int]) -> None:
+        super().__init__(name)
+        self.failures = failures
+
+    async def on_start(self) -> None:
+        if self.failures:
+            self.failures.pop()
+            raise ConnectionError("broker unreachable")
+
+    async def handle(self, message: Any) -> Any:
+        if message == "crash":
+            raise RuntimeError("crashed")
+        return "ok"
+
+
+async def test_a_child_that_cannot_start_fails_the_caller_not_the_supervisor() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    with pytest.raises(ActorStartError, match="broker unreachable"):
+        await sup.start_child(ChildSpec("x", lambda: FailsToStart("x", [1])))
+    assert sup.state == "running" and sup.children() == ["a", "b", "c"]
+    await system.stop()
+
+
+async def test_a_failed_restart_is_retried_after_a_backoff_within_the_budget() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log, clock=clock, intensity=5)
+    failures = [1, 1]  # the next two starts fail
+    started = {"n": 0}
+
+    def factory() -> Actor:
+        started["n"] += 1
+        return FailsToStart("x", failures if started["n"] > 1 else [])
+
+    await sup.start_child(ChildSpec("x", factory))
+    first = sup.child("x")
+    await first.tell("crash")
+    for _ in range(400):  # each failed start waits for its backoff on the fake clock
+        x = sup.child("x") if sup.has_child("x") else first
+        if x is not first and x.state == "running":
+            break
+        clock.advance(RETRY_CAP_MS // 10)
+        await asyncio.sleep(0.005)
+    assert await sup.child("x").ask("ping") == "ok"
+    assert started["n"] == 4  # the first incarnation, two failed starts, one that worked
+    assert sup.state == "running"
+    await system.stop()
+
+
+async def test_stop_children_stops_them_in_parallel() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    await sup.stop_children(["a", "c"])
+    assert sup.children() == ["b"]
+    assert "stop a" in log and "stop c" in log
+    await system.stop()
