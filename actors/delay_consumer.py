@@ -33,11 +33,12 @@ class DelayConsumerDeps:
     client: dict[str, Any] = field(default_factory=dict)  # consumer setting overrides
 
 
-def delay_wiring(partitions: Any, settings: DelaySettings) -> Wiring:
+def delay_wiring(partitions: Any, settings: DelaySettings,
+                 broker_settings: dict[str, Any]) -> Wiring:
     # A partition pauses at max_waiting, before the next fetch; fetches stay below it too,
     # so a wheel holds less than 2 x max_waiting.
     return Wiring(partitions, settings.bootstrap, settings.drain_ms,
-                  min(MAX_RECORDS, settings.max_waiting))
+                  min(MAX_RECORDS, settings.max_waiting), broker_settings)
 
 
 class DelayConsumerActor(GroupConsumerActor):

@@ -56,6 +56,7 @@ class DelayService:
         self._runtime: Runtime | None = None
         self._producer: DelayProducer | None = None
         self._root: ChildRef | None = None
+        self._broker = ""
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
@@ -64,7 +65,7 @@ class DelayService:
         if not cfg.levels:
             log.info("no [[delay.levels]] configured: the delay queue is off")
             return
-        broker = cfg.broker or runtime.config.brokers[0].name
+        broker = self._broker = cfg.broker or runtime.config.brokers[0].name
         if self._drain_override is None:
             self.drain_ms = cfg.drain_ms
         self.consumer_settings = {
@@ -93,7 +94,8 @@ class DelayService:
     def _children(self, sup: Supervisor) -> list[ChildSpec]:
         assert self._runtime is not None and self.settings is not None
         settings = self.settings
-        wiring = delay_wiring(ChildRef(sup, "partitions"), settings)
+        wiring = delay_wiring(ChildRef(sup, "partitions"), settings,
+                              self._runtime.consumer_settings(self._broker))
         deps = DelayConsumerDeps(ChildRef(sup, "producer"), settings, self._runtime.metrics,
                                  self.consumer_settings)
         return [

@@ -53,6 +53,8 @@ class Wiring:
     bootstrap: str
     drain_ms: int
     max_records: int
+    broker_settings: dict[str, Any] = field(default_factory=dict)
+    """Client settings for this broker (runtime.compat); `client_settings()` wins."""
     epochs: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -107,7 +109,8 @@ class GroupConsumerActor(Actor):
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
-        self.kafka = make_consumer(self.wiring.bootstrap, **self.client_settings())
+        settings = {**self.wiring.broker_settings, **self.client_settings()}
+        self.kafka = make_consumer(self.wiring.bootstrap, **settings)
         await self.kafka.start()
         try:
             await self.subscribe(self.kafka)

@@ -150,7 +150,8 @@ class DeliveryService:
         runtime, method = self._runtime, consumer.subscriptionMethod
         bootstrap = self._bootstrap(consumer)
         deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
-        wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer))
+        wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer),
+                        runtime.consumer_settings(consumer.broker))
         deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics)
         specs = [ChildSpec("egress", lambda: EgressActor("egress", consumer, consumer.broker,
                                                           runtime.metrics))]

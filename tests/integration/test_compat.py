@@ -8,6 +8,7 @@ on whichever broker the session uses.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -193,3 +194,30 @@ async def test_read_committed_reader_sees_aborted_records_quirk(
     finally:
         await reader.stop()
     assert b"aborted" in values, "aborts are hidden now: update quirk 3 in runtime.compat"
+
+
+# -- 4. fetches held for fetch.max.wait.ms -----------------------------------------------------
+
+
+async def test_a_fetch_is_held_for_max_wait_even_when_records_arrive_quirk(
+    kafka_bootstrap: str, broker_is_embedded: bool, topic_factory: TopicFactory
+) -> None:
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    topic = await topic_factory(prefix="wait")
+    reader = _assigned_reader(kafka_bootstrap, TopicPartition(topic, 0),
+                              fetch_max_wait_ms=1500)
+    await reader.start()
+    try:
+        await reader.getmany(timeout_ms=100)  # a fetch is now waiting at the broker
+        await asyncio.sleep(0.2)
+        sent = time.monotonic()
+        await _produce_one_batch(kafka_bootstrap, topic, 1)
+        await _read(reader, 1)
+        waited = time.monotonic() - sent
+    finally:
+        await reader.stop()
+    # Kafka answers within milliseconds; Tansu sits out the rest of the 1.5 s wait
+    assert waited > 0.2, "fetches return early now: drop quirk 4 in runtime.compat"
+    assert compat.fetch_settings(True) == {"fetch_max_wait_ms": 10}
+    assert compat.fetch_settings(False) == {}
