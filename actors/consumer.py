@@ -69,6 +69,7 @@ class ConsumerActor(GroupConsumerActor):
 
     async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
         if any(t.partitions for t in self.sub.topics):
+            await kafka.topics()  # metadata, for topics listed without partitions
             tps = self._explicit_partitions(kafka)
             kafka.assign(list(tps))
             await self.assign(tps)
@@ -85,7 +86,9 @@ class ConsumerActor(GroupConsumerActor):
             if spec.partitions:
                 tps.update(TopicPartition(spec.name, p.number) for p in spec.partitions)
             else:
-                known = kafka.partitions_for_topic(spec.name) or set()
+                known = kafka.partitions_for_topic(spec.name)
+                if not known:
+                    raise LookupError(f"topic {spec.name!r} not found on the broker")
                 tps.update(TopicPartition(spec.name, p) for p in known)
         return tps
 

@@ -155,6 +155,7 @@ class PartitionActor(Actor):
         if batch.highwater is not None:
             self.highwater = batch.highwater
         emit, now, sub = self.context.emit, self.context.clock.wall_ms(), self.sub_key
+        tracker = self._check_reset(tracker, batch.records[0].offset)
         last = tracker.last
         for record in batch.records:
             if last is not None and record.offset <= last:
@@ -172,6 +173,18 @@ class PartitionActor(Actor):
         await self._pump()
         self._flow_control()
         return self.paused
+
+    def _check_reset(self, tracker: OffsetTracker, first: int) -> OffsetTracker:
+        """The committed position was past the log's end (topic truncated or recreated)
+        and the consumer reset to an earlier offset: start over from there."""
+        start = tracker.committable()
+        if tracker.last is not None or start is None or first >= start:
+            return tracker
+        log.warning("%s: committed position %d is past the log; restarting at %d",
+                    self.path, start, first)
+        self.committed = None
+        self.tracker = OffsetTracker(first)
+        return self.tracker
 
     async def _pump(self) -> None:
         if self._drain is not None:
