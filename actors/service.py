@@ -164,7 +164,7 @@ class DeliveryService:
             shutdown_ms=500))
         specs.append(ChildSpec(
             "consumer", lambda: ConsumerActor("consumer", consumer, wiring, deps),
-            shutdown_ms=CONSUMER_STOP_MS))
+            shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000))
         return specs
 
     # -- admin routes ------------------------------------------------------------------

@@ -39,6 +39,9 @@ class ChildSpec:
     factory: Callable[[], Actor]
     restart: Restart = "permanent"
     shutdown_ms: int = 5000
+    start_timeout_ms: int = 30_000
+    """A child not ready by then is cancelled and counts as failed to start, so one
+    unreachable dependency cannot block its supervisor (and its other children)."""
 
 
 @dataclass(slots=True)
@@ -202,10 +205,13 @@ class Supervisor(Actor):
         self._children[spec.name] = _Child(spec, actor, task, restarts)
         task.add_done_callback(lambda t: self._watch(spec.name, actor, t))
         try:
-            await asyncio.shield(ready)
+            await asyncio.wait_for(asyncio.shield(ready), spec.start_timeout_ms / 1000)
         except Exception as exc:
             self._children.pop(spec.name, None)
+            task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(f"not ready within {spec.start_timeout_ms} ms")
             raise ActorStartError(f"{actor.path} failed to start: {exc!r}") from exc
         self._journal("actor_restarted" if restarts else "actor_started", actor.path)
 

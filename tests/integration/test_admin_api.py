@@ -144,3 +144,23 @@ async def metrics_text(admin: Admin) -> str:
             admin.base + "/metrics") as response:
         assert response.status == 200
         return await response.text()
+
+
+async def test_a_subscription_to_an_unknown_pinned_topic_is_refused_and_nothing_else_breaks(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver, fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    await produce(kafka_bootstrap, topic, 2)
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        await admin.subscribe(subscription("ok", [{"name": topic}], receiver.url,
+                                           fast_group=fast_group_kwargs))
+        status, reply = await admin.call("POST", "/broker/subscription", subscription(
+            "bad", [{"name": "no-such-topic-xyz", "partitions": [{"number": 0}]},
+                    {"name": "nor-this-one-xyz"}], receiver.url))
+        assert status == 503 and reply["reason"] == "subscription failed to start", reply
+        assert "nor-this-one-xyz" in reply["details"]
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 2)
+        status, listed = await admin.call("GET", "/broker/subscription")
+        assert [s["id"] for s in listed["data"]] == ["ok"]
+    await receiver.stop()

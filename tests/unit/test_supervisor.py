@@ -233,3 +233,16 @@ async def test_stop_children_stops_them_in_parallel() -> None:
     assert sup.children() == ["b"]
     assert "stop a" in log and "stop c" in log
     await system.stop()
+
+
+async def test_a_child_that_never_becomes_ready_is_cancelled_after_its_start_timeout() -> None:
+    class Hangs(Actor):
+        async def on_start(self) -> None:
+            await asyncio.Event().wait()
+
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    with pytest.raises(ActorStartError, match="not ready within 50 ms"):
+        await sup.start_child(ChildSpec("h", lambda: Hangs("h"), start_timeout_ms=50))
+    assert not sup.has_child("h") and sup.state == "running"
+    await system.stop()
