@@ -56,8 +56,15 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.structs import OffsetAndMetadata
 
-from actors.delay_logic import DelayBook, Output, dead_letter_headers
+from actors.delay_logic import (
+    DelayBook,
+    Output,
+    dead_letter_headers,
+    decode_done,
+    encode_done,
+)
 from actors.messages import (
     Assigned,
     Batch,
@@ -397,9 +404,10 @@ class DelayActor(Actor):
         if message.epoch != self.epoch or self.book is not None:
             return
         cfg = self.settings
+        done = decode_done(message.metadata) if self.exactly_once else set()
         self.book = DelayBook(self.level, cfg.levels, dead_letter_topic=cfg.dead_letter_topic,
                               max_waiting=cfg.max_waiting, position=message.position,
-                              now_ms=self.context.clock.wall_ms())
+                              now_ms=self.context.clock.wall_ms(), done=done)
         self.committed = message.position
 
     async def _on_batch(self, batch: Batch) -> bool:
@@ -509,19 +517,20 @@ class DelayActor(Actor):
         self.book.finish(out.record.offset for out in batch)
         position = self.book.committable()
         assert position is not None  # the batch's own offsets were received
+        commit = OffsetAndMetadata(position, encode_done(self.book.tracker.finished_above()))
         self._txn_busy = True
-        self.spawn(self._transact(batch, position), name=f"{self.path}:txn")
+        self.spawn(self._transact(batch, commit), name=f"{self.path}:txn")
 
-    async def _transact(self, batch: list[Output], position: int) -> None:
+    async def _transact(self, batch: list[Output], commit: OffsetAndMetadata) -> None:
         producer = self._txn
         assert producer is not None
         tp = TopicPartition(self.topic, self.partition)
         async with producer.transaction():
             flights = await self._forwarder.send(producer, batch)
-            await producer.send_offsets_to_transaction({tp: position}, self.settings.group_id)
+            await producer.send_offsets_to_transaction({tp: commit}, self.settings.group_id)
         await asyncio.gather(*(f.ack for f in flights))  # resolved: the commit flushed them
         outputs = [out for flight in flights for out in flight.outputs]
-        self.tell_system(_TxnDone(outputs, position, self.context.clock.wall_ms()))
+        self.tell_system(_TxnDone(outputs, commit.offset, self.context.clock.wall_ms()))
 
     def _on_txn_done(self, done: _TxnDone) -> None:
         self._txn_busy = False

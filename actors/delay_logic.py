@@ -206,6 +206,47 @@ class _Waiting(msgspec.Struct, frozen=True, gc=False):
     recycle: bool  # the timer is the largest level's hold limit, not the due time
 
 
+DONE_PREFIX = "done:"
+MAX_DONE_METADATA = 3000  # Kafka's default offset.metadata.max.bytes is 4096
+
+
+def encode_done(offsets: Sequence[int]) -> str:
+    """Offsets finished above the commit position, as ranges: `done:5-7,9`.
+
+    Exactly-once levels forward records in due order, not offset order; the committed
+    position stops at the oldest record still waiting. Keeping what was forwarded above it
+    in the commit's metadata (inside the same transaction) lets the next owner skip those
+    records instead of forwarding them twice. Past the metadata limit the list is cut:
+    the records it no longer names are forwarded again (at-least-once for those)."""
+    parts: list[str] = []
+    size = len(DONE_PREFIX)
+    i = 0
+    while i < len(offsets):
+        j = i
+        while j + 1 < len(offsets) and offsets[j + 1] == offsets[j] + 1:
+            j += 1
+        part = str(offsets[i]) if i == j else f"{offsets[i]}-{offsets[j]}"
+        size += len(part) + 1
+        if size > MAX_DONE_METADATA:
+            break
+        parts.append(part)
+        i = j + 1
+    return DONE_PREFIX + ",".join(parts) if parts else ""
+
+
+def decode_done(metadata: str) -> set[int]:
+    """The offsets `encode_done` wrote; anything else (other metadata) means none."""
+    if not metadata.startswith(DONE_PREFIX):
+        return set()
+    done: set[int] = set()
+    for part in metadata[len(DONE_PREFIX):].split(","):
+        low, _, high = part.partition("-")
+        if not low.isdecimal() or (high and not high.isdecimal()):
+            return set()  # not ours after all: forwarding again is the safe side
+        done.update(range(int(low), int(high or low) + 1))
+    return done
+
+
 class DelayBook:
     """The state of one level-topic partition: waiting records, finished offsets, pausing.
 
@@ -216,12 +257,13 @@ class DelayBook:
 
     def __init__(self, level: DelayLevel, levels: Sequence[DelayLevel], *,
                  dead_letter_topic: str, max_waiting: int, position: int | None,
-                 now_ms: int) -> None:
+                 now_ms: int, done: Iterable[int] = ()) -> None:
         self.level = level
         self.levels = sorted(levels, key=lambda lv: lv.delay_ms)
         self.dead_letter_topic = dead_letter_topic
         self.max_waiting = max_waiting
         self.tracker = OffsetTracker(position)
+        self._done_before = set(done)  # forwarded by a predecessor (exactly-once)
         self.paused = False
         self._wheel: TimerWheel[_Waiting] = TimerWheel(start_ms=now_ms)
         self._wheel_now = now_ms
@@ -239,6 +281,10 @@ class DelayBook:
                 continue  # refetched after a rewind: we hold it already
             self.tracker.add(record.offset)
             last = record.offset
+            if record.offset in self._done_before:
+                self._done_before.discard(record.offset)
+                self.tracker.finish(record.offset)
+                continue
             decided = self._decide(record, now_ms)
             if decided is not None:
                 out.append(decided)

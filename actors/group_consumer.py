@@ -35,7 +35,7 @@ from actors.messages import Assigned, Batch, CommitRequest, Drain, FlowControl, 
 from runtime.actor import Actor
 from runtime.errors import ActorDeadError
 from runtime.journal import Event
-from runtime.kafka import make_consumer
+from runtime.kafka import committed_offset, make_consumer
 from runtime.supervisor import ChildSpec, Supervisor
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class GroupConsumerActor(Actor):
     async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int) -> None:
         if not self._current(tp, epoch):
             return
-        committed = await kafka.committed(tp)
+        committed, metadata = await committed_offset(kafka, tp)
         if not self._current(tp, epoch):
             return  # revoked (or restarted again) while we asked the coordinator
         position = committed if committed is not None else self._first_fetched.get(tp)
@@ -204,7 +204,7 @@ class GroupConsumerActor(Actor):
             await kafka.seek_to_beginning(tp)
         kafka.resume(tp)
         with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
-            await self.partition_actor(tp).tell(Assigned(position, epoch))
+            await self.partition_actor(tp).tell(Assigned(position, epoch, metadata))
 
     def _current(self, tp: TopicPartition, epoch: int) -> bool:
         return tp in self.owned and self.wiring.epochs.get(tp) == epoch

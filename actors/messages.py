@@ -118,6 +118,9 @@ class Assigned:
 
     position: int | None
     epoch: int
+    metadata: str = ""
+    """The committed offset's metadata (exactly-once delay levels keep their finished
+    offsets above the position there)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,10 @@ class OffsetTracker:
             return self._last + 1
         return self._start
 
+    def finished_above(self) -> list[int]:
+        """Finished offsets above the commit position (done out of order), ascending."""
+        return [offset for offset in self._window if self._done[offset]]
+
     @property
     def last(self) -> int | None:
         """The highest offset received so far."""

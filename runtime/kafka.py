@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
@@ -97,3 +97,17 @@ def make_producer(bootstrap: str, **kwargs: Any) -> AIOKafkaProducer:
 def make_consumer(bootstrap: str, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
     """An `AIOKafkaConsumer` (not started) subscribed to `topics` when given."""
     return AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, **kwargs)
+
+
+async def committed_offset(consumer: AIOKafkaConsumer,
+                           tp: TopicPartition) -> tuple[int | None, str]:
+    """The group's committed offset of `tp` and its metadata string.
+
+    `AIOKafkaConsumer.committed()` drops the metadata, so this asks the group coordinator
+    the same way it does (aiokafka 0.14, pinned in pyproject.toml).
+    """
+    offsets = await consumer._coordinator.fetch_committed_offsets([tp])
+    found = offsets.get(tp)
+    if found is None or found.offset < 0:
+        return None, ""
+    return found.offset, found.metadata or ""

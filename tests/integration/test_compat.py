@@ -15,9 +15,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.transaction import InitProducerIdRequest as AiokafkaInitProducerId
+from aiokafka.structs import OffsetAndMetadata
 
 from runtime import compat
-from runtime.kafka import make_consumer, make_producer
+from runtime.kafka import committed_offset, make_consumer, make_producer
 from tests.conftest import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -221,3 +222,26 @@ async def test_a_fetch_is_held_for_max_wait_even_when_records_arrive_quirk(
     assert waited > 0.2, "fetches return early now: drop quirk 4 in runtime.compat"
     assert compat.fetch_settings(True) == {"fetch_max_wait_ms": 10}
     assert compat.fetch_settings(False) == {}
+
+
+# -- 5. commit metadata dropped -----------------------------------------------------------------
+
+
+async def test_offset_commit_metadata_is_dropped_quirk(
+    kafka_bootstrap: str, broker_is_embedded: bool, topic_factory: TopicFactory
+) -> None:
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    topic = await topic_factory(prefix="meta")
+    tp = TopicPartition(topic, 0)
+    group = f"meta-{uuid.uuid4().hex[:8]}"
+    member = make_consumer(kafka_bootstrap, group_id=group)
+    await member.start()
+    try:
+        member.assign([tp])
+        await member.commit({tp: OffsetAndMetadata(3, "done:5-7")})
+        offset, metadata = await committed_offset(member, tp)
+    finally:
+        await member.stop()
+    assert offset == 3
+    assert metadata == "", "commit metadata is kept now: drop quirk 5 in runtime.compat"

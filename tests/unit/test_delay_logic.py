@@ -371,3 +371,33 @@ def test_send_rejects_misuse_with_a_clear_message(kwargs: dict[str, object],
 async def test_send_before_start_says_how_to_start() -> None:
     with pytest.raises(UsageError, match="async with DelayProducer"):
         await _producer(FakeClock()).send("orders", b"v", delay_ms=5)
+
+
+def test_done_offsets_round_trip_as_ranges() -> None:
+    from actors.delay_logic import decode_done, encode_done
+
+    text = encode_done([5, 6, 7, 9, 12, 13])
+    assert text == "done:5-7,9,12-13"
+    assert decode_done(text) == {5, 6, 7, 9, 12, 13}
+    assert encode_done([]) == "" and decode_done("") == set()
+    assert decode_done("someone else's metadata") == set()
+    assert decode_done("done:5-x") == set()
+
+
+def test_done_offsets_are_cut_at_the_metadata_limit() -> None:
+    from actors.delay_logic import MAX_DONE_METADATA, decode_done, encode_done
+
+    scattered = list(range(0, 20_000, 2))  # no ranges: one entry each
+    text = encode_done(scattered)
+    assert len(text) <= MAX_DONE_METADATA
+    assert decode_done(text) <= set(scattered) and 0 in decode_done(text)
+
+
+def test_a_book_skips_records_its_predecessor_forwarded() -> None:
+    clock = FakeClock()
+    book = DelayBook(SHORT, LEVELS, dead_letter_topic="dlt", max_waiting=100, position=0,
+                     now_ms=clock.wall_ms(), done={1})
+    now = clock.wall_ms()
+    out = book.offer([_routed(offset, now, due_ms=now) for offset in range(3)], now)
+    assert _kinds(out) == [("forward", 0), ("forward", 2)]
+    assert book.tracker.is_finished(1)

@@ -183,3 +183,13 @@ def test_tracker_agrees_with_a_naive_model(
             assert position is not None and position >= start
         previous = position
     assert tracker.pending() == 0
+
+
+def test_finished_above_lists_what_finished_beyond_the_commit_position() -> None:
+    tracker = OffsetTracker(0)
+    for offset in range(6):
+        tracker.add(offset)
+    for offset in (0, 2, 3, 5):
+        tracker.finish(offset)
+    assert tracker.committable() == 1
+    assert tracker.finished_above() == [2, 3, 5]
