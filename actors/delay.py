@@ -239,14 +239,18 @@ class Forwarder:
     async def _group(self, producer: AIOKafkaProducer, outputs: list[Output]
                      ) -> dict[tuple[str, int], list[Output]]:
         known: dict[str, list[int]] = {}
+        missing: dict[str, KafkaError] = {}  # one metadata wait per missing topic, not each
         keyless: dict[str, int] = {}
         groups: dict[tuple[str, int], list[Output]] = {}
         for out in outputs:
             try:
+                if out.topic in missing:
+                    raise missing[out.topic]
                 partitions = await _partitions(producer, out.topic, known)
             except TARGET_ERRORS as exc:
                 if out.kind == "dead_letter":
                     raise  # the dead-letter topic itself is unusable: crash, retry later
+                missing[out.topic] = exc
                 out = self._dead_letter(out, f"forward failed: {exc!r}")
                 partitions = await _partitions(producer, out.topic, known)
             key = out.record.key

@@ -118,6 +118,7 @@ class Supervisor(Actor):
         # a callable builds specs that hold ChildRefs to this very supervisor
         self._initial = children(self) if callable(children) else list(children or [])
         self._children: dict[str, _Child] = {}
+        self._retrying: set[str] = set()  # restarts that failed and wait for a retry
 
     # -- public API (safe to call from other actors) ---------------------------------
     async def start_child(self, spec: ChildSpec) -> ChildRef:
@@ -180,12 +181,16 @@ class Supervisor(Actor):
         elif isinstance(message, _StopChildren):
             await self._stop_parallel(message.names)
         elif isinstance(message, _RetryRestart):
-            await self._start_in_order(list(message.specs))
+            # children stopped or started anew meanwhile are no longer ours to retry
+            specs = [(s, r) for s, r in message.specs if s.name in self._retrying]
+            self._retrying.difference_update(s.name for s, _ in specs)
+            await self._start_in_order(specs)
         else:
             raise UsageError(f"{self.path}: unknown message {message!r}")
         return None
 
     async def _try_start(self, spec: ChildSpec) -> ActorStartError | None:
+        self._retrying.discard(spec.name)
         try:
             await self._start(spec)
         except ActorStartError as exc:
@@ -276,6 +281,7 @@ class Supervisor(Actor):
                 log.warning("%s; retrying", exc)
                 delay = min(RETRY_BASE_MS * 2 ** restarts, RETRY_CAP_MS)
                 retry = tuple((s, r + 1) for s, r in specs[i:])
+                self._retrying.update(s.name for s, _ in retry)
                 self.schedule(self.context.clock.monotonic_ms() + delay, _RetryRestart(retry))
                 return
 
@@ -287,6 +293,7 @@ class Supervisor(Actor):
                 self._children.pop(name, None)
 
     async def _stop_parallel(self, names: tuple[str, ...]) -> None:
+        self._retrying.difference_update(names)
         entries = [e for n in names if (e := self._children.pop(n, None)) is not None]
         await asyncio.gather(*(_stop_child(e) for e in entries))
 

@@ -246,3 +246,26 @@ async def test_a_child_that_never_becomes_ready_is_cancelled_after_its_start_tim
         await sup.start_child(ChildSpec("h", lambda: Hangs("h"), start_timeout_ms=50))
     assert not sup.has_child("h") and sup.state == "running"
     await system.stop()
+
+
+async def test_stopping_a_child_cancels_its_pending_restart() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log, clock=clock, intensity=5)
+    built = {"n": 0}
+
+    def factory() -> Actor:
+        built["n"] += 1
+        return FailsToStart("x", [] if built["n"] == 1 else [1])
+
+    await sup.start_child(ChildSpec("x", factory))
+    await sup.child("x").tell("crash")
+    for _ in range(200):  # the restart fails and waits for its backoff
+        if built["n"] == 2 and not sup.has_child("x"):
+            break
+        await asyncio.sleep(0.005)
+    await sup.stop_child("x")  # e.g. the partition was revoked meanwhile
+    clock.advance(RETRY_CAP_MS * 2)
+    await asyncio.sleep(0.05)
+    assert built["n"] == 2 and not sup.has_child("x")
+    await system.stop()
