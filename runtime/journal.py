@@ -453,7 +453,7 @@ class Journal:
                 self._writer.write, events + reports, self._clock.wall_ms(),
                 self._clock.monotonic_ms(),
             )
-        except OSError as exc:
+        except Exception as exc:  # OSError mostly; anything else must not kill the flusher
             self._restore_drop_reports(reports)
             self._drop(len(events), "write_error", exc)
             return
@@ -465,7 +465,7 @@ class Journal:
     async def _close_segment(self) -> None:
         try:
             await asyncio.to_thread(self._writer.close)
-        except OSError as exc:
+        except Exception as exc:
             log.error("journal: closing segment failed (%s); next start recovers it", exc)
 
     def _segment_full(self) -> bool:
@@ -474,7 +474,7 @@ class Journal:
 
     # -- drop accounting --------------------------------------------------------------
 
-    def _drop(self, count: int, reason: str, exc: OSError | None = None) -> None:
+    def _drop(self, count: int, reason: str, exc: Exception | None = None) -> None:
         self._dropped += count
         if reason != "stopped":  # nothing can be journaled after stop; the log says it
             self._unreported[reason] = self._unreported.get(reason, 0) + count
