@@ -110,13 +110,15 @@ class DelayService:
     async def stop(self) -> None:
         """Drain and commit (consumer first), then close the send producer. Idempotent."""
         root, self._root = self._root, None
-        if root is not None and self._runtime is not None:
-            system_root = self._runtime.system.root
-            if system_root.alive and system_root.has_child(root.name):
-                await system_root.stop_child(root.name)
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            await producer.stop()
+        try:
+            if root is not None and self._runtime is not None:
+                system_root = self._runtime.system.root
+                if system_root.alive and system_root.has_child(root.name):
+                    await system_root.stop_child(root.name)
+        finally:  # even when the shutdown deadline cancels us: flush what send() queued
+            producer, self._producer = self._producer, None
+            if producer is not None:
+                await producer.stop()
 
     # -- the library call --------------------------------------------------------------
     async def send(self, target: str, value: bytes | None, key: bytes | None = None,
