@@ -248,8 +248,9 @@ class Forwarder:
                     raise missing[out.topic]
                 partitions = await _partitions(producer, out.topic, known)
             except TARGET_ERRORS as exc:
-                if out.kind == "dead_letter":
-                    raise  # the dead-letter topic itself is unusable: crash, retry later
+                if out.kind == "dead_letter" or not await _topic_absent(producer, out.topic):
+                    raise  # the broker is unreachable, or the dead-letter topic is: crash,
+                    # and the successor retries from the last commit
                 missing[out.topic] = exc
                 out = self._dead_letter(out, f"forward failed: {exc!r}")
                 partitions = await _partitions(producer, out.topic, known)
@@ -282,13 +283,25 @@ class Forwarder:
                 await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
                                              headers=out.headers)
             except RECORD_ERRORS as exc:
-                if out.kind == "dead_letter":
+                if out.kind == "dead_letter" or (
+                        isinstance(exc, UnknownTopicOrPartitionError)
+                        and not await _topic_absent(producer, out.topic)):
                     raise
                 out = self._dead_letter(out, f"forward failed: {exc!r}")
                 await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
                                              headers=out.headers)
             done.append(out)
         return done
+
+
+async def _topic_absent(producer: AIOKafkaProducer, topic: str) -> bool:
+    """True only when the broker answered and the topic is not there: a metadata timeout
+    or a broker outage is not a reason to dead-letter a record."""
+    try:
+        cluster = await producer.client.fetch_all_metadata()
+    except KafkaError:
+        return False
+    return topic not in cluster.topics()
 
 
 async def _partitions(producer: AIOKafkaProducer, topic: str,
