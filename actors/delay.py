@@ -167,8 +167,10 @@ class ForwardProducerActor(Actor):
         return self._producer
 
     async def on_start(self) -> None:
+        # idempotent: a retried produce never writes a record twice (into a level topic,
+        # that would be a duplicate forward later, even on exactly-once levels)
         self._producer = make_producer(self.bootstrap, acks="all", linger_ms=0,
-                                       max_batch_size=BATCH_BYTES,
+                                       max_batch_size=BATCH_BYTES, enable_idempotence=True,
                                        client_id="hookstream-delay-forward")
         await self._producer.start()
 

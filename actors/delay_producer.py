@@ -48,7 +48,7 @@ class DelayProducer:
         self.levels = sorted(levels, key=lambda level: level.delay_ms)
         self.clock = clock or RealClock()
         self._level_topics = frozenset(t for level in levels for t in level.topics)
-        self._settings = {"acks": "all", **producer_kwargs}
+        self._settings = {"acks": "all", "enable_idempotence": True, **producer_kwargs}
         self._producer: AIOKafkaProducer | None = None
         self._sequence = 0
         self._sent = 0
