@@ -184,12 +184,14 @@ class GroupConsumerActor(Actor):
         for tp, paused in flow.items():
             if tp in self.owned:
                 (kafka.pause if paused else kafka.resume)(tp)
-        rewinds, self._rewinds = self._rewinds, {}
-        for tp, epoch in rewinds.items():
-            await self._rewind(kafka, tp, epoch)
+        # commits before rewinds: a restarted partition resumes from its predecessor's
+        # last position, and the committed offset never moves back
         commits, self._commits = self._commits, {}
         if commits:
             await self._commit(kafka, commits)
+        rewinds, self._rewinds = self._rewinds, {}
+        for tp, epoch in rewinds.items():
+            await self._rewind(kafka, tp, epoch)
 
     async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int) -> None:
         if not self._current(tp, epoch):
