@@ -170,12 +170,12 @@ def valid_topic(name: str) -> bool:
 
 
 def fitting_level(remaining_ms: int, levels: Sequence[DelayLevel]) -> DelayLevel:
-    """The largest level whose delay_ms <= remaining_ms; the smallest level if none is."""
+    """The largest level whose delay_ms <= remaining_ms; the smallest level if none is.
+    `levels` are ascending by delay_ms (callers sort them once, not per record)."""
     if not levels:
         raise ValueError("no delay levels configured")
-    ordered = sorted(levels, key=lambda level: level.delay_ms)
-    best = ordered[0]
-    for level in ordered:
+    best = levels[0]
+    for level in levels:
         if level.delay_ms <= remaining_ms:
             best = level
     return best

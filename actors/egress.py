@@ -210,10 +210,7 @@ class EgressActor(Actor):
     async def handle(self, message: Any) -> Any:
         if not isinstance(message, Deliver):
             raise UsageError(f"{self.path} handles Deliver, got {message!r}")
-        reply_to = message.reply_to
-        if not isinstance(reply_to, Actor):
-            raise UsageError(f"Deliver.reply_to must be an Actor, got {reply_to!r}")
-        self._pending.append((message, reply_to))
+        self._pending.append((message, message.reply_to))
         self._wake_or_grow()
 
     def _wake_or_grow(self) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from runtime.actor import Actor
+
 
 @dataclass(slots=True)
 class Record:
@@ -35,7 +37,7 @@ class Deliver:
 
     record: Record
     epoch: int
-    reply_to: object  # the partition actor (an Actor); typed loosely to avoid a cycle
+    reply_to: Actor  # the partition actor
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,7 +318,7 @@ class PartitionActor(Actor):
 
     def _journal(self, kind: str, record: Record, **fields: Any) -> None:
         self.context.emit(Event(
-            type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self.sub.key,
+            type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self.sub_key,
             topic=self.topic, partition=self.partition, offset=record.offset,
             attempt=record.attempt, **fields))
 

@@ -189,6 +189,9 @@ def _validate_method(method: SubscriptionMethod) -> None:
                                   f"{method.uri!r} is not an http(s) URL")
     if method.method.upper() not in {"POST", "PUT", "PATCH", "GET", "DELETE"}:
         raise InvalidSubscription("invalid subscriptionMethod.method", method.method)
+    if 0 < method.maxDelayOnErrorMs < method.delayOnErrorMs:
+        raise InvalidSubscription("invalid subscriptionMethod.maxDelayOnErrorMs",
+                                  "must be 0 (no cap) or at least delayOnErrorMs")
     if method.deadLetterTopic is not None and not TOPIC_NAME.match(method.deadLetterTopic):
         raise InvalidSubscription("invalid subscriptionMethod.deadLetterTopic",
                                   f"{method.deadLetterTopic!r} is not a Kafka topic name")

@@ -171,7 +171,6 @@ class Actor:
     """
 
     mailbox_capacity: int = 256
-    shutdown_ms: int = 5000
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -275,9 +274,6 @@ class Actor:
             self._timer_wakeup.set()
         return handle
 
-    def cancel_timer(self, handle: TimerHandle[Any]) -> bool:
-        return self._timers.cancel(handle) if self._timers is not None else False
-
     async def _timer_loop(self) -> None:
         assert self._timers is not None and self._timer_wakeup is not None
         clock, wheel, wakeup = self.context.clock, self._timers, self._timer_wakeup
@@ -327,14 +323,16 @@ class Actor:
                 await self._dispatch(envelope)
 
     async def _dispatch(self, envelope: _Envelope) -> None:
+        reply = envelope.reply
+        assert reply is not None  # only asks come here
         try:
             result = await self.handle(envelope.message)
         except Exception as exc:
-            if envelope.reply is not None and not envelope.reply.done():
-                envelope.reply.set_exception(exc)
+            if not reply.done():
+                reply.set_exception(exc)
             raise
-        if envelope.reply is not None and not envelope.reply.done():
-            envelope.reply.set_result(result)
+        if not reply.done():
+            reply.set_result(result)
 
     async def _teardown(self) -> None:
         if self._state in ("starting", "running"):

@@ -98,9 +98,7 @@ class AdminServer:
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         if self.port == 0:  # an ephemeral port: read back what the OS chose
-            server = site._server
-            sockets = getattr(server, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1]
+            self.port = self._runner.addresses[0][1]
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None

@@ -24,7 +24,7 @@ from runtime.broker import EmbeddedBroker
 from runtime.clock import Clock, RealClock
 from runtime.config import Config, load_config
 from runtime.errors import ConfigError, UsageError
-from runtime.journal import Journal, NullJournal
+from runtime.journal import EventJournal, Journal, NullJournal
 from runtime.metrics import Registry
 from runtime.service import Service, ServiceFactory, discover
 from runtime.system import ActorSystem
@@ -38,7 +38,7 @@ class Runtime:
         self.config = config
         self.clock = clock or RealClock()
         self.metrics = Registry()
-        self.journal: Journal | NullJournal = NullJournal()
+        self.journal: EventJournal = NullJournal()
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit)
         self.admin = AdminServer(config.admin.listen, config.admin.token, self.metrics,
                                  self._health)

@@ -22,7 +22,8 @@ PositiveMs = Annotated[int, Meta(ge=0)]
 
 
 class _Frozen(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    pass
+    """Base of every config section. Subclasses repeat the options: msgspec inherits
+    them, but mypy's dataclass view does not and rejects a "non-frozen" subclass."""
 
 
 class BrokerConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -123,7 +124,10 @@ def _check(config: Config) -> Config:
                 f"brokers[{i}].bootstrap_servers",
             )
     if config.delay.broker:
-        config.broker(config.delay.broker)
+        try:
+            config.broker(config.delay.broker)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).removeprefix("broker: "), "delay.broker") from None
     _check_levels(config.delay.levels)
     return config
 

@@ -74,29 +74,6 @@ SEGMENT_PREFIX: Final = "segment-"
 FINAL_SUFFIX: Final = ".jsonl"
 OPEN_SUFFIX: Final = ".jsonl.open"
 
-EVENT_TYPES: Final = frozenset(
-    {
-        "fetched",
-        "dispatched",
-        "sent",
-        "delivered",
-        "failed",
-        "retry_scheduled",
-        "dead_lettered",
-        "dead_letter_failed",
-        "committed",
-        "actor_started",
-        "actor_crashed",
-        "actor_restarted",
-        "actor_stopped",
-        "partition_assigned",
-        "partition_revoked",
-        "delay_forwarded",
-        "journal_dropped",
-    }
-)
-
-
 class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     """One journal line; the field names are the journal schema (the report reads them).
 

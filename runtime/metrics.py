@@ -125,11 +125,10 @@ LATENCY_BOUNDS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000
 
 
 class Registry:
-    """Families by name, plus collectors called at scrape time (for gauges like lag)."""
+    """Metric families by name, rendered in Prometheus text format."""
 
     def __init__(self) -> None:
         self._families: dict[str, Counter | Histogram] = {}
-        self._collectors: list[Callable[[], None]] = []
 
     def counter(self, name: str, help_text: str) -> Counter:
         return self._family(name, lambda: Counter(name, help_text), Counter)
@@ -149,12 +148,7 @@ class Registry:
             raise TypeError(f"metric {name} already registered as {type(family).__name__}")
         return family
 
-    def add_collector(self, collect: Callable[[], None]) -> None:
-        self._collectors.append(collect)
-
     def render(self) -> str:
-        for collect in self._collectors:
-            collect()
         lines: list[str] = []
         for family in self._families.values():
             lines.extend(family.render())

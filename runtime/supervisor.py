@@ -26,6 +26,7 @@ from typing import Any, Literal
 from runtime.actor import Actor, ActorContext
 from runtime.budget import RestartBudget
 from runtime.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded, UsageError
+from runtime.journal import Event
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,10 @@ class Supervisor(Actor):
     async def _start(self, spec: ChildSpec, restarts: int = 0) -> None:
         if spec.name in self._children:
             raise UsageError(f"{self.path}: a child named {spec.name!r} already runs")
-        actor = spec.factory()
+        try:
+            actor = spec.factory()
+        except Exception as exc:  # a bad config slice, say: the child cannot start
+            raise ActorStartError(f"{self.path}/{spec.name} failed to build: {exc!r}") from exc
         actor.context = ActorContext(
             path=f"{self.path}/{spec.name}", clock=self.context.clock, emit=self.context.emit
         )
@@ -262,7 +266,6 @@ class Supervisor(Actor):
             affected = names[names.index(name) :]
         specs = [(self._children[n].spec, self._children[n].restarts) for n in affected]
         await self._stop_all([n for n in affected if n != name])
-        self._children.pop(name, None)
         await self._start_in_order(specs)
 
     async def _start_in_order(self, specs: list[tuple[ChildSpec, int]]) -> None:
@@ -298,8 +301,6 @@ class Supervisor(Actor):
         await asyncio.gather(*(_stop_child(e) for e in entries))
 
     def _journal(self, kind: str, path: str, reason: str | None = None) -> None:
-        from runtime.journal import Event  # the journal imports nothing of ours back
-
         self.context.emit(
             Event(type=kind, ts_ms=self.context.clock.wall_ms(), actor=path, reason=reason)
         )

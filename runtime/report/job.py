@@ -34,10 +34,6 @@ from runtime.report import charts, summary, transforms
 STEPS = 6
 MAX_BUCKETS = 600
 BUCKET_CHOICES_MS = (1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000, 3_600_000)
-TABLES = (
-    "delivery_summary", "throughput", "actors", "partition_movements", "delay_lateness",
-    "audit", "audit_offsets",
-)
 
 Progress = Callable[[str], None]
 

@@ -169,11 +169,6 @@ def _event_latencies(events: DataFrame) -> DataFrame:
     )
 
 
-def time_range(events: DataFrame) -> DataFrame:
-    """One row: first and last event time."""
-    return events.agg(F.min("ts_ms").alias("first_ms"), F.max("ts_ms").alias("last_ms"))
-
-
 def throughput(events: DataFrame, bucket_ms: int) -> DataFrame:
     """Per time bucket and subscription: fetched, delivered, failed, rate and error rate."""
     bucket = (F.floor(F.col("ts_ms") / bucket_ms) * bucket_ms).cast("long")

@@ -3,6 +3,7 @@ tokens, persistence across restarts, health and metrics."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ from tests.integration.delivery_harness import (
 
 
 @pytest.fixture
-async def receiver() -> Receiver:
-    return await Receiver().start()
+async def receiver() -> AsyncIterator[Receiver]:
+    started = await Receiver().start()
+    yield started
+    await started.stop()
 
 
 async def test_bad_requests_get_4xx_with_a_json_reason(
@@ -59,7 +62,6 @@ async def test_bad_requests_get_4xx_with_a_json_reason(
         assert status == 400
         status, _ = await admin.call("GET", "/no/such/route")
         assert status == 404
-    await receiver.stop()
 
 
 async def test_list_hides_header_values_and_secrets_and_unsubscribe_removes(
@@ -84,7 +86,6 @@ async def test_list_hides_header_values_and_secrets_and_unsubscribe_removes(
         assert status == 200
         assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
         assert not (tmp_path / "persist" / "s_g-s.json").exists()
-    await receiver.stop()
 
 
 async def test_a_token_is_required_when_configured(
@@ -114,7 +115,6 @@ async def test_a_corrupt_subscription_file_is_skipped_and_the_rest_restored(
         assert any("broken_g.json" in p for p in service.problems)
         await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
     assert (tmp_path / "persist" / "broken_g.json.corrupt").exists()
-    await receiver.stop()
 
 
 async def test_health_and_metrics_report_deliveries(
@@ -134,7 +134,6 @@ async def test_health_and_metrics_report_deliveries(
         assert line in text
         assert "hookstream_http_request_duration_ms_bucket" in text
         assert "hookstream_lag" in text
-    await receiver.stop()
 
 
 async def metrics_text(admin: Admin) -> str:
@@ -163,4 +162,3 @@ async def test_a_subscription_to_an_unknown_pinned_topic_is_refused_and_nothing_
         await receiver.wait_for(lambda: len(receiver.delivered()) == 2)
         status, listed = await admin.call("GET", "/broker/subscription")
         assert [s["id"] for s in listed["data"]] == ["ok"]
-    await receiver.stop()

@@ -400,8 +400,9 @@ async def test_exactly_once_restart_never_forwards_a_record_twice(
         await _read(kafka_bootstrap, target, 3)  # 1..3 forwarded, 0 still waits
     async with _runtime(config, fast_group_kwargs) as runtime:
         await _until(lambda: len(_delay(runtime).assignment()) == 1)
-        await _until(lambda: _metric(runtime, "hookstream_delay_forwarded_total") >= 1)
-        await asyncio.sleep(0.5)  # a duplicate of 1..3 would be forwarded by now
+        # record 0 falls due last: once nothing waits, any duplicate of 1..3 went out too
+        await _until(lambda: _metric(runtime, "hookstream_delay_forwarded_total") >= 1
+                     and _metric(runtime, "hookstream_delay_waiting") == 0)
     records = await _read(kafka_bootstrap, target, 4)
     assert sorted(json.loads(r.value)["i"] for r in records) == [0, 1, 2, 3]
     _assert_never_early(records)

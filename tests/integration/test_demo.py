@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def demo_config(tmp: Path) -> Path:
     """config/demo.toml with free ports, so the test never collides with a running demo."""
     text = (ROOT / "config" / "demo.toml").read_text()
+    for fixed in ("embedded_port = 9092", 'listen = "127.0.0.1:8080"'):
+        assert fixed in text, f"config/demo.toml no longer has {fixed!r}: update this test"
     text = text.replace("embedded_port = 9092", f"embedded_port = {free_port()}")
     text = text.replace('listen = "127.0.0.1:8080"', f'listen = "127.0.0.1:{free_port()}"')
     path = tmp / "demo.toml"
@@ -29,16 +31,16 @@ def demo_config(tmp: Path) -> Path:
 async def healthz(url: str, timeout_s: float = 30) -> dict[str, object]:
     deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession() as session:
-        while True:
+        while time.monotonic() < deadline:
             try:
                 async with session.get(url) as response:
                     if response.status == 200:
                         body: dict[str, object] = await response.json()
                         return body
             except aiohttp.ClientError:
-                if time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.1)
+                pass  # not listening yet
+            await asyncio.sleep(0.1)  # polling a separate process: no event to wait on
+    raise AssertionError(f"{url} did not answer 200 within {timeout_s}s")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

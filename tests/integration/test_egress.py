@@ -11,7 +11,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from actors.egress import RESPONSE_BODY_CAP, EgressActor
 from actors.messages import Deliver, Delivered, Failed, Record
 from actors.subscription import Consumer
 from runtime.actor import Actor
+from runtime.broker import free_port
 from runtime.clock import FakeClock
 from runtime.journal import Event
 from runtime.metrics import Registry
@@ -184,13 +184,6 @@ def make_record(offset: int = 7, key: bytes | None = b"user-7", value: bytes | N
                 attempt: int = 1) -> Record:
     return Record("orders", 3, offset, key, value, (), timestamp_ms=1_699_999_000_000,
                   fetched_ms=START_MS - 10, attempt=attempt)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def expected_signature(msg_id: str, timestamp: str, payload: bytes) -> str:

@@ -107,3 +107,11 @@ def test_help_lists_the_commands() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
     assert "check" in result.stdout and "report" in result.stdout
+
+
+def test_an_unknown_delay_broker_is_named_with_its_path() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"brokers": [{"name": "K", "bootstrap_servers": "embedded"}],
+                      "delay": {"broker": "Nope"}})
+    assert info.value.path == "delay.broker"
+    assert "unknown broker 'Nope'" in str(info.value)

@@ -9,7 +9,12 @@ import pytest
 
 from runtime.actor import Actor
 from runtime.clock import FakeClock
-from runtime.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded
+from runtime.errors import (
+    ActorDeadError,
+    ActorStartError,
+    RestartBudgetExceeded,
+    SupervisorError,
+)
 from runtime.supervisor import RETRY_CAP_MS, ChildSpec, Strategy, Supervisor
 from runtime.system import ActorSystem
 
@@ -170,7 +175,7 @@ async def test_restarts_spread_beyond_the_period_stay_within_budget() -> None:
 
 
 def test_budget_error_is_a_supervisor_error() -> None:
-    assert issubclass(RestartBudgetExceeded, Exception)
+    assert issubclass(RestartBudgetExceeded, SupervisorError)
 
 
 class FailsToStart(Actor):
@@ -227,11 +232,21 @@ async def test_a_failed_restart_is_retried_after_a_backoff_within_the_budget() -
 
 
 async def test_stop_children_stops_them_in_parallel() -> None:
+    class MeetsOnStop(Worker):
+        """Stops only when the other one is stopping too: a serial stop would hang."""
+
+        async def on_stop(self) -> None:
+            await asyncio.wait_for(both.wait(), 2)
+            await super().on_stop()
+
+    both = asyncio.Barrier(2)
     log: list[str] = []
     system, sup = await run_tree("one_for_one", log)
-    await sup.stop_children(["a", "c"])
-    assert sup.children() == ["b"]
-    assert "stop a" in log and "stop c" in log
+    for name in ("p", "q"):
+        await sup.start_child(ChildSpec(name, lambda n=name: MeetsOnStop(n, log)))  # type: ignore[misc]
+    await sup.stop_children(["p", "q"])
+    assert sup.children() == ["a", "b", "c"]
+    assert "stop p" in log and "stop q" in log
     await system.stop()
 
 
@@ -268,4 +283,16 @@ async def test_stopping_a_child_cancels_its_pending_restart() -> None:
     clock.advance(RETRY_CAP_MS * 2)
     await asyncio.sleep(0.05)
     assert built["n"] == 2 and not sup.has_child("x")
+    await system.stop()
+
+
+async def test_a_factory_that_raises_is_a_start_error_not_a_supervisor_crash() -> None:
+    def broken() -> Actor:
+        raise ValueError("maxDelayOnErrorMs below delayOnErrorMs")
+
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    with pytest.raises(ActorStartError, match="failed to build"):
+        await sup.start_child(ChildSpec("bad", broken))
+    assert sup.state == "running" and sup.children() == ["a", "b", "c"]
     await system.stop()
