@@ -28,7 +28,6 @@ by the same `OffsetTracker` as the delivery path, so it never passes a waiting r
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import msgspec
 from actors.messages import Record
 from actors.offsets import OffsetTracker
 from runtime.config import DelayLevel
+from runtime.kafka import valid_topic
 from runtime.timer_wheel import TimerWheel
 
 DELAY_TARGET = "delay-target"
@@ -49,7 +49,6 @@ MIN_RECYCLE_MS = 60_000
 """The largest level holds a record at least this long before recycling it, so a level
 with a tiny delay_ms does not spin a long-waiting record through Kafka."""
 
-_TOPIC = re.compile(r"[A-Za-z0-9._\-]{1,249}")
 _TOPIC_CACHE_SIZE = 4096
 _TOPICS: dict[bytes, str] = {}  # valid target names seen, decoded
 _MAX_DUE_DIGITS = 16  # epoch ms stays below 10**16 until the year 318857
@@ -163,10 +162,6 @@ def dead_letter_headers(record: Record, reason: str) -> list[tuple[str, bytes]]:
 
 
 # -- levels ------------------------------------------------------------------------------
-
-
-def valid_topic(name: str) -> bool:
-    return bool(_TOPIC.fullmatch(name)) and name not in (".", "..")
 
 
 def fitting_level(remaining_ms: int, levels: Sequence[DelayLevel]) -> DelayLevel:

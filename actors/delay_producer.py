@@ -26,11 +26,10 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
 from actors.delay_logic import ROUTING_HEADERS, fitting_level, pick_topic, routing_headers
-from actors.delay_logic import valid_topic as _valid_topic
 from runtime.clock import Clock, RealClock
 from runtime.config import DelayLevel
 from runtime.errors import UsageError
-from runtime.kafka import make_producer
+from runtime.kafka import make_producer, valid_topic
 
 UserHeaders = Sequence[tuple[str, bytes]] | None
 
@@ -121,7 +120,7 @@ class DelayProducer:
         return due_ms
 
     def _check(self, target: str, headers: UserHeaders) -> None:
-        if not _valid_topic(target):
+        if not valid_topic(target):
             raise UsageError(f"target {target!r} is not a valid Kafka topic name")
         if target in self._level_topics:
             raise UsageError(f"target {target!r} is a delay level topic; pass the topic the "

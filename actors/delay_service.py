@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from runtime.app import Runtime
 
 log = logging.getLogger(__name__)
-DRAIN_MS = 2000
-"""How long a revoked or stopping partition keeps forwarding what falls due; records due
-later stay uncommitted and are forwarded by the next owner."""
 
 
 class DelayService:
@@ -49,8 +46,10 @@ class DelayService:
                  consumer_settings: Mapping[str, Any] | None = None) -> None:
         """`drain_ms` and `consumer_settings` (AIOKafkaConsumer settings) override what
         `[delay]` configures (`drain_ms`, `session_timeout_ms`)."""
-        self.drain_ms = DRAIN_MS if drain_ms is None else drain_ms
         self._drain_override = drain_ms
+        # How long a revoked or stopping partition keeps forwarding what falls due (records
+        # due later stay uncommitted for the next owner): `[delay] drain_ms` unless given.
+        self.drain_ms = 0
         self.consumer_settings = dict(consumer_settings or {})
         self.settings: DelaySettings | None = None
         self._runtime: Runtime | None = None
@@ -66,8 +65,7 @@ class DelayService:
             log.info("no [[delay.levels]] configured: the delay queue is off")
             return
         broker = self._broker = cfg.broker or runtime.config.brokers[0].name
-        if self._drain_override is None:
-            self.drain_ms = cfg.drain_ms
+        self.drain_ms = cfg.drain_ms if self._drain_override is None else self._drain_override
         self.consumer_settings = {
             "session_timeout_ms": cfg.session_timeout_ms,
             "heartbeat_interval_ms": max(cfg.session_timeout_ms // 6, 100),

@@ -14,6 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from actors.signing import signing_key
+from runtime.kafka import valid_topic
 
 Ordering = Literal["none", "partition", "key"]
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -36,7 +37,6 @@ PROPERTY_RANGES = {
     "max.partition.fetch.bytes": (1024, 1 << 30),
     "fetch.max.wait.ms": (1, 60_000),
 }
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 class _Json(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -192,7 +192,7 @@ def _validate_method(method: SubscriptionMethod) -> None:
     if 0 < method.maxDelayOnErrorMs < method.delayOnErrorMs:
         raise InvalidSubscription("invalid subscriptionMethod.maxDelayOnErrorMs",
                                   "must be 0 (no cap) or at least delayOnErrorMs")
-    if method.deadLetterTopic is not None and not TOPIC_NAME.match(method.deadLetterTopic):
+    if method.deadLetterTopic is not None and not valid_topic(method.deadLetterTopic):
         raise InvalidSubscription("invalid subscriptionMethod.deadLetterTopic",
                                   f"{method.deadLetterTopic!r} is not a Kafka topic name")
     try:

@@ -16,6 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from runtime.errors import ConfigError
+from runtime.kafka import valid_topic
 
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._\-]+$")]
 PositiveMs = Annotated[int, Meta(ge=0)]
@@ -123,6 +124,9 @@ def _check(config: Config) -> Config:
                 f"expected 'embedded' or host:port[,host:port], got {broker.bootstrap_servers!r}",
                 f"brokers[{i}].bootstrap_servers",
             )
+    if not valid_topic(config.delay.dead_letter_topic):
+        raise ConfigError(f"{config.delay.dead_letter_topic!r} is not a Kafka topic name",
+                          "delay.dead_letter_topic")
     if config.delay.broker:
         try:
             config.broker(config.delay.broker)

@@ -7,6 +7,7 @@ producer that needs them starts.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +19,13 @@ from aiokafka.errors import for_code
 from runtime import compat
 
 _TOPIC_ALREADY_EXISTS = 36
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._\-]{1,249}")
+
+
+def valid_topic(name: str) -> bool:
+    """A name Kafka accepts for a topic (legal characters, length, not `.` or `..`)."""
+    return bool(_TOPIC_NAME.fullmatch(name)) and name not in (".", "..")
+
 _POLL_S = 0.05
 
 

@@ -79,11 +79,7 @@ def throughput_chart(rows: Rows, path: Path, note: str = "") -> Path:
         ax.set_ylim(bottom=0)
     else:
         _no_data(ax)
-    ax.set_xlabel(f"time since first event (s), {_bucket_text(rows)} buckets")
-    ax.set_ylabel("delivered records / s")
-    ax.grid(alpha=0.3)
-    fig.savefig(path)
-    return path
+    return _save_timeline(fig, ax, rows, "delivered records / s", path)
 
 
 def error_rate_chart(rows: Rows, path: Path, note: str = "") -> Path:
@@ -98,8 +94,13 @@ def error_rate_chart(rows: Rows, path: Path, note: str = "") -> Path:
         ax.set_ylim(0, 100)
     else:
         _no_data(ax)
+    return _save_timeline(fig, ax, rows, "failed attempts (% of completed)", path)
+
+
+def _save_timeline(fig: Figure, ax: Axes, rows: Rows, ylabel: str, path: Path) -> Path:
+    """The common end of the charts over time: axis labels, grid, file."""
     ax.set_xlabel(f"time since first event (s), {_bucket_text(rows)} buckets")
-    ax.set_ylabel("failed attempts (% of completed)")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     fig.savefig(path)
     return path

@@ -129,34 +129,37 @@ def _totals_table(s: Mapping[str, Any]) -> str:
         ("partitions assigned / revoked",
          f"{s['partition_assignments']} / {s['partition_revocations']}"),
     ]
-    body = "\n".join(f"| {name} | {_fmt(value)} |" for name, value in rows)
-    return "## Totals\n\n| | |\n|---|---:|\n" + body
+    body = [f"| {name} | {_fmt(value)} |" for name, value in rows]
+    return "## Totals\n\n" + _table(["", ""], "l r", body)
+
+
+def _table(columns: Sequence[str], align: str, body: Sequence[str]) -> str:
+    """A Markdown table; `align` has one `l` or `r` per column, so the rule cannot drift
+    from the header."""
+    rule = "".join("|---:" if a == "r" else "|---" for a in align.split()) + "|"
+    return "\n".join([f"| {' | '.join(columns)} |", rule, *body])
 
 
 def _subscriptions_table(rows: Sequence[Mapping[str, Any]]) -> str:
     if not rows:
         return ""
-    head = (
-        "| subscription | endpoint | delivered | attempts | retries | dead letters | lost | "
-        "duplicates | end-to-end p50/p95/p99 ms | added p50/p95/p99 ms |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-    )
+    columns = ["subscription", "endpoint", "delivered", "attempts", "retries",
+               "dead letters", "lost", "duplicates", "end-to-end p50/p95/p99 ms",
+               "added p50/p95/p99 ms"]
     body = [
         f"| {r['subscription']} | {r['endpoint']} | {_fmt(r['delivered'])} | "
         f"{_fmt(r['attempts'])} | {_fmt(r['retries'])} | {_fmt(r['dead_lettered'])} | "
         f"{_fmt(r['lost'])} | {_fmt(r['duplicates'])} | {_pcts(r, 'e2e')} | {_pcts(r, 'added')} |"
         for r in rows
     ]
-    return "## Per subscription and endpoint\n\n" + "\n".join([head, *body])
+    table = _table(columns, "l l r r r r r r r r", body)
+    return "## Per subscription and endpoint\n\n" + table
 
 
 def _audit_section(problems: Sequence[Mapping[str, Any]]) -> str:
     if not problems:
         return "## Audit\n\nNo lost and no duplicated offsets."
-    head = (
-        "| subscription | topic-partition | lost offsets | duplicated offsets |\n"
-        "|---|---|---|---|"
-    )
+    columns = ["subscription", "topic-partition", "lost offsets", "duplicated offsets"]
     body = [
         f"| {p['subscription']} | {p['topic']}-{p['partition']} | "
         f"{_offsets(p['lost_offsets'], p['lost'])} | "
@@ -164,7 +167,7 @@ def _audit_section(problems: Sequence[Mapping[str, Any]]) -> str:
         for p in problems
     ]
     note = "Full lists: tables `audit` and `audit_offsets`."
-    return "## Audit\n\n" + "\n".join([head, *body]) + "\n\n" + note
+    return "## Audit\n\n" + _table(columns, "l l l l", body) + "\n\n" + note
 
 
 def _files_section(outputs: Mapping[str, Sequence[str]]) -> str:

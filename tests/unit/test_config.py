@@ -115,3 +115,10 @@ def test_an_unknown_delay_broker_is_named_with_its_path() -> None:
                       "delay": {"broker": "Nope"}})
     assert info.value.path == "delay.broker"
     assert "unknown broker 'Nope'" in str(info.value)
+
+
+def test_an_invalid_delay_dead_letter_topic_is_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"brokers": [{"name": "K", "bootstrap_servers": "embedded"}],
+                      "delay": {"dead_letter_topic": "no spaces/allowed"}})
+    assert info.value.path == "delay.dead_letter_topic"
