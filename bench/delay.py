@@ -52,13 +52,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aiokafka import TopicPartition
 
-from actors.delay_logic import DELAY_TARGET, forward_headers, routing_headers
-from actors.delay_service import DelayService
-from runtime.app import Runtime
-from runtime.broker import EmbeddedBroker
-from runtime.config import Config, parse_config
-from runtime.journal import Event
+from actors.delay.book import DELAY_TARGET, forward_headers, routing_headers
+from actors.delay.service import DelayService
+from runtime.host.app import Runtime
+from runtime.host.config import Config, parse_config
+from runtime.host.journal import Event
 from runtime.kafka import create_topics, make_consumer, make_producer
+from runtime.kafka.broker import EmbeddedBroker
 
 GROUP_SETTINGS = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300}
 RUN_TIMEOUT_S = 120
@@ -270,8 +270,8 @@ async def throughput(bootstrap: str, count: int, names: list[str],
 _LOAD = """
 import asyncio, sys, time
 sys.path.insert(0, {repo!r})
-from actors.delay_producer import DelayProducer
-from runtime.config import DelayLevel
+from actors.delay.producer import DelayProducer
+from runtime.host.config import DelayLevel
 
 async def main(bootstrap, topic, target, rate, seconds):
     levels = [DelayLevel(name="bench", delay_ms=1000, topics=[topic])]

@@ -86,14 +86,14 @@ import msgspec
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from actors.egress import pool_size
-from actors.service import DeliveryService
-from actors.subscription import decode_consumer
-from runtime.app import Runtime
-from runtime.broker import EmbeddedBroker, free_port, port_accepts
-from runtime.config import parse_config
-from runtime.journal import Event, closed_segments
+from actors.delivery.egress import pool_size
+from actors.delivery.service import DeliveryService
+from actors.delivery.subscription import decode_consumer
+from runtime.host.app import Runtime
+from runtime.host.config import parse_config
+from runtime.host.journal import Event, closed_segments
 from runtime.kafka import create_topics, make_producer
+from runtime.kafka.broker import EmbeddedBroker, free_port, port_accepts
 
 POLL_S = 0.005
 NGINX = "/usr/sbin/nginx"

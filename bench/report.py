@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.clock import RealClock
-from runtime.journal import Journal
+from runtime.host.journal import Journal
+from runtime.kernel.clock import RealClock
 from runtime.report import job
 from runtime.report.synthetic import SyntheticJournal
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from runtime.timer_wheel import TimerWheel
+from runtime.kernel.timer_wheel import TimerWheel
 
 T = TypeVar("T")
 HOUR_MS = 3_600_000

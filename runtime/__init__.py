@@ -1,0 +1,34 @@
+"""hookstream's runtime: the actor kernel and the process that hosts the domain actors.
+
+    from runtime import Runtime, Actor, Supervisor, ChildSpec, FakeClock
+
+Packages: `runtime.kernel` (actors, supervisors, clocks, timers: self-contained),
+`runtime.kafka` (clients, compat, embedded broker), `runtime.host` (Runtime, config,
+admin API, metrics, journal, services), `runtime.report` (the PySpark jobs).
+`runtime/` never imports `actors/`; docs/ARCHITECTURE.md has the map.
+"""
+
+from runtime.errors import ConfigError, UsageError
+from runtime.host.app import Runtime
+from runtime.host.config import Config, load_config, parse_config
+from runtime.host.journal import EVENT_TYPES, Event, EventType
+from runtime.host.service import DelayQueue, Service, ServiceFactory
+from runtime.kernel import (
+    Actor,
+    ActorSystem,
+    ChildRef,
+    ChildSpec,
+    Clock,
+    FakeClock,
+    RealClock,
+    Ref,
+    Supervisor,
+    TimerWheel,
+)
+
+__all__ = [
+    "EVENT_TYPES", "Actor", "ActorSystem", "ChildRef", "ChildSpec", "Clock", "Config",
+    "ConfigError", "DelayQueue", "Event", "EventType", "FakeClock", "RealClock", "Ref",
+    "Runtime", "Service", "ServiceFactory", "Supervisor", "TimerWheel", "UsageError",
+    "load_config", "parse_config",
+]

@@ -11,8 +11,8 @@ import asyncio
 import logging
 import sys
 
-from runtime.config import Config, load_config
 from runtime.errors import ConfigError
+from runtime.host.config import Config, load_config
 
 USAGE = """\
 usage: python -m runtime CONFIG.toml
@@ -49,7 +49,7 @@ def run(path: str) -> int:
         return 2
     logging.basicConfig(level=config.runtime.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from runtime.app import Runtime
+    from runtime.host.app import Runtime
 
     runner: asyncio.Runner
     if config.runtime.uvloop:

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 import pytest
 
-from runtime.broker import EmbeddedBroker, free_port
 from runtime.kafka import create_topics
+from runtime.kafka.broker import EmbeddedBroker, free_port
 
 BrokerKind = Literal["external", "container", "embedded"]
 TopicFactory = Callable[..., Awaitable[str]]
@@ -60,7 +60,7 @@ def kafka_bootstrap(kafka_under_test: KafkaUnderTest) -> str:
 
 @pytest.fixture(scope="session")
 def broker_is_embedded(kafka_under_test: KafkaUnderTest) -> bool:
-    """True when the session's broker is Tansu, whose quirks `runtime.compat` lists."""
+    """True when the session's broker is Tansu, whose quirks `runtime.kafka.compat` lists."""
     return kafka_under_test.kind == "embedded"
 
 

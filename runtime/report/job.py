@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from runtime.errors import UsageError
-from runtime.journal import closed_segments, is_held_by_writer, open_segments
+from runtime.host.journal import closed_segments, is_held_by_writer, open_segments
 from runtime.report import charts, summary, transforms
 
 STEPS = 6

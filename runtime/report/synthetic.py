@@ -1,7 +1,7 @@
 """A synthetic journal with known faults, for tests, benchmarks and documentation charts.
 
 Deterministic: the same `SyntheticJournal` gives the same events. Records of every
-subscription flow through `fetched -> dispatched -> sent -> delivered` at `rate_per_s`;
+subscription flow through `fetched -> sent -> delivered` at `rate_per_s`;
 some first attempts fail and are retried, during the `outage` the last subscription's
 endpoint fails until the outage ends, some records are dead-lettered, the chosen
 `lost` records are fetched and never finished, the chosen `duplicates` are delivered twice,
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from runtime.journal import Event
+from runtime.host.journal import Event, EventType
 
 RecordId = tuple[str, int, int]  # (subscription, partition, offset)
 
@@ -75,7 +75,7 @@ class SyntheticJournal:
             return None
         return self._time(sub, 0, math.ceil(self.outage[1] * n))
 
-    def _event(self, type_: str, ts_ms: int, rec: _Record, **fields: Any) -> Event:
+    def _event(self, type_: EventType, ts_ms: int, rec: _Record, **fields: Any) -> Event:
         return Event(type=type_, ts_ms=ts_ms, subscription=rec.subscription, topic=self.topic,
                      partition=rec.partition, offset=rec.offset, **fields)
 
@@ -88,7 +88,6 @@ class SyntheticJournal:
         if (sub, partition, offset) in self.lost:
             return
         endpoint = self.endpoint(sub)
-        yield self._event("dispatched", t + 1, rec, endpoint=endpoint)
         yield from self._attempts(t, rec, endpoint, self._outage_end_ms(sub, offset))
         if (sub, partition, offset) in self.duplicates:
             yield self._event("delivered", t + 900, rec, endpoint=endpoint, attempt=1,

@@ -31,14 +31,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from runtime.journal import Event
+from runtime.host.journal import RECORD_EVENT_TYPES, Event
 
 CORRUPT = "_corrupt_record"
 RECORD_KEY = ["subscription", "topic", "partition", "offset"]
 PARTITION_KEY = ["subscription", "topic", "partition"]
-RECORD_EVENTS = [
-    "fetched", "dispatched", "sent", "delivered", "failed", "retry_scheduled", "dead_lettered",
-]
+RECORD_EVENTS = list(RECORD_EVENT_TYPES)
 PERCENTILES = [0.5, 0.95, 0.99]
 PERCENTILE_ACCURACY = 10_000
 
@@ -53,7 +51,8 @@ def event_schema() -> T.StructType:
     """The Spark schema of a journal line, derived from `Event` so the two never drift."""
     fields = []
     for info in msgspec.structs.fields(Event):
-        base = next(t for t in (str, int, float) if info.type in (t, t | None))
+        base = str if info.name == "type" else next(  # `type` is the EventType Literal
+            t for t in (str, int, float) if info.type in (t, t | None))
         fields.append(T.StructField(info.encode_name, _SPARK_TYPES[base], nullable=True))
     fields.append(T.StructField(CORRUPT, T.StringType(), nullable=True))
     return T.StructType(fields)

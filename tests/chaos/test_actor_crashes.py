@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.actor import Actor
-from runtime.supervisor import Supervisor
+from runtime.kernel.actor import Actor
+from runtime.kernel.supervisor import Supervisor
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,

@@ -16,9 +16,9 @@ import aiohttp
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.service import DeliveryService
-from runtime.app import Runtime
-from runtime.config import parse_config
+from actors.delivery.service import DeliveryService
+from runtime.host.app import Runtime
+from runtime.host.config import parse_config
 from runtime.kafka import make_producer
 
 Behaviour = Callable[["Push"], Awaitable[int]]

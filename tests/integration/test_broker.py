@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
-from runtime.broker import EmbeddedBroker, port_accepts
 from runtime.errors import BrokerError, UsageError
 from runtime.kafka import create_topics, make_consumer, make_producer
+from runtime.kafka.broker import EmbeddedBroker, port_accepts
 
 pytestmark = pytest.mark.integration
 
@@ -184,7 +184,7 @@ def test_sync_start_and_stop_work_without_an_event_loop() -> None:
 _ORPHANING_PARENT = textwrap.dedent(
     """
     import sys, time
-    from runtime.broker import EmbeddedBroker
+    from runtime.kafka.broker import EmbeddedBroker
     broker = EmbeddedBroker()
     broker.start_sync()
     print(broker.pid, broker.log_path, flush=True)

@@ -1,4 +1,4 @@
-"""Broker quirks and their workarounds (runtime.compat).
+"""Broker quirks and their workarounds (runtime.kafka.compat).
 
 A test named `..._quirk` shows the embedded broker misbehaving; when it starts failing, the
 broker was fixed and the workaround can go. The other tests show the workaround is right
@@ -17,8 +17,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.transaction import InitProducerIdRequest as AiokafkaInitProducerId
 from aiokafka.structs import OffsetAndMetadata
 
-from runtime import compat
-from runtime.kafka import committed_offset, make_consumer, make_producer
+from runtime.kafka import committed_offset, compat, make_consumer, make_producer
 from tests.conftest import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -194,7 +193,7 @@ async def test_read_committed_reader_sees_aborted_records_quirk(
             values += await _read(reader, 1)
     finally:
         await reader.stop()
-    assert b"aborted" in values, "aborts are hidden now: update quirk 3 in runtime.compat"
+    assert b"aborted" in values, "aborts are hidden now: update quirk 3 in runtime.kafka.compat"
 
 
 # -- 4. fetches held for fetch.max.wait.ms -----------------------------------------------------
@@ -219,7 +218,7 @@ async def test_a_fetch_is_held_for_max_wait_even_when_records_arrive_quirk(
     finally:
         await reader.stop()
     # Kafka answers within milliseconds; Tansu sits out the rest of the 1.5 s wait
-    assert waited > 0.2, "fetches return early now: drop quirk 4 in runtime.compat"
+    assert waited > 0.2, "fetches return early now: drop quirk 4 in runtime.kafka.compat"
     assert compat.fetch_settings(True) == {"fetch_max_wait_ms": 10}
     assert compat.fetch_settings(False) == {}
 
@@ -244,4 +243,4 @@ async def test_offset_commit_metadata_is_dropped_quirk(
     finally:
         await member.stop()
     assert offset == 3
-    assert metadata == "", "commit metadata is kept now: drop quirk 5 in runtime.compat"
+    assert metadata == "", "commit metadata is kept now: drop quirk 5 in runtime.kafka.compat"

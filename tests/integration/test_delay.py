@@ -18,12 +18,12 @@ import msgspec
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from actors.delay_logic import DELAY_DUE_MS, DELAY_ERROR, DELAY_TARGET
-from actors.delay_producer import DelayProducer
-from actors.delay_service import DelayService
-from runtime.app import Runtime
-from runtime.config import Config, parse_config
+from actors.delay.book import DELAY_DUE_MS, DELAY_ERROR, DELAY_TARGET
+from actors.delay.producer import DelayProducer
+from actors.delay.service import DelayService
 from runtime.errors import UsageError
+from runtime.host.app import Runtime
+from runtime.host.config import Config, parse_config
 from runtime.kafka import create_topics, make_consumer, make_producer
 from tests.conftest import TopicFactory
 
@@ -285,9 +285,9 @@ async def test_graceful_stop_forwards_what_falls_due_and_a_restart_loses_nothing
 _INSTANCE = """
 import asyncio, json, sys
 sys.path.insert(0, {repo!r})
-from actors.delay_service import DelayService
-from runtime.app import Runtime
-from runtime.config import parse_config
+from actors.delay.service import DelayService
+from runtime.host.app import Runtime
+from runtime.host.config import parse_config
 
 async def main() -> None:
     config = parse_config(json.loads(sys.argv[1]))

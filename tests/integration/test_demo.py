@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from runtime.broker import free_port
+from runtime.kafka.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,16 +22,16 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from actors.egress import RESPONSE_BODY_CAP, EgressActor
-from actors.messages import Deliver, Delivered, Failed, Record
-from actors.subscription import Consumer
-from runtime.actor import Actor
-from runtime.broker import free_port
-from runtime.clock import FakeClock
-from runtime.journal import Event
-from runtime.metrics import Registry
-from runtime.supervisor import ChildSpec
-from runtime.system import ActorSystem
+from actors.delivery.egress import RESPONSE_BODY_CAP, EgressActor
+from actors.delivery.subscription import Consumer
+from actors.shared.messages import Deliver, Delivered, Failed, Record
+from runtime.host.journal import Event
+from runtime.host.metrics import Registry
+from runtime.kafka.broker import free_port
+from runtime.kernel.actor import Actor
+from runtime.kernel.clock import FakeClock
+from runtime.kernel.supervisor import ChildSpec
+from runtime.kernel.system import ActorSystem
 
 WALL_OFFSET_MS = 1_700_000_000_000
 START_MS = 1_000
@@ -187,7 +187,7 @@ def make_record(offset: int = 7, key: bytes | None = b"user-7", value: bytes | N
 
 
 def expected_signature(msg_id: str, timestamp: str, payload: bytes) -> str:
-    """Standard Webhooks, computed here independently of actors.signing."""
+    """Standard Webhooks, computed here independently of actors.delivery.signing."""
     mac = hmac.new(SECRET_KEY, msg_id.encode() + b"." + timestamp.encode() + b"." + payload,
                    hashlib.sha256)
     return "v1," + base64.b64encode(mac.digest()).decode()

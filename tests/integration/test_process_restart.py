@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from runtime.broker import free_port
+from runtime.kafka.broker import free_port
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
 

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.app import Runtime
-from runtime.supervisor import Supervisor
+from runtime.host.app import Runtime
+from runtime.kernel.supervisor import Supervisor
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from runtime.clock import FakeClock
-from runtime.journal import Event, Journal
+from runtime.host.journal import Event, Journal
+from runtime.kernel.clock import FakeClock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,7 +12,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e 
 
 from pyspark.sql import SparkSession
 
-from runtime.journal import Journal
+from runtime.host.journal import Journal
 from runtime.report import transforms
 from runtime.report.job import find_journal_files, read_raw
 from runtime.report.synthetic import SyntheticJournal

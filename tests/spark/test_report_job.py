@@ -20,9 +20,9 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-from runtime.clock import FakeClock
 from runtime.errors import UsageError
-from runtime.journal import Event, Journal, closed_segments
+from runtime.host.journal import Event, Journal, closed_segments
+from runtime.kernel.clock import FakeClock
 from runtime.report import charts, main, summary
 from runtime.report.synthetic import SyntheticJournal
 

@@ -13,7 +13,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from runtime.journal import Event
+from runtime.host.journal import Event
 from runtime.report import transforms
 
 pytestmark = pytest.mark.spark

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from runtime.actor import Actor, Mailbox, _Envelope
-from runtime.clock import FakeClock
 from runtime.errors import ActorDeadError, MailboxFullError, UsageError
-from runtime.supervisor import ChildSpec
-from runtime.system import ActorSystem
+from runtime.kernel.actor import Actor, Mailbox, _Envelope
+from runtime.kernel.clock import FakeClock
+from runtime.kernel.supervisor import ChildSpec
+from runtime.kernel.system import ActorSystem
 
 
 class Recorder(Actor):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.backoff import HARD_CAP_MS, Backoff, parse_retry_after
+from runtime.kernel.backoff import HARD_CAP_MS, Backoff, parse_retry_after
 
 NOW = 1_700_000_000_000  # epoch ms: 2023-11-14T22:13:20Z
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.budget import RestartBudget
+from runtime.kernel.budget import RestartBudget
 
 
 def record_all(budget: RestartBudget, times: list[int]) -> list[bool]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import load_config, parse_config
 from runtime.errors import ConfigError
+from runtime.host.config import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = '[[brokers]]\nname = "Kafka"\nbootstrap_servers = "embedded"\n'

@@ -1,11 +1,11 @@
-"""Delay decisions (actors.delay_logic), driven by a fake clock: due, not due, cascade,
+"""Delay decisions (actors.delay.book), driven by a fake clock: due, not due, cascade,
 recycle, bad headers, commit positions, pausing, and a wall clock that steps back."""
 
 from __future__ import annotations
 
 import pytest
 
-from actors.delay_logic import (
+from actors.delay.book import (
     DELAY_DUE_MS,
     DELAY_ERROR,
     DELAY_TARGET,
@@ -19,11 +19,11 @@ from actors.delay_logic import (
     parse_routing,
     pick_topic,
 )
-from actors.delay_producer import DelayProducer
-from actors.messages import Record
-from runtime.clock import FakeClock
-from runtime.config import DelayLevel
+from actors.delay.producer import DelayProducer
+from actors.shared.messages import Record
 from runtime.errors import UsageError
+from runtime.host.config import DelayLevel
+from runtime.kernel.clock import FakeClock
 
 SHORT = DelayLevel(name="1s", delay_ms=1000, topics=["d.1s"])
 MID = DelayLevel(name="10s", delay_ms=10_000, topics=["d.10s"])
@@ -374,7 +374,7 @@ async def test_send_before_start_says_how_to_start() -> None:
 
 
 def test_done_offsets_round_trip_as_ranges() -> None:
-    from actors.delay_logic import decode_done, encode_done
+    from actors.delay.book import decode_done, encode_done
 
     text = encode_done([5, 6, 7, 9, 12, 13])
     assert text == "done:5-7,9,12-13"
@@ -385,7 +385,7 @@ def test_done_offsets_round_trip_as_ranges() -> None:
 
 
 def test_done_offsets_are_cut_at_the_metadata_limit() -> None:
-    from actors.delay_logic import MAX_DONE_METADATA, decode_done, encode_done
+    from actors.delay.book import MAX_DONE_METADATA, decode_done, encode_done
 
     scattered = list(range(0, 20_000, 2))  # no ranges: one entry each
     text = encode_done(scattered)

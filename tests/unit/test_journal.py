@@ -13,9 +13,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from runtime.clock import FakeClock
 from runtime.errors import UsageError
-from runtime.journal import (
+from runtime.host.journal import (
     Event,
     Journal,
     NullJournal,
@@ -23,6 +22,7 @@ from runtime.journal import (
     open_segments,
     recover_segments,
 )
+from runtime.kernel.clock import FakeClock
 
 decoder = msgspec.json.Decoder(Event)
 
@@ -204,7 +204,7 @@ async def test_a_full_buffer_drops_new_events_and_journals_the_count(
 ) -> None:
     journal = make_journal(max_buffered=10)
     await journal.start()
-    with caplog.at_level(logging.WARNING, logger="runtime.journal"):
+    with caplog.at_level(logging.WARNING, logger="runtime.host.journal"):
         for i in range(15):
             journal.emit(fetched(i))
     assert journal.dropped == 5
@@ -227,7 +227,7 @@ async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
     shutil.rmtree(journal.directory)  # the next segment cannot be created
     journal.emit(fetched(1))
     journal.emit(fetched(2))
-    with caplog.at_level(logging.WARNING, logger="runtime.journal"):
+    with caplog.at_level(logging.WARNING, logger="runtime.host.journal"):
         await journal.flush()
     assert (journal.dropped, journal.written) == (2, 0)
     assert any("write_error" in r.message for r in caplog.records)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.offsets import OffsetTracker
+from actors.shared.offsets import OffsetTracker
 
 
 def tracker_with(offsets: list[int], start: int | None = None) -> OffsetTracker:

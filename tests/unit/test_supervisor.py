@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from runtime.actor import Actor
-from runtime.clock import FakeClock
 from runtime.errors import (
     ActorDeadError,
     ActorStartError,
     RestartBudgetExceeded,
     SupervisorError,
 )
-from runtime.supervisor import RETRY_CAP_MS, ChildSpec, Strategy, Supervisor
-from runtime.system import ActorSystem
+from runtime.kernel.actor import Actor
+from runtime.kernel.clock import FakeClock
+from runtime.kernel.supervisor import RETRY_CAP_MS, ChildSpec, Strategy, Supervisor
+from runtime.kernel.system import ActorSystem
 
 
 class Worker(Actor):
@@ -255,10 +255,16 @@ async def test_a_child_that_never_becomes_ready_is_cancelled_after_its_start_tim
         async def on_start(self) -> None:
             await asyncio.Event().wait()
 
+    clock = FakeClock()
     log: list[str] = []
-    system, sup = await run_tree("one_for_one", log)
+    system, sup = await run_tree("one_for_one", log, clock=clock)
+    start = asyncio.ensure_future(
+        sup.start_child(ChildSpec("h", lambda: Hangs("h"), start_timeout_ms=50)))
+    await clock.advance_settled(49)  # the timeout runs on the injected clock
+    assert not start.done()
+    await clock.advance_settled(1)
     with pytest.raises(ActorStartError, match="not ready within 50 ms"):
-        await sup.start_child(ChildSpec("h", lambda: Hangs("h"), start_timeout_ms=50))
+        await start
     assert not sup.has_child("h") and sup.state == "running"
     await system.stop()
 

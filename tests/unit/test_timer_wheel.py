@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from runtime.timer_wheel import TimerHandle, TimerWheel
+from runtime.kernel.timer_wheel import TimerHandle, TimerWheel
 
 SECOND = 1_000
 DAY = 86_400 * SECOND

@@ -1,6 +1,6 @@
 """Thin helpers around aiokafka: topic creation and client construction.
 
-Clients are built here so that broker workarounds (`runtime.compat`) are applied before a
+Clients are built here so that broker workarounds (`runtime.kafka.compat`) are applied before a
 producer that needs them starts.
 """
 
@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
-from runtime import compat
+from runtime.kafka import compat
 
 _TOPIC_ALREADY_EXISTS = 36
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._\-]{1,249}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from runtime.actor import Actor
+from runtime.kernel.actor import Actor
 
 
 @dataclass(slots=True)

@@ -1,10 +1,12 @@
 """The event journal: what the actors did, as newline-delimited JSON segments on disk.
 
-Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, dispatched,
-sent, delivered, failed, retry_scheduled, dead_lettered, committed), for actor lifecycle
-(actor_started/crashed/restarted/stopped), partition movements (partition_assigned/revoked),
-delay forwards (delay_forwarded, with lateness) and the journal's own losses
-(journal_dropped). `python -m runtime report` (runtime/report) turns a journal directory
+Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, sent,
+delivered, failed, retry_scheduled, dead_lettered, dead_letter_failed, committed), for actor
+lifecycle (actor_started/crashed/restarted/stopped), partition movements
+(partition_assigned/revoked), delay forwards (delay_forwarded, with lateness) and the
+journal's own losses (journal_dropped). `EventType` is the one list of them: emitters,
+the report and the README name types from it, and a test fails when a listed type is
+never emitted. `python -m runtime report` (runtime/report) turns a journal directory
 into delivery reports and a loss/duplicate audit.
 
 Hot path. `emit()` is synchronous, never blocks and never raises: it compares the buffer
@@ -59,12 +61,12 @@ import logging
 import os
 import secrets
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol, get_args
 
 import msgspec
 
-from runtime.clock import Clock
 from runtime.errors import UsageError
+from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,22 @@ SEGMENT_PREFIX: Final = "segment-"
 FINAL_SUFFIX: Final = ".jsonl"
 OPEN_SUFFIX: Final = ".jsonl.open"
 
+RecordEventType = Literal[
+    "fetched", "sent", "delivered", "failed", "retry_scheduled", "dead_lettered",
+]
+EventType = Literal[
+    RecordEventType, "dead_letter_failed", "committed",
+    "actor_started", "actor_restarted", "actor_stopped", "actor_crashed",
+    "partition_assigned", "partition_revoked", "delay_forwarded", "journal_dropped",
+]
+RECORD_EVENT_TYPES: Final[tuple[str, ...]] = get_args(RecordEventType)
+EVENT_TYPES: Final[tuple[str, ...]] = get_args(EventType)  # nested Literals flatten
+
+
 class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     """One journal line; the field names are the journal schema (the report reads them).
 
-    Record events (`fetched`, `dispatched`, `sent`, `delivered`, `failed`,
+    Record events (`RecordEventType`: `fetched`, `sent`, `delivered`, `failed`,
     `retry_scheduled`, `dead_lettered`) carry `subscription`, `topic`, `partition` and
     `offset`, which together name one record of one subscription; `fetched` is one event
     per record (the audit needs every fetched offset). From dispatch on they also carry
@@ -101,7 +115,7 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     Frozen and not tracked by the GC: an emitted event is shared with the writer thread.
     """
 
-    type: str
+    type: EventType
     ts_ms: int
     subscription: str | None = None
     endpoint: str | None = None

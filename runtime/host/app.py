@@ -16,20 +16,22 @@ import logging
 import signal
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast, overload
 
-from runtime import compat
-from runtime.admin import AdminServer
-from runtime.broker import EmbeddedBroker
-from runtime.clock import Clock, RealClock
-from runtime.config import Config, load_config
 from runtime.errors import ConfigError, UsageError
-from runtime.journal import EventJournal, Journal, NullJournal
-from runtime.metrics import Registry
-from runtime.service import Service, ServiceFactory, discover
-from runtime.system import ActorSystem
+from runtime.host.admin import AdminServer
+from runtime.host.config import Config, load_config
+from runtime.host.journal import Event, EventJournal, Journal, NullJournal
+from runtime.host.metrics import Registry
+from runtime.host.service import DelayQueue, Service, ServiceFactory, discover
+from runtime.kafka import compat
+from runtime.kafka.broker import EmbeddedBroker
+from runtime.kernel.actor import Lifecycle
+from runtime.kernel.clock import Clock, RealClock, within
+from runtime.kernel.system import ActorSystem
 
 log = logging.getLogger("runtime")
+S = TypeVar("S")
 
 
 class Runtime:
@@ -39,7 +41,8 @@ class Runtime:
         self.clock = clock or RealClock()
         self.metrics = Registry()
         self.journal: EventJournal = NullJournal()
-        self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit)
+        self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
+                                  lifecycle=self._lifecycle)
         self.admin = AdminServer(config.admin.listen, config.admin.token, self.metrics,
                                  self._health)
         self.services: dict[str, Service] = {}
@@ -60,27 +63,43 @@ class Runtime:
         return self._bootstrap[broker_name]
 
     def is_embedded(self, broker_name: str) -> bool:
-        """True for a broker this runtime started itself (see runtime.compat)."""
+        """True for a broker this runtime started itself (see runtime.kafka.compat)."""
         return broker_name in self._brokers
 
     def consumer_settings(self, broker_name: str) -> dict[str, Any]:
         """Consumer settings that work around the quirks of this broker, if any."""
         return compat.fetch_settings(self.is_embedded(broker_name))
 
-    def service(self, name: str) -> Any:
-        try:
-            return self.services[name]
-        except KeyError:
+    @overload
+    def service(self, which: str) -> Service: ...
+
+    @overload
+    def service(self, which: type[S]) -> S: ...
+
+    def service(self, which: str | type[S]) -> Service | S:
+        """A running service, by name (`"delivery"`) or, typed, by class
+        (`runtime.service(DeliveryService)`)."""
+        name = which if isinstance(which, str) else getattr(which, "name", which.__name__)
+        found = self.services.get(name)
+        if found is None:
             raise UsageError(f"service {name!r} is not running "
-                             f"(running: {', '.join(self.services) or 'none'})") from None
+                             f"(running: {', '.join(self.services) or 'none'})")
+        if not isinstance(which, str) and not isinstance(found, which):
+            raise UsageError(f"service {name!r} is a {type(found).__name__}, "
+                             f"not a {which.__name__}")
+        return found
 
     @property
-    def delay(self) -> Any:
+    def delay(self) -> DelayQueue:
         """The delay queue: `await runtime.delay.send(target, value, delay_ms=...)`."""
-        return self.service("delay")
+        return cast(DelayQueue, self.service("delay"))
 
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: Event) -> None:
         self.journal.emit(event)
+
+    def _lifecycle(self, event: Lifecycle) -> None:
+        self.journal.emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,
+                                reason=event.reason))
 
     def _health(self) -> dict[str, Any]:
         return {"status": "ok" if self._state == "running" else self._state,
@@ -161,9 +180,9 @@ class Runtime:
 
     async def _stop_service(self, name: str, deadline_ms: int) -> None:
         """Services stop in parallel, each within what is left of the shutdown deadline."""
-        budget_s = max(deadline_ms - self.clock.monotonic_ms(), 0) / 1000
+        budget_ms = max(deadline_ms - self.clock.monotonic_ms(), 0)
         try:
-            await asyncio.wait_for(self.services.pop(name).stop(), budget_s)
+            await within(self.clock, self.services.pop(name).stop(), budget_ms)
         except TimeoutError:
             log.error("service %s did not stop in time: cancelled", name)
         except Exception:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from actors.signing import signing_key
+from actors.delivery.signing import signing_key
 from runtime.kafka import valid_topic
 
 Ordering = Literal["none", "partition", "key"]

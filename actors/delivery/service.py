@@ -26,18 +26,18 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from actors.consumer import ConsumerActor, ConsumerDeps, fetch_size
-from actors.deadletter import DeadLetterActor
-from actors.egress import EgressActor
-from actors.group_consumer import Wiring
-from actors.registry import SubscriptionStore
-from actors.subscription import Consumer, InvalidSubscription, decode_consumer, redacted
-from runtime.admin import BadRequest, ok
+from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
+from actors.delivery.deadletter import DeadLetterActor
+from actors.delivery.egress import EgressActor
+from actors.delivery.store import SubscriptionStore
+from actors.delivery.subscription import Consumer, InvalidSubscription, decode_consumer, redacted
+from actors.shared.group_consumer import Wiring
 from runtime.errors import ActorStartError, ConfigError
-from runtime.supervisor import ChildRef, ChildSpec, Supervisor
+from runtime.host.admin import BadRequest, ok
+from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
 if TYPE_CHECKING:
-    from runtime.app import Runtime
+    from runtime.host.app import Runtime
 
 log = logging.getLogger(__name__)
 DRAIN_MS = 2500

@@ -16,10 +16,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.group_consumer import GroupConsumerActor, Wiring, child_name
-from actors.partition import PartitionActor, PartitionPeers, buffer_limit
-from actors.subscription import INT_PROPERTIES, Consumer
-from runtime.metrics import Registry
+from actors.delivery.partition import PartitionActor, PartitionPeers, buffer_limit
+from actors.delivery.subscription import INT_PROPERTIES, Consumer
+from actors.shared.group_consumer import GroupConsumerActor, Wiring, child_name
+from runtime.host.metrics import Registry
 
 PATTERN_METADATA_MAX_AGE_MS = 3000
 MIN_FETCH_RECORDS = 100

@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka.structs import RecordMetadata
 
-from actors.delay import DelaySettings, ForwardProducerActor
-from actors.delay_consumer import DelayConsumerActor, DelayConsumerDeps, delay_wiring
-from actors.delay_producer import DelayProducer
-from runtime.config import DelayConfig
+from actors.delay.actor import DelaySettings, ForwardProducerActor
+from actors.delay.consumer import DelayConsumerActor, DelayConsumerDeps, delay_wiring
+from actors.delay.producer import DelayProducer
 from runtime.errors import UsageError
+from runtime.host.config import DelayConfig
 from runtime.kafka import create_topics
-from runtime.supervisor import ChildRef, ChildSpec, Supervisor
+from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
 if TYPE_CHECKING:
-    from runtime.app import Runtime
+    from runtime.host.app import Runtime
 
 log = logging.getLogger(__name__)
 

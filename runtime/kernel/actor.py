@@ -17,11 +17,11 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from runtime.clock import Clock, RealClock
-from runtime.errors import ActorDeadError, ActorKilled, MailboxFullError, UsageError
-from runtime.timer_wheel import TimerHandle, TimerWheel
+from runtime.kernel.clock import Clock, RealClock
+from runtime.kernel.errors import ActorDeadError, ActorKilled, MailboxFullError, UsageError
+from runtime.kernel.timer_wheel import TimerHandle, TimerWheel
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -154,13 +154,45 @@ class Mailbox:
         return len(self._items)
 
 
+LifecycleKind = Literal["actor_started", "actor_restarted", "actor_stopped", "actor_crashed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """What a supervisor reports about a child; the host journals it. The field names are
+    the journal's (`type`, `ts_ms`, `actor`, `reason`)."""
+
+    type: LifecycleKind
+    actor: str
+    ts_ms: int
+    reason: str | None = None
+
+
+def discard(event: Any) -> None:
+    """The default sinks: an actor outside a host reports to nobody."""
+
+
 @dataclass(slots=True)
 class ActorContext:
-    """What the runtime gives every actor: its path, the clock and the event sink."""
+    """What the runtime gives every actor: its path, the clock and two sinks: `emit` for
+    the domain's journal events (the kernel never looks at them) and `lifecycle` for
+    what supervisors report (starts, restarts, stops, crashes)."""
 
     path: str = "/"
     clock: Clock = field(default_factory=RealClock)
-    emit: Callable[[Any], None] = field(default=lambda event: None)
+    emit: Callable[[Any], None] = field(default=discard)
+    lifecycle: Callable[[Lifecycle], None] = field(default=discard)
+
+
+class Ref(Protocol):
+    """Whatever messages can be sent to: an `Actor`, or a `ChildRef` that follows a
+    supervised child across restarts. Peers and reply addresses are typed as this."""
+
+    async def tell(self, message: Any) -> None: ...
+
+    def tell_system(self, message: Any) -> None: ...
+
+    async def ask(self, message: Any, timeout_s: float | None = None) -> Any: ...
 
 
 class Actor:

@@ -18,9 +18,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delay import DelayActor, DelayPeers, DelaySettings
-from actors.group_consumer import GroupConsumerActor, Wiring, child_name
-from runtime.metrics import Registry
+from actors.delay.actor import DelayActor, DelayPeers, DelaySettings
+from actors.shared.group_consumer import GroupConsumerActor, Wiring, child_name
+from runtime.host.metrics import Registry
 
 MAX_RECORDS = 2000
 

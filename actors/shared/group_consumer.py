@@ -31,12 +31,20 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from actors.messages import Assigned, Batch, CommitRequest, Drain, FlowControl, Record, Rewind
-from runtime.actor import Actor
+from actors.shared.messages import (
+    Assigned,
+    Batch,
+    CommitRequest,
+    Drain,
+    FlowControl,
+    Record,
+    Rewind,
+)
 from runtime.errors import ActorDeadError
-from runtime.journal import Event
+from runtime.host.journal import Event, EventType
 from runtime.kafka import committed_offset, make_consumer
-from runtime.supervisor import ChildSpec, Supervisor
+from runtime.kernel.actor import Actor
+from runtime.kernel.supervisor import ChildSpec, Supervisor
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
@@ -54,7 +62,7 @@ class Wiring:
     drain_ms: int
     max_records: int
     broker_settings: dict[str, Any] = field(default_factory=dict)
-    """Client settings for this broker (runtime.compat); `client_settings()` wins."""
+    """Client settings for this broker (runtime.kafka.compat); `client_settings()` wins."""
     epochs: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -275,7 +283,7 @@ class GroupConsumerActor(Actor):
         except (ActorDeadError, TimeoutError):
             return None  # nothing trustworthy to commit: the last commit stands
 
-    def _journal(self, kind: str, tp: TopicPartition, **fields: Any) -> None:
+    def _journal(self, kind: EventType, tp: TopicPartition, **fields: Any) -> None:
         self.context.emit(Event(type=kind, ts_ms=self.context.clock.wall_ms(), topic=tp.topic,
                                 partition=tp.partition, **self.event_fields(), **fields))
 

@@ -21,14 +21,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from runtime.actor import Actor, ActorContext
-from runtime.budget import RestartBudget
-from runtime.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded, UsageError
-from runtime.journal import Event
+from runtime.kernel.actor import Actor, ActorContext, Lifecycle, LifecycleKind
+from runtime.kernel.budget import RestartBudget
+from runtime.kernel.clock import Clock, finished_within, within
+from runtime.kernel.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded, UsageError
 
 log = logging.getLogger(__name__)
+A = TypeVar("A", bound=Actor)
 
 Restart = Literal["permanent", "transient", "temporary"]
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
@@ -92,11 +93,23 @@ class ChildRef:
     def actor(self) -> Actor:
         return self.supervisor.child(self.name)
 
+    def actor_as(self, kind: type[A]) -> A:
+        """The current incarnation, checked to be a `kind` (typed access to its state)."""
+        actor = self.actor
+        if not isinstance(actor, kind):
+            raise UsageError(f"{actor.path} is a {type(actor).__name__}, not a {kind.__name__}")
+        return actor
+
     async def tell(self, message: Any) -> None:
         await self.actor.tell(message)
 
     def tell_nowait(self, message: Any) -> None:
         self.actor.tell_nowait(message)
+
+    def tell_system(self, message: Any) -> None:
+        """Bypass the mailbox bound; dropped when no incarnation runs (as for an actor)."""
+        if self.supervisor.has_child(self.name):
+            self.actor.tell_system(message)
 
     async def ask(self, message: Any, timeout_s: float | None = None) -> Any:
         return await self.actor.ask(message, timeout_s)
@@ -206,15 +219,15 @@ class Supervisor(Actor):
             actor = spec.factory()
         except Exception as exc:  # a bad config slice, say: the child cannot start
             raise ActorStartError(f"{self.path}/{spec.name} failed to build: {exc!r}") from exc
-        actor.context = ActorContext(
-            path=f"{self.path}/{spec.name}", clock=self.context.clock, emit=self.context.emit
-        )
+        ctx = self.context
+        actor.context = ActorContext(path=f"{self.path}/{spec.name}", clock=ctx.clock,
+                                     emit=ctx.emit, lifecycle=ctx.lifecycle)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.get_running_loop().create_task(actor.run(ready), name=actor.path)
         self._children[spec.name] = _Child(spec, actor, task, restarts)
         task.add_done_callback(lambda t: self._watch(spec.name, actor, t))
         try:
-            await asyncio.wait_for(asyncio.shield(ready), spec.start_timeout_ms / 1000)
+            await within(ctx.clock, asyncio.shield(ready), spec.start_timeout_ms)
         except Exception as exc:
             self._children.pop(spec.name, None)
             task.cancel()
@@ -292,18 +305,16 @@ class Supervisor(Actor):
         for name in reversed(names):
             entry = self._children.get(name)
             if entry is not None:
-                await _stop_child(entry)
+                await _stop_child(entry, self.context.clock)
                 self._children.pop(name, None)
 
     async def _stop_parallel(self, names: tuple[str, ...]) -> None:
         self._retrying.difference_update(names)
         entries = [e for n in names if (e := self._children.pop(n, None)) is not None]
-        await asyncio.gather(*(_stop_child(e) for e in entries))
+        await asyncio.gather(*(_stop_child(e, self.context.clock) for e in entries))
 
-    def _journal(self, kind: str, path: str, reason: str | None = None) -> None:
-        self.context.emit(
-            Event(type=kind, ts_ms=self.context.clock.wall_ms(), actor=path, reason=reason)
-        )
+    def _journal(self, kind: LifecycleKind, path: str, reason: str | None = None) -> None:
+        self.context.lifecycle(Lifecycle(kind, path, self.context.clock.wall_ms(), reason))
 
     def __repr__(self) -> str:
         return (
@@ -318,11 +329,10 @@ async def _cancel_all(entries: list[_Child]) -> None:
     await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
 
 
-async def _stop_child(entry: _Child) -> None:
+async def _stop_child(entry: _Child, clock: Clock) -> None:
     """Graceful first (a stop message), cancel after the spec's shutdown deadline."""
     await entry.actor.stop()
-    done, _ = await asyncio.wait({entry.task}, timeout=entry.spec.shutdown_ms / 1000)
-    if not done:
+    if not await finished_within(clock, entry.task, entry.spec.shutdown_ms):
         log.warning("%s did not stop within %d ms: cancelling", entry.actor.path,
                     entry.spec.shutdown_ms)
         entry.task.cancel()

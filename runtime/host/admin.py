@@ -16,7 +16,7 @@ import msgspec
 from aiohttp import web
 
 from runtime.errors import ActorError
-from runtime.metrics import Registry
+from runtime.host.metrics import Registry
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

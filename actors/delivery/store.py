@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from actors.subscription import SAFE_ID, Consumer, InvalidSubscription, decode_consumer
+from actors.delivery.subscription import SAFE_ID, Consumer, InvalidSubscription, decode_consumer
 
 log = logging.getLogger(__name__)
 SUFFIX = ".json"

@@ -25,11 +25,11 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from actors.delay_logic import ROUTING_HEADERS, fitting_level, pick_topic, routing_headers
-from runtime.clock import Clock, RealClock
-from runtime.config import DelayLevel
+from actors.delay.book import ROUTING_HEADERS, fitting_level, pick_topic, routing_headers
 from runtime.errors import UsageError
+from runtime.host.config import DelayLevel
 from runtime.kafka import make_producer, valid_topic
+from runtime.kernel.clock import Clock, RealClock
 
 UserHeaders = Sequence[tuple[str, bytes]] | None
 

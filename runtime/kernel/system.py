@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from runtime.actor import ActorContext
-from runtime.clock import Clock, RealClock
-from runtime.errors import UsageError
-from runtime.supervisor import ChildRef, ChildSpec, Strategy, Supervisor
+from runtime.kernel.actor import ActorContext, Lifecycle, discard
+from runtime.kernel.clock import Clock, RealClock, finished_within
+from runtime.kernel.errors import UsageError
+from runtime.kernel.supervisor import ChildRef, ChildSpec, Strategy, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +29,17 @@ class ActorSystem:
         *,
         clock: Clock | None = None,
         emit: Callable[[Any], None] | None = None,
+        lifecycle: Callable[[Lifecycle], None] | None = None,
         strategy: Strategy = "one_for_one",
         intensity: int = 10,
         period_ms: int = 10_000,
     ) -> None:
         self.clock = clock or RealClock()
         self.root = Supervisor(name, strategy, intensity, period_ms)
-        self.root.context = ActorContext(path=f"/{name}", clock=self.clock,
-                                         emit=emit or (lambda event: None))
+        # without a lifecycle sink, lifecycle reports go where the domain's events go
+        sink = emit or discard
+        self.root.context = ActorContext(path=f"/{name}", clock=self.clock, emit=sink,
+                                         lifecycle=lifecycle or sink)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -66,8 +69,7 @@ class ActorSystem:
         if task is None or task.done():
             return
         await self.root.stop()
-        done, _ = await asyncio.wait({task}, timeout=deadline_ms / 1000)
-        if not done:
+        if not await finished_within(self.clock, task, deadline_ms):
             log.warning("actor system did not stop within %d ms: cancelling", deadline_ms)
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -53,15 +53,15 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
-from actors.messages import Deliver, Delivered, Failed, Record
-from actors.signing import sign as sign_payload
-from actors.signing import signing_key, webhook_id
-from actors.subscription import BODYLESS_METHODS, Consumer
-from runtime.actor import Actor
-from runtime.backoff import parse_retry_after
+from actors.delivery.signing import sign as sign_payload
+from actors.delivery.signing import signing_key, webhook_id
+from actors.delivery.subscription import BODYLESS_METHODS, Consumer
+from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.errors import UsageError
-from runtime.journal import Event
-from runtime.metrics import Registry
+from runtime.host.journal import Event, EventType
+from runtime.host.metrics import Registry
+from runtime.kernel.actor import Actor
+from runtime.kernel.backoff import parse_retry_after
 
 RESPONSE_BODY_CAP: Final = 64 * 1024
 USER_AGENT: Final = "hookstream/0.1"
@@ -320,7 +320,7 @@ class EgressActor(Actor):
             fetched_ts_ms=now_wall - (now_mono - record.fetched_ms),
         ))
 
-    def _journal_outcome(self, kind: str, record: Record, status: int | None,
+    def _journal_outcome(self, kind: EventType, record: Record, status: int | None,
                          latency_ms: float, reason: str | None) -> None:
         self.context.emit(Event(
             type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self._subscription,

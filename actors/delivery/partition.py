@@ -23,9 +23,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from actors.deadletter import DeadLetter
-from actors.lanes import Dispatcher
-from actors.messages import (
+from actors.delivery.deadletter import DeadLetter
+from actors.delivery.lanes import Dispatcher
+from actors.delivery.subscription import Consumer, TopicConfig
+from actors.shared.messages import (
     Assigned,
     Batch,
     CommitRequest,
@@ -41,12 +42,11 @@ from actors.messages import (
     RetryDue,
     Rewind,
 )
-from actors.offsets import OffsetTracker
-from actors.subscription import Consumer, TopicConfig
-from runtime.actor import Actor
-from runtime.backoff import Backoff
-from runtime.journal import Event
-from runtime.metrics import Registry
+from actors.shared.offsets import OffsetTracker
+from runtime.host.journal import Event, EventType
+from runtime.host.metrics import Registry
+from runtime.kernel.actor import Actor
+from runtime.kernel.backoff import Backoff
 
 log = logging.getLogger(__name__)
 IDLE_COMMIT_PERIOD_MS = 1000
@@ -316,7 +316,7 @@ class PartitionActor(Actor):
             if not done.done():
                 done.set_result(position)
 
-    def _journal(self, kind: str, record: Record, **fields: Any) -> None:
+    def _journal(self, kind: EventType, record: Record, **fields: Any) -> None:
         self.context.emit(Event(
             type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self.sub_key,
             topic=self.topic, partition=self.partition, offset=record.offset,

@@ -61,14 +61,14 @@ from aiokafka.errors import (
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import OffsetAndMetadata
 
-from actors.delay_logic import (
+from actors.delay.book import (
     DelayBook,
     Output,
     dead_letter_headers,
     decode_done,
     encode_done,
 )
-from actors.messages import (
+from actors.shared.messages import (
     Assigned,
     Batch,
     CommitRequest,
@@ -77,11 +77,11 @@ from actors.messages import (
     FlowControl,
     Rewind,
 )
-from runtime.actor import Actor
-from runtime.config import DelayLevel
-from runtime.journal import Event
+from runtime.host.config import DelayLevel
+from runtime.host.journal import Event
+from runtime.host.metrics import Gauge, HistogramValue, Registry, Value
 from runtime.kafka import make_producer
-from runtime.metrics import Gauge, HistogramValue, Registry, Value
+from runtime.kernel.actor import Actor
 
 log = logging.getLogger(__name__)
 

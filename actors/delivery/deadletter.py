@@ -18,10 +18,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from actors.messages import DeadLettered, Record
-from runtime.actor import Actor
-from runtime.journal import Event
+from actors.shared.messages import DeadLettered, Record
+from runtime.host.journal import Event
 from runtime.kafka import make_producer
+from runtime.kernel.actor import Actor
 
 log = logging.getLogger(__name__)
 RETRY_CAP_S = 5.0

@@ -35,11 +35,11 @@ from typing import Literal
 
 import msgspec
 
-from actors.messages import Record
-from actors.offsets import OffsetTracker
-from runtime.config import DelayLevel
+from actors.shared.messages import Record
+from actors.shared.offsets import OffsetTracker
+from runtime.host.config import DelayLevel
 from runtime.kafka import valid_topic
-from runtime.timer_wheel import TimerWheel
+from runtime.kernel.timer_wheel import TimerWheel
 
 DELAY_TARGET = "delay-target"
 DELAY_DUE_MS = "delay-due-ms"

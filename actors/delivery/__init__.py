@@ -1,0 +1,10 @@
+"""Webhook delivery: subscriptions (Queue-Over-Http's Consumer JSON) as actor trees that
+push every record to an HTTP endpoint, at least once.
+
+    from actors.delivery import Consumer, DeliveryService, decode_consumer
+"""
+
+from actors.delivery.service import DeliveryService
+from actors.delivery.subscription import Consumer, InvalidSubscription, decode_consumer
+
+__all__ = ["Consumer", "DeliveryService", "InvalidSubscription", "decode_consumer"]

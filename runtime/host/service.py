@@ -1,0 +1,54 @@
+"""Services: what the domain packages plug into a `Runtime`.
+
+`runtime/` never imports `actors/`. The domain registers its services as entry points in
+the `hookstream.services` group (see pyproject.toml); `Runtime` loads them, or takes them
+from the caller when embedded (`Runtime(config, services=[DeliveryService, ...])`). A
+service starts its actors under the runtime's actor system, may add admin routes and
+metrics, and stops in reverse order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Protocol
+
+from runtime.kernel.errors import UsageError
+
+if TYPE_CHECKING:
+    from aiokafka.structs import RecordMetadata
+
+    from runtime.host.app import Runtime
+
+
+class Service(Protocol):
+    name: str
+
+    async def start(self, runtime: Runtime) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class DelayQueue(Service, Protocol):
+    """What `Runtime.delay` offers: the delay service's library call."""
+
+    async def send(self, target: str, value: bytes | None, key: bytes | None = None,
+                   headers: Sequence[tuple[str, bytes]] | None = None,
+                   delay_ms: int | None = None, due_ms: int | None = None
+                   ) -> RecordMetadata: ...
+
+
+ServiceFactory = Callable[[], Service]
+GROUP = "hookstream.services"
+
+
+def discover() -> list[ServiceFactory]:
+    """The installed services, in a stable order (delivery before delay). Finding none
+    is an error: the package is not installed, so nothing would run."""
+    found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name != "delivery")
+    if not found:
+        raise UsageError(
+            f"no services found in the {GROUP!r} entry points: install the project "
+            "(`pip install -e .`, or `make venv`), or pass them explicitly: "
+            "Runtime(config, services=[DeliveryService, DelayService])")
+    return [ep.load() for ep in found]

@@ -1,0 +1,35 @@
+"""The actor kernel: actors and mailboxes, supervisors, the actor system, injected clocks,
+the timer wheel, the restart budget and backoff. It imports nothing else of the project,
+so it can be read, tested and reused on its own."""
+
+from runtime.kernel.actor import Actor, ActorContext, Lifecycle, Mailbox, Ref
+from runtime.kernel.backoff import Backoff, parse_retry_after
+from runtime.kernel.budget import RestartBudget
+from runtime.kernel.clock import Clock, FakeClock, RealClock, finished_within, within
+from runtime.kernel.supervisor import ChildRef, ChildSpec, Restart, Strategy, Supervisor
+from runtime.kernel.system import ActorSystem
+from runtime.kernel.timer_wheel import TimerHandle, TimerWheel
+
+__all__ = [
+    "Actor",
+    "ActorContext",
+    "ActorSystem",
+    "Backoff",
+    "ChildRef",
+    "ChildSpec",
+    "Clock",
+    "FakeClock",
+    "Lifecycle",
+    "Mailbox",
+    "RealClock",
+    "Ref",
+    "Restart",
+    "RestartBudget",
+    "Strategy",
+    "Supervisor",
+    "TimerHandle",
+    "TimerWheel",
+    "finished_within",
+    "parse_retry_after",
+    "within",
+]

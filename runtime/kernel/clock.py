@@ -1,0 +1,141 @@
+"""Injected time. Everything time-based takes a `Clock`; tests use `FakeClock`.
+
+Deadlines go through the clock too: `within(clock, awaitable, timeout_ms)` is
+`asyncio.wait_for` on the injected clock, so a test drives a shutdown or start timeout
+with `FakeClock.advance` instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+_IDLE_ROUNDS = 1000
+
+
+class Clock(Protocol):
+    """Milliseconds since an arbitrary epoch (`monotonic_ms`) and wall time (`wall_ms`)."""
+
+    def monotonic_ms(self) -> int: ...
+
+    def wall_ms(self) -> int: ...
+
+    async def sleep_ms(self, ms: int) -> None: ...
+
+
+class RealClock:
+    """The process clock: `time.monotonic` and `time.time`."""
+
+    def monotonic_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    async def sleep_ms(self, ms: int) -> None:
+        await asyncio.sleep(max(ms, 0) / 1000)
+
+    def __repr__(self) -> str:
+        return "<RealClock>"
+
+
+async def finished_within(clock: Clock, future: asyncio.Future[Any], timeout_ms: int) -> bool:
+    """Wait until `future` is done or `timeout_ms` of `clock` time passed; say which.
+    Neither raises the future's error nor cancels it."""
+    if isinstance(clock, RealClock):  # the common case: asyncio's own timer, no extra task
+        done, _ = await asyncio.wait({future}, timeout=max(timeout_ms, 0) / 1000)
+        return bool(done)
+    timer = asyncio.ensure_future(clock.sleep_ms(timeout_ms))
+    try:
+        await asyncio.wait({future, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+        await asyncio.gather(timer, return_exceptions=True)
+    return future.done()
+
+
+async def within(clock: Clock, awaitable: Awaitable[T], timeout_ms: int) -> T:
+    """`asyncio.wait_for` on the injected clock: the result, or `TimeoutError` after
+    `timeout_ms` with the awaitable cancelled (and awaited)."""
+    work = asyncio.ensure_future(awaitable)
+    try:
+        done = await finished_within(clock, work, timeout_ms)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
+    if not done:
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        raise TimeoutError(f"not done within {timeout_ms} ms")
+    return work.result()
+
+
+class FakeClock:
+    """A clock that moves only when told to, and never backwards.
+
+    `sleep_ms` waits until `advance` moves time past the sleeper's deadline, so actor
+    code that sleeps can be driven without real waiting.
+    """
+
+    def __init__(self, start_ms: int = 0, wall_offset_ms: int = 1_700_000_000_000) -> None:
+        self._now = start_ms
+        self._wall_offset = wall_offset_ms
+        self._sleepers: list[tuple[int, asyncio.Future[None]]] = []
+
+    def monotonic_ms(self) -> int:
+        return self._now
+
+    def wall_ms(self) -> int:
+        return self._now + self._wall_offset
+
+    def advance(self, ms: int) -> None:
+        if ms < 0:
+            raise ValueError(f"FakeClock cannot go backwards (advance({ms}))")
+        self.set(self._now + ms)
+
+    def set(self, now_ms: int) -> None:
+        if now_ms < self._now:
+            raise ValueError(f"FakeClock cannot go backwards from {self._now} to {now_ms}")
+        self._now = now_ms
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for deadline, fut in self._sleepers:
+            if deadline <= now_ms:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                still.append((deadline, fut))
+        self._sleepers = still
+
+    async def sleep_ms(self, ms: int) -> None:
+        if ms <= 0:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self._now + ms, fut))
+        await fut
+
+    async def settle(self) -> None:
+        """Return once every task is idle: nothing is ready to run, so everything waits
+        for a message, a sleeper's deadline or I/O. Tests call it instead of real sleeps
+        (`clock.advance(100); await clock.settle()`)."""
+        loop = asyncio.get_running_loop()
+        ready = getattr(loop, "_ready", None)  # asyncio's run queue (absent on uvloop)
+        for _ in range(_IDLE_ROUNDS):
+            await asyncio.sleep(0)
+            if ready is not None and not ready:
+                return
+        if ready is not None:
+            raise RuntimeError(f"tasks still busy after {_IDLE_ROUNDS} rounds of the loop")
+
+    async def advance_settled(self, ms: int) -> None:
+        """Settle, `advance(ms)`, settle: what was started gets to wait on the clock before
+        time moves, and what the move woke has run when this returns."""
+        await self.settle()
+        self.advance(ms)
+        await self.settle()
+
+    def __repr__(self) -> str:
+        return f"<FakeClock now={self._now}ms sleepers={len(self._sleepers)}>"
