@@ -24,7 +24,7 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
   never silently altered, and a hostile key cannot inject headers.
 - `additionalHeaders` lose CR/LF; those named like our own headers (`QOH-*`, `webhook-*`)
   are dropped, so a subscription cannot forge the signature or the record coordinates.
-- Standard Webhooks headers (actors/signing.py). For bodyless methods the signed payload
+- Standard Webhooks headers (actors/delivery/signing.py). For bodyless methods the signed payload
   is the query value as UTF-8, i.e. what the receiver gets after percent-decoding, so the
   value is still authenticated.
 

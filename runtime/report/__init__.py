@@ -1,6 +1,6 @@
 """`python -m runtime report JOURNAL_DIR --out OUT_DIR [--master URL]`: the PySpark report.
 
-Turns a journal directory (runtime/journal.py) into per subscription and endpoint
+Turns a journal directory (runtime/host/journal.py) into per subscription and endpoint
 delivery counts and latency percentiles, throughput and error rate over time, actor
 restarts and partition movements, and an audit of lost and duplicated offsets per
 topic-partition: Parquet and CSV tables, PNG charts, summary.md and summary.json.

@@ -388,7 +388,7 @@ async def test_exactly_once_restart_never_forwards_a_record_twice(
     if broker_is_embedded:
         pytest.skip("needs a real Kafka (KAFKA_BOOTSTRAP): the embedded broker drops "
                     "offset commit metadata, where exactly-once levels keep what they "
-                    "forwarded above the position (runtime/compat.py, quirk 5)")
+                    "forwarded above the position (runtime/kafka/compat.py, quirk 5)")
     target = await topic_factory(prefix="target")
     config = _config(kafka_bootstrap, _levels(300, exactly_once=True))
     async with _runtime(config, fast_group_kwargs, drain_ms=200) as runtime:

@@ -133,14 +133,13 @@ async def test_timers_come_back_as_messages_at_their_virtual_time() -> None:
     system = await start(actor, clock)
     actor.schedule(100, "t100")
     actor.schedule(50, "t50")
-    await asyncio.sleep(0.01)
+    await clock.settle()
     assert actor.seen == []
     clock.advance(60)
     await actor.ask("sync")
-    await asyncio.sleep(0.01)
+    await clock.settle()
     assert actor.seen == ["sync", "t50"]
-    clock.advance(40)
-    await asyncio.sleep(0.01)
+    await clock.advance_settled(40)
     assert actor.seen == ["sync", "t50", "t100"]
     await system.stop()
 

@@ -223,8 +223,7 @@ async def test_a_failed_restart_is_retried_after_a_backoff_within_the_budget() -
         x = sup.child("x") if sup.has_child("x") else first
         if x is not first and x.state == "running":
             break
-        clock.advance(RETRY_CAP_MS // 10)
-        await asyncio.sleep(0.005)
+        await clock.advance_settled(RETRY_CAP_MS // 10)
     assert await sup.child("x").ask("ping") == "ok"
     assert started["n"] == 4  # the first incarnation, two failed starts, one that worked
     assert sup.state == "running"
@@ -286,8 +285,7 @@ async def test_stopping_a_child_cancels_its_pending_restart() -> None:
             break
         await asyncio.sleep(0.005)
     await sup.stop_child("x")  # e.g. the partition was revoked meanwhile
-    clock.advance(RETRY_CAP_MS * 2)
-    await asyncio.sleep(0.05)
+    await clock.advance_settled(RETRY_CAP_MS * 2)
     assert built["n"] == 2 and not sup.has_child("x")
     await system.stop()
 
