@@ -23,7 +23,10 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
   otherwise base64 of the key bytes with `QOH-Message-Key-Encoding: base64`. A key is
   never silently altered, and a hostile key cannot inject headers.
 - `additionalHeaders` lose CR/LF; those named like our own headers (`QOH-*`, `webhook-*`)
-  are dropped, so a subscription cannot forge the signature or the record coordinates.
+  are dropped, so a subscription cannot forge the signature or the record coordinates, and
+  so are framing and hop-by-hop headers (`Content-Length`, `Transfer-Encoding`, `Host`,
+  `Connection`, `Proxy-*`, ...), which only the HTTP client may set.
+- Connections go only where the destination guard allows (actors/delivery/guard.py).
 - Standard Webhooks headers (actors/delivery/signing.py). For bodyless methods the signed payload
   is the query value as UTF-8, i.e. what the receiver gets after percent-decoding, so the
   value is still authenticated.
@@ -53,6 +56,7 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
+from actors.delivery.guard import DestinationDenied, DestinationGuard
 from actors.delivery.signing import sign as sign_payload
 from actors.delivery.signing import signing_key, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer
@@ -72,7 +76,18 @@ KEEPALIVE_S: Final = 30
 DNS_CACHE_S: Final = 300
 ERROR_TEXT_LIMIT: Final = 200
 CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
-_RESERVED_PREFIXES: Final = ("qoh-", "webhook-")
+_RESERVED_PREFIXES: Final = ("qoh-", "webhook-", "proxy-")
+RESERVED_HEADERS: Final = frozenset({
+    "content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer",
+    "keep-alive",
+})
+"""Framing and hop-by-hop headers: set by the HTTP client, never by a subscription (a
+`Content-Length: 0` would send the request without its body)."""
+
+
+def reserved_header(name: str) -> bool:
+    lowered = name.strip().lower()
+    return lowered in RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES)
 
 
 def pool_size(consumer: Consumer) -> int:
@@ -109,7 +124,7 @@ def static_headers(consumer: Consumer, broker_name: str, has_body: bool) -> dict
         headers["Content-Type"] = f"text/plain; charset={header_safe(method.charset)}"
     for name, value in method.additionalHeaders.items():
         clean = header_safe(name).strip()
-        if not clean or clean.lower().startswith(_RESERVED_PREFIXES):
+        if not clean or reserved_header(clean):
             continue
         for existing in [h for h in headers if h.lower() == clean.lower()]:
             del headers[existing]  # the subscription overrides our Content-Type/User-Agent
@@ -122,6 +137,9 @@ def static_headers(consumer: Consumer, broker_name: str, has_body: bool) -> dict
 def describe(exc: BaseException, timeout_ms: int) -> str:
     """A short text for `Failed.error` and the journal."""
     text = str(exc)
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error,
+                                                                   DestinationDenied):
+        text = f"{exc.host}:{exc.port}: {exc.os_error}"  # aiohttp's own text drops the why
     if isinstance(exc, TimeoutError) and not text:
         text = f"no complete response within {timeout_ms} ms"
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -149,8 +167,10 @@ class EgressActor(Actor):
 
     mailbox_capacity = 4096
 
-    def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry) -> None:
+    def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry,
+                 guard: DestinationGuard | None = None) -> None:
         super().__init__(name)
+        self.guard = guard or DestinationGuard()
         method = consumer.subscriptionMethod
         self.consumer = consumer
         self.endpoint = method.uri
@@ -194,7 +214,8 @@ class EgressActor(Actor):
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
                 limit=self.pool, limit_per_host=self.pool,
-                keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S),
+                keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S,
+                socket_factory=self.guard.socket_factory),
             timeout=aiohttp.ClientTimeout(
                 total=method.timeoutMs / 1000, sock_connect=method.connectTimeoutMs / 1000),
             headers=self._headers,  # aiohttp merges these per request, in C (multidict)

@@ -7,6 +7,7 @@ rest are additions with defaults. Units live in the names (`_ms`, `_bytes`).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from pathlib import Path
@@ -85,6 +86,16 @@ class DelayConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     """On revoke and shutdown: how long to keep forwarding what falls due."""
 
 
+class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The destination guard (actors/delivery/guard.py): checked on the resolved address
+    at connect time."""
+
+    allow_networks: list[str] = []
+    """CIDRs; when not empty, only these may be connected to."""
+    deny_networks: list[str] | None = None
+    """CIDRs never connected to; None means the defaults (link-local and cloud metadata)."""
+
+
 class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     shutdown_deadline_ms: PositiveMs = 4000
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -100,6 +111,7 @@ class Config(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     persistence: PersistenceConfig = PersistenceConfig()
     journal: JournalConfig = JournalConfig()
     delay: DelayConfig = DelayConfig()
+    egress: EgressConfig = EgressConfig()
     runtime: RuntimeConfig = RuntimeConfig()
 
     def broker(self, name: str) -> BrokerConfig:
@@ -154,7 +166,19 @@ def _check(config: Config) -> Config:
         except ConfigError as exc:
             raise ConfigError(str(exc).removeprefix("broker: "), "delay.broker") from None
     _check_levels(config.delay.levels)
+    _check_networks(config.egress)
     return config
+
+
+def _check_networks(egress: EgressConfig) -> None:
+    for key, cidrs in (("allow_networks", egress.allow_networks),
+                       ("deny_networks", egress.deny_networks or [])):
+        for i, cidr in enumerate(cidrs):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ConfigError(f"{cidr!r} is not a CIDR network (e.g. 10.0.0.0/8)",
+                                  f"egress.{key}[{i}]") from None
 
 
 def _check_levels(levels: list[DelayLevel]) -> None:

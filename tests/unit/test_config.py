@@ -122,3 +122,18 @@ def test_an_invalid_delay_dead_letter_topic_is_named() -> None:
         parse_config({"brokers": [{"name": "K", "bootstrap_servers": "embedded"}],
                       "delay": {"dead_letter_topic": "no spaces/allowed"}})
     assert info.value.path == "delay.dead_letter_topic"
+
+
+def test_egress_networks_are_checked_and_name_the_entry() -> None:
+    with pytest.raises(ConfigError, match=r"egress\.deny_networks\[1\]"):
+        parse_config({"brokers": [{"name": "K", "bootstrap_servers": "embedded"}],
+                      "egress": {"deny_networks": ["10.0.0.0/8", "nope"]}})
+    config = parse_config({"brokers": [{"name": "K", "bootstrap_servers": "embedded"}],
+                           "egress": {"allow_networks": ["10.0.0.0/8"]}})
+    assert config.egress.allow_networks == ["10.0.0.0/8"] and config.egress.deny_networks is None
+
+
+def test_a_listen_address_without_a_port_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"admin\.listen"):
+        parse_config({"brokers": [{"name": "K", "bootstrap_servers": "embedded"}],
+                      "admin": {"listen": "0.0.0.0"}})
