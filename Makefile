@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test lint bench clean venv browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check runtime actors tests bench
 	$(BIN)/mypy
 
-test: $(STAMP) lint
+# The status page is tested in Debian's Chromium; install it when missing (the test is
+# skipped, saying why, where no package manager can).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+	  { $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { $(SUDO) apt-get update -q >/dev/null 2>&1 && \
+	      $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
+	  echo "chromium could not be installed: the browser test will be skipped"
+
+test: $(STAMP) lint browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 

@@ -18,13 +18,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast, overload
 
+from aiohttp import web
+
 from runtime.errors import ConfigError, UsageError
 from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
 from runtime.host.journal import Event, EventJournal, Journal, NullJournal
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
-from runtime.host.service import DelayQueue, Service, ServiceFactory, discover
+from runtime.host.probe import BrokerProbe
+from runtime.host.process import ProcessSampler
+from runtime.host.service import DelayQueue, Service, ServiceFactory, discover, readiness_of
+from runtime.host.status_page import PAGE
 from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.actor import Lifecycle
@@ -46,10 +51,14 @@ class Runtime:
                                   lifecycle=self._lifecycle)
         self.admin = AdminServer(config.admin.listen, config.admin.token, self.metrics,
                                  self._health)
+        self.admin.app.router.add_get("/", _status_page)
+        self.admin.app.router.add_get("/readyz", self._readyz)
         self.services: dict[str, Service] = {}
         self._factories = list(services) if services is not None else None
         self._brokers: dict[str, EmbeddedBroker] = {}
         self._bootstrap: dict[str, str] = {}
+        self.sampler = ProcessSampler(self.metrics, self.clock)
+        self.probe = BrokerProbe(self._bootstrap, self.clock)  # sees brokers as they start
         self._state = "new"
         self._stopped = asyncio.Event()
 
@@ -107,6 +116,21 @@ class Runtime:
                 "services": list(self.services),
                 "brokers": dict(self._bootstrap)}
 
+    def readiness(self) -> list[str]:
+        """Why this instance is not ready to do its work; empty when it is."""
+        if self._state != "running":
+            return [f"runtime is {self._state}"]
+        reasons = [f"broker {name!r} unreachable: {why}"
+                   for name, why in sorted(self.probe.problems.items())]
+        for service in self.services.values():
+            reasons += readiness_of(service)
+        return reasons
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        reasons = self.readiness()
+        return web.json_response({"ready": not reasons, "reasons": reasons},
+                                 status=503 if reasons else 200)
+
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         if self._state != "new":
@@ -115,6 +139,9 @@ class Runtime:
         self._state = "starting"
         try:
             await self._start_brokers()
+            await self.probe.check()  # readiness knows the brokers before the admin API opens
+            self.probe.start()
+            self.sampler.start()
             await self._start_journal()
             await self.system.start()
             await self._start_services()
@@ -180,6 +207,8 @@ class Runtime:
             await asyncio.gather(*(self._stop_service(n, deadline) for n in names))
             await self.system.stop(max(deadline - self.clock.monotonic_ms(), 100))
             await self.journal.stop()
+            await self.sampler.stop()
+            await self.probe.stop()
             for broker in reversed(list(self._brokers.values())):
                 await broker.stop()
         finally:
@@ -248,6 +277,13 @@ class Runtime:
     def __repr__(self) -> str:
         return (f"<Runtime {self._state} admin={self.admin.url} "
                 f"services={list(self.services)} brokers={self._bootstrap}>")
+
+
+async def _status_page(request: web.Request) -> web.Response:
+    return web.Response(text=PAGE, content_type="text/html", charset="utf-8",
+                        headers={"Cache-Control": "no-store",
+                                 "Content-Security-Policy": "default-src 'self'; "
+                                 "script-src 'unsafe-inline'; style-src 'unsafe-inline'"})
 
 
 __all__ = ["ConfigError", "Runtime"]

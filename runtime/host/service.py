@@ -39,6 +39,12 @@ class DelayQueue(Service, Protocol):
 
 
 ServiceFactory = Callable[[], Service]
+
+
+def readiness_of(service: Service) -> list[str]:
+    """A service may say why it is not ready (`readiness() -> list[str]`), for `/readyz`."""
+    check = getattr(service, "readiness", None)
+    return list(check()) if callable(check) else []
 GROUP = "hookstream.services"
 
 
