@@ -1,12 +1,8 @@
 """The egress actor: one per endpoint, pushes records over HTTP and reports each outcome.
 
-A `Deliver` is queued for a worker: one of at most `pool` tasks owned by the actor, each
-sending one request at a time and telling the partition actor (`deliver.reply_to`)
-`Delivered` (2xx) or `Failed` (any other status, a timeout, a connection error, a bad
-URL...). Workers are started on demand, park when there is nothing to send and live as
-long as the actor: a task per record cost as much CPU as our own share of the hot path
-(bench/RESULTS.md, "Delivery"). A request's error never crashes the actor; cancellation
-(the actor stopping) propagates.
+The worker pool, journal and metrics are `OutletActor`'s (actors/delivery/outlet.py);
+this module builds and sends the request. `Delivered` is a 2xx; `Failed` any other
+status, a timeout, a connection error, a bad URL...
 
 The request (contract in DESIGN.md, "Pushed request"); choices made here:
 
@@ -46,25 +42,20 @@ instead of being read to the end.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
-import time
-from collections import deque
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 from yarl import URL
 
 from actors.delivery.guard import DestinationDenied, DestinationGuard
+from actors.delivery.outlet import Answer, OutletActor, describe_error
 from actors.delivery.signing import sign as sign_payload
 from actors.delivery.signing import signing_key, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer
-from actors.shared.messages import Deliver, Delivered, Failed, Record
-from runtime.errors import UsageError
-from runtime.host.journal import Event, EventType
+from actors.shared.messages import Record
 from runtime.host.metrics import Registry
-from runtime.kernel.actor import Actor
 from runtime.kernel.backoff import parse_retry_after
 
 RESPONSE_BODY_CAP: Final = 64 * 1024
@@ -74,8 +65,6 @@ MAX_POOL: Final = 1000
 POOL_PER_WINDOW: Final = 4
 KEEPALIVE_S: Final = 30
 DNS_CACHE_S: Final = 300
-ERROR_TEXT_LIMIT: Final = 200
-CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 _RESERVED_PREFIXES: Final = ("qoh-", "webhook-", "proxy-")
 RESERVED_HEADERS: Final = frozenset({
     "content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer",
@@ -142,12 +131,7 @@ def describe(exc: BaseException, timeout_ms: int) -> str:
         text = f"{exc.host}:{exc.port}: {exc.os_error}"  # aiohttp's own text drops the why
     if isinstance(exc, TimeoutError) and not text:
         text = f"no complete response within {timeout_ms} ms"
-    described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return described[:ERROR_TEXT_LIMIT]
-
-
-def status_class(status: int) -> str:
-    return f"{status // 100}xx" if 100 <= status < 600 else "error"
+    return describe_error(exc, text)
 
 
 async def discard_body(response: aiohttp.ClientResponse) -> None:
@@ -162,19 +146,15 @@ async def discard_body(response: aiohttp.ClientResponse) -> None:
         response.close()  # unread bytes make the connection unusable for the next request
 
 
-class EgressActor(Actor):
+class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
-
-    mailbox_capacity = 4096
 
     def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry,
                  guard: DestinationGuard | None = None) -> None:
-        super().__init__(name)
-        self.guard = guard or DestinationGuard()
         method = consumer.subscriptionMethod
+        super().__init__(name, consumer.key, method.uri, pool_size(consumer), metrics)
+        self.guard = guard or DestinationGuard()
         self.consumer = consumer
-        self.endpoint = method.uri
-        self.pool = pool_size(consumer)
         self._method = method.method.upper()
         self._has_body = self._method not in BODYLESS_METHODS
         self._query_key = method.queryParamKey or "message"  # Queue-Over-Http's default
@@ -184,23 +164,6 @@ class EgressActor(Actor):
         self._url: URL | str = method.uri
         self._key: bytes | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._pending: deque[tuple[Deliver, Actor]] = deque()  # accepted, not yet sent
-        self._parked: deque[asyncio.Future[None]] = deque()  # idle workers' wakeups
-        self._workers = 0
-        self._inflight = 0
-        self._subscription = consumer.key  # a property that formats: once, not per record
-        self._bind_metrics(metrics, self._subscription)
-
-    def _bind_metrics(self, metrics: Registry, subscription: str) -> None:
-        requests = metrics.counter(
-            "hookstream_http_requests_total", "HTTP pushes by status class (error: no status)")
-        self._requests = {c: requests.labels(subscription=subscription, code=c) for c in CODES}
-        self._duration = metrics.histogram(
-            "hookstream_http_request_duration_ms", "HTTP push round trip in ms",
-        ).labels(subscription=subscription)
-        self._inflight_gauge = metrics.gauge(
-            "hookstream_http_inflight", "HTTP pushes waiting for their response",
-        ).labels(subscription=subscription)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -228,56 +191,15 @@ class EgressActor(Actor):
         if session is not None:
             await session.close()
 
-    async def handle(self, message: Any) -> Any:
-        if not isinstance(message, Deliver):
-            raise UsageError(f"{self.path} handles Deliver, got {message!r}")
-        self._pending.append((message, message.reply_to))
-        self._wake_or_grow()
-
-    def _wake_or_grow(self) -> None:
-        """Wake a parked worker, else start one below `pool`; else every worker is busy and
-        checks `_pending` before it parks again."""
-        while self._parked:
-            parked = self._parked.popleft()
-            if not parked.done():  # done: its worker was cancelled
-                parked.set_result(None)
-                return
-        if self._workers < self.pool:
-            self._workers += 1
-            self.spawn(self._worker(), name=f"{self.path}:worker")
-
-    # -- workers (owned tasks) -------------------------------------------------------
-    async def _worker(self) -> None:
-        loop = asyncio.get_running_loop()
-        pending = self._pending
-        while True:
-            if not pending:
-                parked: asyncio.Future[None] = loop.create_future()
-                self._parked.append(parked)
-                await parked
-                continue  # another worker may have taken the record it was woken for
-            deliver, reply_to = pending.popleft()
-            outcome = await self._attempt(deliver)
-            reply_to.tell_system(outcome)
-
-    async def _attempt(self, deliver: Deliver) -> Delivered | Failed:
-        record = deliver.record
-        self._journal_sent(record)
-        self._inflight += 1
-        self._inflight_gauge.inc()
-        # A real duration of real I/O: perf_counter, not the injected (maybe fake) clock.
-        start = time.perf_counter()
-        try:
-            status, retry_after = await self._request(record)
-        except Exception as exc:  # CancelledError is not an Exception: it propagates
-            return self._failed(deliver, None, describe(exc, self._timeout_ms), start, None)
-        finally:
-            self._inflight -= 1
-            self._inflight_gauge.inc(-1)
+    async def push(self, record: Record) -> Answer:
+        status, retry_after = await self._request(record)
         if 200 <= status < 300:
-            return self._delivered(deliver, status, start)
+            return Answer(status)
         retry_ms = parse_retry_after(retry_after, self.context.clock.wall_ms())
-        return self._failed(deliver, status, f"HTTP {status}", start, retry_ms)
+        return Answer(status, f"HTTP {status}", retry_ms)
+
+    def describe(self, exc: BaseException) -> str:
+        return describe(exc, self._timeout_ms)
 
     async def _request(self, record: Record) -> tuple[int, str | None]:
         if self._session is None:
@@ -314,46 +236,3 @@ class EgressActor(Actor):
         if self._key is not None:
             headers["webhook-signature"] = sign_payload(self._key, msg_id, timestamp_s, payload)
         return headers, body, params
-
-    # -- outcomes ------------------------------------------------------------------------
-    def _delivered(self, deliver: Deliver, status: int, start: float) -> Delivered:
-        latency_ms = (time.perf_counter() - start) * 1000
-        self._requests["2xx"].inc()  # _delivered is for 2xx only
-        self._duration.observe(latency_ms)
-        self._journal_outcome("delivered", deliver.record, status, latency_ms, None)
-        return Delivered(deliver.record, deliver.epoch, status, latency_ms)
-
-    def _failed(self, deliver: Deliver, status: int | None, error: str, start: float,
-                retry_after_ms: int | None) -> Failed:
-        latency_ms = (time.perf_counter() - start) * 1000
-        self._requests[status_class(status) if status is not None else "error"].inc()
-        self._duration.observe(latency_ms)
-        self._journal_outcome("failed", deliver.record, status, latency_ms, error)
-        return Failed(deliver.record, deliver.epoch, status, error, latency_ms, retry_after_ms)
-
-    def _journal_sent(self, record: Record) -> None:
-        clock = self.context.clock
-        now_wall, now_mono = clock.wall_ms(), clock.monotonic_ms()
-        self.context.emit(Event(
-            type="sent", ts_ms=now_wall, subscription=self._subscription,
-            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
-            offset=record.offset, attempt=record.attempt,
-            fetched_ts_ms=now_wall - (now_mono - record.fetched_ms),
-        ))
-
-    def _journal_outcome(self, kind: EventType, record: Record, status: int | None,
-                         latency_ms: float, reason: str | None) -> None:
-        self.context.emit(Event(
-            type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self._subscription,
-            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
-            offset=record.offset, attempt=record.attempt, status=status,
-            latency_ms=latency_ms, record_ts_ms=record.timestamp_ms, reason=reason,
-        ))
-
-    def __repr__(self) -> str:
-        waiting = len(self._pending)
-        return (
-            f"<EgressActor {self.path} {self.state} {self._method} {self.endpoint} "
-            f"inflight={self._inflight}/{self.pool} waiting={waiting} "
-            f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>"
-        )

@@ -1,0 +1,171 @@
+"""OutletActor: the far end of the delivery path, where a record leaves the runtime.
+
+A `Deliver` is queued for a worker: one of at most `pool` tasks owned by the actor, each
+pushing one record at a time and telling the partition actor (`deliver.reply_to`)
+`Delivered` or `Failed`. Workers are started on demand, park when there is nothing to send
+and live as long as the actor: a task per record cost as much CPU as our own share of the
+hot path (bench/RESULTS.md, "Delivery"). A push's error never crashes the actor;
+cancellation (the actor stopping) propagates.
+
+Two kinds: `EgressActor` pushes over HTTP (actors/delivery/egress.py) and `HandlerActor`
+calls an async Python function (actors/delivery/handler.py). They share the pool, the
+journal events (`sent`, `delivered`, `failed`) and the metrics; only `push` differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final
+
+from actors.shared.messages import Deliver, Delivered, Failed, Record
+from runtime.errors import UsageError
+from runtime.host.journal import Event, EventType
+from runtime.host.metrics import Registry
+from runtime.kernel.actor import Actor, Ref
+
+CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
+ERROR_TEXT_LIMIT: Final = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a push got back: `error` is None on success."""
+
+    status: int | None
+    error: str | None = None
+    retry_after_ms: int | None = None
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "error"
+
+
+def describe_error(exc: BaseException, text: str | None = None) -> str:
+    """`Type: text` (text defaults to the error's own), cut to a journal-friendly length."""
+    text = str(exc) if text is None else text
+    described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return described[:ERROR_TEXT_LIMIT]
+
+
+class OutletActor(Actor):
+    """Base: subclasses set `endpoint` and implement `push(record) -> Answer`."""
+
+    mailbox_capacity = 4096
+
+    def __init__(self, name: str, subscription: str, endpoint: str, pool: int,
+                 metrics: Registry) -> None:
+        super().__init__(name)
+        self.endpoint = endpoint
+        self.pool = pool
+        self._subscription = subscription
+        self._pending: deque[tuple[Deliver, Ref]] = deque()  # accepted, not yet pushed
+        self._parked: deque[asyncio.Future[None]] = deque()  # idle workers' wakeups
+        self._workers = 0
+        self._inflight = 0
+        self._bind_metrics(metrics, subscription)
+
+    def _bind_metrics(self, metrics: Registry, subscription: str) -> None:
+        requests = metrics.counter(
+            "hookstream_http_requests_total", "Pushes by status class (error: no status)")
+        self._requests = {c: requests.labels(subscription=subscription, code=c) for c in CODES}
+        self._duration = metrics.histogram(
+            "hookstream_http_request_duration_ms", "Push round trip in ms",
+        ).labels(subscription=subscription)
+        self._inflight_gauge = metrics.gauge(
+            "hookstream_http_inflight", "Pushes waiting for their answer",
+        ).labels(subscription=subscription)
+
+    async def push(self, record: Record) -> Answer:
+        raise NotImplementedError
+
+    def describe(self, exc: BaseException) -> str:
+        """The text of a push that raised, for `Failed.error` and the journal."""
+        return describe_error(exc)
+
+    async def handle(self, message: Any) -> Any:
+        if not isinstance(message, Deliver):
+            raise UsageError(f"{self.path} handles Deliver, got {message!r}")
+        self._pending.append((message, message.reply_to))
+        self._wake_or_grow()
+
+    def _wake_or_grow(self) -> None:
+        """Wake a parked worker, else start one below `pool`; else every worker is busy and
+        checks `_pending` before it parks again."""
+        while self._parked:
+            parked = self._parked.popleft()
+            if not parked.done():  # done: its worker was cancelled
+                parked.set_result(None)
+                return
+        if self._workers < self.pool:
+            self._workers += 1
+            self.spawn(self._worker(), name=f"{self.path}:worker")
+
+    # -- workers (owned tasks) -------------------------------------------------------
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        pending = self._pending
+        while True:
+            if not pending:
+                parked: asyncio.Future[None] = loop.create_future()
+                self._parked.append(parked)
+                await parked
+                continue  # another worker may have taken the record it was woken for
+            deliver, reply_to = pending.popleft()
+            outcome = await self._attempt(deliver)
+            reply_to.tell_system(outcome)
+
+    async def _attempt(self, deliver: Deliver) -> Delivered | Failed:
+        record = deliver.record
+        self._journal_sent(record)
+        self._inflight += 1
+        self._inflight_gauge.inc()
+        # A real duration of real I/O: perf_counter, not the injected (maybe fake) clock.
+        start = time.perf_counter()
+        try:
+            answer = await self.push(record)
+        except Exception as exc:  # CancelledError is not an Exception: it propagates
+            answer = Answer(None, self.describe(exc))
+        finally:
+            self._inflight -= 1
+            self._inflight_gauge.inc(-1)
+        latency_ms = (time.perf_counter() - start) * 1000
+        self._duration.observe(latency_ms)
+        status = answer.status
+        self._requests[status_class(status) if status is not None else
+                       ("error" if answer.error else "2xx")].inc()
+        if answer.error is None:
+            self._journal_outcome("delivered", record, status, latency_ms, None)
+            return Delivered(record, deliver.epoch, status or 0, latency_ms)
+        self._journal_outcome("failed", record, status, latency_ms, answer.error)
+        return Failed(record, deliver.epoch, status, answer.error, latency_ms,
+                      answer.retry_after_ms)
+
+    # -- journal -----------------------------------------------------------------------
+    def _journal_sent(self, record: Record) -> None:
+        clock = self.context.clock
+        now_wall, now_mono = clock.wall_ms(), clock.monotonic_ms()
+        self.context.emit(Event(
+            type="sent", ts_ms=now_wall, subscription=self._subscription,
+            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
+            offset=record.offset, attempt=record.attempt,
+            fetched_ts_ms=now_wall - (now_mono - record.fetched_ms),
+        ))
+
+    def _journal_outcome(self, kind: EventType, record: Record, status: int | None,
+                         latency_ms: float, reason: str | None) -> None:
+        self.context.emit(Event(
+            type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self._subscription,
+            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
+            offset=record.offset, attempt=record.attempt, status=status,
+            latency_ms=latency_ms, record_ts_ms=record.timestamp_ms, reason=reason,
+        ))
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.path} {self.state} {self.endpoint} "
+            f"inflight={self._inflight}/{self.pool} waiting={len(self._pending)} "
+            f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>"
+        )
