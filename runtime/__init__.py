@@ -8,7 +8,7 @@ admin API, metrics, journal, services), `runtime.report` (the PySpark jobs).
 `runtime/` never imports `actors/`; docs/ARCHITECTURE.md has the map.
 """
 
-from runtime.errors import ConfigError, UsageError
+from runtime.errors import ConfigError, DeadLetter, Skip, UsageError
 from runtime.host.app import Runtime
 from runtime.host.config import Config, load_config, parse_config
 from runtime.host.journal import EVENT_TYPES, Event, EventType
@@ -28,7 +28,7 @@ from runtime.kernel import (
 
 __all__ = [
     "EVENT_TYPES", "Actor", "ActorSystem", "ChildRef", "ChildSpec", "Clock", "Config",
-    "ConfigError", "DelayQueue", "Event", "EventType", "FakeClock", "RealClock", "Ref",
-    "Runtime", "Service", "ServiceFactory", "Supervisor", "TimerWheel", "UsageError",
+    "ConfigError", "DeadLetter", "DelayQueue", "Event", "EventType", "FakeClock", "RealClock",
+    "Ref", "Runtime", "Service", "ServiceFactory", "Skip", "Supervisor", "TimerWheel", "UsageError",
     "load_config", "parse_config",
 ]

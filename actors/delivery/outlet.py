@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.errors import UsageError
@@ -30,13 +30,19 @@ CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 ERROR_TEXT_LIMIT: Final = 200
 
 
+Action = Literal["skip", "dead-letter"]
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What a push got back: `error` is None on success."""
+    """What a push got back: `error` is None on success. `action` is the receiver's say on
+    a record (`skip`: done without retrying; `dead-letter`: give it up now)."""
 
     status: int | None
     error: str | None = None
     retry_after_ms: int | None = None
+    action: Action | None = None
+    reason: str | None = None
 
 
 def status_class(status: int) -> str:
