@@ -13,7 +13,8 @@ due in one go. A batch that brings an earlier deadline re-arms the alarm. Not
 about 1 ms worse at p99 lateness at 5,000 records/s, against a 5 ms budget
 (bench/RESULTS.md, "Delay queue").
 
-At-least-once levels. Outputs go to the shared acks=all producer (`ForwardProducerActor`):
+At-least-once levels. Outputs go to the shared acks=all producer (`ForwardProducerActor`,
+with the batching `Forwarder`, both in actors/delay/forwarder.py):
 all records of a tick are sent, then one owned task awaits their acknowledgements and
 reports `_Acked`; only then are the offsets finished and a commit requested, so the
 commit position never passes a record that is not safely in its target.
@@ -44,30 +45,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import (
-    InvalidTopicError,
-    KafkaError,
-    KafkaTimeoutError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    UnknownTopicOrPartitionError,
-)
-from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import OffsetAndMetadata
 
-from actors.delay.book import (
-    DelayBook,
-    Output,
-    dead_letter_headers,
-    decode_done,
-    encode_done,
-)
+from actors.delay.book import DelayBook, Output, dead_letter, decode_done, encode_done
+from actors.delay.forwarder import BATCH_BYTES, Flight, Forwarder, ForwardProducerActor
+from actors.shared.errors import UnexpectedMessage
+from actors.shared.flow import CommitPoint, DrainWaiters
 from actors.shared.messages import (
     Assigned,
     Batch,
@@ -81,23 +68,9 @@ from runtime.host.config import DelayLevel
 from runtime.host.journal import Event
 from runtime.host.metrics import Gauge, HistogramValue, Registry, Value
 from runtime.kafka import make_producer
-from runtime.kernel.actor import Actor
+from runtime.kernel import Actor, ChildRef, Ref
 
 log = logging.getLogger(__name__)
-
-_PARTITIONER = DefaultPartitioner()
-BATCH_BYTES = 256 * 1024  # per produce batch; below Kafka's default 1 MB message limit
-SMALL_FLUSH = 64  # up to this many records per target partition: send() each (see Forwarder)
-
-# A forward refused for reasons that belong to that record and its target: dead-letter it.
-RECORD_ERRORS: tuple[type[KafkaError], ...] = (
-    InvalidTopicError, MessageSizeTooLargeError, RecordListTooLargeError,
-    UnknownTopicOrPartitionError,
-)
-# Metadata for the target never came (a topic that does not exist and is not created).
-# Only when asking for the target's partitions: a timed-out *ack* may be a broker outage,
-# and then the dead-letter write fails as well, which crashes the actor (retried later).
-TARGET_ERRORS: tuple[type[KafkaError], ...] = (*RECORD_ERRORS, KafkaTimeoutError)
 
 
 # -- settings and messages -----------------------------------------------------------------
@@ -144,177 +117,10 @@ class _TxnDone:
 
 @dataclass(slots=True)
 class DelayPeers:
-    consumer: Any  # ChildRef or Actor of the DelayConsumerActor
-    producer: Any  # ChildRef of the ForwardProducerActor
-
-
-# -- the shared at-least-once producer ------------------------------------------------------
-
-
-class ForwardProducerActor(Actor):
-    """Owns the acks=all producer that at-least-once delay actors forward with.
-
-    Delay actors produce with it directly (a message per record would cost more than the
-    send); an aiokafka producer is safe to share between the tasks of one event loop.
-    """
-
-    def __init__(self, name: str, bootstrap: str) -> None:
-        super().__init__(name)
-        self.bootstrap = bootstrap
-        self._producer: AIOKafkaProducer | None = None
-
-    @property
-    def producer(self) -> AIOKafkaProducer:
-        if self._producer is None:
-            raise RuntimeError(f"{self.path} has no running producer")
-        return self._producer
-
-    async def on_start(self) -> None:
-        # idempotent: a retried produce never writes a record twice (into a level topic,
-        # that would be a duplicate forward later, even on exactly-once levels)
-        self._producer = make_producer(self.bootstrap, acks="all", linger_ms=0,
-                                       max_batch_size=BATCH_BYTES, enable_idempotence=True,
-                                       client_id="hookstream-delay-forward")
-        await self._producer.start()
-
-    async def on_stop(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            await producer.stop()
-
-    async def handle(self, message: Any) -> None:
-        raise TypeError(f"{self.path}: unexpected message {message!r}")
-
-
-# -- batched produce -----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Flight:
-    outputs: list[Output]
-    ack: asyncio.Future[Any]
-
-
-class Forwarder:
-    """Produces outputs with one `send_batch` per target partition and call, instead of a
-    `send()` per record: the per-record future and accumulator work was the largest cost
-    of forwarding. Keys are partitioned like `send()` does (Kafka's murmur2 default
-    partitioner); records without a key share one random partition per call.
-
-    Small flushes (a timer tick under steady load) still use `send()`: `send_batch` waits
-    until the partition's previous batch left, which under load is a broker round trip
-    during which the actor could forward nothing; `send()` joins the pending batch.
-
-    `settle` awaits the acks. A batch refused for a record-level reason is retried one
-    record at a time, and a record refused on its own is dead-lettered (`dead_letter`
-    builds that output); any other error propagates and crashes the owner.
-    """
-
-    def __init__(self, dead_letter: Callable[[Output, str], Output]) -> None:
-        self._dead_letter = dead_letter
-
-    async def send(self, producer: AIOKafkaProducer, outputs: list[Output]) -> list[_Flight]:
-        groups = await self._group(producer, outputs)
-        flights: list[_Flight] = []
-        for (topic, partition), members in groups.items():
-            if len(members) <= SMALL_FLUSH:
-                flights += [await self._send_one(producer, out, partition) for out in members]
-                continue
-            batch, taken = producer.create_batch(), list[Output]()
-            for out in members:
-                if batch.append(key=out.record.key, value=out.record.value, timestamp=None,
-                                headers=out.headers) is None:
-                    flights.append(_Flight(taken, await producer.send_batch(
-                        batch, topic, partition=partition)))
-                    batch, taken = producer.create_batch(), list[Output]()
-                    # a first record always fits, however large; the broker may refuse it
-                    batch.append(key=out.record.key, value=out.record.value, timestamp=None,
-                                 headers=out.headers)
-                taken.append(out)
-            flights.append(_Flight(taken, await producer.send_batch(
-                batch, topic, partition=partition)))
-        return flights
-
-    @staticmethod
-    async def _send_one(producer: AIOKafkaProducer, out: Output, partition: int) -> _Flight:
-        ack = await producer.send(out.topic, out.record.value, key=out.record.key,
-                                  partition=partition, headers=out.headers)
-        return _Flight([out], ack)
-
-    async def _group(self, producer: AIOKafkaProducer, outputs: list[Output]
-                     ) -> dict[tuple[str, int], list[Output]]:
-        known: dict[str, list[int]] = {}
-        missing: dict[str, KafkaError] = {}  # one metadata wait per missing topic, not each
-        keyless: dict[str, int] = {}
-        groups: dict[tuple[str, int], list[Output]] = {}
-        for out in outputs:
-            try:
-                if out.topic in missing:
-                    raise missing[out.topic]
-                partitions = await _partitions(producer, out.topic, known)
-            except TARGET_ERRORS as exc:
-                if out.kind == "dead_letter" or not await _topic_absent(producer, out.topic):
-                    raise  # the broker is unreachable, or the dead-letter topic is: crash,
-                    # and the successor retries from the last commit
-                missing[out.topic] = exc
-                out = self._dead_letter(out, f"forward failed: {exc!r}")
-                partitions = await _partitions(producer, out.topic, known)
-            key = out.record.key
-            if key is None:
-                partition = keyless.setdefault(out.topic, random.choice(partitions))
-            else:
-                partition = _PARTITIONER(key, partitions, partitions)
-            groups.setdefault((out.topic, partition), []).append(out)
-        return groups
-
-    async def settle(self, producer: AIOKafkaProducer, flights: list[_Flight]) -> list[Output]:
-        """Await every ack; return what was written (dead letters replace refused ones)."""
-        results = await asyncio.gather(*(f.ack for f in flights), return_exceptions=True)
-        done: list[Output] = []
-        for flight, result in zip(flights, results, strict=True):
-            if not isinstance(result, BaseException):
-                done += flight.outputs
-            elif isinstance(result, RECORD_ERRORS):
-                done += await self._one_by_one(producer, flight.outputs)
-            else:
-                raise result  # the owner crashes; its successor rewinds to the commit
-        return done
-
-    async def _one_by_one(self, producer: AIOKafkaProducer, outputs: list[Output]
-                          ) -> list[Output]:
-        done: list[Output] = []
-        for out in outputs:
-            try:
-                await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
-                                             headers=out.headers)
-            except RECORD_ERRORS as exc:
-                if out.kind == "dead_letter" or (
-                        isinstance(exc, UnknownTopicOrPartitionError)
-                        and not await _topic_absent(producer, out.topic)):
-                    raise
-                out = self._dead_letter(out, f"forward failed: {exc!r}")
-                await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
-                                             headers=out.headers)
-            done.append(out)
-        return done
-
-
-async def _topic_absent(producer: AIOKafkaProducer, topic: str) -> bool:
-    """True only when the broker answered and the topic is not there: a metadata timeout
-    or a broker outage is not a reason to dead-letter a record."""
-    try:
-        cluster = await producer.client.fetch_all_metadata()
-    except KafkaError:
-        return False
-    return topic not in cluster.topics()
-
-
-async def _partitions(producer: AIOKafkaProducer, topic: str,
-                      known: dict[str, list[int]]) -> list[int]:
-    partitions = known.get(topic)
-    if partitions is None:
-        partitions = known[topic] = sorted(await producer.partitions_for(topic))
-    return partitions
+    consumer: Ref
+    """The DelayConsumerActor."""
+    producer: ChildRef
+    """The ForwardProducerActor (at-least-once levels produce with its producer)."""
 
 
 # -- the delay actor -----------------------------------------------------------------------
@@ -345,13 +151,13 @@ class DelayActor(Actor):
         self.exactly_once = self.level.exactly_once
         self.peers = peers
         self.book: DelayBook | None = None
-        self.committed: int | None = None
+        self._commit = CommitPoint()
         self._m = self._bind_metrics(metrics)
         self._inflight = 0  # outputs handed to a producer, not yet acknowledged/committed
         self._alarm: asyncio.Task[None] | None = None
         self._alarm_at: int | None = None
         self._alarm_seq = 0
-        self._drain: Drain | None = None
+        self._drains = DrainWaiters()
         self._drain_wall_deadline: int | None = None
         self._txn: AIOKafkaProducer | None = None
         self._forwarder = Forwarder(self._dead)
@@ -382,6 +188,11 @@ class DelayActor(Actor):
             labels=part,
         )
 
+    @property
+    def committed(self) -> int | None:
+        """The last position requested for commit (or committed by a transaction)."""
+        return self._commit.position
+
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
         if self.exactly_once:
@@ -396,14 +207,13 @@ class DelayActor(Actor):
 
     async def on_stop(self) -> None:
         self._m.waiting_family.remove(**self._m.labels)
-        if self._drain is not None and not self._drain.done.done():
-            self._drain.done.set_result(self._consumer_position())
+        self._drains.resolve(self._consumer_position())
         txn, self._txn = self._txn, None
         if txn is not None:
             await txn.stop()
 
     # -- messages ----------------------------------------------------------------------
-    async def handle(self, message: Any) -> bool | None:
+    async def handle(self, message: object) -> bool | None:
         if isinstance(message, Batch):
             return await self._on_batch(message)
         if isinstance(message, _Tick):
@@ -419,7 +229,7 @@ class DelayActor(Actor):
         elif isinstance(message, DrainDeadline):
             self._maybe_finish_drain()
         else:
-            raise TypeError(f"{self.path}: unexpected message {message!r}")
+            raise UnexpectedMessage(self.path, message)
         return None
 
     def _on_assigned(self, message: Assigned) -> None:
@@ -430,12 +240,12 @@ class DelayActor(Actor):
         self.book = DelayBook(self.level, cfg.levels, dead_letter_topic=cfg.dead_letter_topic,
                               max_waiting=cfg.max_waiting, position=message.position,
                               now_ms=self.context.clock.wall_ms(), done=done)
-        self.committed = message.position
+        self._commit.position = message.position
 
     async def _on_batch(self, batch: Batch) -> bool:
         """Take a batch; the reply tells the consumer whether to pause us now."""
         book = self.book
-        if book is None or self._drain is not None:
+        if book is None or self._drains.draining:
             return False  # for an older incarnation, or draining: the next owner rereads
         outputs = book.offer(batch.records, self.context.clock.wall_ms())
         await self._produce(outputs)
@@ -490,20 +300,18 @@ class DelayActor(Actor):
             self._txn_queue.extend(outputs)
             self._maybe_transact()
             return
-        producer: AIOKafkaProducer = self.peers.producer.actor.producer
+        producer = self.peers.producer.actor_as(ForwardProducerActor).producer
         flights = await self._forwarder.send(producer, outputs)
         self.spawn(self._await_acks(producer, flights), name=f"{self.path}:acks")
 
-    async def _await_acks(self, producer: AIOKafkaProducer, flights: list[_Flight]) -> None:
+    async def _await_acks(self, producer: AIOKafkaProducer, flights: list[Flight]) -> None:
         done = await self._forwarder.settle(producer, flights)
         self.tell_system(_Acked(done, self.context.clock.wall_ms()))
 
     def _dead(self, out: Output, reason: str) -> Output:
         log.warning("%s: offset %d cannot go to %r (%s): dead-lettering it",
                     self.path, out.record.offset, out.topic, reason)
-        record = out.record
-        return Output("dead_letter", record, self.settings.dead_letter_topic,
-                      dead_letter_headers(record, reason), reason=reason)
+        return dead_letter(out.record, self.settings.dead_letter_topic, reason)
 
     def _on_acked(self, acked: _Acked) -> None:
         self._inflight -= len(acked.outputs)
@@ -515,10 +323,9 @@ class DelayActor(Actor):
         self._maybe_finish_drain()
 
     def _request_commit(self) -> None:
-        position = self._consumer_position()
-        if position is None or (self.committed is not None and position <= self.committed):
+        position = self._commit.advance(self._consumer_position())
+        if position is None:
             return
-        self.committed = position
         self._m.committed.set(position)
         self.peers.consumer.tell_system(
             CommitRequest(self.topic, self.partition, position, self.epoch))
@@ -558,7 +365,7 @@ class DelayActor(Actor):
         self._txn_busy = False
         self._inflight -= len(done.outputs)
         self._account(done.outputs, done.committed_ms)
-        self.committed = done.position
+        self._commit.position = done.position
         self._m.committed.set(done.position)
         self._maybe_transact()
         self._maybe_finish_drain()
@@ -583,10 +390,13 @@ class DelayActor(Actor):
 
     # -- drain -------------------------------------------------------------------------
     def _on_drain(self, drain: Drain) -> None:
-        self._drain = drain
-        clock = self.context.clock
-        self._drain_wall_deadline = clock.wall_ms() + drain.deadline_ms - clock.monotonic_ms()
-        self.schedule(drain.deadline_ms, DrainDeadline())
+        # a revoke and a shutdown may both drain us: the first deadline counts, and every
+        # waiter gets the final position
+        if self._drains.join(drain.deadline_ms, drain.done):
+            clock = self.context.clock
+            self._drain_wall_deadline = (clock.wall_ms() + drain.deadline_ms
+                                         - clock.monotonic_ms())
+            self.schedule(drain.deadline_ms, DrainDeadline())
         self._maybe_finish_drain()
 
     def _past_drain_deadline(self) -> bool:
@@ -594,15 +404,14 @@ class DelayActor(Actor):
         return deadline is not None and self.context.clock.wall_ms() >= deadline
 
     def _maybe_finish_drain(self) -> None:
-        drain = self._drain
-        if drain is None or drain.done.done() or self._inflight or self._txn_busy:
+        if not self._drains.pending or self._inflight or self._txn_busy:
             return
         deadline = self._drain_wall_deadline
         assert deadline is not None
         upcoming = self.book.next_deadline() if self.book is not None else None
         if upcoming is not None and upcoming < deadline and not self._past_drain_deadline():
             return  # something still falls due before the deadline: forward it first
-        drain.done.set_result(self._consumer_position())
+        self._drains.resolve(self._consumer_position())
 
     def __repr__(self) -> str:
         book = self.book

@@ -16,7 +16,8 @@ for each record, what to produce where:
   then re-produces it to itself (a cascade to its own level). A record due in days thus
   never pins one partition's commit position, nor outlives the topic's retention.
 - `dead_letter`: no or bad routing headers: to the dead-letter topic with the reason in
-  `delay-error`; the partition keeps going.
+  `dlt-reason` (and, for one more release, in the legacy `delay-error`; the scheme is
+  actors/shared/deadletter.py); the partition keeps going.
 
 Never early: a record is forwarded only when `now >= due`, both wall-clock ms; the wheel
 returns an item if and only if its deadline <= now. If the wall clock steps back, the
@@ -24,6 +25,7 @@ wheel simply waits for it to pass its last reading again.
 
 Commits: the position is the lowest offset not yet finished (produced and acknowledged),
 by the same `OffsetTracker` as the delivery path, so it never passes a waiting record.
+Pausing uses the delivery path's `PauseGate` too (actors/shared/flow.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from typing import Literal
 
 import msgspec
 
+from actors.shared import deadletter
+from actors.shared.errors import InvalidArgument
+from actors.shared.flow import PauseGate
 from actors.shared.messages import Record
 from actors.shared.offsets import OffsetTracker
 from runtime.host.config import DelayLevel
@@ -43,7 +48,7 @@ from runtime.kernel.timer_wheel import TimerWheel
 
 DELAY_TARGET = "delay-target"
 DELAY_DUE_MS = "delay-due-ms"
-DELAY_ERROR = "delay-error"
+DELAY_ERROR = deadletter.LEGACY_DELAY_REASON  # still written, for one more release
 ROUTING_HEADERS = frozenset({DELAY_TARGET, DELAY_DUE_MS})
 MIN_RECYCLE_MS = 60_000
 """The largest level holds a record at least this long before recycling it, so a level
@@ -149,16 +154,11 @@ def cascade_headers(headers: Headers, routing: Routing) -> list[tuple[str, bytes
     return [*forward_headers(headers), *routing_headers(routing.target, routing.due_ms)]
 
 
-def dead_letter_headers(record: Record, reason: str) -> list[tuple[str, bytes]]:
-    """The original headers (a fixed record can be replayed as is) plus where and why."""
-    extra = {
-        DELAY_ERROR: reason,
-        "delay-source-topic": record.topic,
-        "delay-source-partition": str(record.partition),
-        "delay-source-offset": str(record.offset),
-    }
-    kept = [(k, v if v is not None else b"") for k, v in record.headers]
-    return [*kept, *((k, v.encode("utf-8")) for k, v in extra.items())]
+def dead_letter(record: Record, topic: str, reason: str) -> Output:
+    """Give `record` up to the dead-letter `topic`: its own headers (a fixed record can be
+    replayed as is) plus where it came from and why, in both header schemes."""
+    headers = deadletter.dead_letter_headers(record, reason, legacy_delay=True)
+    return Output("dead_letter", record, topic, headers, reason=reason)
 
 
 # -- levels ------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def fitting_level(remaining_ms: int, levels: Sequence[DelayLevel]) -> DelayLevel
     """The largest level whose delay_ms <= remaining_ms; the smallest level if none is.
     `levels` are ascending by delay_ms (callers sort them once, not per record)."""
     if not levels:
-        raise ValueError("no delay levels configured")
+        raise InvalidArgument("no delay levels configured")
     best = levels[0]
     for level in levels:
         if level.delay_ms <= remaining_ms:
@@ -259,7 +259,7 @@ class DelayBook:
         self.max_waiting = max_waiting
         self.tracker = OffsetTracker(position)
         self._done_before = set(done)  # forwarded by a predecessor (exactly-once)
-        self.paused = False
+        self._gate = PauseGate(max_waiting)
         self._wheel: TimerWheel[_Waiting] = TimerWheel(start_ms=now_ms)
         self._wheel_now = now_ms
         self._level_topics = frozenset(t for lv in levels for t in lv.topics)
@@ -290,8 +290,7 @@ class DelayBook:
         routing = parse_routing(record.headers, timestamp, self.level.delay_ms,
                                 self._level_topics)
         if isinstance(routing, str):
-            return Output("dead_letter", record, self.dead_letter_topic,
-                          dead_letter_headers(record, routing), reason=routing)
+            return dead_letter(record, self.dead_letter_topic, routing)
         remaining = routing.due_ms - now_ms
         if remaining <= 0:
             return self._forward(record, routing, now_ms)
@@ -359,13 +358,11 @@ class DelayBook:
 
         Pause at `max_waiting` waiting records, resume at half of it (hysteresis).
         """
-        if not self.paused and self.waiting >= self.max_waiting:
-            self.paused = True
-            return True
-        if self.paused and self.waiting <= self.max_waiting // 2:
-            self.paused = False
-            return False
-        return None
+        return self._gate.update(self.waiting)
+
+    @property
+    def paused(self) -> bool:
+        return self._gate.paused
 
     def __repr__(self) -> str:
         return (f"<DelayBook level={self.level.name} waiting={self.waiting}/"

@@ -14,27 +14,36 @@ to level topics, and an aborted one must not be forwarded.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.delay.actor import DelayActor, DelayPeers, DelaySettings
-from actors.shared.group_consumer import GroupConsumerActor, Wiring, child_name
+from actors.shared.group_consumer import (
+    ClientSettings,
+    GroupConsumerActor,
+    Wiring,
+    child_name,
+    group_client_settings,
+)
 from runtime.host.metrics import Registry
+from runtime.kernel import ChildRef
 
 MAX_RECORDS = 2000
+SESSION_TIMEOUT_MS = 10_000
 
 
 @dataclass(slots=True)
 class DelayConsumerDeps:
-    producer: Any  # ChildRef to the ForwardProducerActor
+    producer: ChildRef
+    """The ForwardProducerActor."""
     settings: DelaySettings
     metrics: Registry
-    client: dict[str, Any] = field(default_factory=dict)  # consumer setting overrides
+    client: ClientSettings = field(default_factory=dict)
+    """Consumer setting overrides (`[delay] session_timeout_ms`, tests)."""
 
 
-def delay_wiring(partitions: Any, settings: DelaySettings,
-                 broker_settings: dict[str, Any]) -> Wiring:
+def delay_wiring(partitions: ChildRef, settings: DelaySettings,
+                 broker_settings: ClientSettings) -> Wiring:
     # A partition pauses at max_waiting, before the next fetch; fetches stay below it too,
     # so a wheel holds less than 2 x max_waiting.
     return Wiring(partitions, settings.bootstrap, settings.drain_ms,
@@ -49,19 +58,12 @@ class DelayConsumerActor(GroupConsumerActor):
         self._eos_topics = frozenset(t for lv in self.settings.levels if lv.exactly_once
                                      for t in lv.topics)
 
-    def client_settings(self) -> dict[str, Any]:
-        return {
-            "group_id": self.settings.group_id,
-            "client_id": "hookstream-delay",
-            "enable_auto_commit": False,
-            "auto_offset_reset": "earliest",
-            "isolation_level": "read_committed",
-            "max_partition_fetch_bytes": 4 * 1024 * 1024,
-            "session_timeout_ms": 10_000,
-            "heartbeat_interval_ms": 1_000,
-            "max_poll_interval_ms": 300_000,
-            **self.deps.client,
-        }
+    def client_settings(self) -> ClientSettings:
+        settings = group_client_settings(self.settings.group_id, "hookstream-delay",
+                                         auto_offset_reset="earliest",
+                                         session_timeout_ms=SESSION_TIMEOUT_MS)
+        settings["isolation_level"] = "read_committed"  # see the module docstring
+        return {**settings, **self.deps.client}
 
     async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
         topics = [t for level in self.settings.levels for t in level.topics]

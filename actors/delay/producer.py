@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
@@ -39,7 +38,7 @@ class DelayProducer:
     `async with`) before `send`; `stop()` is idempotent."""
 
     def __init__(self, bootstrap: str, levels: Sequence[DelayLevel], *,
-                 clock: Clock | None = None, **producer_kwargs: Any) -> None:
+                 clock: Clock | None = None, **producer_kwargs: object) -> None:
         if not levels:
             raise UsageError("DelayProducer needs at least one DelayLevel "
                              "(the [[delay.levels]] of the runtime that forwards them)")

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka.structs import RecordMetadata
 
-from actors.delay.actor import DelaySettings, ForwardProducerActor
+from actors.delay.actor import DelaySettings
 from actors.delay.consumer import DelayConsumerActor, DelayConsumerDeps, delay_wiring
+from actors.delay.forwarder import ForwardProducerActor
 from actors.delay.producer import DelayProducer
 from runtime.errors import UsageError
 from runtime.host.config import DelayConfig

@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.partition import PartitionActor, PartitionPeers, buffer_limit
+from actors.delivery.book import buffer_limit
+from actors.delivery.partition import PartitionActor, PartitionPeers
 from actors.delivery.subscription import INT_PROPERTIES, Consumer
-from actors.shared.group_consumer import GroupConsumerActor, Wiring, child_name
+from actors.shared.group_consumer import (
+    ClientSettings,
+    GroupConsumerActor,
+    Wiring,
+    child_name,
+    group_client_settings,
+)
 from runtime.host.metrics import Registry
+from runtime.kernel import Ref
 
 PATTERN_METADATA_MAX_AGE_MS = 3000
+METADATA_MAX_AGE_MS = 60_000
+SESSION_TIMEOUT_MS = 6_000
 MIN_FETCH_RECORDS = 100
 MAX_FETCH_RECORDS = 2000
 
@@ -30,8 +39,8 @@ MAX_FETCH_RECORDS = 2000
 class ConsumerDeps:
     """What a consumer actor needs from its subscription: refs that follow restarts."""
 
-    egress: Any
-    deadletter: Any | None
+    egress: Ref
+    deadletter: Ref | None
     metrics: Registry
 
 
@@ -49,19 +58,14 @@ class ConsumerActor(GroupConsumerActor):
         self.deps = deps
         self._reset = sub.properties.get("auto.offset.reset", "earliest")
 
-    def client_settings(self) -> dict[str, Any]:
+    def client_settings(self) -> ClientSettings:
         uses_pattern = any(t.pattern for t in self.sub.topics)
-        settings: dict[str, Any] = {
-            "group_id": self.sub.group_id,
-            "client_id": f"hookstream-{self.sub.key}",
-            "enable_auto_commit": False,
-            "auto_offset_reset": self._reset,
-            "metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS if uses_pattern else 60_000,
-            "max_partition_fetch_bytes": 4 * 1024 * 1024,
-            "session_timeout_ms": 6_000,
-            "heartbeat_interval_ms": 1_000,
-            "max_poll_interval_ms": 300_000,
-        }
+        settings = group_client_settings(self.sub.group_id, f"hookstream-{self.sub.key}",
+                                         auto_offset_reset=self._reset,
+                                         session_timeout_ms=SESSION_TIMEOUT_MS)
+        # a pattern picks up topics created later: refresh metadata often
+        settings["metadata_max_age_ms"] = (PATTERN_METADATA_MAX_AGE_MS if uses_pattern
+                                           else METADATA_MAX_AGE_MS)
         for name, value in self.sub.properties.items():
             if name in INT_PROPERTIES:
                 settings[INT_PROPERTIES[name]] = int(value)
@@ -100,8 +104,8 @@ class ConsumerActor(GroupConsumerActor):
     def reset_to_beginning(self) -> bool:
         return self._reset == "earliest"
 
-    def event_fields(self) -> dict[str, Any]:
-        return {"subscription": self.sub.key}
+    def journal_subscription(self) -> str | None:
+        return self.sub.key
 
 
 def _combined_pattern(sub: Consumer) -> str:

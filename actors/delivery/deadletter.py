@@ -1,7 +1,8 @@
 """DeadLetterActor: owns the subscription's dead-letter producer (acks=all).
 
 A record that used up its retries is produced to `deadLetterTopic` with its key, value
-and headers, plus headers saying where it came from and why it was given up. The
+and headers, plus headers saying where it came from and why it was given up (`dlt-*`,
+the scheme of actors/shared/deadletter.py, with the attempts and the last status). The
 partition actor is told `DeadLettered` only after the broker acknowledged the write,
 so the commit position never passes a record that is neither delivered nor safely
 dead-lettered. A failed produce is retried with a capped backoff, never dropped; every
@@ -11,20 +12,21 @@ written (too large for the topic) holds its partition's commits until someone ac
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from actors.shared.deadletter import Attempts, dead_letter_headers
+from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import DeadLettered, Record
 from runtime.host.journal import Event
 from runtime.kafka import make_producer
-from runtime.kernel.actor import Actor
+from runtime.kernel import Actor, Ref
 
 log = logging.getLogger(__name__)
-RETRY_CAP_S = 5.0
+RETRY_FIRST_MS = 100
+RETRY_CAP_MS = 5000
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +37,12 @@ class DeadLetter:
     reason: str
     status: int | None
     epoch: int
-    reply_to: Actor
+    reply_to: Ref  # the partition actor
 
-
-def dead_letter_headers(message: DeadLetter) -> list[tuple[str, bytes]]:
-    record = message.record
-    extra = {
-        "dlt-reason": message.reason,
-        "dlt-topic": record.topic,
-        "dlt-partition": str(record.partition),
-        "dlt-offset": str(record.offset),
-        "dlt-attempts": str(record.attempt),
-        "dlt-status": "" if message.status is None else str(message.status),
-    }
-    return [*record.headers, *((k, v.encode()) for k, v in extra.items())]
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The record's headers plus the `dlt-*` ones (actors/shared/deadletter.py)."""
+        record = self.record
+        return dead_letter_headers(record, self.reason, Attempts(record.attempt, self.status))
 
 
 class DeadLetterActor(Actor):
@@ -68,30 +62,29 @@ class DeadLetterActor(Actor):
         if self._producer is not None:
             await self._producer.stop()
 
-    async def handle(self, message: Any) -> None:
+    async def handle(self, message: object) -> None:
         if not isinstance(message, DeadLetter):
-            raise TypeError(f"{self.path}: unexpected message {message!r}")
+            raise UnexpectedMessage(self.path, message)
         self.spawn(self._produce(message), name=f"{self.path}:dlt")
 
     async def _produce(self, message: DeadLetter) -> None:
         assert self._producer is not None
-        record, delay = message.record, 0.1
+        record, delay_ms = message.record, RETRY_FIRST_MS
         while True:
             try:
                 await self._producer.send_and_wait(
-                    self.topic, record.value, key=record.key,
-                    headers=dead_letter_headers(message))
+                    self.topic, record.value, key=record.key, headers=message.headers())
                 break
             except Exception as exc:  # never dropped: retried, loudly, until it is written
                 log.error("%s: dead-letter produce of %s-%d@%d failed (%r); retrying in "
                           "%.1fs", self.path, record.topic, record.partition, record.offset,
-                          exc, delay)
+                          exc, delay_ms / 1000)
                 self.context.emit(Event(
                     type="dead_letter_failed", ts_ms=self.context.clock.wall_ms(),
                     topic=record.topic, partition=record.partition, offset=record.offset,
                     reason=repr(exc)))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_CAP_S)
+                await self.context.clock.sleep_ms(delay_ms)
+                delay_ms = min(delay_ms * 2, RETRY_CAP_MS)
         message.reply_to.tell_system(DeadLettered(record, message.epoch))
 
     def __repr__(self) -> str:

@@ -32,6 +32,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Literal, TypeVar
 
+from actors.shared.errors import InvalidArgument
+
 R = TypeVar("R")
 Mode = Literal["none", "partition", "key"]
 MODES: tuple[Mode, ...] = ("none", "partition", "key")
@@ -61,11 +63,11 @@ class Dispatcher(Generic[R]):
         key_of: Callable[[R], bytes | None],
     ) -> None:
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise InvalidArgument(f"mode must be one of {MODES}, got {mode!r}")
         if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
+            raise InvalidArgument(f"window must be >= 1, got {window}")
         if lanes < 1:
-            raise ValueError(f"lanes must be >= 1, got {lanes}")
+            raise InvalidArgument(f"lanes must be >= 1, got {lanes}")
         self._mode = mode
         # Partition mode is key mode with a single lane that every record shares.
         self._window = 1 if mode == "partition" else window
@@ -154,13 +156,13 @@ class Dispatcher(Generic[R]):
     def done(self, record: R) -> None:
         """A started record finished: free its slot and lane.
 
-        `record` must be the object `ready()` returned; ValueError if it is not in flight
+        `record` must be the object `ready()` returned; `InvalidArgument` if it is not in flight
         (calling `done` twice would free a slot that another record holds).
         """
         # Keys are ids of live objects (the dict holds them), so an id names one record.
         entry = self._inflight.pop(id(record), None)
         if entry is None:
-            raise ValueError(f"done() for a record that is not in flight: {record!r}")
+            raise InvalidArgument(f"done() for a record that is not in flight: {record!r}")
         lane = entry[1]
         if lane == _FREE:
             return

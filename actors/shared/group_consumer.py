@@ -24,13 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
+from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import (
     Assigned,
     Batch,
@@ -43,25 +44,50 @@ from actors.shared.messages import (
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
 from runtime.kafka import committed_offset, make_consumer
-from runtime.kernel.actor import Actor
-from runtime.kernel.supervisor import ChildSpec, Supervisor
+from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
 POLL_MS = 100
 # While a partition is paused its resume request waits for the poll to return: a long poll
 # on the other partitions (or on none: all paused) would starve it for up to POLL_MS.
 PAUSED_POLL_MS = 5
+# How long the consumer waits for a drain beyond its deadline: the partition actor answers
+# at the deadline, and its reply needs a turn of its mailbox.
+DRAIN_GRACE_MS = 1000
+
+ClientSettings = dict[str, object]
+"""Keyword arguments of `AIOKafkaConsumer`."""
+
+
+def group_client_settings(group_id: str, client_id: str, *, auto_offset_reset: str,
+                          session_timeout_ms: int) -> ClientSettings:
+    """The settings every group consumer here shares; subclasses add what differs.
+    Commits are manual (partition actors say what is finished), a fetch brings at most
+    4 MiB per partition, heartbeats go every second, and the fetch loop may take five
+    minutes between polls (a hand-over waits for its partition actor) before the group
+    counts the consumer as gone."""
+    return {
+        "group_id": group_id,
+        "client_id": client_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": auto_offset_reset,
+        "max_partition_fetch_bytes": 4 * 1024 * 1024,
+        "session_timeout_ms": session_timeout_ms,
+        "heartbeat_interval_ms": 1_000,
+        "max_poll_interval_ms": 300_000,
+    }
 
 
 @dataclass(slots=True)
 class Wiring:
     """What the base needs from its tree; refs follow restarts."""
 
-    partitions: Any  # ChildRef to the Supervisor of the partition actors
+    partitions: ChildRef
+    """The Supervisor of the partition actors."""
     bootstrap: str
     drain_ms: int
     max_records: int
-    broker_settings: dict[str, Any] = field(default_factory=dict)
+    broker_settings: ClientSettings = field(default_factory=dict)
     """Client settings for this broker (runtime.kafka.compat); `client_settings()` wins."""
     epochs: dict[TopicPartition, int] = field(default_factory=dict)
 
@@ -94,7 +120,7 @@ class GroupConsumerActor(Actor):
         self.listener = _Listener(self)
 
     # -- what subclasses define --------------------------------------------------------
-    def client_settings(self) -> dict[str, Any]:
+    def client_settings(self) -> ClientSettings:
         raise NotImplementedError
 
     async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
@@ -111,9 +137,9 @@ class GroupConsumerActor(Actor):
         """With no committed offset, a restarted partition restarts from the beginning."""
         return True
 
-    def event_fields(self) -> dict[str, Any]:
-        """Extra fields of this consumer's journal events."""
-        return {}
+    def journal_subscription(self) -> str | None:
+        """The `subscription` of this consumer's journal events (None: not a subscription)."""
+        return None
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -138,7 +164,7 @@ class GroupConsumerActor(Actor):
             await kafka.stop()
 
     # -- messages ----------------------------------------------------------------------
-    async def handle(self, message: Any) -> None:
+    async def handle(self, message: object) -> None:
         if isinstance(message, CommitRequest):
             tp = TopicPartition(message.topic, message.partition)
             if tp in self.owned and self.wiring.epochs.get(tp) == message.epoch:
@@ -150,7 +176,7 @@ class GroupConsumerActor(Actor):
         elif isinstance(message, Rewind):
             self._rewinds[TopicPartition(message.topic, message.partition)] = message.epoch
         else:
-            raise TypeError(f"{self.path}: unexpected message {message!r}")
+            raise UnexpectedMessage(self.path, message)
 
     # -- the fetch loop ----------------------------------------------------------------
     async def _fetch_loop(self) -> None:
@@ -166,7 +192,7 @@ class GroupConsumerActor(Actor):
                     await self._hand_over(kafka, tp, messages, now)
 
     async def _hand_over(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
-                         messages: list[Any], now_ms: int) -> None:
+                         messages: list[ConsumerRecord[bytes, bytes]], now_ms: int) -> None:
         records = [
             Record(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()),
                    m.timestamp, now_ms)
@@ -184,8 +210,10 @@ class GroupConsumerActor(Actor):
             kafka.pause(tp)
 
     def partition_actor(self, tp: TopicPartition) -> Actor:
-        sup: Supervisor = self.wiring.partitions.actor
-        return sup.child(child_name(tp))
+        return self._partitions().child(child_name(tp))
+
+    def _partitions(self) -> Supervisor:
+        return self.wiring.partitions.actor_as(Supervisor)
 
     async def _apply_requests(self, kafka: AIOKafkaConsumer) -> None:
         flow, self._flow = self._flow, {}
@@ -235,7 +263,7 @@ class GroupConsumerActor(Actor):
 
     # -- rebalance ---------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
-        sup: Supervisor = self.wiring.partitions.actor
+        sup = self._partitions()
         for tp in sorted(tps):
             if tp in self.owned:
                 continue
@@ -245,7 +273,7 @@ class GroupConsumerActor(Actor):
                                             shutdown_ms=self.wiring.drain_ms + 2000))
             self._journal("partition_assigned", tp, actor=self.path)
 
-    def _factory(self, tp: TopicPartition) -> Any:
+    def _factory(self, tp: TopicPartition) -> Callable[[], Actor]:
         def build() -> Actor:
             epoch = self.wiring.epochs.get(tp, 0) + 1
             self.wiring.epochs[tp] = epoch
@@ -264,7 +292,7 @@ class GroupConsumerActor(Actor):
         positions = await asyncio.gather(*(self._drain(tp) for tp in ordered))
         final = {tp: pos for tp, pos in zip(ordered, positions, strict=True) if pos is not None}
         await self._commit(kafka, final)
-        sup: Supervisor = self.wiring.partitions.actor
+        sup = self._partitions()
         for tp in ordered:
             self.owned.discard(tp)
             self._commits.pop(tp, None)
@@ -279,13 +307,15 @@ class GroupConsumerActor(Actor):
         deadline = self.context.clock.monotonic_ms() + drain_ms
         try:
             await self.partition_actor(tp).tell(Drain(deadline, done))
-            return await asyncio.wait_for(done, drain_ms / 1000 + 1)
+            return await within(self.context.clock, done, drain_ms + DRAIN_GRACE_MS)
         except (ActorDeadError, TimeoutError):
             return None  # nothing trustworthy to commit: the last commit stands
 
-    def _journal(self, kind: EventType, tp: TopicPartition, **fields: Any) -> None:
-        self.context.emit(Event(type=kind, ts_ms=self.context.clock.wall_ms(), topic=tp.topic,
-                                partition=tp.partition, **self.event_fields(), **fields))
+    def _journal(self, kind: EventType, tp: TopicPartition, *, offset: int | None = None,
+                 actor: str | None = None) -> None:
+        self.context.emit(Event(type=kind, ts_ms=self.context.clock.wall_ms(),
+                                subscription=self.journal_subscription(), topic=tp.topic,
+                                partition=tp.partition, offset=offset, actor=actor))
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} {self.path} owned={len(self.owned)} "

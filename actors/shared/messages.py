@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from runtime.kernel.actor import Actor
+from runtime.kernel.actor import Ref
 
 
 @dataclass(slots=True)
@@ -37,7 +37,7 @@ class Deliver:
 
     record: Record
     epoch: int
-    reply_to: Actor  # the partition actor
+    reply_to: Ref  # the partition actor
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from actors.shared.errors import InvalidArgument
+
 
 class OffsetTracker:
     """Received and finished offsets of one partition, and the commit position they allow.
@@ -34,7 +36,7 @@ class OffsetTracker:
 
     def __init__(self, start: int | None = None) -> None:
         if start is not None and start < 0:
-            raise ValueError(f"start must be >= 0 or None, got {start}")
+            raise InvalidArgument(f"start must be >= 0 or None, got {start}")
         self._start = start
         self._last: int | None = None
         # Received offsets from the lowest unfinished one on, in order; `_done` marks
@@ -44,11 +46,11 @@ class OffsetTracker:
         self._pending = 0
 
     def add(self, offset: int) -> None:
-        """Note a received record. Raises ValueError unless offsets increase."""
+        """Note a received record. Raises `InvalidArgument` unless offsets increase."""
         if self._last is not None and offset <= self._last:
-            raise ValueError(f"offset {offset} received after {self._last}: must increase")
+            raise InvalidArgument(f"offset {offset} received after {self._last}: must increase")
         if self._start is not None and offset < self._start:
-            raise ValueError(
+            raise InvalidArgument(
                 f"offset {offset} is below the start position {self._start}; "
                 "if the fetch position moved back, build a new OffsetTracker(start=...)"
             )

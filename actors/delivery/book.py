@@ -1,0 +1,241 @@
+"""PartitionBook: the decisions of one delivery partition. Pure and synchronous; time comes
+in as `now` (monotonic ms), and `PartitionActor` performs what the book returns.
+
+The book owns the prefetch buffer and in-flight window (`Dispatcher`, by ordering mode),
+the `OffsetTracker`, the pause gate, the commit point, the drain and its waiters, and the
+retry bookkeeping. What the actor asks it:
+
+- intake: `assign(position)` once the consumer rewound; `take(records)` tracks a fetched
+  batch and buffers it; `restart_if_truncated(first)` starts over when the log was cut
+  below the committed position; `pin()` commits where a partition with no position started.
+- dispatch: `dispatch()` gives the records the window and the lanes let start now.
+- outcomes: `finish(record)` for a record delivered, dead-lettered or skipped;
+  `retry_at(record, now)` after a failed attempt: when to try again, or None to give up;
+  `retrying(record)` when the retry goes out.
+- commits: `request_commit()` is the position worth sending, only when it moved forward.
+  It is the lowest unfinished offset received, so it never passes an unfinished record.
+- flow: `flow()` says pause now, resume now, or no change (`PauseGate`).
+- drain: `drain(...)` stops new work and says when to give up waiting; `finish_drain()`
+  answers every waiter with the final position.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+from actors.delivery.lanes import Dispatcher, Mode
+from actors.delivery.subscription import SubscriptionMethod, TopicConfig
+from actors.shared.errors import InvalidArgument
+from actors.shared.flow import CommitPoint, DrainWaiters, PauseGate
+from actors.shared.messages import Drain, Record
+from actors.shared.offsets import OffsetTracker
+from runtime.kernel.backoff import Backoff
+from runtime.kernel.errors import UsageError
+
+
+def window(cfg: TopicConfig) -> int:
+    """Records in flight at most: one in `partition` order, else `concurrencyFactor`."""
+    return 1 if cfg.ordering == "partition" else cfg.concurrencyFactor
+
+
+def buffer_limit(cfg: TopicConfig) -> int:
+    """Buffered records at which a partition asks to be paused (`loadFactor` x window)."""
+    size = window(cfg)
+    return max(size, math.ceil(size * cfg.loadFactor))
+
+
+def retry_backoff(method: SubscriptionMethod) -> Backoff:
+    """`delayOnErrorMs`, grown by `backoffMultiplier` up to `maxDelayOnErrorMs` (0: 100 x
+    the first delay when it grows, no cap when it does not), with `jitter`."""
+    grows = method.backoffMultiplier > 1
+    cap = method.maxDelayOnErrorMs or (100 * method.delayOnErrorMs if grows else 0)
+    return Backoff(method.delayOnErrorMs, method.backoffMultiplier, cap, method.jitter)
+
+
+def _key_of(record: Record) -> bytes | None:
+    return record.key
+
+
+class PartitionBook:
+    """The state of one delivery partition; see the module docstring.
+
+    `retry_limit` is `retryBeforeCommit`: N > 0 gives a record N retries after its first
+    attempt, then it is given up; 0 retries forever.
+    """
+
+    __slots__ = ("_commit", "_drains", "_gate", "_rand", "backoff", "dispatcher",
+                 "highwater", "retry_limit", "tracker")
+
+    def __init__(self, ordering: Mode, window: int, lanes: int, buffer_limit: int,
+                 backoff: Backoff, retry_limit: int = 0,
+                 rand: Callable[[], float] = random.random) -> None:
+        if retry_limit < 0:
+            raise InvalidArgument(f"retry_limit must be >= 0 (0: forever), got {retry_limit}")
+        self.dispatcher: Dispatcher[Record] = Dispatcher(ordering, window, lanes, _key_of)
+        self.tracker: OffsetTracker | None = None  # until the consumer says where we start
+        self.backoff = backoff
+        self.retry_limit = retry_limit
+        self.highwater: int | None = None
+        self._gate = PauseGate(buffer_limit)
+        self._commit = CommitPoint()
+        self._drains = DrainWaiters()
+        self._rand = rand
+
+    @classmethod
+    def for_topic(cls, cfg: TopicConfig, method: SubscriptionMethod) -> PartitionBook:
+        return cls(cfg.ordering, window(cfg), cfg.lanes or cfg.concurrencyFactor,
+                   buffer_limit(cfg), retry_backoff(method), method.retryBeforeCommit)
+
+    # -- intake ------------------------------------------------------------------------
+    def assign(self, position: int | None) -> bool:
+        """Fetching starts at `position` (None: the group has no commit yet). False if the
+        book was assigned already: a rewind happens once per incarnation."""
+        if self.tracker is not None:
+            return False
+        self.tracker = OffsetTracker(position)
+        self._commit.position = position
+        return True
+
+    @property
+    def accepts_batches(self) -> bool:
+        """False before `assign` (batches fetched for an older incarnation) and while
+        draining (the next owner fetches them again)."""
+        return self.tracker is not None and not self._drains.draining
+
+    def restart_if_truncated(self, first: int) -> int | None:
+        """The committed position was past the log's end (topic truncated or recreated) and
+        the consumer reset to `first`, an earlier offset: start over from there. Returns
+        the position given up, or None when nothing changed."""
+        tracker = self._tracker()
+        start = tracker.committable()
+        if tracker.last is not None or start is None or first >= start:
+            return None
+        self.tracker = OffsetTracker(first)
+        self._commit.position = None
+        return start
+
+    def take(self, records: list[Record], highwater: int | None = None) -> list[Record]:
+        """Track and buffer a fetched batch (offset order); return the records taken. Those
+        at or below the last offset held are left out: a refetch after a rewind."""
+        tracker = self._tracker()
+        if highwater is not None:
+            self.highwater = highwater
+        last, skip = tracker.last, 0
+        if last is not None:
+            while skip < len(records) and records[skip].offset <= last:
+                skip += 1
+        taken = records[skip:] if skip else records  # a copy only after a rewind
+        add, offer = tracker.add, self.dispatcher.offer
+        for record in taken:
+            add(record.offset)
+            offer(record)
+        return taken
+
+    def pin(self) -> int | None:
+        """With no position committed yet, the position to commit now: it pins where we
+        started, so a later owner does not reset past these records (reset=latest)."""
+        return self.request_commit() if self._commit.position is None else None
+
+    # -- dispatch and outcomes ---------------------------------------------------------
+    def dispatch(self) -> list[Record]:
+        """The buffered records that may start now (attempt 1); none while draining."""
+        if self._drains.draining:
+            return []
+        ready = self.dispatcher.ready()
+        for record in ready:
+            record.attempt = 1
+        return ready
+
+    def finish(self, record: Record) -> int | None:
+        """`record` is done (delivered, dead-lettered or skipped): free its slot and lane and
+        finish its offset. Returns the position to commit once nothing is pending."""
+        self.dispatcher.done(record)
+        tracker = self.tracker
+        assert tracker is not None  # a record in flight was taken after assign()
+        tracker.finish(record.offset)
+        return self.request_commit() if tracker.pending() == 0 else None
+
+    def retry_at(self, record: Record, now_ms: int,
+                 retry_after_ms: int | None = None) -> int | None:
+        """After a failed attempt: when to try `record` again (monotonic ms), never sooner
+        than the endpoint's `Retry-After`; None when its retries are used up."""
+        limit = self.retry_limit
+        if limit and record.attempt > limit:
+            return None
+        return now_ms + self.backoff.delay_ms(record.attempt, self._rand, retry_after_ms)
+
+    @staticmethod
+    def retrying(record: Record) -> None:
+        """A retry goes out: the record's next attempt."""
+        record.attempt += 1
+
+    @property
+    def inflight(self) -> int:
+        return self.dispatcher.inflight
+
+    # -- commits and flow --------------------------------------------------------------
+    def position(self) -> int | None:
+        """The commit position now: the lowest unfinished offset received."""
+        tracker = self.tracker
+        return tracker.committable() if tracker is not None else self._commit.position
+
+    @property
+    def committed(self) -> int | None:
+        """The last position requested (or the drain's final one)."""
+        return self._commit.position
+
+    def request_commit(self) -> int | None:
+        """The position to send for commit, only when it moved forward."""
+        return self._commit.advance(self.position())
+
+    def flow(self) -> bool | None:
+        """True: pause fetching now (buffer full); False: resume now; None: no change."""
+        return self._gate.update(self.dispatcher.buffered)
+
+    @property
+    def paused(self) -> bool:
+        return self._gate.paused
+
+    # -- drain (revoke, unsubscribe, shutdown) -----------------------------------------
+    @property
+    def draining(self) -> bool:
+        return self._drains.deadline_ms is not None  # not `.draining`: a call per record
+
+    @property
+    def drained(self) -> bool:
+        """Draining, and nothing left in flight: time for `finish_drain`."""
+        return self._drains.draining and self.dispatcher.inflight == 0
+
+    def drain(self, drain: Drain) -> int | None:
+        """Start or join a drain. The first one drops the buffered records (the next owner
+        fetches them again) and, with records in flight, returns its deadline: call
+        `finish_drain` then, or when `drained` turns true, whichever comes first."""
+        if not self._drains.join(drain.deadline_ms, drain.done):
+            return None
+        self.dispatcher.drop_buffered()
+        self._gate.open()
+        return drain.deadline_ms if self.dispatcher.inflight else None
+
+    def finish_drain(self) -> int | None:
+        """Answer every drain with the final position (the consumer commits it)."""
+        position = self.position()
+        self._commit.position = position
+        self._drains.resolve(position)
+        return position
+
+    def close(self) -> None:
+        """The actor stops: whoever still waits for a drain gets the position now."""
+        self._drains.resolve(self.position())
+
+    def _tracker(self) -> OffsetTracker:
+        tracker = self.tracker
+        if tracker is None:
+            raise UsageError("PartitionBook: call assign(position) before taking records")
+        return tracker
+
+    def __repr__(self) -> str:
+        return (f"<PartitionBook {self.dispatcher!r} watermark={self.position()} "
+                f"committed={self.committed} paused={self.paused} "
+                f"draining={self.draining}>")
