@@ -157,12 +157,13 @@ class PartitionBook:
         tracker.finish(record.offset)
         return self.request_commit() if tracker.pending() == 0 else None
 
-    def retry_at(self, record: Record, now_ms: int,
-                 retry_after_ms: int | None = None) -> int | None:
+    def retry_at(self, record: Record, now_ms: int, retry_after_ms: int | None = None,
+                 give_up: bool = False) -> int | None:
         """After a failed attempt: when to try `record` again (monotonic ms), never sooner
-        than the endpoint's `Retry-After`; None when its retries are used up."""
+        than the endpoint's `Retry-After`; None when its retries are used up or the
+        receiver asked to give it up."""
         limit = self.retry_limit
-        if limit and record.attempt > limit:
+        if give_up or (limit and record.attempt > limit):
             return None
         return now_ms + self.backoff.delay_ms(record.attempt, self._rand, retry_after_ms)
 

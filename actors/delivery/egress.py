@@ -134,6 +134,21 @@ def describe(exc: BaseException, timeout_ms: int) -> str:
     return describe_error(exc, text)
 
 
+def receiver_action(status: int, action: str) -> Answer | None:
+    """`QOH-Action: skip | dead-letter | retry-after=<ms>` on a response, whatever its
+    status: the receiver decides the record's fate. An unknown action is ignored (None:
+    the status decides), so a receiver's typo never loses a record."""
+    verb, _, value = action.strip().lower().partition("=")
+    if verb == "skip":
+        return Answer(status, action="skip", reason=f"QOH-Action: skip (HTTP {status})")
+    if verb == "dead-letter":
+        return Answer(status, f"HTTP {status}, QOH-Action: dead-letter", action="dead-letter")
+    if verb == "retry-after" and value.strip().isdecimal():
+        return Answer(status, f"HTTP {status}, QOH-Action: retry-after={value.strip()}",
+                      retry_after_ms=int(value))
+    return None
+
+
 async def discard_body(response: aiohttp.ClientResponse) -> None:
     """Read at most `RESPONSE_BODY_CAP` bytes; close the connection if more is coming."""
     remaining = RESPONSE_BODY_CAP
@@ -192,7 +207,10 @@ class EgressActor(OutletActor):
             await session.close()
 
     async def push(self, record: Record) -> Answer:
-        status, retry_after = await self._request(record)
+        status, retry_after, action = await self._request(record)
+        decided = receiver_action(status, action) if action is not None else None
+        if decided is not None:
+            return decided
         if 200 <= status < 300:
             return Answer(status)
         retry_ms = parse_retry_after(retry_after, self.context.clock.wall_ms())
@@ -201,7 +219,7 @@ class EgressActor(OutletActor):
     def describe(self, exc: BaseException) -> str:
         return describe(exc, self._timeout_ms)
 
-    async def _request(self, record: Record) -> tuple[int, str | None]:
+    async def _request(self, record: Record) -> tuple[int, str | None, str | None]:
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
         headers, body, params = self._build(record)
@@ -210,7 +228,8 @@ class EgressActor(OutletActor):
             allow_redirects=False,
         ) as response:
             await discard_body(response)
-            return response.status, response.headers.get("Retry-After")
+            answer = response.headers
+            return response.status, answer.get("Retry-After"), answer.get("QOH-Action")
 
     def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
         """The per-record headers (the static ones are the session's defaults), body, query."""

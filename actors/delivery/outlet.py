@@ -142,12 +142,14 @@ class OutletActor(Actor):
         status = answer.status
         self._requests[status_class(status) if status is not None else
                        ("error" if answer.error else "2xx")].inc()
-        if answer.error is None:
-            self._journal_outcome("delivered", record, status, latency_ms, None)
+        if answer.error is None or answer.action == "skip":
+            # a skip is finished like a delivery: the receiver has decided, nothing is lost
+            reason = f"skipped: {answer.reason}" if answer.action == "skip" else None
+            self._journal_outcome("delivered", record, status, latency_ms, reason)
             return Delivered(record, deliver.epoch, status or 0, latency_ms)
         self._journal_outcome("failed", record, status, latency_ms, answer.error)
         return Failed(record, deliver.epoch, status, answer.error, latency_ms,
-                      answer.retry_after_ms)
+                      answer.retry_after_ms, give_up=answer.action == "dead-letter")
 
     # -- journal -----------------------------------------------------------------------
     def _journal_sent(self, record: Record) -> None:

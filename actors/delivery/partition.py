@@ -168,7 +168,7 @@ class PartitionActor(Actor):
             return
         self.m_failed.inc()
         record, now = outcome.record, self.context.clock.monotonic_ms()
-        retry_at = self.book.retry_at(record, now, outcome.retry_after_ms)
+        retry_at = self.book.retry_at(record, now, outcome.retry_after_ms, outcome.give_up)
         if retry_at is None:
             await self._give_up(record, outcome)
             return
@@ -184,7 +184,8 @@ class PartitionActor(Actor):
         await self.peers.egress.tell(Deliver(due.record, self.epoch, self))
 
     async def _give_up(self, record: Record, outcome: Failed) -> None:
-        reason = f"gave up after {record.attempt} attempts: {outcome.error}"
+        reason = (f"the receiver gave it up: {outcome.error}" if outcome.give_up else
+                  f"gave up after {record.attempt} attempts: {outcome.error}")
         if self.peers.deadletter is None:
             log.warning("%s: offset %d %s; no deadLetterTopic, skipping it",
                         self.path, record.offset, reason)

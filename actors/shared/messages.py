@@ -60,6 +60,8 @@ class Failed:
     error: str
     latency_ms: float
     retry_after_ms: int | None = None
+    give_up: bool = False
+    """The receiver said so (`QOH-Action: dead-letter`, `runtime.DeadLetter`): no retry."""
 
 
 @dataclass(frozen=True, slots=True)

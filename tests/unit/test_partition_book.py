@@ -192,6 +192,13 @@ def test_retry_before_commit_zero_retries_forever() -> None:
     assert book.retry_at(record, 5) == 105
 
 
+def test_a_receiver_that_gives_a_record_up_ends_its_retries_even_when_they_are_endless() -> None:
+    book = new_book(retries=0, delay_ms=100)
+    (record,) = started(book, 0)
+    assert book.retry_at(record, 5, give_up=True) is None
+    assert book.retry_at(record, 5) == 105
+
+
 def test_retry_after_is_a_lower_bound_on_the_delay() -> None:
     book = new_book(delay_ms=100)
     (record,) = started(book, 0)
