@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Callable
 
 from actors.delivery.lanes import Dispatcher, Mode
@@ -65,8 +66,9 @@ class PartitionBook:
     attempt, then it is given up; 0 retries forever.
     """
 
-    __slots__ = ("_commit", "_drains", "_gate", "_rand", "backoff", "dispatcher",
-                 "highwater", "retry_limit", "tracker")
+    __slots__ = ("_commit", "_drains", "_gate", "_rand", "_taken", "_watched",
+                 "_watched_since", "backoff", "dispatcher", "highwater", "retry_limit",
+                 "stalled_since", "tracker")
 
     def __init__(self, ordering: Mode, window: int, lanes: int, buffer_limit: int,
                  backoff: Backoff, retry_limit: int = 0,
@@ -82,6 +84,10 @@ class PartitionBook:
         self._commit = CommitPoint()
         self._drains = DrainWaiters()
         self._rand = rand
+        self._taken: deque[Record] = deque()  # in offset order; finished ones trimmed lazily
+        self._watched: int | None = None  # the position the stall watchdog last saw move
+        self._watched_since = 0
+        self.stalled_since: int | None = None
 
     @classmethod
     def for_topic(cls, cfg: TopicConfig, method: SubscriptionMethod) -> PartitionBook:
@@ -131,7 +137,45 @@ class PartitionBook:
         for record in taken:
             add(record.offset)
             offer(record)
+        self._taken.extend(taken)
         return taken
+
+    # -- health --------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Records received and not finished."""
+        return self.tracker.pending() if self.tracker is not None else 0
+
+    def lag(self) -> int | None:
+        """Fetch high watermark minus the commit position: grows while delivery is stuck,
+        since every fetch updates the high watermark."""
+        position = self._commit.position
+        if self.highwater is None or position is None:
+            return None
+        return max(self.highwater - position, 0)
+
+    def oldest_pending_ms(self, now_ms: int) -> int | None:
+        """How long the oldest unfinished record has waited since it was fetched (monotonic
+        ms); None when nothing waits."""
+        position = self.position()
+        taken = self._taken
+        while taken and (position is None or taken[0].offset < position):
+            taken.popleft()  # finished: everything below the position is
+        return now_ms - taken[0].fetched_ms if taken else None
+
+    def watch(self, now_ms: int, stall_after_ms: int) -> bool:
+        """The stall watchdog, called periodically: True once when the commit position has
+        not moved for `stall_after_ms` while records wait; `stalled_since` says since when
+        (None again once it moves)."""
+        position = self.position()
+        waiting = self.pending > 0
+        if position != self._watched or not waiting:
+            self._watched, self._watched_since, self.stalled_since = position, now_ms, None
+            return False
+        if self.stalled_since is None and now_ms - self._watched_since >= stall_after_ms:
+            self.stalled_since = self._watched_since
+            return True
+        return False
 
     def pin(self) -> int | None:
         """With no position committed yet, the position to commit now: it pins where we

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.delivery.book import buffer_limit
-from actors.delivery.partition import PartitionActor, PartitionPeers
+from actors.delivery.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
 from actors.delivery.subscription import INT_PROPERTIES, Consumer
 from actors.shared.group_consumer import (
     ClientSettings,
@@ -42,6 +42,7 @@ class ConsumerDeps:
     egress: Ref
     deadletter: Ref | None
     metrics: Registry
+    stall_after_ms: int = STALL_AFTER_MS
 
 
 def fetch_size(sub: Consumer) -> int:
@@ -99,7 +100,7 @@ class ConsumerActor(GroupConsumerActor):
     def build_child(self, tp: TopicPartition, epoch: int) -> PartitionActor:
         peers = PartitionPeers(self, self.deps.egress, self.deps.deadletter)
         return PartitionActor(child_name(tp), self.sub, tp.topic, tp.partition, epoch, peers,
-                              self.deps.metrics)
+                              self.deps.metrics, self.deps.stall_after_ms)
 
     def reset_to_beginning(self) -> bool:
         return self._reset == "earliest"

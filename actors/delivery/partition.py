@@ -49,6 +49,7 @@ from runtime.kernel import Actor, Ref
 
 log = logging.getLogger(__name__)
 IDLE_COMMIT_PERIOD_MS = 1000
+STALL_AFTER_MS = 60_000
 
 
 @dataclass(slots=True)
@@ -60,12 +61,21 @@ class PartitionPeers:
     deadletter: Ref | None
 
 
+PARTITION_SERIES = (
+    "hookstream_delivered_total", "hookstream_failed_attempts_total", "hookstream_retries_total",
+    "hookstream_dead_lettered_total", "hookstream_inflight", "hookstream_committed_offset",
+    "hookstream_lag", "hookstream_oldest_pending_seconds",
+)
+
+
 class PartitionActor(Actor):
     mailbox_capacity = 1024
 
     def __init__(self, name: str, sub: Consumer, topic: str, partition: int, epoch: int,
-                 peers: PartitionPeers, metrics: Registry) -> None:
+                 peers: PartitionPeers, metrics: Registry,
+                 stall_after_ms: int = STALL_AFTER_MS) -> None:
         super().__init__(name)
+        self.stall_after_ms = stall_after_ms
         self.sub, self.topic, self.partition, self.epoch = sub, topic, partition, epoch
         self.sub_key = sub.key  # a property that formats: once, not per record
         self.peers = peers
@@ -75,8 +85,10 @@ class PartitionActor(Actor):
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
-        labels = {"subscription": self.sub.key, "topic": self.topic,
-                  "partition": str(self.partition)}
+        labels = self._labels = {"subscription": self.sub.key, "topic": self.topic,
+                                 "partition": str(self.partition)}
+        self._families = [metrics.counter(name, "") if name.endswith("_total") else
+                          metrics.gauge(name, "") for name in PARTITION_SERIES]
         self.m_delivered = metrics.counter(
             "hookstream_delivered_total", "Records delivered (2xx)").labels(**labels)
         self.m_failed = metrics.counter(
@@ -91,6 +103,9 @@ class PartitionActor(Actor):
             "hookstream_committed_offset", "Last committed position").labels(**labels)
         self.m_lag = metrics.gauge(
             "hookstream_lag", "Fetch high watermark minus committed position").labels(**labels)
+        self.m_oldest = metrics.gauge(
+            "hookstream_oldest_pending_seconds",
+            "Age of the oldest record not yet finished").labels(**labels)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -98,8 +113,9 @@ class PartitionActor(Actor):
         self._schedule_commit_tick()
 
     async def on_stop(self) -> None:
-        self.m_inflight.set(0)
         self.book.close()
+        for family in self._families:  # revoked or unsubscribed: its series go too
+            family.remove(**self._labels)
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> bool | None:
@@ -115,6 +131,7 @@ class PartitionActor(Actor):
             await self._on_dead_lettered(message)
         elif isinstance(message, CommitTick):
             self._commit(self.book.request_commit())
+            self._check_health()
             self._schedule_commit_tick()
         elif isinstance(message, Assigned):
             if message.epoch == self.epoch:
@@ -140,6 +157,9 @@ class PartitionActor(Actor):
             emit(Event(type="fetched", ts_ms=now, subscription=sub, topic=self.topic,
                        partition=self.partition, offset=record.offset,
                        record_ts_ms=record.timestamp_ms))
+        lag = book.lag()
+        if lag is not None:
+            self.m_lag.set(lag)
         self._commit(book.pin())
         await self._pump()
         self._flow(book.flow())
@@ -232,6 +252,20 @@ class PartitionActor(Actor):
             self.m_lag.set(max(highwater - position, 0))
         self.peers.consumer.tell_system(
             CommitRequest(self.topic, self.partition, position, self.epoch))
+
+    def _check_health(self) -> None:
+        """Every commit tick: the oldest pending record's age, and the stall watchdog."""
+        book, now = self.book, self.context.clock.monotonic_ms()
+        oldest = book.oldest_pending_ms(now)
+        self.m_oldest.set(0 if oldest is None else oldest / 1000)
+        if book.watch(now, self.stall_after_ms):
+            log.warning("%s: stalled: commit position %s has not moved for %d s while "
+                        "%d records wait (oldest %.1f s)", self.path, book.position(),
+                        self.stall_after_ms // 1000, book.pending, (oldest or 0) / 1000)
+            self.context.emit(Event(
+                type="stalled", ts_ms=self.context.clock.wall_ms(), subscription=self.sub_key,
+                topic=self.topic, partition=self.partition, offset=book.position(),
+                reason=f"commit position unchanged for {self.stall_after_ms} ms"))
 
     def _schedule_commit_tick(self) -> None:
         period = self.cfg.autoCommitPeriodMs or IDLE_COMMIT_PERIOD_MS

@@ -43,7 +43,7 @@ from actors.shared.messages import (
 )
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
-from runtime.kafka import committed_offset, make_consumer
+from runtime.kafka import committed_offset, compat, make_consumer
 from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,7 @@ class GroupConsumerActor(Actor):
             return
         try:
             await self._revoke_with(kafka, set(self.owned))
+            await compat.leave_group(kafka)  # so the next member need not wait (quirk 6)
         finally:
             await kafka.stop()
 

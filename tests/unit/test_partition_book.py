@@ -282,3 +282,46 @@ async def test_a_waiter_that_gave_up_is_skipped() -> None:
     assert book.drained
     assert book.finish_drain() == 0
     assert waiting.done.result() == 0
+
+
+# -- health: lag, oldest pending, the stall watchdog ----------------------------------------
+
+
+def test_lag_follows_every_fetch_while_nothing_finishes() -> None:
+    book = new_book(position=0)
+    book.take(recs(0, 1, 2), highwater=3)
+    assert book.lag() == 3
+    book.take(recs(3, 4), highwater=50)  # delivery is stuck, the log grows: so does lag
+    assert book.lag() == 50
+
+
+def test_oldest_pending_is_the_age_of_the_lowest_unfinished_record() -> None:
+    book = new_book(position=0)
+    records = [Record("orders", 0, o, b"k", b"v", (), 0, fetched_ms=100 * o) for o in range(3)]
+    book.take(records)
+    r0, r1, r2 = book.dispatch()
+    assert book.oldest_pending_ms(now_ms=1000) == 1000
+    book.finish(r1)
+    assert book.oldest_pending_ms(now_ms=1000) == 1000  # 0 still waits
+    book.finish(r0)
+    assert book.oldest_pending_ms(now_ms=1000) == 800  # now 2 is the oldest
+    book.finish(r2)
+    assert book.oldest_pending_ms(now_ms=1000) is None
+
+
+def test_the_watchdog_fires_once_when_the_position_stands_still_while_records_wait() -> None:
+    book = new_book(position=0)
+    (r0,) = started(book, 0)
+    assert book.watch(0, stall_after_ms=60_000) is False
+    assert book.watch(59_999, stall_after_ms=60_000) is False
+    assert book.watch(60_000, stall_after_ms=60_000) is True
+    assert book.stalled_since == 0
+    assert book.watch(90_000, stall_after_ms=60_000) is False  # once, not on every tick
+    book.finish(r0)
+    assert book.watch(91_000, stall_after_ms=60_000) is False
+    assert book.stalled_since is None
+
+
+def test_an_idle_partition_never_stalls() -> None:
+    book = new_book(position=5)
+    assert not any(book.watch(t, stall_after_ms=10) for t in range(0, 1000, 100))
