@@ -28,6 +28,47 @@ from runtime.kernel.actor import Actor, Ref
 
 CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 ERROR_TEXT_LIMIT: Final = 200
+HEALTH_WINDOW: Final = 200  # outcomes the error rate is computed over
+RECENT_FAILURES: Final = 10
+
+
+class EndpointHealth:
+    """What the status API shows of an endpoint: the last answer, the error rate over the
+    last `HEALTH_WINDOW` outcomes, and the most recent failures."""
+
+    __slots__ = ("_errors", "_outcomes", "last_error", "last_status", "last_success_at",
+                 "recent_failures")
+
+    def __init__(self) -> None:
+        self._outcomes: deque[bool] = deque(maxlen=HEALTH_WINDOW)
+        self._errors = 0
+        self.last_status: int | None = None
+        self.last_error: str | None = None
+        self.last_success_at: int | None = None
+        self.recent_failures: deque[dict[str, object]] = deque(maxlen=RECENT_FAILURES)
+
+    def record(self, ok: bool, status: int | None, error: str | None, wall_ms: int) -> None:
+        outcomes = self._outcomes
+        if len(outcomes) == outcomes.maxlen and not outcomes[0]:
+            self._errors -= 1  # the oldest outcome leaves the window
+        outcomes.append(ok)
+        self.last_status = status
+        if ok:
+            self.last_success_at = wall_ms
+        else:
+            self._errors += 1
+            self.last_error = error
+            self.recent_failures.appendleft({"at": wall_ms, "status": status, "error": error})
+
+    @property
+    def error_rate(self) -> float:
+        return self._errors / len(self._outcomes) if self._outcomes else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {"last_status": self.last_status, "last_error": self.last_error,
+                "last_success_at": self.last_success_at,
+                "error_rate": round(self.error_rate, 4),
+                "recent_failures": list(self.recent_failures)}
 
 
 Action = Literal["skip", "dead-letter"]
@@ -71,6 +112,7 @@ class OutletActor(Actor):
         self._parked: deque[asyncio.Future[None]] = deque()  # idle workers' wakeups
         self._workers = 0
         self._inflight = 0
+        self.health = EndpointHealth()
         self._bind_metrics(metrics, subscription)
 
     def _bind_metrics(self, metrics: Registry, subscription: str) -> None:
@@ -142,13 +184,15 @@ class OutletActor(Actor):
         status = answer.status
         self._requests[status_class(status) if status is not None else
                        ("error" if answer.error else "2xx")].inc()
-        if answer.error is None or answer.action == "skip":
+        error = answer.error
+        self.health.record(error is None, status, error, self.context.clock.wall_ms())
+        if error is None or answer.action == "skip":
             # a skip is finished like a delivery: the receiver has decided, nothing is lost
             reason = f"skipped: {answer.reason}" if answer.action == "skip" else None
             self._journal_outcome("delivered", record, status, latency_ms, reason)
             return Delivered(record, deliver.epoch, status or 0, latency_ms)
-        self._journal_outcome("failed", record, status, latency_ms, answer.error)
-        return Failed(record, deliver.epoch, status, answer.error, latency_ms,
+        self._journal_outcome("failed", record, status, latency_ms, error)
+        return Failed(record, deliver.epoch, status, error, latency_ms,
                       answer.retry_after_ms, give_up=answer.action == "dead-letter")
 
     # -- journal -----------------------------------------------------------------------

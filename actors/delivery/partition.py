@@ -82,6 +82,8 @@ class PartitionActor(Actor):
         cfg: TopicConfig = sub.topic_config(topic)
         self.cfg = cfg
         self.book = PartitionBook.for_topic(cfg, sub.subscriptionMethod)
+        self.retrying = 0  # records waiting for a retry timer
+        self.last_error: str | None = None
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
@@ -187,12 +189,14 @@ class PartitionActor(Actor):
         if outcome.epoch != self.epoch:
             return
         self.m_failed.inc()
+        self.last_error = outcome.error
         record, now = outcome.record, self.context.clock.monotonic_ms()
         retry_at = self.book.retry_at(record, now, outcome.retry_after_ms, outcome.give_up)
         if retry_at is None:
             await self._give_up(record, outcome)
             return
         self.schedule(retry_at, RetryDue(record, self.epoch))
+        self.retrying += 1
         self.m_retries.inc()
         self._journal("retry_scheduled", record, status=outcome.status,
                       reason=outcome.error, latency_ms=float(retry_at - now))
@@ -200,6 +204,7 @@ class PartitionActor(Actor):
     async def _on_retry_due(self, due: RetryDue) -> None:
         if due.epoch != self.epoch:
             return
+        self.retrying -= 1
         self.book.retrying(due.record)
         await self.peers.egress.tell(Deliver(due.record, self.epoch, self))
 
@@ -283,6 +288,17 @@ class PartitionActor(Actor):
         position = self.book.finish_drain()
         if position is not None:
             self.m_committed.set(position)
+
+    def status(self) -> dict[str, object]:
+        """A snapshot for the status API (read on the event loop: consistent)."""
+        book, now = self.book, self.context.clock.monotonic_ms()
+        stalled = book.stalled_since
+        return {"topic": self.topic, "partition": self.partition,
+                "committed": book.committed, "highwater": book.highwater, "lag": book.lag(),
+                "inflight": book.inflight, "retrying": self.retrying,
+                "pending": book.pending, "oldest_pending_ms": book.oldest_pending_ms(now),
+                "paused": book.paused, "last_error": self.last_error,
+                "stalled_for_ms": None if stalled is None else now - stalled}
 
     def _journal(self, kind: EventType, record: Record, *, reason: str | None,
                  status: int | None = None, latency_ms: float | None = None) -> None:
