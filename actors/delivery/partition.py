@@ -159,10 +159,10 @@ class PartitionActor(Actor):
             emit(Event(type="fetched", ts_ms=now, subscription=sub, topic=self.topic,
                        partition=self.partition, offset=record.offset,
                        record_ts_ms=record.timestamp_ms))
+        self._commit(book.pin())
         lag = book.lag()
         if lag is not None:
             self.m_lag.set(lag)
-        self._commit(book.pin())
         await self._pump()
         self._flow(book.flow())
         return book.paused

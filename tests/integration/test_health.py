@@ -1,0 +1,63 @@
+"""Health a stuck endpoint cannot hide: lag grows with every fetch while nothing finishes,
+the oldest pending record ages, and everything is delivered once the endpoint answers."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from runtime.host.app import Runtime
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Push,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
+
+
+def series(runtime: Runtime, name: str, topic: str) -> float | None:
+    match = re.search(rf'^{name}{{[^}}]*topic="{re.escape(topic)}"[^}}]*}} (\S+)$',
+                      runtime.metrics.render(), re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+async def wait_series(runtime: Runtime, name: str, topic: str, expected: float,
+                      timeout_s: float = 20) -> None:
+    async with asyncio.timeout(timeout_s):
+        while series(runtime, name, topic) != expected:
+            await asyncio.sleep(0.1)
+
+
+async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    release = asyncio.Event()
+
+    async def hangs(push: Push) -> int:
+        await release.wait()
+        return 200
+
+    receiver = await Receiver(hangs).start()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    await runtime.start()
+    try:
+        sub = subscription("lag", [{"name": topic, "config": {"concurrencyFactor": 2}}],
+                           receiver.url, fast_group=fast_group_kwargs)
+        await Admin(runtime).subscribe(sub)
+        await produce(kafka_bootstrap, topic, 5)
+        await wait_series(runtime, "hookstream_lag", topic, 5)
+        await produce(kafka_bootstrap, topic, 20, start=5)
+        await wait_series(runtime, "hookstream_lag", topic, 25)  # nothing finished meanwhile
+        assert len(receiver.ok) == 0
+        release.set()
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 25)
+        await wait_series(runtime, "hookstream_lag", topic, 0)
+    finally:
+        release.set()
+        await runtime.stop()
+        await receiver.stop()
