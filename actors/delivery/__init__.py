@@ -4,7 +4,18 @@ push every record to an HTTP endpoint, at least once.
     from actors.delivery import Consumer, DeliveryService, decode_consumer
 """
 
+from actors.delivery.errors import (
+    DeliveryError,
+    InvalidSubscription,
+    SubscriptionExists,
+    SubscriptionNotFound,
+    SubscriptionStartFailed,
+    UnknownBroker,
+)
 from actors.delivery.service import DeliveryService
-from actors.delivery.subscription import Consumer, InvalidSubscription, decode_consumer
+from actors.delivery.subscription import Consumer, decode_consumer
 
-__all__ = ["Consumer", "DeliveryService", "InvalidSubscription", "decode_consumer"]
+__all__ = [
+    "Consumer", "DeliveryError", "DeliveryService", "InvalidSubscription", "SubscriptionExists",
+    "SubscriptionNotFound", "SubscriptionStartFailed", "UnknownBroker", "decode_consumer",
+]

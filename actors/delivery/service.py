@@ -1,4 +1,5 @@
-"""DeliveryService: subscriptions as supervised actor trees, and their admin API.
+"""DeliveryService: subscriptions as supervised actor trees, and the library API to add
+and remove them.
 
 Tree, under the runtime's root supervisor::
 
@@ -13,8 +14,9 @@ Tree, under the runtime's root supervisor::
 when any part dies the subscription restarts from the committed offsets. Children stop
 in reverse, so the consumer drains its partitions and commits before anything else goes.
 
-Admin API (Queue-Over-Http): `POST /broker/subscription`, `GET /broker/subscription`,
-`POST /broker/unsubscribe`.
+Library API: `await service.subscribe(consumer)`, `await service.unsubscribe(key)`; they
+raise the errors of actors/delivery/errors.py (`DeliveryError` and its subclasses). The
+admin API's routes (Queue-Over-Http) are in actors/delivery/routes.py.
 """
 
 from __future__ import annotations
@@ -23,17 +25,21 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-import msgspec
-from aiohttp import web
-
 from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
 from actors.delivery.deadletter import DeadLetterActor
 from actors.delivery.egress import EgressActor
+from actors.delivery.errors import (
+    DeliveryError,
+    SubscriptionExists,
+    SubscriptionNotFound,
+    SubscriptionStartFailed,
+    UnknownBroker,
+)
+from actors.delivery.routes import SubscriptionRoutes
 from actors.delivery.store import SubscriptionStore
-from actors.delivery.subscription import Consumer, InvalidSubscription, decode_consumer, redacted
+from actors.delivery.subscription import Consumer
 from actors.shared.group_consumer import Wiring
 from runtime.errors import ActorStartError, ConfigError
-from runtime.host.admin import BadRequest, ok
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
 if TYPE_CHECKING:
@@ -65,7 +71,7 @@ class DeliveryService:
         self._store = SubscriptionStore(runtime.config.persistence.dir)
         self._root = await runtime.system.spawn(ChildSpec(
             "delivery", self._delivery_supervisor, shutdown_ms=SUBSCRIPTION_STOP_MS + 500))
-        self._add_routes(runtime.admin.app)
+        SubscriptionRoutes(self).add_to(runtime.admin.app)
         await self._restore()
 
     def _delivery_supervisor(self) -> Supervisor:
@@ -76,12 +82,12 @@ class DeliveryService:
 
     async def _restore(self) -> None:
         assert self._store is not None
-        consumers, self.problems = self._store.load_all()
+        consumers, self.problems = await self._store.load_all()
         for consumer in consumers:
             try:
                 await self.subscribe(consumer, persist=False)
                 log.info("restored subscription %s", consumer.key)
-            except (BadRequest, ActorStartError) as exc:
+            except DeliveryError as exc:
                 self.problems.append(f"{consumer.key}: {exc}")
                 log.error("could not restore subscription %s: %s", consumer.key, exc)
 
@@ -106,28 +112,49 @@ class DeliveryService:
 
     # -- subscriptions -----------------------------------------------------------------
     async def subscribe(self, consumer: Consumer, *, persist: bool = True) -> None:
+        """Start `consumer`'s actor tree and (with `persist`) store it for the next start.
+
+        Raises `SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`, or
+        `InvalidSubscription` for a name the store refuses.
+        """
         async with self._lock:
-            if consumer.key in self.subscriptions:
-                raise BadRequest("subscription already exists",
-                                 f"{consumer.key}: unsubscribe it first")
-            self._bootstrap(consumer)
-            await self._supervisor().start_child(self._spec(consumer))
+            self._refuse_early(consumer, persist)
+            await self._start_tree(consumer)
             self.subscriptions[consumer.key] = consumer
             if persist:
                 assert self._store is not None
-                self._store.save(consumer)
+                await self._store.save(consumer)
+
+    def _refuse_early(self, consumer: Consumer, persist: bool) -> None:
+        """What would fail later, checked before anything starts."""
+        if consumer.key in self.subscriptions:
+            raise SubscriptionExists("subscription already exists",
+                                     f"{consumer.key}: unsubscribe it first")
+        if persist:  # `<id>_<group.id>` may be too long for a file name though each part fits
+            assert self._store is not None
+            self._store.path(consumer.key)
+        self._bootstrap(consumer)
+
+    async def _start_tree(self, consumer: Consumer) -> None:
+        try:
+            await self._supervisor().start_child(self._spec(consumer))
+        except ActorStartError as exc:
+            raise SubscriptionStartFailed("subscription failed to start",
+                                          str(exc.__cause__ or exc)) from exc
 
     async def unsubscribe(self, key: str) -> Consumer:
+        """Stop subscription `key` (`<id>_<group.id>`): it drains and commits, then its
+        file is deleted. Raises `SubscriptionNotFound`."""
         async with self._lock:
             consumer = self.subscriptions.get(key)
             if consumer is None:
-                raise BadRequest("subscription not found", key, status=404)
+                raise SubscriptionNotFound("subscription not found", key)
             sup = self._supervisor()
             if sup.has_child(key):
                 await sup.stop_child(key)
             del self.subscriptions[key]
             assert self._store is not None
-            self._store.delete(key)
+            await self._store.delete(key)
             return consumer
 
     def _bootstrap(self, consumer: Consumer) -> str:
@@ -135,7 +162,7 @@ class DeliveryService:
         try:
             return self._runtime.bootstrap(consumer.broker)
         except ConfigError as exc:
-            raise BadRequest("unknown broker", str(exc)) from None
+            raise UnknownBroker("unknown broker", str(exc)) from None
 
     def _spec(self, consumer: Consumer) -> ChildSpec:
         return ChildSpec(consumer.key, lambda: self._subscription_tree(consumer),
@@ -167,49 +194,6 @@ class DeliveryService:
             shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000))
         return specs
 
-    # -- admin routes ------------------------------------------------------------------
-    def _add_routes(self, app: web.Application) -> None:
-        app.router.add_post("/broker/subscription", self._post_subscription)
-        app.router.add_get("/broker/subscription", self._get_subscriptions)
-        app.router.add_post("/broker/unsubscribe", self._post_unsubscribe)
-
-    async def _post_subscription(self, request: web.Request) -> web.Response:
-        consumer = _decode(await request.read())
-        try:
-            await self.subscribe(consumer)
-        except ActorStartError as exc:
-            raise BadRequest("subscription failed to start", str(exc.__cause__ or exc),
-                             status=503) from None
-        return ok(redacted(consumer))
-
-    async def _get_subscriptions(self, request: web.Request) -> web.Response:
-        return ok([redacted(c) for c in self.subscriptions.values()])
-
-    async def _post_unsubscribe(self, request: web.Request) -> web.Response:
-        key = _unsubscribe_key(await request.read())
-        return ok(redacted(await self.unsubscribe(key)))
-
     def __repr__(self) -> str:
         return f"<DeliveryService subscriptions={list(self.subscriptions)}>"
-
-
-def _decode(body: bytes) -> Consumer:
-    try:
-        return decode_consumer(body)
-    except InvalidSubscription as exc:
-        raise BadRequest(exc.reason, exc.details) from None
-
-
-class _Key(msgspec.Struct):
-    id: str
-    group_id: str = msgspec.field(name="group.id")
-
-
-def _unsubscribe_key(body: bytes) -> str:
-    """Unsubscribe takes a Consumer JSON (Queue-Over-Http) or just `id` and `group.id`."""
-    try:
-        key = msgspec.json.decode(body, type=_Key)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise BadRequest("invalid unsubscribe request", str(exc)) from None
-    return f"{key.id}_{key.group_id}"
 

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+# re-exported: it lived here first, and callers still import it from here
+from actors.delivery.errors import InvalidSubscription as InvalidSubscription
 from actors.delivery.signing import signing_key
 from runtime.kafka import valid_topic
 
@@ -112,13 +114,6 @@ class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     def window(self) -> int:
         """Largest in-flight window over the topics: sizes the HTTP pool."""
         return max(t.config.concurrencyFactor for t in self.topics)
-
-
-class InvalidSubscription(ValueError):
-    def __init__(self, reason: str, details: str = "") -> None:
-        super().__init__(f"{reason}: {details}" if details else reason)
-        self.reason = reason
-        self.details = details
 
 
 def decode_consumer(body: bytes | dict[str, Any]) -> Consumer:

@@ -2,7 +2,9 @@
 
 Replies follow Queue-Over-Http: `200 {"success": true, "data": ...}` and
 `4xx {"success": false, "reason": ..., "details": ...}`. A bad request is never a 500:
-handlers raise `BadRequest`, and anything unexpected is logged and answered as JSON.
+handlers raise `BadRequest` or answer `fail(...)` (a service translates its own domain
+errors, as actors/delivery/routes.py does), and anything unexpected is logged and
+answered as JSON.
 """
 
 from __future__ import annotations

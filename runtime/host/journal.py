@@ -66,6 +66,7 @@ from typing import Final, Literal, Protocol, get_args
 import msgspec
 
 from runtime.errors import UsageError
+from runtime.host.files import fsync_directory
 from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -216,16 +217,8 @@ def recover_segments(directory: Path) -> list[Path]:
         finally:
             os.close(fd)
     if recovered:
-        _fsync_directory(directory)
+        fsync_directory(directory)
     return recovered
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _SegmentWriter:
@@ -282,7 +275,7 @@ class _SegmentWriter:
             os.replace(path, final_name(path))
         finally:
             os.close(fd)
-        _fsync_directory(self._dir)
+        fsync_directory(self._dir)
 
     def _open(self, wall_ms: int, mono_ms: int) -> int:
         name = f"{SEGMENT_PREFIX}{wall_ms:013d}-{self._writer_id}-{self._seq:06d}{OPEN_SUFFIX}"

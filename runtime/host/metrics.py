@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 Labels = tuple[tuple[str, str], ...]
+C = TypeVar("C")
 F = TypeVar("F", bound="Counter | Histogram")
 
 
@@ -64,22 +65,36 @@ class _Family:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
 
 
-class Counter(_Family):
-    kind = "counter"
+class _Labelled(_Family, Generic[C]):
+    """A family of children of type `C`, one per label set, made on first use."""
 
     def __init__(self, name: str, help_text: str) -> None:
         super().__init__(name, help_text)
-        self.children: dict[Labels, Value] = {}
+        self.children: dict[Labels, C] = {}
 
-    def labels(self, **labels: str | int) -> Value:
-        key = tuple((k, str(v)) for k, v in labels.items())
+    def labels(self, **labels: str | int) -> C:
+        key = _key(labels)
         child = self.children.get(key)
         if child is None:
-            child = self.children[key] = Value()
+            child = self.children[key] = self._new_child()
         return child
 
     def remove(self, **labels: str | int) -> None:
-        self.children.pop(tuple((k, str(v)) for k, v in labels.items()), None)
+        self.children.pop(_key(labels), None)
+
+    def _new_child(self) -> C:
+        raise NotImplementedError
+
+
+def _key(labels: dict[str, str | int]) -> Labels:
+    return tuple((k, str(v)) for k, v in labels.items())
+
+
+class Counter(_Labelled[Value]):
+    kind = "counter"
+
+    def _new_child(self) -> Value:
+        return Value()
 
     def render(self) -> list[str]:
         lines = self.header()
@@ -92,20 +107,15 @@ class Gauge(Counter):
     kind = "gauge"
 
 
-class Histogram(_Family):
+class Histogram(_Labelled[HistogramValue]):
     kind = "histogram"
 
     def __init__(self, name: str, help_text: str, bounds: Iterable[float]) -> None:
         super().__init__(name, help_text)
         self.bounds = tuple(sorted(bounds))
-        self.children: dict[Labels, HistogramValue] = {}
 
-    def labels(self, **labels: str | int) -> HistogramValue:
-        key = tuple((k, str(v)) for k, v in labels.items())
-        child = self.children.get(key)
-        if child is None:
-            child = self.children[key] = HistogramValue(self.bounds)
-        return child
+    def _new_child(self) -> HistogramValue:
+        return HistogramValue(self.bounds)
 
     def render(self) -> list[str]:
         lines = self.header()

@@ -1,0 +1,52 @@
+"""Durable file writes: the journal's segments and the subscription files use these.
+
+Blocking: call them from a worker thread (`asyncio.to_thread`), never on the event loop.
+
+- `atomic_write(path, data)`: readers, and a crash at any point, see the old file or the
+  new one, never a mix. The data goes to a temp file in the same directory, is fsynced,
+  renamed over `path`, and then the directory is fsynced so the rename itself survives a
+  power loss.
+- `fsync_directory(directory)`: make renames and unlinks in `directory` durable.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+TEMP_SUFFIX = ".tmp"
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`. On error the temp file is removed and `path` untouched.
+
+    The temp file is a hidden sibling with a random part (`.<name>.<hex>.tmp`), so two
+    writers never share one; a process killed mid-write leaves it behind, and nothing
+    that globs for `*<suffix of path>` picks it up.
+    """
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    try:
+        _write_synced(temp, data)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    # 0o666 before the umask: the same mode a plain open(path, "wb") gives
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    with open(fd, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())

@@ -1,0 +1,80 @@
+"""Durable writes: an atomic write leaves the old file or the new one, never a mix, and
+no temp file once it returns or fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.host.files import atomic_write, fsync_directory
+
+
+def test_atomic_write_creates_the_file_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    atomic_write(path, b"first")
+    assert path.read_bytes() == b"first"
+    assert os.listdir(tmp_path) == ["a.json"]
+
+
+def test_atomic_write_replaces_an_existing_file(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    atomic_write(path, b"first")
+    atomic_write(path, b"second")
+    assert path.read_bytes() == b"second"
+    assert os.listdir(tmp_path) == ["a.json"]
+
+
+def test_the_new_file_has_the_mode_a_plain_open_gives(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    atomic_write(tmp_path / "atomic", b"x")
+    assert (tmp_path / "atomic").stat().st_mode == plain.stat().st_mode
+
+
+def test_a_failed_rename_leaves_the_old_file_and_removes_the_temp_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "a.json"
+    atomic_write(path, b"old")
+
+    def fail(src: object, dst: object) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk gone"):
+        atomic_write(path, b"new")
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["a.json"]
+
+
+def test_a_crash_between_write_and_rename_leaves_the_old_file_intact(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    atomic_write(path, b"old")
+    # The child process dies where the rename would be: no cleanup code runs.
+    crash = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from runtime.host import files\n"
+        "files.os.replace = lambda src, dst: os._exit(3)\n"
+        "files.atomic_write(Path(sys.argv[1]), b'new')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", crash, str(path)], check=False,
+                            cwd=Path(__file__).parents[2])
+    assert result.returncode == 3
+    assert path.read_bytes() == b"old"
+    leftovers = [p for p in tmp_path.iterdir() if p != path]
+    assert len(leftovers) == 1 and leftovers[0].name.startswith(".a.json.")
+    assert leftovers[0].suffix == ".tmp" and leftovers[0].read_bytes() == b"new"
+    assert list(tmp_path.glob("*.json")) == [path]
+
+
+def test_fsync_directory_accepts_a_directory(tmp_path: Path) -> None:
+    fsync_directory(tmp_path)
+
+
+def test_fsync_directory_of_a_missing_directory_raises(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        fsync_directory(tmp_path / "missing")

@@ -1,0 +1,77 @@
+"""The Prometheus registry: a child per label set, made once and found again; removed
+series disappear from the text; the text format itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.host.metrics import Counter, Gauge, Histogram, Registry
+
+
+@pytest.mark.parametrize("family", [
+    Counter("c_total", "c"), Gauge("g", "g"), Histogram("h_ms", "h", (1, 10)),
+])
+def test_labels_returns_the_same_child_for_the_same_labels(
+        family: Counter | Histogram) -> None:
+    child = family.labels(subscription="s", partition=3)
+    assert family.labels(subscription="s", partition=3) is child
+    assert family.labels(subscription="s", partition="3") is child  # values are strings
+    assert family.labels(subscription="s", partition=4) is not child
+    assert len(family.children) == 2
+
+
+@pytest.mark.parametrize("family", [
+    Counter("c_total", "c"), Gauge("g", "g"), Histogram("h_ms", "h", (1, 10)),
+])
+def test_a_removed_series_is_made_afresh_on_next_use(family: Counter | Histogram) -> None:
+    first = family.labels(partition=1)
+    family.remove(partition=1)
+    family.remove(partition=99)  # unknown labels: nothing to do
+    assert family.children == {}
+    assert family.labels(partition=1) is not first
+
+
+def test_counter_and_gauge_children_count_and_set() -> None:
+    counter, gauge = Counter("c_total", "c"), Gauge("g", "g")
+    counter.labels(a="x").inc()
+    counter.labels(a="x").inc(2)
+    gauge.labels(a="x").set(7)
+    assert counter.labels(a="x").value == 3 and gauge.labels(a="x").value == 7
+
+
+def test_histogram_children_use_the_family_bounds() -> None:
+    family = Histogram("h_ms", "h", (10, 1))
+    child = family.labels(a="x")
+    child.observe(5)
+    assert child.bounds == (1, 10) and child.buckets == [0, 1, 0]
+
+
+def test_render_is_the_prometheus_text_format() -> None:
+    registry = Registry()
+    registry.counter("sent_total", "pushes").labels(endpoint='a"b').inc(2)
+    registry.gauge("up", "up").labels().set(1)
+    latency = registry.histogram("latency_ms", "latency", (1, 10))
+    latency.labels(endpoint="e").observe(0.5)
+    latency.labels(endpoint="e").observe(20)
+    assert registry.render() == "\n".join([
+        "# HELP sent_total pushes",
+        "# TYPE sent_total counter",
+        'sent_total{endpoint="a\\"b"} 2',
+        "# HELP up up",
+        "# TYPE up gauge",
+        "up 1",
+        "# HELP latency_ms latency",
+        "# TYPE latency_ms histogram",
+        'latency_ms_bucket{endpoint="e",le="1"} 1',
+        'latency_ms_bucket{endpoint="e",le="10"} 1',
+        'latency_ms_bucket{endpoint="e",le="+Inf"} 2',
+        'latency_ms_sum{endpoint="e"} 20.5',
+        'latency_ms_count{endpoint="e"} 2',
+    ]) + "\n"
+
+
+def test_a_name_registered_as_one_kind_cannot_be_another() -> None:
+    registry = Registry()
+    assert registry.counter("x", "x") is registry.counter("x", "x")
+    with pytest.raises(TypeError, match="already registered as Counter"):
+        registry.histogram("x", "x")

@@ -1,0 +1,115 @@
+"""The subscription store: a round trip through the disk, all of it in a worker thread;
+corrupt files moved aside; names that could escape the directory refused."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.delivery.store import SubscriptionStore
+from actors.delivery.subscription import Consumer, InvalidSubscription, decode_consumer
+
+
+def consumer(sub_id: str, **method: Any) -> Consumer:
+    return decode_consumer({
+        "id": sub_id, "group.id": "g", "broker": "Kafka", "topics": [{"name": "orders"}],
+        "subscriptionMethod": {"uri": "http://127.0.0.1:9/hook", **method},
+    })
+
+
+async def test_saved_subscriptions_load_back_equal_in_name_order(tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path / "persist")
+    second, first = consumer("b", signingSecret="whsec_c2VjcmV0"), consumer("a")
+    await store.save(second)
+    await store.save(first)
+    assert await store.load_all() == ([first, second], [])
+    assert sorted(os.listdir(tmp_path / "persist")) == ["a_g.json", "b_g.json"]
+
+
+async def test_saving_again_replaces_the_file(tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await store.save(consumer("a"))
+    await store.save(consumer("a", timeoutMs=5))
+    loaded, _ = await store.load_all()
+    assert [c.subscriptionMethod.timeoutMs for c in loaded] == [5]
+
+
+async def test_delete_removes_the_file_and_a_missing_one_is_fine(tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await store.save(consumer("a"))
+    await store.delete("a_g")
+    await store.delete("a_g")
+    assert await store.load_all() == ([], [])
+    assert os.listdir(tmp_path) == []
+
+
+async def test_a_missing_directory_loads_as_empty(tmp_path: Path) -> None:
+    assert await SubscriptionStore(tmp_path / "none").load_all() == ([], [])
+
+
+@pytest.mark.parametrize("key", ["../etc", "..", ".hidden", "a/b", ""])
+async def test_names_that_could_escape_the_directory_are_refused(
+        tmp_path: Path, key: str) -> None:
+    with pytest.raises(InvalidSubscription, match="invalid subscription name"):
+        await SubscriptionStore(tmp_path).delete(key)
+
+
+async def test_a_corrupt_file_is_reported_moved_aside_and_the_rest_loaded(
+        tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await store.save(consumer("good"))
+    (tmp_path / "broken_g.json").write_text("{half a file")
+    loaded, problems = await store.load_all()
+    assert [c.key for c in loaded] == ["good_g"]
+    assert len(problems) == 1 and problems[0].startswith("broken_g.json: malformed JSON")
+    assert sorted(os.listdir(tmp_path)) == ["broken_g.json.corrupt", "good_g.json"]
+    assert await store.load_all() == (loaded, [])  # not retried
+
+
+async def test_a_temp_file_left_by_a_crash_is_not_loaded(tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await store.save(consumer("a"))
+    (tmp_path / ".a_g.json.0badf00d.tmp").write_text("{half a file")
+    assert [c.key for c in (await store.load_all())[0]] == ["a_g"]
+
+
+async def test_file_work_runs_off_the_event_loop_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads = _record_threads(monkeypatch, "fsync", "replace", "unlink", "rename")
+    (tmp_path / "broken_g.json").write_text("{half a file")
+    store = SubscriptionStore(tmp_path)
+    await store.save(consumer("a"))
+    await store.delete("a_g")
+    await store.load_all()
+    assert {"fsync", "replace", "unlink", "rename"} <= {name for name, _ in threads}
+    assert threading.get_ident() not in {ident for _, ident in threads}
+
+
+def _record_threads(monkeypatch: pytest.MonkeyPatch, *names: str) -> list[tuple[str, int]]:
+    """Record which thread calls each of the `os` functions `names` (pathlib uses them)."""
+    seen: list[tuple[str, int]] = []
+    for name in names:
+        monkeypatch.setattr(os, name, _recording(name, getattr(os, name), seen))
+    return seen
+
+
+def _recording(name: str, real: Callable[..., Any],
+               seen: list[tuple[str, int]]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        seen.append((name, threading.get_ident()))
+        return real(*args, **kwargs)
+
+    return call
+
+
+async def test_saves_of_different_subscriptions_may_run_at_once(tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await asyncio.gather(*(store.save(consumer(f"s{i}")) for i in range(8)))
+    assert [c.id for c in (await store.load_all())[0]] == [f"s{i}" for i in range(8)]
+    assert len(os.listdir(tmp_path)) == 8
