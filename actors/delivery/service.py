@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
@@ -35,6 +36,7 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
+from actors.delivery.outlet import OutletActor
 from actors.delivery.routes import SubscriptionRoutes
 from actors.delivery.store import SubscriptionStore
 from actors.delivery.subscription import Consumer
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
     from runtime.host.app import Runtime
 
 log = logging.getLogger(__name__)
+OutletFactory = Callable[[str], OutletActor]
+"""Builds a subscription's outlet actor (given its name): the HTTP `EgressActor` unless an
+embedding program gives its own (`Runtime.consume`'s in-process handlers)."""
 DRAIN_MS = 2500
 """On revoke, unsubscribe and shutdown: how long in-flight pushes may take to finish."""
 # The consumer drains (DRAIN_MS + 1 s of margin), then the rest stop quickly; a parent's
@@ -59,6 +64,7 @@ class DeliveryService:
 
     def __init__(self) -> None:
         self.subscriptions: dict[str, Consumer] = {}
+        self.outlets: dict[str, OutletFactory] = {}  # in-process subscriptions only
         self.problems: list[str] = []
         self._runtime: Runtime | None = None
         self._store: SubscriptionStore | None = None
@@ -111,15 +117,23 @@ class DeliveryService:
         return actor
 
     # -- subscriptions -----------------------------------------------------------------
-    async def subscribe(self, consumer: Consumer, *, persist: bool = True) -> None:
+    async def subscribe(self, consumer: Consumer, *, persist: bool = True,
+                        outlet: OutletFactory | None = None) -> None:
         """Start `consumer`'s actor tree and (with `persist`) store it for the next start.
+        `outlet` replaces the HTTP egress (in-process subscriptions, never persisted).
 
         Raises `SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`, or
         `InvalidSubscription` for a name the store refuses.
         """
         async with self._lock:
             self._refuse_early(consumer, persist)
-            await self._start_tree(consumer)
+            if outlet is not None:
+                self.outlets[consumer.key] = outlet
+            try:
+                await self._start_tree(consumer)
+            except BaseException:
+                self.outlets.pop(consumer.key, None)
+                raise
             self.subscriptions[consumer.key] = consumer
             if persist:
                 assert self._store is not None
@@ -153,8 +167,9 @@ class DeliveryService:
             if sup.has_child(key):
                 await sup.stop_child(key)
             del self.subscriptions[key]
-            assert self._store is not None
-            await self._store.delete(key)
+            if self.outlets.pop(key, None) is None:  # in-process ones were never stored
+                assert self._store is not None
+                await self._store.delete(key)
             return consumer
 
     def _bootstrap(self, consumer: Consumer) -> str:
@@ -180,8 +195,9 @@ class DeliveryService:
         wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer),
                         runtime.consumer_settings(consumer.broker))
         deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics)
-        specs = [ChildSpec("egress", lambda: EgressActor("egress", consumer, consumer.broker,
-                                                          runtime.metrics))]
+        outlet = self.outlets.get(consumer.key) or (
+            lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics))
+        specs = [ChildSpec("egress", lambda: outlet("egress"))]
         if method.deadLetterTopic:
             topic = method.deadLetterTopic
             specs.append(ChildSpec("deadletter",
