@@ -129,6 +129,12 @@ class OutletActor(Actor):
     async def push(self, record: Record) -> Answer:
         raise NotImplementedError
 
+    def counters(self) -> dict[str, int]:
+        """Since this outlet started: delivered records and failed attempts."""
+        counts = {code: int(value.value) for code, value in self._requests.items()}
+        delivered = counts.pop("2xx")
+        return {"delivered": delivered, "failed_attempts": sum(counts.values())}
+
     def describe(self, exc: BaseException) -> str:
         """The text of a push that raised, for `Failed.error` and the journal."""
         return describe_error(exc)

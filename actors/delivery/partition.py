@@ -298,6 +298,7 @@ class PartitionActor(Actor):
                 "inflight": book.inflight, "retrying": self.retrying,
                 "pending": book.pending, "oldest_pending_ms": book.oldest_pending_ms(now),
                 "paused": book.paused, "last_error": self.last_error,
+                "dead_lettered": int(self.m_dead.value),
                 "stalled_for_ms": None if stalled is None else now - stalled}
 
     def _journal(self, kind: EventType, record: Record, *, reason: str | None,

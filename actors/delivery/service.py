@@ -14,9 +14,19 @@ Tree, under the runtime's root supervisor::
 when any part dies the subscription restarts from the committed offsets. Children stop
 in reverse, so the consumer drains its partitions and commits before anything else goes.
 
-Library API: `await service.subscribe(consumer)`, `await service.unsubscribe(key)`; they
-raise the errors of actors/delivery/errors.py (`DeliveryError` and its subclasses). The
-admin API's routes (Queue-Over-Http) are in actors/delivery/routes.py.
+Library API: `await service.subscribe(consumer)`, `unsubscribe(key)`, `pause(key)`,
+`resume(key)`, `update(key, consumer)`, `status_of(key)`; they raise the errors of
+actors/delivery/errors.py (`DeliveryError` and its subclasses). The admin API's routes are
+in actors/delivery/routes.py (Queue-Over-Http) and actors/delivery/control.py (status,
+pause, resume, update).
+
+Subscriptions never vanish. Each has a `SubscriptionStatus` (actors/delivery/status.py).
+Subscription trees are `temporary` children of `delivery`: a tree that cannot start (at
+boot, broker down) or dies past its own restart budget is not restarted by the supervisor
+(whose budget would escalate and take the process down) but by the keeper, a task this
+service owns that retries with capped backoff, forever, until unsubscribe. The keeper also
+notices trees that disappeared (the `delivery` supervisor itself restarted) and restores
+them.
 """
 
 from __future__ import annotations
@@ -24,24 +34,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
 from actors.delivery.deadletter import DeadLetterActor
 from actors.delivery.egress import EgressActor
 from actors.delivery.errors import (
-    DeliveryError,
+    InvalidSubscription,
     SubscriptionExists,
     SubscriptionNotFound,
     SubscriptionStartFailed,
     UnknownBroker,
 )
 from actors.delivery.outlet import OutletActor
+from actors.delivery.partition import PartitionActor
 from actors.delivery.routes import SubscriptionRoutes
+from actors.delivery.status import SubscriptionStatus
 from actors.delivery.store import SubscriptionStore
-from actors.delivery.subscription import Consumer
-from actors.shared.group_consumer import Wiring
+from actors.delivery.subscription import Consumer, redacted
+from actors.shared.group_consumer import GroupConsumerActor, Wiring
 from runtime.errors import ActorStartError, ConfigError
+from runtime.host.files import atomic_write
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
 if TYPE_CHECKING:
@@ -57,6 +73,8 @@ DRAIN_MS = 2500
 # deadline covers its children's so nothing is cancelled while still stopping properly.
 CONSUMER_STOP_MS = DRAIN_MS + 1000
 SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
+KEEP_TICK_MS = 250
+PAUSED_FILE = "paused.list"  # not *.json: those are subscriptions
 
 
 class DeliveryService:
@@ -65,11 +83,13 @@ class DeliveryService:
     def __init__(self) -> None:
         self.subscriptions: dict[str, Consumer] = {}
         self.outlets: dict[str, OutletFactory] = {}  # in-process subscriptions only
+        self.status: dict[str, SubscriptionStatus] = {}
         self.problems: list[str] = []
         self._runtime: Runtime | None = None
         self._store: SubscriptionStore | None = None
         self._root: ChildRef | None = None
-        self._lock = asyncio.Lock()  # one admin change at a time
+        self._keeper: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # one change at a time (admin API, keeper)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
@@ -78,30 +98,45 @@ class DeliveryService:
         self._root = await runtime.system.spawn(ChildSpec(
             "delivery", self._delivery_supervisor, shutdown_ms=SUBSCRIPTION_STOP_MS + 500))
         SubscriptionRoutes(self).add_to(runtime.admin.app)
-        await self._restore()
+        from actors.delivery.control import ControlRoutes  # the routes import this module
 
-    def _delivery_supervisor(self) -> Supervisor:
-        # rebuilt after an escalation: it restarts every known subscription
-        specs = [self._spec(c) for c in self.subscriptions.values()]
-        return Supervisor("delivery", "one_for_one", intensity=10, period_ms=60_000,
-                          children=specs)
+        ControlRoutes(self).add_to(runtime.admin.app)
+        await self._restore()
+        self._keeper = asyncio.get_running_loop().create_task(self._keep(), name="keeper")
+
+    @staticmethod
+    def _delivery_supervisor() -> Supervisor:
+        # empty, also when rebuilt after an escalation: the keeper restores the trees
+        return Supervisor("delivery", "one_for_one", intensity=10, period_ms=60_000)
 
     async def _restore(self) -> None:
+        """Every stored subscription is listed again, whether or not it can start now."""
         assert self._store is not None
         consumers, self.problems = await self._store.load_all()
+        paused = await asyncio.to_thread(self._load_paused)
         for consumer in consumers:
-            try:
-                await self.subscribe(consumer, persist=False)
-                log.info("restored subscription %s", consumer.key)
-            except DeliveryError as exc:
-                self.problems.append(f"{consumer.key}: {exc}")
-                log.error("could not restore subscription %s: %s", consumer.key, exc)
+            key = consumer.key
+            self.subscriptions[key] = consumer
+            self.status[key] = SubscriptionStatus("starting", self._now())
+            if key in paused:
+                self.status[key].move("paused", self._now(), "paused before the restart")
+                log.info("subscription %s restored paused", key)
+                continue
+            async with self._lock:
+                await self._try_start(consumer, "restored")
 
     async def stop(self) -> None:
-        """Stop every subscription in parallel: each drains and commits."""
+        """Stop the keeper, then every subscription in parallel: each drains and commits."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         if self._root is None:
             return
         sup = self._supervisor()
+        for key in sup.children():
+            if key in self.status:
+                self.status[key].move("stopping", self._now())
         await sup.stop_children([n for n in sup.children() if n in self.subscriptions])
 
     def _supervisor(self) -> Supervisor:
@@ -127,14 +162,20 @@ class DeliveryService:
         """
         async with self._lock:
             self._refuse_early(consumer, persist)
+            key = consumer.key
             if outlet is not None:
-                self.outlets[consumer.key] = outlet
+                self.outlets[key] = outlet
+            self.status[key] = SubscriptionStatus("starting", self._now(),
+                                                  in_process=outlet is not None)
             try:
                 await self._start_tree(consumer)
             except BaseException:
-                self.outlets.pop(consumer.key, None)
+                self.outlets.pop(key, None)
+                del self.status[key]
                 raise
-            self.subscriptions[consumer.key] = consumer
+            self.status[key].move("running", self._now())
+            self.subscriptions[key] = consumer
+            log.info("subscribed %s: %s", key, _summary(consumer))
             if persist:
                 assert self._store is not None
                 await self._store.save(consumer)
@@ -156,6 +197,187 @@ class DeliveryService:
             raise SubscriptionStartFailed("subscription failed to start",
                                           str(exc.__cause__ or exc)) from exc
 
+    async def _try_start(self, consumer: Consumer, what: str) -> bool:
+        """Start a listed subscription's tree (lock held); on failure, schedule a retry."""
+        key, status = consumer.key, self.status[consumer.key]
+        try:
+            await self._start_tree(consumer)
+        except (SubscriptionStartFailed, UnknownBroker) as exc:
+            delay = status.failed(self._now(), exc.details or exc.reason,
+                                  self._broker_down(consumer))
+            log.warning("subscription %s %s: %s; retrying in %.1f s", key, status.state,
+                        status.reason, delay / 1000)
+            return False
+        status.move("running", self._now())
+        log.info("subscription %s %s", key, what)
+        return True
+
+    def _tree_exited(self, key: str, error: BaseException | None) -> None:
+        """A subscription tree ended by itself (crashed past its restart budget)."""
+        status, consumer = self.status.get(key), self.subscriptions.get(key)
+        if status is None or consumer is None or status.state in ("paused", "stopping"):
+            return
+        delay = status.failed(self._now(), f"its actors crashed: {error!r}",
+                              self._broker_down(consumer))
+        log.error("subscription %s %s: %s; restarting in %.1f s", key, status.state,
+                  status.reason, delay / 1000)
+
+    # -- the keeper ----------------------------------------------------------------------
+    async def _keep(self) -> None:
+        assert self._runtime is not None
+        clock = self._runtime.clock
+        while True:
+            await clock.sleep_ms(KEEP_TICK_MS)
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
+        now = self._now()
+        sup = self._supervisor()
+        for key, status in list(self.status.items()):
+            if status.state == "running" and not sup.has_child(key) and not self._lock.locked():
+                status.failed(now, "its actors stopped unexpectedly",
+                              self._broker_down(self.subscriptions[key]))
+            if status.due(now):
+                async with self._lock:
+                    consumer = self.subscriptions.get(key)
+                    if consumer is not None and status.due(self._now()):
+                        await self._try_start(consumer, "recovered")
+
+    def _broker_down(self, consumer: Consumer) -> bool:
+        assert self._runtime is not None
+        return consumer.broker in self._runtime.probe.problems
+
+    def _now(self) -> int:
+        return self._runtime.clock.wall_ms() if self._runtime is not None else 0
+
+    # -- pause, resume, update ------------------------------------------------------------
+    def _known(self, key: str) -> Consumer:
+        consumer = self.subscriptions.get(key)
+        if consumer is None:
+            raise SubscriptionNotFound("subscription not found", key)
+        return consumer
+
+    async def pause(self, key: str) -> None:
+        """Stop fetching and delivering: in-flight pushes finish, positions are committed,
+        the group membership goes (the partitions move to other instances, if any). Kept
+        across restarts. Raises `SubscriptionNotFound`."""
+        async with self._lock:
+            self._known(key)
+            status = self.status[key]
+            if status.state == "paused":
+                return
+            await self._stop_tree(key)
+            status.move("paused", self._now(), "paused by request")
+            await self._save_paused()
+            log.info("subscription %s paused", key)
+
+    async def resume(self, key: str) -> None:
+        """Start a paused subscription again from its committed positions."""
+        async with self._lock:
+            consumer = self._known(key)
+            if self.status[key].state != "paused":
+                return
+            self.status[key].move("starting", self._now())
+            await self._save_paused()
+            await self._try_start(consumer, "resumed")
+
+    async def update(self, key: str, consumer: Consumer) -> None:
+        """Change a subscription in place: drain and commit, then start again with the new
+        settings from the committed positions (nothing lost, nothing skipped)."""
+        async with self._lock:
+            old = self._known(key)
+            if consumer.key != key:
+                raise InvalidSubscription("id and group.id cannot change",
+                                          f"{key} would become {consumer.key}")
+            if key in self.outlets:
+                raise InvalidSubscription("in-process subscription",
+                                          "its program owns it: stop and consume again")
+            self._bootstrap(consumer)
+            status = self.status[key]
+            await self._stop_tree(key)
+            self.subscriptions[key] = consumer
+            assert self._store is not None
+            await self._store.save(consumer)
+            log.info("subscription %s updated: %s (was %s)", key, _summary(consumer),
+                     _summary(old))
+            if status.state != "paused":
+                status.move("starting", self._now())
+                await self._try_start(consumer, "restarted with its new settings")
+
+    async def _stop_tree(self, key: str) -> None:
+        sup = self._supervisor()
+        if sup.has_child(key):
+            self.status[key].move("stopping", self._now())
+            await sup.stop_child(key)
+
+    def _load_paused(self) -> set[str]:
+        assert self._runtime is not None
+        path = Path(self._runtime.config.persistence.dir) / PAUSED_FILE
+        try:
+            return set(msgspec.json.decode(path.read_bytes(), type=list[str]))
+        except FileNotFoundError:
+            return set()
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error("ignoring unreadable %s: %s", path, exc)
+            return set()
+
+    async def _save_paused(self) -> None:
+        assert self._runtime is not None
+        path = Path(self._runtime.config.persistence.dir) / PAUSED_FILE
+        paused = sorted(k for k, s in self.status.items()
+                        if s.state == "paused" and k not in self.outlets)
+        await asyncio.to_thread(atomic_write, path, msgspec.json.encode(paused))
+
+    # -- status ------------------------------------------------------------------------
+    def status_of(self, key: str) -> dict[str, object]:
+        """The consumer (redacted) and its status: state, partitions, endpoint, counters."""
+        consumer = self._known(key)
+        return {"consumer": redacted(consumer),
+                "status": {**self.status[key].as_dict(), **self._live(key)}}
+
+    def _live(self, key: str) -> dict[str, object]:
+        sup = self._supervisor()
+        if not sup.has_child(key):
+            return {"partitions": [], "endpoint": None, "counters": None}
+        tree = self.tree(key)
+        partitions: list[dict[str, object]] = []
+        if tree.has_child("partitions"):
+            parts = tree.child("partitions")
+            assert isinstance(parts, Supervisor)
+            partitions = [a.status() for n in parts.children()
+                          if isinstance(a := parts.child(n), PartitionActor)]
+        outlet = tree.child("egress") if tree.has_child("egress") else None
+        endpoint = outlet.health.as_dict() if isinstance(outlet, OutletActor) else None
+        counters: dict[str, object] | None = None
+        if isinstance(outlet, OutletActor):
+            dead = sum(int(str(p["dead_lettered"])) for p in partitions)
+            counters = {**outlet.counters(), "dead_lettered": dead}
+        return {"partitions": sorted(partitions, key=lambda p: (str(p["topic"]),
+                                                                 str(p["partition"]))),
+                "endpoint": endpoint, "counters": counters}
+
+    def readiness(self) -> list[str]:
+        """Why the delivery service is not ready: each subscription that is not running
+        (paused is fine) or runs without any partition yet."""
+        reasons: list[str] = []
+        for key, status in sorted(self.status.items()):
+            if status.state == "paused":
+                continue
+            if status.state != "running":
+                reasons.append(f"subscription {key} is {status.state}"
+                               + (f": {status.reason}" if status.reason else ""))
+            elif not self._has_partitions(key):
+                reasons.append(f"subscription {key} has no partitions assigned yet")
+        return reasons
+
+    def _has_partitions(self, key: str) -> bool:
+        sup = self._supervisor()
+        if not sup.has_child(key):
+            return False
+        tree = self.tree(key)
+        consumer = tree.child("consumer") if tree.has_child("consumer") else None
+        return isinstance(consumer, GroupConsumerActor) and bool(consumer.owned)
+
     async def unsubscribe(self, key: str) -> Consumer:
         """Stop subscription `key` (`<id>_<group.id>`): it drains and commits, then its
         file is deleted. Raises `SubscriptionNotFound`."""
@@ -163,14 +385,20 @@ class DeliveryService:
             consumer = self.subscriptions.get(key)
             if consumer is None:
                 raise SubscriptionNotFound("subscription not found", key)
-            sup = self._supervisor()
-            if sup.has_child(key):
-                await sup.stop_child(key)
+            await self._stop_tree(key)
             del self.subscriptions[key]
+            del self.status[key]
             if self.outlets.pop(key, None) is None:  # in-process ones were never stored
                 assert self._store is not None
                 await self._store.delete(key)
+                await self._save_paused()
+            self._forget_metrics(key)
+            log.info("unsubscribed %s", key)
             return consumer
+
+    def _forget_metrics(self, key: str) -> None:
+        assert self._runtime is not None
+        self._runtime.metrics.forget(subscription=key)
 
     def _bootstrap(self, consumer: Consumer) -> str:
         assert self._runtime is not None
@@ -180,8 +408,10 @@ class DeliveryService:
             raise UnknownBroker("unknown broker", str(exc)) from None
 
     def _spec(self, consumer: Consumer) -> ChildSpec:
-        return ChildSpec(consumer.key, lambda: self._subscription_tree(consumer),
-                         shutdown_ms=SUBSCRIPTION_STOP_MS)
+        key = consumer.key
+        return ChildSpec(key, lambda: self._subscription_tree(consumer), restart="temporary",
+                         shutdown_ms=SUBSCRIPTION_STOP_MS,
+                         on_exit=lambda error: self._tree_exited(key, error))
 
     def _subscription_tree(self, consumer: Consumer) -> Supervisor:
         return Supervisor(consumer.key, "one_for_all", intensity=5, period_ms=30_000,
@@ -211,5 +441,12 @@ class DeliveryService:
         return specs
 
     def __repr__(self) -> str:
-        return f"<DeliveryService subscriptions={list(self.subscriptions)}>"
+        states = {k: s.state for k, s in self.status.items()}
+        return f"<DeliveryService {states}>"
+
+
+def _summary(consumer: Consumer) -> str:
+    topics = ", ".join(t.name or f"/{t.pattern}/" for t in consumer.topics)
+    method = consumer.subscriptionMethod
+    return f"{topics} -> {method.method} {method.uri}"
 

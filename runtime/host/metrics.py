@@ -82,6 +82,11 @@ class _Labelled(_Family, Generic[C]):
     def remove(self, **labels: str | int) -> None:
         self.children.pop(_key(labels), None)
 
+    def forget(self, pairs: set[tuple[str, str]]) -> None:
+        """Remove every series whose labels include all of `pairs`."""
+        for key in [k for k in self.children if pairs <= set(k)]:
+            del self.children[key]
+
     def _new_child(self) -> C:
         raise NotImplementedError
 
@@ -157,6 +162,13 @@ class Registry:
         if not isinstance(family, kind):
             raise TypeError(f"metric {name} already registered as {type(family).__name__}")
         return family
+
+    def forget(self, **labels: str) -> None:
+        """Remove every series, in every family, labelled with all of `labels` (an
+        unsubscribed subscription's, say): Prometheus then stops reporting them."""
+        pairs = set(labels.items())
+        for family in self._families.values():
+            family.forget(pairs)
 
     def render(self) -> str:
         lines: list[str] = []

@@ -44,6 +44,9 @@ class ChildSpec:
     start_timeout_ms: int = 30_000
     """A child not ready by then is cancelled and counts as failed to start, so one
     unreachable dependency cannot block its supervisor (and its other children)."""
+    on_exit: Callable[[BaseException | None], None] | None = None
+    """Told how a child ended (None: it stopped), before the restart decision: a monitor
+    for whoever owns the child's purpose (e.g. a service that retries on its own terms)."""
 
 
 @dataclass(slots=True)
@@ -246,6 +249,8 @@ class Supervisor(Actor):
         if entry is None or entry.actor is not exited.actor:
             return  # stopped on purpose, or an older incarnation
         self._report_exit(exited)
+        if entry.spec.on_exit is not None:
+            entry.spec.on_exit(exited.error)
         if not self._should_restart(entry.spec.restart, exited.error):
             del self._children[exited.name]
             return

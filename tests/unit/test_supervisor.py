@@ -300,3 +300,18 @@ async def test_a_factory_that_raises_is_a_start_error_not_a_supervisor_crash() -
         await sup.start_child(ChildSpec("bad", broken))
     assert sup.state == "running" and sup.children() == ["a", "b", "c"]
     await system.stop()
+
+
+async def test_on_exit_tells_how_a_child_ended_before_the_restart_decision() -> None:
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    ended: list[BaseException | None] = []
+    await sup.start_child(ChildSpec("t", lambda: Worker("t", log), restart="temporary",
+                                    on_exit=ended.append))
+    await sup.child("t").tell("crash")
+    for _ in range(200):
+        if ended:
+            break
+        await asyncio.sleep(0.005)
+    assert len(ended) == 1 and ended[0] is not None and not sup.has_child("t")
+    await system.stop()

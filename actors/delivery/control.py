@@ -1,0 +1,60 @@
+"""Admin routes that act on one subscription, addressed as `/broker/subscription/{id}/
+{groupId}` (the pair that identifies it):
+
+    GET  .../{id}/{groupId}           the consumer (redacted) and its status
+    PUT  .../{id}/{groupId}           a Consumer JSON: change it in place
+    POST .../{id}/{groupId}/pause     stop fetching; in-flight pushes finish; committed
+    POST .../{id}/{groupId}/resume    start again from the committed positions
+
+Answers use the admin API's envelope; errors go through routes.py's one translation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from actors.delivery.routes import _answering as answering  # one translation of errors
+from actors.delivery.subscription import decode_consumer
+from runtime.host.admin import ok
+
+if TYPE_CHECKING:
+    from actors.delivery.service import DeliveryService
+
+BASE = "/broker/subscription/{id}/{groupId}"
+
+
+def key_of(request: web.Request) -> str:
+    return f"{request.match_info['id']}_{request.match_info['groupId']}"
+
+
+class ControlRoutes:
+    def __init__(self, service: DeliveryService) -> None:
+        self.service = service
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get(BASE, answering(self.get_one))
+        app.router.add_put(BASE, answering(self.put_one))
+        app.router.add_post(BASE + "/pause", answering(self.pause))
+        app.router.add_post(BASE + "/resume", answering(self.resume))
+
+    async def get_one(self, request: web.Request) -> web.Response:
+        return ok(self.service.status_of(key_of(request)))
+
+    async def put_one(self, request: web.Request) -> web.Response:
+        key = key_of(request)
+        self.service.status_of(key)  # 404 before reading the body
+        await self.service.update(key, decode_consumer(await request.read()))
+        return ok(self.service.status_of(key))
+
+    async def pause(self, request: web.Request) -> web.Response:
+        await self.service.pause(key_of(request))
+        return ok(self.service.status_of(key_of(request)))
+
+    async def resume(self, request: web.Request) -> web.Response:
+        await self.service.resume(key_of(request))
+        return ok(self.service.status_of(key_of(request)))
+
+    def __repr__(self) -> str:
+        return f"<ControlRoutes {BASE}>"
