@@ -83,8 +83,9 @@ async function api(path, options = {}) {
 }
 
 const ago = (ms) => ms == null ? "–" : ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+const groupId = (sub) => sub.group ? sub.group.id : sub["group.id"];
 const path = (sub) => "/broker/subscription/" + encodeURIComponent(sub.id) + "/" +
-  encodeURIComponent(sub.group.id);
+  encodeURIComponent(groupId(sub));
 
 async function act(sub, verb, body) {
   try {
@@ -106,7 +107,7 @@ function partitionTable(partitions) {
 
 function subscriptionView(entry) {
   const sub = entry.consumer, status = entry.status || {};
-  const key = sub.id + "_" + sub.group.id;
+  const key = sub.id + "_" + groupId(sub);
   const state = status.state || "unknown";
   const paused = state === "paused";
   const endpoint = status.endpoint || {}, counters = status.counters || {};
@@ -125,9 +126,9 @@ function subscriptionView(entry) {
       ...buttons),
     status.reason ? el("div", {"class": "muted"}, status.reason) : "",
     el("div", {"class": "row muted"},
-      el("span", {}, "delivered " + (counters.delivered ?? 0)),
-      el("span", {}, "failed attempts " + (counters.failed_attempts ?? 0)),
-      el("span", {"class": "dead"}, "dead-lettered " + (counters.dead_lettered ?? 0)),
+      el("span", {}, "delivered " + (counters.delivered ?? "–")),
+      el("span", {}, "failed attempts " + (counters.failed_attempts ?? "–")),
+      el("span", {"class": "dead"}, "dead-lettered " + (counters.dead_lettered ?? "–")),
       el("span", {}, "endpoint: last status " + (endpoint.last_status ?? "–") +
         ", error rate " + ((endpoint.error_rate ?? 0) * 100).toFixed(1) + "%")),
     failures.length ? el("ul", {"class": "failures"}, ...failures) : "",

@@ -1,0 +1,60 @@
+"""The status page in a real headless Chromium (Debian's package) against a running
+runtime: a subscription's row and lag appear, the pause button pauses it, and the page is
+saved as docs/status-page.png for the README."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.browser.cdp import Browser, chromium_path
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import Receiver, make_runtime, produce, subscription
+
+pytestmark = pytest.mark.integration
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "status-page.png"
+
+
+@pytest.fixture
+def chromium() -> str:
+    path = chromium_path()
+    if path is None:
+        pytest.skip("Debian's chromium is not installed (`make test` installs it with apt)")
+    return path
+
+
+async def test_the_page_shows_a_subscription_and_its_pause_button_pauses_it(
+        chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=2)
+    await produce(kafka_bootstrap, topic, 12, partitions=2)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            from tests.integration.delivery_harness import Admin
+
+            await Admin(runtime).subscribe(subscription(
+                "page", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs,
+                deadLetterTopic=f"{topic}.dlt"))
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 12)
+            async with Browser(chromium) as browser:
+                await browser.goto(runtime.admin.url + "/")
+                row = "document.querySelector('section.sub[data-key=\"page_g-page\"]')"
+                await browser.wait_for(f"{row} && {row}.querySelectorAll('td.lag').length == 2")
+                lags = await browser.evaluate(
+                    f"[...{row}.querySelectorAll('td.lag')].map(td => td.textContent)")
+                assert lags == ["0", "0"]
+                assert await browser.evaluate(f"{row}.querySelector('.state').textContent") \
+                    == "running"
+                shot = tmp_path / "status-page.png"
+                png = await browser.screenshot(shot)
+                assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+                shutil.copyfile(shot, SCREENSHOT)
+                await browser.evaluate(f"{row}.querySelector('button.pause').click()")
+                await browser.wait_for(
+                    f"{row} && {row}.querySelector('.state').textContent == 'paused'")
+                assert runtime.service("delivery").status["page_g-page"].state == "paused"
+    finally:
+        await receiver.stop()
