@@ -5,6 +5,8 @@
     PUT  .../{id}/{groupId}           a Consumer JSON: change it in place
     POST .../{id}/{groupId}/pause     stop fetching; in-flight pushes finish; committed
     POST .../{id}/{groupId}/resume    start again from the committed positions
+    POST .../{id}/{groupId}/replay    deliver again (actors/delivery/replay.py): 202
+    GET  .../{id}/{groupId}/replay/{replayId}   its progress
 
 Answers use the admin API's envelope; errors go through routes.py's one translation.
 """
@@ -13,8 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
 from aiohttp import web
 
+from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
+from actors.delivery.replay import ReplayRequest
 from actors.delivery.routes import _answering as answering  # one translation of errors
 from actors.delivery.subscription import decode_consumer
 from runtime.host.admin import ok
@@ -38,6 +43,8 @@ class ControlRoutes:
         app.router.add_put(BASE, answering(self.put_one))
         app.router.add_post(BASE + "/pause", answering(self.pause))
         app.router.add_post(BASE + "/resume", answering(self.resume))
+        app.router.add_post(BASE + "/replay", answering(self.replay))
+        app.router.add_get(BASE + "/replay/{replayId}", answering(self.replay_progress))
 
     async def get_one(self, request: web.Request) -> web.Response:
         return ok(self.service.status_of(key_of(request)))
@@ -55,6 +62,23 @@ class ControlRoutes:
     async def resume(self, request: web.Request) -> web.Response:
         await self.service.resume(key_of(request))
         return ok(self.service.status_of(key_of(request)))
+
+    async def replay(self, request: web.Request) -> web.Response:
+        try:
+            wanted = msgspec.json.decode(await request.read(), type=ReplayRequest)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise InvalidSubscription("invalid replay request", str(exc)) from None
+        progress = await self.service.replay(key_of(request), wanted)
+        response = ok({"replayId": progress.replay_id})
+        response.set_status(202)
+        return response
+
+    async def replay_progress(self, request: web.Request) -> web.Response:
+        key, rid = key_of(request), request.match_info["replayId"]
+        progress = self.service.replays.get(rid)
+        if progress is None or progress.subscription != key:
+            raise SubscriptionNotFound("replay not found", f"{key}: {rid}")
+        return ok(progress.as_dict())
 
     def __repr__(self) -> str:
         return f"<ControlRoutes {BASE}>"

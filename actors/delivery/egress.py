@@ -246,6 +246,8 @@ class EgressActor(OutletActor):
         }
         if encoded:
             headers["QOH-Message-Key-Encoding"] = "base64"
+        if record.replay is not None:
+            headers["QOH-Replay"] = record.replay
         value = record.value or b""
         if self._has_body:
             body, params, payload = value, None, value

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +52,7 @@ from actors.delivery.errors import (
 )
 from actors.delivery.outlet import OutletActor
 from actors.delivery.partition import PartitionActor
+from actors.delivery.replay import ReplayActor, ReplayProgress, ReplayRequest
 from actors.delivery.routes import SubscriptionRoutes
 from actors.delivery.status import SubscriptionStatus
 from actors.delivery.store import SubscriptionStore
@@ -84,6 +86,7 @@ class DeliveryService:
         self.subscriptions: dict[str, Consumer] = {}
         self.outlets: dict[str, OutletFactory] = {}  # in-process subscriptions only
         self.status: dict[str, SubscriptionStatus] = {}
+        self.replays: dict[str, ReplayProgress] = {}
         self.problems: list[str] = []
         self._runtime: Runtime | None = None
         self._store: SubscriptionStore | None = None
@@ -327,6 +330,31 @@ class DeliveryService:
         paused = sorted(k for k, s in self.status.items()
                         if s.state == "paused" and k not in self.outlets)
         await asyncio.to_thread(atomic_write, path, msgspec.json.encode(paused))
+
+    # -- replay ------------------------------------------------------------------------
+    async def replay(self, key: str, request: ReplayRequest) -> ReplayProgress:
+        """Deliver records again through the subscription's egress (actors/delivery/
+        replay.py); returns at once with the progress object the replay updates."""
+        consumer = self._known(key)
+        if request.source == "deadLetter" and not consumer.subscriptionMethod.deadLetterTopic:
+            raise InvalidSubscription("nothing to replay", f"{key} has no deadLetterTopic")
+        if request.source == "topic" and (request.topic is None or request.partition is None):
+            raise InvalidSubscription("invalid replay", "source 'topic' needs topic and partition")
+        if self.status[key].state != "running" or not self._supervisor().has_child(key):
+            raise SubscriptionStartFailed("subscription is not running",
+                                          f"{key} is {self.status[key].state}: resume it first")
+        assert self._runtime is not None
+        rid = uuid.uuid4().hex[:12]
+        progress = self.replays[rid] = ReplayProgress(rid, key, request.source)
+        tree, bootstrap = self.tree(key), self._bootstrap(consumer)
+        settings = self._runtime.consumer_settings(consumer.broker)
+        egress = ChildRef(tree, "egress")
+        await tree.start_child(ChildSpec(
+            f"replay-{rid}", lambda: ReplayActor(f"replay-{rid}", consumer, request, progress,
+                                                 bootstrap, egress, settings),
+            restart="transient"))
+        log.info("subscription %s: replay %s of %s started", key, rid, request.source)
+        return progress
 
     # -- status ------------------------------------------------------------------------
     def status_of(self, key: str) -> dict[str, object]:

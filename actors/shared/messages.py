@@ -21,6 +21,8 @@ class Record:
     timestamp_ms: int
     fetched_ms: int
     attempt: int = 0
+    replay: str | None = None
+    """The replay id when this push is a replay (the `QOH-Replay` header)."""
 
 
 @dataclass(frozen=True, slots=True)

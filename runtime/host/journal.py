@@ -81,7 +81,7 @@ RecordEventType = Literal[
     "fetched", "sent", "delivered", "failed", "retry_scheduled", "dead_lettered",
 ]
 EventType = Literal[
-    RecordEventType, "dead_letter_failed", "committed", "stalled",
+    RecordEventType, "dead_letter_failed", "committed", "stalled", "replayed",
     "actor_started", "actor_restarted", "actor_stopped", "actor_crashed",
     "partition_assigned", "partition_revoked", "delay_forwarded", "journal_dropped",
 ]
