@@ -15,6 +15,7 @@ journal events (`sent`, `delivered`, `failed`) and the metrics; only `push` diff
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -26,10 +27,12 @@ from runtime.host.journal import Event, EventType
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Actor, Ref
 
+log = logging.getLogger(__name__)
 CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
 ERROR_TEXT_LIMIT: Final = 200
 HEALTH_WINDOW: Final = 200  # outcomes the error rate is computed over
 RECENT_FAILURES: Final = 10
+RECOVERED_BELOW: Final = 0.2  # error rate under which a failing endpoint counts as recovered
 
 
 class EndpointHealth:
@@ -46,6 +49,11 @@ class EndpointHealth:
         self.last_error: str | None = None
         self.last_success_at: int | None = None
         self.recent_failures: deque[dict[str, object]] = deque(maxlen=RECENT_FAILURES)
+
+    @property
+    def failing(self) -> bool:
+        """Most recent answers failed: at least half of the window, and the last one."""
+        return bool(self._outcomes) and not self._outcomes[-1] and self.error_rate >= 0.5
 
     def record(self, ok: bool, status: int | None, error: str | None, wall_ms: int) -> None:
         outcomes = self._outcomes
@@ -113,6 +121,7 @@ class OutletActor(Actor):
         self._workers = 0
         self._inflight = 0
         self.health = EndpointHealth()
+        self._failing_logged = False
         self._bind_metrics(metrics, subscription)
 
     def _bind_metrics(self, metrics: Registry, subscription: str) -> None:
@@ -191,7 +200,7 @@ class OutletActor(Actor):
         self._requests[status_class(status) if status is not None else
                        ("error" if answer.error else "2xx")].inc()
         error = answer.error
-        self.health.record(error is None, status, error, self.context.clock.wall_ms())
+        self._observe(error is None, status, error)
         if error is None or answer.action == "skip":
             # a skip is finished like a delivery: the receiver has decided, nothing is lost
             reason = f"skipped: {answer.reason}" if answer.action == "skip" else None
@@ -200,6 +209,19 @@ class OutletActor(Actor):
         self._journal_outcome("failed", record, status, latency_ms, error)
         return Failed(record, deliver.epoch, status, error, latency_ms,
                       answer.retry_after_ms, give_up=answer.action == "dead-letter")
+
+    def _observe(self, ok: bool, status: int | None, error: str | None) -> None:
+        """Track the endpoint's health; log when it starts failing and when it recovered
+        (with hysteresis: a flapping endpoint does not log every answer)."""
+        health = self.health
+        health.record(ok, status, error, self.context.clock.wall_ms())
+        if not self._failing_logged and health.failing:
+            self._failing_logged = True
+            log.warning("%s: endpoint %s failing (error rate %.0f%%, last: %s)",
+                        self._subscription, self.endpoint, health.error_rate * 100, error)
+        elif self._failing_logged and ok and health.error_rate < RECOVERED_BELOW:
+            self._failing_logged = False
+            log.info("%s: endpoint %s recovered", self._subscription, self.endpoint)
 
     # -- journal -----------------------------------------------------------------------
     def _journal_sent(self, record: Record) -> None:

@@ -44,6 +44,7 @@ from actors.shared.messages import (
     Rewind,
 )
 from runtime.host.journal import Event, EventType
+from runtime.host.logs import Throttle
 from runtime.host.metrics import Registry
 from runtime.kernel import Actor, Ref
 
@@ -83,6 +84,7 @@ class PartitionActor(Actor):
         self.cfg = cfg
         self.book = PartitionBook.for_topic(cfg, sub.subscriptionMethod)
         self.retrying = 0  # records waiting for a retry timer
+        self._give_ups = Throttle()
         self.last_error: str | None = None
         self._bind_metrics(metrics)
 
@@ -208,12 +210,19 @@ class PartitionActor(Actor):
         self.book.retrying(due.record)
         await self.peers.egress.tell(Deliver(due.record, self.epoch, self))
 
+    def _log_give_up(self, record: Record, what: str, reason: str) -> None:
+        """One line per give-up with where and why, at most 5 a minute per partition."""
+        allowed, held = self._give_ups.allow(self.context.clock.monotonic_ms())
+        if allowed:
+            log.warning("%s %s-%d@%d %s: %s%s", self.sub_key, self.topic, self.partition,
+                        record.offset, what, reason,
+                        f" ({held} more give-ups not logged)" if held else "")
+
     async def _give_up(self, record: Record, outcome: Failed) -> None:
         reason = (f"the receiver gave it up: {outcome.error}" if outcome.give_up else
                   f"gave up after {record.attempt} attempts: {outcome.error}")
         if self.peers.deadletter is None:
-            log.warning("%s: offset %d %s; no deadLetterTopic, skipping it",
-                        self.path, record.offset, reason)
+            self._log_give_up(record, "skipped (no deadLetterTopic)", reason)
             self._journal("dead_lettered", record, status=outcome.status,
                           reason=f"{reason}; no deadLetterTopic configured")
             self.m_dead.inc()
@@ -225,6 +234,8 @@ class PartitionActor(Actor):
     async def _on_dead_lettered(self, message: DeadLettered) -> None:
         if message.epoch != self.epoch:
             return
+        self._log_give_up(message.record, "dead-lettered to",
+                          str(self.sub.subscriptionMethod.deadLetterTopic))
         self.m_dead.inc()
         self._journal("dead_lettered", message.record,
                       reason=self.sub.subscriptionMethod.deadLetterTopic)

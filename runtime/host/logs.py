@@ -75,3 +75,27 @@ def configure(level: str, fmt: LogFormat = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+class Throttle:
+    """At most `per_window` lines per `window_ms` for one source (a partition's give-ups,
+    an endpoint's failures): `allow(now_ms)` says whether to log, and how many lines were
+    held back since the last one that was (say so on it)."""
+
+    __slots__ = ("_count", "_held", "_start", "per_window", "window_ms")
+
+    def __init__(self, per_window: int = 5, window_ms: int = 60_000) -> None:
+        self.per_window, self.window_ms = per_window, window_ms
+        self._start: int | None = None
+        self._count = 0
+        self._held = 0
+
+    def allow(self, now_ms: int) -> tuple[bool, int]:
+        if self._start is None or now_ms - self._start >= self.window_ms:
+            self._start, self._count = now_ms, 0
+        if self._count >= self.per_window:
+            self._held += 1
+            return False, 0
+        self._count += 1
+        held, self._held = self._held, 0
+        return True, held

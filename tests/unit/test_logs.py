@@ -37,3 +37,12 @@ def test_json_lines_carry_time_level_logger_and_the_formatted_message() -> None:
     line = json.loads(JsonFormatter().format(_record("runtime", "%d records", 7)))
     assert (line["level"], line["logger"], line["message"]) == ("WARNING", "runtime", "7 records")
     assert line["ts"].endswith("Z") and "T" in line["ts"]
+
+
+def test_a_throttle_allows_a_few_lines_a_window_and_counts_the_rest() -> None:
+    from runtime.host.logs import Throttle
+
+    throttle = Throttle(per_window=2, window_ms=1000)
+    assert [throttle.allow(t)[0] for t in (0, 1, 2, 3)] == [True, True, False, False]
+    assert throttle.allow(1000) == (True, 2)  # a new window: says what it held back
+    assert throttle.allow(1001) == (True, 0)
