@@ -384,6 +384,16 @@ class DeliveryService:
                                                                  str(p["partition"]))),
                 "endpoint": endpoint, "counters": counters}
 
+    def summary(self) -> str:
+        """For the runtime's stop line: subscriptions and what they delivered this run."""
+        assert self._runtime is not None
+        totals = {"2xx": 0.0, "other": 0.0}
+        family = self._runtime.metrics.counter("hookstream_http_requests_total", "")
+        for labels, value in family.children.items():
+            totals["2xx" if ("code", "2xx") in labels else "other"] += value.value
+        return (f"{len(self.subscriptions)} subscriptions, {int(totals['2xx'])} records "
+                f"delivered, {int(totals['other'])} failed attempts")
+
     def readiness(self) -> list[str]:
         """Why the delivery service is not ready: each subscription that is not running
         (paused is fine) or runs without any partition yet."""

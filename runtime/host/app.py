@@ -28,7 +28,14 @@ from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
 from runtime.host.probe import BrokerProbe
 from runtime.host.process import ProcessSampler
-from runtime.host.service import DelayQueue, Service, ServiceFactory, discover, readiness_of
+from runtime.host.service import (
+    DelayQueue,
+    Service,
+    ServiceFactory,
+    discover,
+    readiness_of,
+    summary_of,
+)
 from runtime.host.status_page import PAGE
 from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
@@ -200,7 +207,9 @@ class Runtime:
             await self._stopped.wait()
             return
         self._state = "stopping"
-        deadline = self.clock.monotonic_ms() + self.config.runtime.shutdown_deadline_ms
+        started = self.clock.monotonic_ms()
+        deadline = started + self.config.runtime.shutdown_deadline_ms
+        summaries = [summary_of(s) for s in self.services.values()]
         try:
             await self.admin.stop()
             names = list(reversed(self.services))
@@ -214,6 +223,9 @@ class Runtime:
         finally:
             self._state = "stopped"
             self._stopped.set()
+        took = self.clock.monotonic_ms() - started
+        totals = "; ".join(s for s in summaries if s)
+        log.info("stopped cleanly in %d ms%s", took, f": {totals}" if totals else "")
 
     async def _stop_service(self, name: str, deadline_ms: int) -> None:
         """Services stop in parallel, each within what is left of the shutdown deadline."""

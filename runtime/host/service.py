@@ -41,6 +41,12 @@ class DelayQueue(Service, Protocol):
 ServiceFactory = Callable[[], Service]
 
 
+def summary_of(service: Service) -> str:
+    """A service may sum up its run in a few words (`summary() -> str`) for the stop line."""
+    summary = getattr(service, "summary", None)
+    return str(summary()) if callable(summary) else ""
+
+
 def readiness_of(service: Service) -> list[str]:
     """A service may say why it is not ready (`readiness() -> list[str]`), for `/readyz`."""
     check = getattr(service, "readiness", None)

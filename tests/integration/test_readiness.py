@@ -42,3 +42,14 @@ async def test_process_metrics_use_the_usual_names(kafka_bootstrap: str, tmp_pat
     assert values["process_cpu_seconds_total"] > 0
     assert "hookstream_event_loop_lag_ms_bucket" in text
     assert "hookstream_gc_pause_ms_count" in text
+
+
+async def test_a_clean_stop_says_so_in_one_line_with_totals(
+        kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="runtime"):
+        async with make_runtime(kafka_bootstrap, tmp_path):
+            pass
+    lines = [r.getMessage() for r in caplog.records if "stopped cleanly" in r.getMessage()]
+    assert len(lines) == 1 and "0 subscriptions, 0 records delivered" in lines[0]
