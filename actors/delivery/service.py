@@ -406,7 +406,21 @@ class DeliveryService:
                                + (f": {status.reason}" if status.reason else ""))
             elif not self._has_partitions(key):
                 reasons.append(f"subscription {key} has no partitions assigned yet")
+            else:
+                reasons += self._stalls(key)
         return reasons
+
+    def _stalls(self, key: str) -> list[str]:
+        parts = self.tree(key).child("partitions") if self.tree(key).has_child(
+            "partitions") else None
+        if not isinstance(parts, Supervisor):
+            return []
+        stalled = [a for n in parts.children()
+                   if isinstance(a := parts.child(n), PartitionActor)
+                   and a.book.stalled_since is not None]
+        return [f"subscription {key} partition {a.topic}-{a.partition} stalled: commit "
+                f"position {a.book.position()} has not moved for over "
+                f"{a.stall_after_ms // 1000} s" for a in stalled]
 
     def _has_partitions(self, key: str) -> bool:
         sup = self._supervisor()
@@ -462,7 +476,8 @@ class DeliveryService:
         deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
         wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer),
                         runtime.consumer_settings(consumer.broker))
-        deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics)
+        deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics,
+                            runtime.config.delivery.stall_after_ms)
         outlet = self.outlets.get(consumer.key) or (
             lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics))
         specs = [ChildSpec("egress", lambda: outlet("egress"))]

@@ -265,9 +265,10 @@ class GroupConsumerActor(Actor):
     # -- rebalance ---------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
         sup = self._partitions()
-        for tp in sorted(tps):
-            if tp in self.owned:
-                continue
+        new = sorted(tps - self.owned)
+        if new:
+            log.info("%s: partitions assigned: %s", self.path, _names(new))
+        for tp in new:
             self.owned.add(tp)
             await sup.start_child(ChildSpec(child_name(tp), self._factory(tp),
                                             restart="transient",
@@ -293,6 +294,7 @@ class GroupConsumerActor(Actor):
         positions = await asyncio.gather(*(self._drain(tp) for tp in ordered))
         final = {tp: pos for tp, pos in zip(ordered, positions, strict=True) if pos is not None}
         await self._commit(kafka, final)
+        log.info("%s: partitions revoked (drained, committed): %s", self.path, _names(ordered))
         sup = self._partitions()
         for tp in ordered:
             self.owned.discard(tp)
@@ -321,6 +323,10 @@ class GroupConsumerActor(Actor):
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} {self.path} owned={len(self.owned)} "
                 f"pending_commits={len(self._commits)} mailbox={len(self._mailbox)}>")
+
+
+def _names(tps: list[TopicPartition]) -> str:
+    return ", ".join(child_name(tp) for tp in tps)
 
 
 def child_name(tp: TopicPartition) -> str:

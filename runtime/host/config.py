@@ -86,6 +86,12 @@ class DelayConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     """On revoke and shutdown: how long to keep forwarding what falls due."""
 
 
+class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    stall_after_ms: Annotated[int, Meta(ge=100)] = 60_000
+    """A partition whose commit position has not moved this long while records wait is
+    reported stalled (journal, log, status, /readyz)."""
+
+
 class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The destination guard (actors/delivery/guard.py): checked on the resolved address
     at connect time."""
@@ -111,6 +117,7 @@ class Config(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     persistence: PersistenceConfig = PersistenceConfig()
     journal: JournalConfig = JournalConfig()
     delay: DelayConfig = DelayConfig()
+    delivery: DeliveryConfig = DeliveryConfig()
     egress: EgressConfig = EgressConfig()
     runtime: RuntimeConfig = RuntimeConfig()
 

@@ -63,3 +63,39 @@ async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
         release.set()
         await runtime.stop()
         await receiver.stop()
+
+
+async def test_a_stuck_partition_is_reported_stalled_in_readyz_and_the_journal(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    release = asyncio.Event()
+
+    async def hangs(push: Push) -> int:
+        await release.wait()
+        return 200
+
+    receiver = await Receiver(hangs).start()
+    runtime = make_runtime(kafka_bootstrap, tmp_path, delivery={"stall_after_ms": 1000})
+    await runtime.start()
+    try:
+        admin = Admin(runtime)
+        await admin.subscribe(subscription("stall", [{"name": topic}], receiver.url,
+                                           fast_group=fast_group_kwargs))
+        await produce(kafka_bootstrap, topic, 3)
+        for _ in range(100):
+            status, ready = await admin.call("GET", "/readyz")
+            if any("stalled" in r for r in ready["reasons"]):
+                break
+            await asyncio.sleep(0.1)
+        assert status == 503 and [r for r in ready["reasons"] if f"{topic}-0 stalled" in r]
+        _, one = await admin.call("GET", "/broker/subscription/stall/g-stall")
+        assert one["data"]["status"]["partitions"][0]["stalled_for_ms"] >= 1000
+        release.set()
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
+    finally:
+        release.set()
+        await runtime.stop()
+        await receiver.stop()
+    journal = "".join(p.read_text() for p in (tmp_path / "journal").glob("*.jsonl"))
+    assert '"type":"stalled"' in journal
