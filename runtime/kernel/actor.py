@@ -47,7 +47,7 @@ _STOP = _Stop()
 
 @dataclass(slots=True)
 class _Envelope:
-    message: Any
+    message: object
     reply: asyncio.Future[Any] | None = None
     counted: bool = True
 
@@ -168,7 +168,7 @@ class Lifecycle:
     reason: str | None = None
 
 
-def discard(event: Any) -> None:
+def discard(event: object) -> None:
     """The default sinks: an actor outside a host reports to nobody."""
 
 
@@ -188,11 +188,11 @@ class Ref(Protocol):
     """Whatever messages can be sent to: an `Actor`, or a `ChildRef` that follows a
     supervised child across restarts. Peers and reply addresses are typed as this."""
 
-    async def tell(self, message: Any) -> None: ...
+    async def tell(self, message: object) -> None: ...
 
-    def tell_system(self, message: Any) -> None: ...
+    def tell_system(self, message: object) -> None: ...
 
-    async def ask(self, message: Any, timeout_s: float | None = None) -> Any: ...
+    async def ask(self, message: object, timeout_s: float | None = None) -> Any: ...
 
 
 class Actor:
@@ -218,7 +218,7 @@ class Actor:
     async def on_start(self) -> None:
         """Runs before the actor reports ready; an error here fails `start()`."""
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: object) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not handle {message!r}")
 
     async def on_stop(self) -> None:
@@ -241,7 +241,7 @@ class Actor:
         if not self.alive or self._stopping:
             raise ActorDeadError(f"actor {self.path} is {self._state}")
 
-    async def tell(self, message: Any) -> None:
+    async def tell(self, message: object) -> None:
         """Queue a message, waiting while the mailbox is full."""
         self._check_alive()
         mailbox = self._mailbox
@@ -250,17 +250,17 @@ class Actor:
         else:
             await mailbox.put(_Envelope(message))
 
-    def tell_nowait(self, message: Any) -> None:
+    def tell_nowait(self, message: object) -> None:
         """Queue a message or raise `MailboxFullError`."""
         self._check_alive()
         self._mailbox.put_nowait(_Envelope(message))
 
-    def tell_system(self, message: Any) -> None:
+    def tell_system(self, message: object) -> None:
         """Queue a message ignoring the bound: for owned tasks reporting back."""
         if self.alive:
             self._mailbox.put_system(_Envelope(message))
 
-    async def ask(self, message: Any, timeout_s: float | None = None) -> Any:
+    async def ask(self, message: object, timeout_s: float | None = None) -> Any:
         """Send a message and wait for `handle`'s return value (or its error)."""
         self._check_alive()
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -293,7 +293,7 @@ class Actor:
         if not task.cancelled() and task.exception() is not None:
             self.tell_system(_Crash(task.exception()))  # type: ignore[arg-type]
 
-    def schedule(self, deadline_ms: int, message: Any) -> TimerHandle[Any]:
+    def schedule(self, deadline_ms: int, message: object) -> TimerHandle[Any]:
         """Deliver `message` to this actor at monotonic time `deadline_ms`."""
         if self._timers is None:
             self._timers = TimerWheel(start_ms=self.context.clock.monotonic_ms())

@@ -103,18 +103,18 @@ class ChildRef:
             raise UsageError(f"{actor.path} is a {type(actor).__name__}, not a {kind.__name__}")
         return actor
 
-    async def tell(self, message: Any) -> None:
+    async def tell(self, message: object) -> None:
         await self.actor.tell(message)
 
-    def tell_nowait(self, message: Any) -> None:
+    def tell_nowait(self, message: object) -> None:
         self.actor.tell_nowait(message)
 
-    def tell_system(self, message: Any) -> None:
+    def tell_system(self, message: object) -> None:
         """Bypass the mailbox bound; dropped when no incarnation runs (as for an actor)."""
         if self.supervisor.has_child(self.name):
             self.actor.tell_system(message)
 
-    async def ask(self, message: Any, timeout_s: float | None = None) -> Any:
+    async def ask(self, message: object, timeout_s: float | None = None) -> Any:
         return await self.actor.ask(message, timeout_s)
 
 
@@ -190,7 +190,7 @@ class Supervisor(Actor):
             await _cancel_all([self._children.pop(n) for n in list(self._children)])
             raise
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: object) -> Any:
         if isinstance(message, _Exited):
             await self._on_exit(message)
         elif isinstance(message, _StartChild):
