@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from runtime.errors import BrokerError, ConfigError, StartupError
 from runtime.host.config import Config, load_config
 from runtime.host.logs import LogFormat, configure
+from runtime.host.workers import WORKER_ENV, Workers, apply_worker_env
 
 USAGE = """\
 usage: python -m runtime CONFIG.toml [--log-format text|json]
@@ -48,6 +50,10 @@ def run(path: str, log_format: LogFormat | None = None) -> int:
     if config is None:
         return 2
     configure(config.runtime.log_level, log_format or config.runtime.log_format)
+    if os.environ.get(WORKER_ENV) is not None:
+        config = apply_worker_env(config)
+    elif config.runtime.workers > 1:
+        return run_workers(path, config, ["--log-format", log_format] if log_format else [])
     from runtime.host.app import Runtime
 
     runner: asyncio.Runner
@@ -61,6 +67,15 @@ def run(path: str, log_format: LogFormat | None = None) -> int:
         with runner:
             runner.run(Runtime(config).run_until_signalled())
     except (StartupError, BrokerError, ConfigError) as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run_workers(path: str, config: Config, argv: list[str]) -> int:
+    try:
+        asyncio.run(Workers(path, config, argv).run())
+    except (BrokerError, ConfigError) as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -44,20 +44,23 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 from typing import Final
 
 import aiohttp
 from yarl import URL
 
 from actors.delivery.guard import DestinationDenied, DestinationGuard
+from actors.delivery.origin import Origin, origin_of
 from actors.delivery.outlet import Answer, OutletActor, describe_error
 from actors.delivery.signing import sign as sign_payload
 from actors.delivery.signing import signing_key, webhook_id
-from actors.delivery.subscription import BODYLESS_METHODS, Consumer
+from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
 from actors.shared.messages import Record
 from runtime.host.metrics import Registry
 from runtime.kernel.backoff import parse_retry_after
 
+log = logging.getLogger(__name__)
 RESPONSE_BODY_CAP: Final = 64 * 1024
 USER_AGENT: Final = "hookstream/0.1"
 MIN_POOL: Final = 10
@@ -165,10 +168,14 @@ class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
     def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry,
-                 guard: DestinationGuard | None = None) -> None:
+                 guard: DestinationGuard | None = None, origin: Origin | None = None) -> None:
         method = consumer.subscriptionMethod
-        super().__init__(name, consumer.key, method.uri, pool_size(consumer), metrics)
+        # the endpoint label (journal, status, logs) never shows user-info or query values
+        super().__init__(name, consumer.key, redact_uri(method.uri), pool_size(consumer),
+                         metrics)
         self.guard = guard or DestinationGuard()
+        # shared with every subscription pushing to the same origin (the service's registry)
+        self.origin = origin or Origin(origin_of(method.uri))
         self.consumer = consumer
         self._method = method.method.upper()
         self._has_body = self._method not in BODYLESS_METHODS
@@ -187,7 +194,7 @@ class EgressActor(OutletActor):
         # A URL yarl rejects stays text: every request then fails with aiohttp's own
         # error and is retried or dead-lettered like any failure, never dropped.
         with contextlib.suppress(ValueError):
-            self._url = URL(self.endpoint)
+            self._url = URL(self.consumer.subscriptionMethod.uri)
         method = self.consumer.subscriptionMethod
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
@@ -207,6 +214,18 @@ class EgressActor(OutletActor):
             await session.close()
 
     async def push(self, record: Record) -> Answer:
+        await self._wait_for_origin()
+        try:
+            answer = await self._push(record)
+        except Exception:
+            self._origin_answered(False)
+            raise
+        self._origin_answered(answer.error is None or answer.action == "skip")
+        if answer.status in (429, 503) and answer.retry_after_ms is not None:
+            self.origin.throttle(self.context.clock.monotonic_ms() + answer.retry_after_ms)
+        return answer
+
+    async def _push(self, record: Record) -> Answer:
         status, retry_after, action = await self._request(record)
         decided = receiver_action(status, action) if action is not None else None
         if decided is not None:
@@ -215,6 +234,23 @@ class EgressActor(OutletActor):
             return Answer(status)
         retry_ms = parse_retry_after(retry_after, self.context.clock.wall_ms())
         return Answer(status, f"HTTP {status}", retry_ms)
+
+    async def _wait_for_origin(self) -> None:
+        """Hold this worker while the origin says no (breaker open, throttled by its
+        Retry-After, rate used up): its records wait here, the partitions' windows fill and
+        fetching pauses; nothing is retried in a hot loop and no attempt is spent."""
+        clock = self.context.clock
+        while (wait := self.origin.wait_ms(clock.monotonic_ms())) is not None:
+            await clock.sleep_ms(wait)
+
+    def _origin_answered(self, ok: bool) -> None:
+        changed = self.origin.breaker.record(ok, self.context.clock.monotonic_ms())
+        if changed == "open":
+            log.warning("%s: circuit breaker for %s open for %d ms", self._subscription,
+                        self.origin.name, self.origin.breaker.open_ms)
+        elif changed == "closed":
+            log.info("%s: circuit breaker for %s closed", self._subscription,
+                     self.origin.name)
 
     def describe(self, exc: BaseException) -> str:
         return describe(exc, self._timeout_ms)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from actors.delivery.cluster import PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
 from actors.delivery.deadletter import DeadLetterActor
 from actors.delivery.egress import EgressActor
@@ -50,13 +51,15 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
+from actors.delivery.guard import DEFAULT_DENY, DestinationGuard
+from actors.delivery.origin import Origins
 from actors.delivery.outlet import OutletActor
 from actors.delivery.partition import PartitionActor
 from actors.delivery.replay import ReplayActor, ReplayProgress, ReplayRequest
 from actors.delivery.routes import SubscriptionRoutes
 from actors.delivery.status import SubscriptionStatus
 from actors.delivery.store import SubscriptionStore
-from actors.delivery.subscription import Consumer, redacted
+from actors.delivery.subscription import Consumer, decode_consumer, redacted
 from actors.shared.group_consumer import GroupConsumerActor, Wiring
 from runtime.errors import ActorStartError, ConfigError
 from runtime.host.files import atomic_write
@@ -87,6 +90,10 @@ class DeliveryService:
         self.outlets: dict[str, OutletFactory] = {}  # in-process subscriptions only
         self.status: dict[str, SubscriptionStatus] = {}
         self.replays: dict[str, ReplayProgress] = {}
+        self._cluster_paused: set[str] = set()
+        self.origins = Origins()  # shared by every subscription that pushes to an origin
+        self.guard = DestinationGuard()
+        self._log: SubscriptionLog | None = None  # cluster mode: the subscriptions topic
         self.problems: list[str] = []
         self._runtime: Runtime | None = None
         self._store: SubscriptionStore | None = None
@@ -97,6 +104,9 @@ class DeliveryService:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        egress = runtime.config.egress
+        self.guard = DestinationGuard(egress.allow_networks, egress.deny_networks
+                                      if egress.deny_networks is not None else DEFAULT_DENY)
         self._store = SubscriptionStore(runtime.config.persistence.dir)
         self._root = await runtime.system.spawn(ChildSpec(
             "delivery", self._delivery_supervisor, shutdown_ms=SUBSCRIPTION_STOP_MS + 500))
@@ -104,7 +114,17 @@ class DeliveryService:
         from actors.delivery.control import ControlRoutes  # the routes import this module
 
         ControlRoutes(self).add_to(runtime.admin.app)
-        await self._restore()
+        cluster = runtime.config.cluster
+        if cluster.subscriptions_topic:
+            self._store = None
+            broker = cluster.broker or runtime.config.brokers[0].name
+            self._log = SubscriptionLog(
+                runtime.bootstrap(broker), cluster.subscriptions_topic, self._apply,
+                replication_factor=cluster.replication_factor,
+                client_settings=runtime.consumer_settings(broker))
+            await self._log.start()  # every subscription applied before we are ready
+        else:
+            await self._restore()
         self._keeper = asyncio.get_running_loop().create_task(self._keep(), name="keeper")
 
     @staticmethod
@@ -134,6 +154,9 @@ class DeliveryService:
         if keeper is not None:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
+        subscription_log, self._log = self._log, None
+        if subscription_log is not None:
+            await subscription_log.stop()  # no more changes applied while we stop
         if self._root is None:
             return
         sup = self._supervisor()
@@ -159,10 +182,19 @@ class DeliveryService:
                         outlet: OutletFactory | None = None) -> None:
         """Start `consumer`'s actor tree and (with `persist`) store it for the next start.
         `outlet` replaces the HTTP egress (in-process subscriptions, never persisted).
+        In cluster mode the subscription is written to the subscriptions topic and every
+        instance starts it; this returns once this instance applied it.
 
         Raises `SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`, or
         `InvalidSubscription` for a name the store refuses.
         """
+        if self._log is not None and outlet is None and persist:
+            self._refuse_early(consumer, persist=False)
+            await self._log.write(consumer.key, msgspec.json.encode(consumer))
+            if consumer.key not in self.subscriptions:  # written, but could not be applied
+                raise SubscriptionStartFailed("subscription not applied",
+                                              f"{consumer.key}: see this instance's log")
+            return
         async with self._lock:
             self._refuse_early(consumer, persist)
             key = consumer.key
@@ -179,8 +211,7 @@ class DeliveryService:
             self.status[key].move("running", self._now())
             self.subscriptions[key] = consumer
             log.info("subscribed %s: %s", key, _summary(consumer))
-            if persist:
-                assert self._store is not None
+            if persist and self._store is not None:
                 await self._store.save(consumer)
 
     def _refuse_early(self, consumer: Consumer, persist: bool) -> None:
@@ -188,9 +219,8 @@ class DeliveryService:
         if consumer.key in self.subscriptions:
             raise SubscriptionExists("subscription already exists",
                                      f"{consumer.key}: unsubscribe it first")
-        if persist:  # `<id>_<group.id>` may be too long for a file name though each part fits
-            assert self._store is not None
-            self._store.path(consumer.key)
+        if persist and self._store is not None:
+            self._store.path(consumer.key)  # `<id>_<group.id>` may be too long for a file
         self._bootstrap(consumer)
 
     async def _start_tree(self, consumer: Consumer) -> None:
@@ -224,6 +254,36 @@ class DeliveryService:
                               self._broker_down(consumer))
         log.error("subscription %s %s: %s; restarting in %.1f s", key, status.state,
                   status.reason, delay / 1000)
+
+    # -- cluster mode: what the subscriptions topic says -----------------------------------
+    async def _apply(self, key: str, value: bytes | None) -> None:
+        """One record of the subscriptions topic, on every instance, in topic order."""
+        if key.startswith(PAUSED_PREFIX):
+            target = key.removeprefix(PAUSED_PREFIX)
+            (self._cluster_paused.add if value else self._cluster_paused.discard)(target)
+            if target in self.subscriptions:
+                await (self._pause_local(target) if value else self._resume_local(target))
+        elif value is None:
+            if key in self.subscriptions:
+                await self._unsubscribe_local(key)
+        else:
+            consumer = decode_consumer(value)
+            if key not in self.subscriptions:
+                await self._adopt(consumer)
+            elif consumer != self.subscriptions[key]:
+                await self._update_local(key, consumer)
+
+    async def _adopt(self, consumer: Consumer) -> None:
+        """A subscription this instance learns of: listed at once, started (or retried by
+        the keeper), or paused when the topic says so."""
+        key = consumer.key
+        async with self._lock:
+            self.subscriptions[key] = consumer
+            self.status[key] = SubscriptionStatus("starting", self._now())
+            if key in self._cluster_paused:
+                self.status[key].move("paused", self._now(), "paused in the cluster")
+                return
+            await self._try_start(consumer, "started (from the subscriptions topic)")
 
     # -- the keeper ----------------------------------------------------------------------
     async def _keep(self) -> None:
@@ -263,7 +323,15 @@ class DeliveryService:
     async def pause(self, key: str) -> None:
         """Stop fetching and delivering: in-flight pushes finish, positions are committed,
         the group membership goes (the partitions move to other instances, if any). Kept
-        across restarts. Raises `SubscriptionNotFound`."""
+        across restarts; in cluster mode it applies on every instance. Raises
+        `SubscriptionNotFound`."""
+        if self._log is not None and key not in self.outlets:
+            self._known(key)
+            await self._log.write(PAUSED_PREFIX + key, b"true")
+            return
+        await self._pause_local(key)
+
+    async def _pause_local(self, key: str) -> None:
         async with self._lock:
             self._known(key)
             status = self.status[key]
@@ -276,6 +344,13 @@ class DeliveryService:
 
     async def resume(self, key: str) -> None:
         """Start a paused subscription again from its committed positions."""
+        if self._log is not None and key not in self.outlets:
+            self._known(key)
+            await self._log.write(PAUSED_PREFIX + key, None)
+            return
+        await self._resume_local(key)
+
+    async def _resume_local(self, key: str) -> None:
         async with self._lock:
             consumer = self._known(key)
             if self.status[key].state != "paused":
@@ -286,21 +361,29 @@ class DeliveryService:
 
     async def update(self, key: str, consumer: Consumer) -> None:
         """Change a subscription in place: drain and commit, then start again with the new
-        settings from the committed positions (nothing lost, nothing skipped)."""
+        settings from the committed positions (nothing lost, nothing skipped). In cluster
+        mode every instance does so."""
+        self._known(key)
+        if consumer.key != key:
+            raise InvalidSubscription("id and group.id cannot change",
+                                      f"{key} would become {consumer.key}")
+        if key in self.outlets:
+            raise InvalidSubscription("in-process subscription",
+                                      "its program owns it: stop and consume again")
+        self._bootstrap(consumer)
+        if self._log is not None:
+            await self._log.write(key, msgspec.json.encode(consumer))
+            return
+        await self._update_local(key, consumer)
+
+    async def _update_local(self, key: str, consumer: Consumer) -> None:
         async with self._lock:
             old = self._known(key)
-            if consumer.key != key:
-                raise InvalidSubscription("id and group.id cannot change",
-                                          f"{key} would become {consumer.key}")
-            if key in self.outlets:
-                raise InvalidSubscription("in-process subscription",
-                                          "its program owns it: stop and consume again")
-            self._bootstrap(consumer)
             status = self.status[key]
             await self._stop_tree(key)
             self.subscriptions[key] = consumer
-            assert self._store is not None
-            await self._store.save(consumer)
+            if self._store is not None:
+                await self._store.save(consumer)
             log.info("subscription %s updated: %s (was %s)", key, _summary(consumer),
                      _summary(old))
             if status.state != "paused":
@@ -325,6 +408,8 @@ class DeliveryService:
             return set()
 
     async def _save_paused(self) -> None:
+        if self._store is None:
+            return  # cluster mode: pauses live in the subscriptions topic
         assert self._runtime is not None
         path = Path(self._runtime.config.persistence.dir) / PAUSED_FILE
         paused = sorted(k for k, s in self.status.items()
@@ -376,6 +461,8 @@ class DeliveryService:
                           if isinstance(a := parts.child(n), PartitionActor)]
         outlet = tree.child("egress") if tree.has_child("egress") else None
         endpoint = outlet.health.as_dict() if isinstance(outlet, OutletActor) else None
+        if endpoint is not None and isinstance(outlet, EgressActor):
+            endpoint["origin"] = outlet.origin.as_dict()  # breaker, throttle, rate
         counters: dict[str, object] | None = None
         if isinstance(outlet, OutletActor):
             dead = sum(int(str(p["dead_lettered"])) for p in partitions)
@@ -432,7 +519,17 @@ class DeliveryService:
 
     async def unsubscribe(self, key: str) -> Consumer:
         """Stop subscription `key` (`<id>_<group.id>`): it drains and commits, then its
-        file is deleted. Raises `SubscriptionNotFound`."""
+        file is deleted (in cluster mode: a tombstone stops it everywhere). Raises
+        `SubscriptionNotFound`."""
+        if self._log is not None and key not in self.outlets:
+            consumer = self._known(key)
+            if self.status[key].state == "paused":
+                await self._log.write(PAUSED_PREFIX + key, None)
+            await self._log.write(key, None)
+            return consumer
+        return await self._unsubscribe_local(key)
+
+    async def _unsubscribe_local(self, key: str) -> Consumer:
         async with self._lock:
             consumer = self.subscriptions.get(key)
             if consumer is None:
@@ -440,9 +537,8 @@ class DeliveryService:
             await self._stop_tree(key)
             del self.subscriptions[key]
             del self.status[key]
-            if self.outlets.pop(key, None) is None:  # in-process ones were never stored
-                assert self._store is not None
-                await self._store.delete(key)
+            if self.outlets.pop(key, None) is None and self._store is not None:
+                await self._store.delete(key)  # in-process ones were never stored
                 await self._save_paused()
             self._forget_metrics(key)
             log.info("unsubscribed %s", key)
@@ -478,8 +574,10 @@ class DeliveryService:
                         runtime.consumer_settings(consumer.broker))
         deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics,
                             runtime.config.delivery.stall_after_ms)
+        origin = self.origins.get(method.uri)
         outlet = self.outlets.get(consumer.key) or (
-            lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics))
+            lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics,
+                                     self.guard, origin))
         specs = [ChildSpec("egress", lambda: outlet("egress"))]
         if method.deadLetterTopic:
             topic = method.deadLetterTopic

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import ssl
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
@@ -17,6 +18,7 @@ import msgspec
 from msgspec import Meta
 
 from runtime.errors import ConfigError
+from runtime.host.tls import server_context
 from runtime.kafka import valid_topic
 
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._\-]+$")]
@@ -41,6 +43,12 @@ class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     listen: str = "127.0.0.1:8080"
     """`host:port`, `[v6 address]:port`; port 0 picks a free one."""
     token: str = ""
+    """If set, every request needs `Authorization: Bearer <token>` (but `GET /`)."""
+    public_health: bool = False
+    """`GET /healthz` and `/readyz` answer without the token (their state only)."""
+    tls_certfile: str = ""
+    """PEM certificate chain: with `tls_keyfile`, the admin API speaks HTTPS only."""
+    tls_keyfile: str = ""
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -86,6 +94,17 @@ class DelayConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     """On revoke and shutdown: how long to keep forwarding what falls due."""
 
 
+class ClusterConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    subscriptions_topic: str = ""
+    """A compacted topic that holds every subscription (key `<id>_<group.id>`): all
+    instances with the same value share their subscriptions. Empty: the local
+    `[persistence] dir`."""
+    broker: str = ""
+    """The broker that holds it; empty means the first broker."""
+    replication_factor: int = -1
+    """For the topic when it is created; -1 means the broker's default."""
+
+
 class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     stall_after_ms: Annotated[int, Meta(ge=100)] = 60_000
     """A partition whose commit position has not moved this long while records wait is
@@ -106,6 +125,8 @@ class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     shutdown_deadline_ms: PositiveMs = 4000
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
+    workers: Annotated[int, Meta(ge=1, le=64)] = 1
+    """Worker processes `python -m runtime` starts (each a full instance; needs [cluster])."""
     uvloop: bool = True
     gc_freeze: bool = True
     """Move start-up objects out of the garbage collector's reach (shorter GC pauses)."""
@@ -118,6 +139,7 @@ class Config(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     journal: JournalConfig = JournalConfig()
     delay: DelayConfig = DelayConfig()
     delivery: DeliveryConfig = DeliveryConfig()
+    cluster: ClusterConfig = ClusterConfig()
     egress: EgressConfig = EgressConfig()
     runtime: RuntimeConfig = RuntimeConfig()
 
@@ -153,7 +175,7 @@ def parse_listen(listen: str) -> tuple[str, int] | None:
 
 
 def _check(config: Config) -> Config:
-    config.admin.host_port  # raises ConfigError naming admin.listen  # noqa: B018
+    _check_admin(config.admin)
     names = [b.name for b in config.brokers]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -174,7 +196,38 @@ def _check(config: Config) -> Config:
             raise ConfigError(str(exc).removeprefix("broker: "), "delay.broker") from None
     _check_levels(config.delay.levels)
     _check_networks(config.egress)
+    _check_cluster(config)
     return config
+
+
+def _check_cluster(config: Config) -> None:
+    cluster = config.cluster
+    if config.runtime.workers > 1 and not cluster.subscriptions_topic:
+        raise ConfigError("workers > 1 needs [cluster] subscriptions_topic: the workers "
+                          "share their subscriptions through it", "runtime.workers")
+    if cluster.subscriptions_topic and not valid_topic(cluster.subscriptions_topic):
+        raise ConfigError(f"{cluster.subscriptions_topic!r} is not a Kafka topic name",
+                          "cluster.subscriptions_topic")
+    if cluster.broker:
+        try:
+            config.broker(cluster.broker)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).removeprefix("broker: "), "cluster.broker") from None
+
+
+def _check_admin(admin: AdminConfig) -> None:
+    admin.host_port  # raises ConfigError naming admin.listen  # noqa: B018
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in admin.token):
+        raise ConfigError("control characters cannot be sent in a header", "admin.token")
+    if bool(admin.tls_certfile) != bool(admin.tls_keyfile):
+        missing = "tls_keyfile" if admin.tls_certfile else "tls_certfile"
+        raise ConfigError("tls_certfile and tls_keyfile go together", f"admin.{missing}")
+    if admin.tls_certfile:
+        try:
+            server_context(admin.tls_certfile, admin.tls_keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot use {admin.tls_certfile} with {admin.tls_keyfile}: "
+                              f"{exc.strerror or exc}", "admin.tls_certfile") from None
 
 
 def _check_networks(egress: EgressConfig) -> None:

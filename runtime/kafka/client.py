@@ -35,6 +35,7 @@ async def create_topics(
     *,
     replication_factor: int = 1,
     timeout_s: float = 10.0,
+    configs: Mapping[str, str] | None = None,
 ) -> None:
     """Create topics (name -> partitions) and wait until they are visible.
 
@@ -43,7 +44,8 @@ async def create_topics(
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        new = [NewTopic(name, parts, replication_factor) for name, parts in topics.items()]
+        new = [NewTopic(name, parts, replication_factor, topic_configs=dict(configs or {}))
+               for name, parts in topics.items()]
         response = await admin.create_topics(new, timeout_ms=int(timeout_s * 1000))
         _raise_topic_errors(response.topic_errors)
     finally:

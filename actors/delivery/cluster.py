@@ -1,0 +1,126 @@
+"""Cluster mode: the subscriptions live in a compacted Kafka topic that every instance
+reads and follows (Kafka Connect's distributed mode keeps its configuration the same way).
+
+Records: key `<id>_<group.id>`, value the subscription document (a tombstone on
+unsubscribe); key `paused:<id>_<group.id>`, value `true` while paused (a tombstone on
+resume). One partition, so every instance sees every change in the same order: the last
+write of a key wins everywhere.
+
+`SubscriptionLog.start()` reads the topic from the beginning to its end (the high
+watermark at that moment), applying each record, and only then returns, so an instance
+is not ready before it knows every subscription; then an owned task follows the topic.
+`write()` returns once the broker acknowledged the record (acks=all) *and* this instance's
+follower applied it: an admin call answers when the change is in force here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from runtime.kafka import create_topics, make_consumer, make_producer
+
+log = logging.getLogger(__name__)
+PAUSED_PREFIX = "paused:"
+CATCH_UP_ROUNDS = 300  # x 200 ms fetches
+Apply = Callable[[str, bytes | None], Awaitable[None]]
+
+
+class SubscriptionLog:
+    def __init__(self, bootstrap: str, topic: str, apply: Apply, *,
+                 replication_factor: int = -1,
+                 client_settings: dict[str, object] | None = None) -> None:
+        self.bootstrap, self.topic, self.apply = bootstrap, topic, apply
+        self.replication_factor = replication_factor
+        self.client_settings = dict(client_settings or {})
+        self._tp = TopicPartition(topic, 0)
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._applied = -1  # the offset of the last record applied
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    async def start(self) -> None:
+        await create_topics(self.bootstrap, {self.topic: 1},
+                            replication_factor=self.replication_factor,
+                            configs={"cleanup.policy": "compact"})
+        self._producer = make_producer(self.bootstrap, acks="all")
+        await self._producer.start()
+        self._consumer = make_consumer(self.bootstrap, enable_auto_commit=False,
+                                       **self.client_settings)
+        await self._consumer.start()
+        self._consumer.assign([self._tp])
+        await self._consumer.seek_to_beginning(self._tp)
+        await self._catch_up(self._consumer)
+        self._follower = asyncio.get_running_loop().create_task(self._follow(),
+                                                                name="subscription-log")
+
+    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+        """Apply everything written before we started: up to the high watermark of the
+        first fetch response (the embedded broker's ListOffsets is not to be trusted)."""
+        end: int | None = None
+        for _ in range(CATCH_UP_ROUNDS):
+            await self._apply_batch(consumer, timeout_ms=200)
+            end = consumer.highwater(self._tp) if end is None else end
+            if end is not None and self._applied + 1 >= end:
+                log.info("subscription log %s read to offset %d", self.topic, end)
+                return
+        raise TimeoutError(f"subscription log {self.topic}: could not read to its end")
+
+    async def _follow(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while True:
+            await self._apply_batch(consumer, timeout_ms=500)
+
+    async def _apply_batch(self, consumer: AIOKafkaConsumer, timeout_ms: int) -> None:
+        batches = await consumer.getmany(self._tp, timeout_ms=timeout_ms)
+        for message in batches.get(self._tp, []):
+            key = message.key.decode() if message.key else ""
+            try:
+                await self.apply(key, message.value)
+            except Exception:  # a record we cannot apply must not stop the follower
+                log.exception("subscription log %s: cannot apply %r at offset %d",
+                              self.topic, key, message.offset)
+            self._applied = message.offset
+        self._wake()
+
+    def _wake(self) -> None:
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for offset, waiter in self._waiters:
+            if offset <= self._applied:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                still.append((offset, waiter))
+        self._waiters = still
+
+    async def write(self, key: str, value: bytes | None) -> None:
+        """Write a record (None: a tombstone); return once it is applied here too."""
+        assert self._producer is not None
+        meta = await self._producer.send_and_wait(self.topic, value, key=key.encode())
+        if meta.offset <= self._applied:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((meta.offset, waiter))
+        await waiter
+
+    async def stop(self) -> None:
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+        for waiter in (w for _, w in self._waiters):
+            waiter.cancel()
+        for client in (self._consumer, self._producer):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.stop()
+        self._consumer = self._producer = None
+
+    def __repr__(self) -> str:
+        return f"<SubscriptionLog {self.topic} applied={self._applied}>"

@@ -1,0 +1,126 @@
+"""`[runtime] workers = 2`: one command starts two worker processes that share the work
+through the cluster topic and the Kafka group; SIGTERM stops them all (real broker,
+real processes, real receiver)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from runtime.kafka import create_topics
+from runtime.kafka.broker import free_port
+from tests.integration.delivery_harness import Receiver, produce, subscription
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def two_free_ports() -> int:
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def start_parent(config: Path, stderr: Path) -> subprocess.Popen[bytes]:
+    with stderr.open("wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "runtime", str(config)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
+def stop_parent(parent: subprocess.Popen[bytes]) -> int:
+    """SIGTERM to the parent only (it stops its workers); SIGKILL to the whole process
+    group if it does not exit in time."""
+    parent.send_signal(signal.SIGTERM)
+    try:
+        return parent.wait(timeout=30)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+            parent.wait()
+
+
+async def get(url: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def test_two_workers_share_a_subscription_and_stop_on_sigterm(
+        tmp_path: Path, fast_group_kwargs: dict[str, int]) -> None:
+    port = two_free_ports()
+    config = tmp_path / "workers.toml"
+    config.write_text(f"""
+[[brokers]]
+name = "Kafka"
+bootstrap_servers = "embedded"
+[admin]
+listen = "127.0.0.1:{port}"
+[persistence]
+dir = "{tmp_path / 'persist'}"
+[journal]
+dir = "{tmp_path / 'journal'}"
+[cluster]
+subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
+replication_factor = 1
+[runtime]
+workers = 2
+shutdown_deadline_ms = 4000
+""")
+    stderr = tmp_path / "stderr.log"
+    parent = start_parent(config, stderr)
+    receiver = await Receiver().start()
+    try:
+        urls = [f"http://127.0.0.1:{port + i}" for i in (0, 1)]
+        bootstrap = ""
+        for _ in range(300):
+            try:
+                answers = [await get(u + "/healthz") for u in urls]
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.1)
+                continue
+            bootstrap = answers[0][1]["brokers"]["Kafka"]
+            break
+        assert bootstrap, stderr.read_text()
+        assert answers[1][1]["brokers"]["Kafka"] == bootstrap  # one broker, shared
+        topic = f"w-{uuid.uuid4().hex[:8]}"
+        await create_topics(bootstrap, {topic: 4})
+        body = subscription("wk", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs)
+        async with aiohttp.ClientSession() as session, session.post(
+                urls[0] + "/broker/subscription", json=body) as response:
+            assert response.status == 200, await response.text()
+        owned: list[int] = [0, 0]
+        for _ in range(300):
+            answers = [await get(u + "/broker/subscription/wk/g-wk") for u in urls]
+            owned = [len(a[1]["data"]["status"]["partitions"]) if a[0] == 200 else 0
+                     for a in answers]
+            if sum(owned) == 4 and min(owned) > 0:
+                break
+            await asyncio.sleep(0.1)
+        assert sum(owned) == 4 and min(owned) > 0, owned
+        await produce(bootstrap, topic, 40, partitions=4)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 40)
+    finally:
+        code = stop_parent(parent)
+        await receiver.stop()
+    assert code == 0
+    workers = [int(p) for p in re.findall(r"worker \d started \(pid (\d+)", stderr.read_text())]
+    assert len(workers) == 2
+    for pid in workers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,0 +1,62 @@
+"""Per-origin decisions on plain `now` integers: the circuit breaker, the token bucket,
+throttling by Retry-After."""
+
+from __future__ import annotations
+
+from actors.delivery.origin import CircuitBreaker, Origin, Origins, TokenBucket, origin_of
+
+
+def test_origins_are_scheme_host_and_port() -> None:
+    assert origin_of("http://Example.com/a?b") == "http://example.com:80"
+    assert origin_of("https://example.com:8443/x") == "https://example.com:8443"
+    origins = Origins()
+    assert origins.get("http://h:1/a") is origins.get("http://h:1/b")
+    assert origins.get("http://h:1/a") is not origins.get("http://h:2/a")
+
+
+def test_the_breaker_opens_at_the_failure_ratio_probes_once_then_closes() -> None:
+    breaker = CircuitBreaker(failure_ratio=0.5, min_requests=4, open_ms=1000)
+    for ok in (True, False, True):
+        assert breaker.record(ok, 0) is None  # 3 answers: below min_requests
+    assert breaker.record(False, 1) == "open"  # 2 of 4 failed
+    assert not breaker.allow(500) and breaker.retry_at() == 1001
+    assert breaker.allow(1001)  # the probe
+    assert not breaker.allow(1002)  # only one while half-open
+    assert breaker.record(True, 1100) == "closed"
+    assert breaker.allow(1101)
+
+
+def test_a_failed_probe_opens_it_again() -> None:
+    breaker = CircuitBreaker(failure_ratio=0.5, min_requests=2, open_ms=100)
+    breaker.record(False, 0)
+    assert breaker.record(False, 0) == "open"
+    assert breaker.allow(100)
+    assert breaker.record(False, 150) == "open" and not breaker.allow(200)
+
+
+def test_old_answers_leave_the_window() -> None:
+    breaker = CircuitBreaker(failure_ratio=0.5, min_requests=2, window_ms=1000)
+    breaker.record(False, 0)
+    breaker.record(True, 2000)  # the failure at 0 is out of the window
+    assert breaker.record(True, 2001) is None and breaker.state == "closed"
+
+
+def test_the_bucket_allows_a_burst_then_the_rate() -> None:
+    bucket = TokenBucket(rate=2)
+    assert [bucket.take(0) for _ in range(3)] == [0, 0, 501]
+    assert bucket.take(500) == 0
+
+
+def test_an_origin_holds_off_while_throttled_or_open() -> None:
+    origin = Origin("http://h:1")
+    assert origin.wait_ms(0) is None
+    origin.throttle(5000)
+    assert origin.wait_ms(1000) == 4000
+    assert origin.wait_ms(5000) is None
+    origin.limit_rate(10)
+    origin.limit_rate(50)  # the strictest applies
+    assert origin.bucket is not None and origin.bucket.rate == 10
+
+
+def test_a_url_that_cannot_be_parsed_is_its_own_origin() -> None:
+    assert origin_of("http://h:99999/x") == "http://h:99999/x"
