@@ -20,7 +20,7 @@ from aiohttp import web
 
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from actors.delivery.replay import ReplayRequest
-from actors.delivery.routes import _answering as answering  # one translation of errors
+from actors.delivery.routes import answering, known_key
 from actors.delivery.subscription import decode_consumer
 from runtime.host.admin import ok
 
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 BASE = "/broker/subscription/{id}/{groupId}"
 
 
-def key_of(request: web.Request) -> str:
-    return f"{request.match_info['id']}_{request.match_info['groupId']}"
+def pair_of(request: web.Request) -> tuple[str, str]:
+    return request.match_info["id"], request.match_info["groupId"]
 
 
 class ControlRoutes:
@@ -46,35 +46,44 @@ class ControlRoutes:
         app.router.add_post(BASE + "/replay", answering(self.replay))
         app.router.add_get(BASE + "/replay/{replayId}", answering(self.replay_progress))
 
+    def key_of(self, request: web.Request) -> str:
+        """The subscription the path names: the (id, groupId) pair, 404 when unknown."""
+        return known_key(self.service.subscriptions, *pair_of(request))
+
     async def get_one(self, request: web.Request) -> web.Response:
-        return ok(self.service.status_of(key_of(request)))
+        return ok(self.service.status_of(self.key_of(request)))
 
     async def put_one(self, request: web.Request) -> web.Response:
-        key = key_of(request)
-        self.service.status_of(key)  # 404 before reading the body
-        await self.service.update(key, decode_consumer(await request.read()))
+        key = self.key_of(request)  # 404 before reading the body
+        consumer = decode_consumer(await request.read())
+        if not consumer.same(*pair_of(request)):
+            raise InvalidSubscription("id and group.id cannot change",
+                                      f"the path names {key}, the body {consumer.key}")
+        await self.service.update(key, consumer)
         return ok(self.service.status_of(key))
 
     async def pause(self, request: web.Request) -> web.Response:
-        await self.service.pause(key_of(request))
-        return ok(self.service.status_of(key_of(request)))
+        key = self.key_of(request)
+        await self.service.pause(key)
+        return ok(self.service.status_of(key))
 
     async def resume(self, request: web.Request) -> web.Response:
-        await self.service.resume(key_of(request))
-        return ok(self.service.status_of(key_of(request)))
+        key = self.key_of(request)
+        await self.service.resume(key)
+        return ok(self.service.status_of(key))
 
     async def replay(self, request: web.Request) -> web.Response:
         try:
             wanted = msgspec.json.decode(await request.read(), type=ReplayRequest)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise InvalidSubscription("invalid replay request", str(exc)) from None
-        progress = await self.service.replay(key_of(request), wanted)
+        progress = await self.service.replay(self.key_of(request), wanted)
         response = ok({"replayId": progress.replay_id})
         response.set_status(202)
         return response
 
     async def replay_progress(self, request: web.Request) -> web.Response:
-        key, rid = key_of(request), request.match_info["replayId"]
+        key, rid = self.key_of(request), request.match_info["replayId"]
         progress = self.service.replays.get(rid)
         if progress is None or progress.subscription != key:
             raise SubscriptionNotFound("replay not found", f"{key}: {rid}")

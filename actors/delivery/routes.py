@@ -3,21 +3,29 @@ the library API (`DeliveryService.subscribe`, `unsubscribe`), answer.
 
     POST /broker/subscription      a Consumer JSON: subscribe; answers it, redacted
     GET  /broker/subscription      every subscription, redacted
-    POST /broker/unsubscribe       a Consumer JSON, or just `id` and `group.id`
+    POST /broker/unsubscribe       a Consumer JSON, or just `id` and `group` (or the
+                                   deprecated `id` and `group.id`)
 
-Errors are translated in one place, `_answering`: a `DeliveryError` becomes the admin
+A subscription is the pair (`id`, `group.id`); `known_key` finds its key and refuses a
+pair that only shares the key (`k`, `a_b` is not `k_a`, `b`), and a new pair whose key is
+taken by another is refused (`refuse_taken_name`): both would push as the same
+`QOH-Consumer`.
+
+Errors are translated in one place, `answering`: a `DeliveryError` becomes the admin
 API's `{"success": false, "reason", "details"}` with the status `STATUS` gives its class.
-Anything else is left to the admin server's middleware (runtime/host/admin.py).
+Anything else is left to the admin server's middleware (runtime/host/admin.py). The
+routes are described for `/openapi.json` in actors/delivery/apidoc.py.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 from aiohttp import web
 
+from actors.delivery.apidoc import describe_delivery_api
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
@@ -26,8 +34,10 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
-from actors.delivery.subscription import decode_consumer, redacted
+from actors.delivery.subscription import SAFE_ID, Consumer, decode_consumer, redacted
 from runtime.host.admin import Handler, fail, ok
+from runtime.host.jsonbody import JsonRejected, load_json
+from runtime.host.openapi import OPENAPI
 
 if TYPE_CHECKING:
     from actors.delivery.service import DeliveryService
@@ -47,7 +57,7 @@ def status_of(exc: DeliveryError) -> int:
     return next(status for cls, status in STATUS if isinstance(exc, cls))
 
 
-def _answering(handler: Handler) -> Handler:
+def answering(handler: Handler) -> Handler:
     @functools.wraps(handler)
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
@@ -58,40 +68,83 @@ def _answering(handler: Handler) -> Handler:
     return answer
 
 
+_answering = answering  # the name control.py imports
+
+
 class SubscriptionRoutes:
     def __init__(self, service: DeliveryService) -> None:
         self.service = service
 
     def add_to(self, app: web.Application) -> None:
-        app.router.add_post("/broker/subscription", _answering(self.post_subscription))
-        app.router.add_get("/broker/subscription", _answering(self.get_subscriptions))
-        app.router.add_post("/broker/unsubscribe", _answering(self.post_unsubscribe))
+        app.router.add_post("/broker/subscription", answering(self.post_subscription))
+        app.router.add_get("/broker/subscription", answering(self.get_subscriptions))
+        app.router.add_post("/broker/unsubscribe", answering(self.post_unsubscribe))
+        if OPENAPI in app:
+            describe_delivery_api(app[OPENAPI])
 
     async def post_subscription(self, request: web.Request) -> web.Response:
         consumer = decode_consumer(await request.read())
+        refuse_taken_name(self.service.subscriptions, consumer)
         await self.service.subscribe(consumer)
         return ok(redacted(consumer))
 
     async def get_subscriptions(self, request: web.Request) -> web.Response:
-        return ok([redacted(c) for c in self.service.subscriptions.values()])
+        """Every subscription, redacted, with its `state` (and `inProcess` for those an
+        embedding program registered: read-only here)."""
+        status = self.service.status
+        return ok([{**redacted(c), "state": status[k].state if k in status else "unknown",
+                    "inProcess": k in self.service.outlets}
+                   for k, c in self.service.subscriptions.items()])
 
     async def post_unsubscribe(self, request: web.Request) -> web.Response:
-        key = unsubscribe_key(await request.read())
+        sub_id, group_id = unsubscribe_pair(await request.read())
+        key = known_key(self.service.subscriptions, sub_id, group_id)
         return ok(redacted(await self.service.unsubscribe(key)))
 
     def __repr__(self) -> str:
         return f"<SubscriptionRoutes {self.service!r}>"
 
 
-class _Key(msgspec.Struct):
-    id: str
-    group_id: str = msgspec.field(name="group.id")
+def known_key(subscriptions: Mapping[str, Consumer], sub_id: str, group_id: str) -> str:
+    """The key of subscription (`sub_id`, `group_id`); `SubscriptionNotFound` when there is
+    none, also when another pair has the same key."""
+    key = f"{sub_id}_{group_id}"
+    consumer = subscriptions.get(key)
+    if consumer is None or not consumer.same(sub_id, group_id):
+        raise SubscriptionNotFound("subscription not found",
+                                   f"id {sub_id!r}, group.id {group_id!r}")
+    return key
 
 
-def unsubscribe_key(body: bytes) -> str:
-    """Unsubscribe takes a Consumer JSON (Queue-Over-Http) or just `id` and `group.id`."""
+def refuse_taken_name(subscriptions: Mapping[str, Consumer], consumer: Consumer) -> None:
+    """`SubscriptionExists` when another pair already has `consumer`'s key."""
+    existing = subscriptions.get(consumer.key)
+    if existing is not None and not existing.same(consumer.id, consumer.group_id):
+        raise SubscriptionExists(
+            "subscription name taken",
+            f"(id {consumer.id!r}, group.id {consumer.group_id!r}) and the existing (id "
+            f"{existing.id!r}, group.id {existing.group_id!r}) would both push as "
+            f"QOH-Consumer {consumer.key}; receivers could not tell them apart")
+
+
+def unsubscribe_pair(body: bytes) -> tuple[str, str]:
+    """(`id`, `group.id`) of an unsubscribe request: the whole Consumer JSON (as
+    Queue-Over-Http clients send it, possibly as a `GET` showed it, secrets redacted),
+    `{"id", "group": {"id"}}`, or the deprecated `{"id", "group.id"}`. Nothing else in the
+    body is read."""
     try:
-        key = msgspec.json.decode(body, type=_Key)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InvalidSubscription("invalid unsubscribe request", str(exc)) from None
-    return f"{key.id}_{key.group_id}"
+        raw: Any = load_json(body)
+    except JsonRejected as exc:
+        raise InvalidSubscription(exc.reason, exc.details) from None
+    if not isinstance(raw, dict):
+        raise InvalidSubscription("invalid unsubscribe request",
+                                  'expected {"id": ..., "group": {"id": ...}}')
+    group = raw.get("group")
+    pair = (raw.get("id"), group.get("id") if isinstance(group, dict) else raw.get("group.id"))
+    for field, value in zip(("id", "group.id"), pair, strict=True):
+        if not isinstance(value, str) or not SAFE_ID.fullmatch(value):
+            raise InvalidSubscription(f"invalid {field}",
+                                      f"{value!r}: expected the subscription's {field}")
+    sub_id, group_id = pair
+    assert isinstance(sub_id, str) and isinstance(group_id, str)
+    return sub_id, group_id

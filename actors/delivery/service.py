@@ -58,8 +58,8 @@ from actors.delivery.partition import PartitionActor
 from actors.delivery.replay import ReplayActor, ReplayProgress, ReplayRequest
 from actors.delivery.routes import SubscriptionRoutes
 from actors.delivery.status import SubscriptionStatus
-from actors.delivery.store import SubscriptionStore
-from actors.delivery.subscription import Consumer, decode_consumer, redacted
+from actors.delivery.store import SubscriptionStore, encode
+from actors.delivery.subscription import Consumer, decode_consumer, redact_uri, redacted
 from actors.shared.group_consumer import GroupConsumerActor, Wiring
 from runtime.errors import ActorStartError, ConfigError
 from runtime.host.files import atomic_write
@@ -190,7 +190,7 @@ class DeliveryService:
         """
         if self._log is not None and outlet is None and persist:
             self._refuse_early(consumer, persist=False)
-            await self._log.write(consumer.key, msgspec.json.encode(consumer))
+            await self._log.write(consumer.key, encode(consumer))
             if consumer.key not in self.subscriptions:  # written, but could not be applied
                 raise SubscriptionStartFailed("subscription not applied",
                                               f"{consumer.key}: see this instance's log")
@@ -372,7 +372,7 @@ class DeliveryService:
                                       "its program owns it: stop and consume again")
         self._bootstrap(consumer)
         if self._log is not None:
-            await self._log.write(key, msgspec.json.encode(consumer))
+            await self._log.write(key, encode(consumer))
             return
         await self._update_local(key, consumer)
 
@@ -599,5 +599,5 @@ class DeliveryService:
 def _summary(consumer: Consumer) -> str:
     topics = ", ".join(t.name or f"/{t.pattern}/" for t in consumer.topics)
     method = consumer.subscriptionMethod
-    return f"{topics} -> {method.method} {method.uri}"
+    return f"{topics} -> {method.method} {redact_uri(method.uri)}"
 

@@ -1,32 +1,47 @@
 """The subscription registry's persistence: one JSON file per subscription.
 
-Files are named after `<id>_<group.id>` (validated to letters, digits, `.`, `_`, `-`, so
-no path tricks), written atomically (`runtime.host.files.atomic_write`: temp file, fsync,
-rename, fsync of the directory), and read back at start. A file that does not decode is
-reported, moved aside as `*.corrupt` so it is not retried forever, and skipped; it never
-stops startup.
+Files are named `<id>_<group.id>.json`. Both parts are checked with full-string matches
+(`SAFE_ID`: letters, digits, `.`, `_`, `-`, starting with a letter or digit, at most 200
+together), so a name can neither leave the directory nor end in a newline, and
+`decode_consumer` refuses what could not be stored, before anything starts. The content is
+the Queue-Over-Http document (`document(consumer, redact=False)`), secrets included, so
+the directory is made 0700 and every file is written 0600 (issue 13).
 
-The API is async: every file operation (write, delete, fsync, the load at start) runs in a
-worker thread, because an fsync can take tens of milliseconds on a busy disk and the event
-loop runs the delivery actors meanwhile. Saves may run at once, each with its own temp
-file; for one subscription the last rename wins, so the DeliveryService orders its changes
-with its lock.
+Writes are atomic (`runtime.host.files.atomic_write`: temp file, fsync, rename, fsync of
+the directory). At start every file is read back: one that does not decode is reported,
+moved aside as `*.corrupt` so it is not retried forever, and skipped, never stopping
+startup; one written by an earlier version (the flat `group.id`, 0644) is rewritten in
+the current form; one whose name is not its subscription's is renamed.
+
+The API is async: every file operation runs in a worker thread, because an fsync can take
+tens of milliseconds on a busy disk and the event loop runs the delivery actors meanwhile.
+Saves may run at once, each with its own temp file; for one subscription the last rename
+wins, so the DeliveryService orders its changes with its lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import stat
 from pathlib import Path
+from typing import Final
 
 import msgspec
 
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.subscription import SAFE_ID, Consumer, decode_consumer
-from runtime.host.files import atomic_write, fsync_directory
+from actors.delivery.subscription import SAFE_ID, Consumer, decode_consumer, document
+from runtime.host.files import FILE_MODE, atomic_write, fsync_directory
 
 log = logging.getLogger(__name__)
-SUFFIX = ".json"
+SUFFIX: Final = ".json"
+DIRECTORY_MODE: Final = 0o700
+
+
+def encode(consumer: Consumer) -> bytes:
+    """A subscription file's content."""
+    return msgspec.json.encode(document(consumer, redact=False))
 
 
 class SubscriptionStore:
@@ -35,7 +50,7 @@ class SubscriptionStore:
 
     async def save(self, consumer: Consumer) -> None:
         path = self.path(consumer.key)
-        await asyncio.to_thread(self._write, path, msgspec.json.encode(consumer))
+        await asyncio.to_thread(self._write, path, encode(consumer))
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self._unlink, self.path(key))
@@ -47,13 +62,19 @@ class SubscriptionStore:
     def path(self, key: str) -> Path:
         """Where subscription `key` is stored; `InvalidSubscription` for a name that is not
         safe as a file name (too long, path tricks)."""
-        if not SAFE_ID.match(key) or key in (".", ".."):
+        if not SAFE_ID.fullmatch(key):
             raise InvalidSubscription("invalid subscription name", repr(key))
         return self.directory / f"{key}{SUFFIX}"
 
     # -- blocking: run in a worker thread ----------------------------------------------
+    def _private_directory(self) -> None:
+        """Create the directory 0700, or make it so (preflight may have made it 0755)."""
+        self.directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+        if stat.S_IMODE(self.directory.stat().st_mode) != DIRECTORY_MODE:
+            os.chmod(self.directory, DIRECTORY_MODE)
+
     def _write(self, path: Path, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._private_directory()
         atomic_write(path, data)
 
     def _unlink(self, path: Path) -> None:
@@ -63,16 +84,32 @@ class SubscriptionStore:
     def _load_all(self) -> tuple[list[Consumer], list[str]]:
         if not self.directory.is_dir():
             return [], []
+        self._private_directory()
         consumers: list[Consumer] = []
         problems: list[str] = []
         for path in sorted(self.directory.glob(f"*{SUFFIX}")):
             try:
-                consumers.append(decode_consumer(path.read_bytes()))
+                consumers.append(self._load(path))
             except (InvalidSubscription, OSError) as exc:
                 problems.append(f"{path.name}: {exc}")
                 log.error("skipping corrupt subscription file %s: %s", path, exc)
                 path.rename(path.with_name(path.name + ".corrupt"))
         return consumers, problems
+
+    def _load(self, path: Path) -> Consumer:
+        """The subscription in `path`, its file brought up to date (name, form, mode)."""
+        raw = path.read_bytes()
+        consumer = decode_consumer(raw)
+        target = self.path(consumer.key)
+        if target != path:
+            if target.exists():
+                raise InvalidSubscription("a second file for subscription", consumer.key)
+            log.warning("subscription file %s renamed to %s", path.name, target.name)
+            atomic_write(target, encode(consumer))
+            self._unlink(path)
+        elif raw != encode(consumer) or stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
+            atomic_write(path, encode(consumer))  # the current form, 0600
+        return consumer
 
     def __repr__(self) -> str:
         return f"<SubscriptionStore {self.directory}>"

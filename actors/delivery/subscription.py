@@ -1,29 +1,88 @@
-"""The Consumer JSON of the admin API (Queue-Over-Http compatible), decoded and validated.
+"""The Consumer JSON of the admin API (Queue-Over-Http compatible): decoded, validated,
+and written back out.
 
-Field names follow Queue-Over-Http exactly (`group.id`, `concurrencyFactor`, ...).
-Additions are optional with defaults; the names `ordering`, `lanes`, `deadLetterTopic`,
-`timeoutMs` and `signingSecret` are part of the contract, the rest are ours.
+The document, as Queue-Over-Http's clients send it (issue 9)::
+
+    {"id": "svc-1", "group": {"id": "svc", "name": "NO_NAME"}, "broker": "Kafka",
+     "topics": [{"name": "test", "pattern": false, "partitions": [{"number": "0"}],
+                 "config": {"concurrencyFactor": 1, "autoCommitPeriodMs": 0}}],
+     "subscriptionMethod": {"type": "http", "uri": "http://host/path", "method": "POST",
+                            "queryParamKey": "message", "charset": "UTF-8",
+                            "additionalHeaders": {}, "delayOnErrorMs": 0,
+                            "retryBeforeCommit": 0}}
+
+`group.name` defaults to "NO_NAME"; `pattern: true` makes `name` a regex (see
+actors/delivery/patterns.py for the subset accepted); `partitions[].number` is a string
+or an integer; `charset` names are case-insensitive. Deprecated for one release, and still
+accepted: the flat key `"group.id": "svc"` instead of `group`, and `{"pattern": "regex"}`
+instead of `{"name": "regex", "pattern": true}`. Additions are optional with defaults.
+Unknown fields are refused (a misspelt `concurrencyFactr` must not silently become 1).
+
+The model used inside (`Consumer`) is not quite the wire format: a pattern topic has
+`pattern` (the regex) and no `name`, partition numbers are ints.
+`document(consumer)` writes the Queue-Over-Http shape back (the admin API's answers, with
+`redact=True`; the store's files, without).
+
+Identity: `Consumer.key` is `<id>_<group.id>` (the `QOH-Consumer` header, the actor and
+file name). Two pairs can share it (`k`, `a_b` and `k_a`, `b`): the admin routes refuse the
+second one while the first exists, since receivers could not tell them apart.
+
+Every check runs here, before anything starts (issue 13), and each error names its field:
+`decode_consumer` raises `InvalidSubscription(reason="invalid <field>", details=why)`.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
-from typing import Annotated, Any, Literal
+import urllib.parse
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
+import yarl
 from msgspec import Meta
 
 # re-exported: it lived here first, and callers still import it from here
 from actors.delivery.errors import InvalidSubscription as InvalidSubscription
+from actors.delivery.patterns import (
+    MAX_PATTERN_CHARS,
+    Node,
+    PatternRejected,
+    check_combined,
+    check_pattern,
+    matches,
+)
 from actors.delivery.signing import signing_key
+from runtime.host.config import _path_of
+from runtime.host.jsonbody import JsonRejected, check_value, load_json
 from runtime.kafka import valid_topic
 
 Ordering = Literal["none", "partition", "key"]
-HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
-BODYLESS_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
+NO_NAME: Final = "NO_NAME"
+"""Queue-Over-Http's default `group.name`."""
+ID_CHARS: Final = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+SAFE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,199}")
+"""`id`, `group.id`, and `<id>_<group.id>` as a whole: use with `fullmatch` (`match` with
+`$` would let a trailing newline through)."""
+HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+CHARSET: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]*")
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_TAB: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+BODYLESS_METHODS: Final = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
+METHODS: Final = frozenset({"POST", "PUT", "PATCH", "GET", "DELETE"})
+MAX_NAME: Final = 200
+MAX_TOPICS: Final = 100
+MAX_PARTITIONS: Final = 10_000
+MAX_PARTITION_NUMBER: Final = 2**31 - 1
+MAX_URI: Final = 4096
+MAX_HEADERS: Final = 50
+MAX_HEADER_VALUE: Final = 8192
+MAX_SECRET: Final = 1024
+MAX_MS: Final = 86_400_000
+"""One day: the longest delay, period or timeout a subscription may ask for."""
 # Kafka consumer properties a subscription may set, mapped to aiokafka's names.
-INT_PROPERTIES = {
+INT_PROPERTIES: Final = {
     "session.timeout.ms": "session_timeout_ms",
     "heartbeat.interval.ms": "heartbeat_interval_ms",
     "max.poll.interval.ms": "max_poll_interval_ms",
@@ -31,7 +90,7 @@ INT_PROPERTIES = {
     "max.partition.fetch.bytes": "max_partition_fetch_bytes",
     "fetch.max.wait.ms": "fetch_max_wait_ms",
 }
-PROPERTY_RANGES = {
+PROPERTY_RANGES: Final = {
     "session.timeout.ms": (1_000, 3_600_000),
     "heartbeat.interval.ms": (100, 600_000),
     "max.poll.interval.ms": (1_000, 86_400_000),
@@ -40,18 +99,25 @@ PROPERTY_RANGES = {
     "fetch.max.wait.ms": (1, 60_000),
 }
 
+Id = Annotated[str, Meta(min_length=1, max_length=MAX_NAME, pattern=f"^{ID_CHARS}$")]
+Text = Annotated[str, Meta(max_length=MAX_NAME)]
+Ms = Annotated[int, Meta(ge=0, le=MAX_MS)]
+
 
 class _Json(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     pass
 
 
-class PartitionSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    number: Annotated[int, Meta(ge=0)]
+# -- shared by the wire format and the model -------------------------------------------
+class Group(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    id: Id
+    name: Text = NO_NAME
+    """Queue-Over-Http: "not used anywhere but list info"."""
 
 
 class TopicConfig(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     concurrencyFactor: Annotated[int, Meta(ge=1, le=10_000)] = 1
-    autoCommitPeriodMs: Annotated[int, Meta(ge=0)] = 0
+    autoCommitPeriodMs: Ms = 0
     ordering: Ordering = "none"
     lanes: Annotated[int, Meta(ge=0, le=10_000)] = 0
     """Key mode parallelism; 0 means `concurrencyFactor` lanes."""
@@ -59,54 +125,103 @@ class TopicConfig(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """Prefetch buffer as a multiple of the window; above it the partition is paused."""
 
 
-class TopicSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    name: str | None = None
-    pattern: str | None = None
-    partitions: list[PartitionSpec] | None = None
-    config: TopicConfig = TopicConfig()
-
-
 class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    uri: Annotated[str, Meta(min_length=1)]
+    uri: Annotated[str, Meta(min_length=1, max_length=MAX_URI,
+                             pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^/\s?#]+")]
     type: Literal["http"] = "http"
-    method: str = "POST"
-    queryParamKey: str | None = None
-    charset: str = "utf-8"
-    additionalHeaders: dict[str, str] = {}
-    delayOnErrorMs: Annotated[int, Meta(ge=0)] = 1000
-    retryBeforeCommit: Annotated[int, Meta(ge=0)] = 0
-    deadLetterTopic: str | None = None
-    timeoutMs: Annotated[int, Meta(ge=1)] = 30_000
-    signingSecret: str | None = None
+    method: Annotated[str, Meta(min_length=1, max_length=16)] = "POST"
+    queryParamKey: Annotated[str, Meta(min_length=1, max_length=MAX_NAME)] | None = None
+    charset: Annotated[str, Meta(min_length=1, max_length=40,
+                                 pattern=f"^{CHARSET.pattern}$")] = "utf-8"
+    additionalHeaders: Annotated[dict[str, Annotated[str, Meta(max_length=MAX_HEADER_VALUE)]],
+                                 Meta(max_length=MAX_HEADERS)] = {}
+    delayOnErrorMs: Ms = 1000
+    retryBeforeCommit: Annotated[int, Meta(ge=0, le=1_000_000)] = 0
+    deadLetterTopic: Annotated[str, Meta(min_length=1, max_length=249)] | None = None
+    timeoutMs: Annotated[int, Meta(ge=1, le=3_600_000)] = 30_000
+    signingSecret: Annotated[str, Meta(min_length=1, max_length=MAX_SECRET)] | None = None
     backoffMultiplier: Annotated[float, Meta(ge=1.0, le=100.0)] = 1.0
-    maxDelayOnErrorMs: Annotated[int, Meta(ge=0)] = 0
+    maxDelayOnErrorMs: Ms = 0
     """Cap for exponential backoff; 0 means 100 x delayOnErrorMs."""
     jitter: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
-    connectTimeoutMs: Annotated[int, Meta(ge=1)] = 5_000
+    connectTimeoutMs: Annotated[int, Meta(ge=1, le=600_000)] = 5_000
     maxConnections: Annotated[int, Meta(ge=0, le=10_000)] = 0
     """HTTP pool size for this endpoint; 0 sizes it to the subscription's concurrency."""
 
 
+# -- the wire format: what clients send (both forms) -----------------------------------
+class PartitionDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    number: (Annotated[int, Meta(ge=0, le=MAX_PARTITION_NUMBER)]
+             | Annotated[str, Meta(pattern=r"^[0-9]{1,10}$")])
+
+
+class TopicDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: Annotated[str, Meta(min_length=1, max_length=MAX_PATTERN_CHARS)] | None = None
+    pattern: bool | Annotated[str, Meta(min_length=1, max_length=MAX_PATTERN_CHARS)] | None = None
+    """A boolean (Queue-Over-Http: `name` is the regex), or the deprecated regex itself."""
+    partitions: Annotated[list[PartitionDocument], Meta(max_length=MAX_PARTITIONS)] | None = None
+    config: TopicConfig = TopicConfig()
+
+
+class ConsumerDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    id: Id
+    group: Group | None = None
+    group_id: Id | None = msgspec.field(default=None, name="group.id")
+    """Deprecated: the flat form of `group.id`."""
+    broker: Annotated[str, Meta(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9._-]+$")]
+    topics: Annotated[list[TopicDocument], Meta(min_length=1, max_length=MAX_TOPICS)]
+    subscriptionMethod: SubscriptionMethod
+    properties: Annotated[dict[str, Annotated[str, Meta(max_length=64)]],
+                          Meta(max_length=len(INT_PROPERTIES) + 1)] = {}
+
+
+# -- the model ---------------------------------------------------------------------------
+class PartitionSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    number: Annotated[int, Meta(ge=0, le=MAX_PARTITION_NUMBER)]
+
+
+class TopicSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: str | None = None
+    """The topic; None for a pattern topic."""
+    pattern: str | None = None
+    """The regex of a pattern topic."""
+    partitions: list[PartitionSpec] | None = None
+    """Pinned partitions; None: the group assigns them."""
+    config: TopicConfig = TopicConfig()
+
+
 class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    id: Annotated[str, Meta(min_length=1)]
-    group_id: Annotated[str, Meta(min_length=1)] = msgspec.field(name="group.id")
-    broker: Annotated[str, Meta(min_length=1)]
-    topics: Annotated[list[TopicSpec], Meta(min_length=1)]
+    """A subscription. Its msgspec encoding decodes again (`group` nested, a pattern topic
+    in the deprecated string form), but files and answers use `document(...)`."""
+
+    id: str
+    group: Group
+    broker: str
+    topics: list[TopicSpec]
     subscriptionMethod: SubscriptionMethod
     properties: dict[str, str] = {}
     """Kafka consumer settings: `auto.offset.reset` (earliest|latest) and INT_PROPERTIES."""
+
+    @property
+    def group_id(self) -> str:
+        return self.group.id
 
     @property
     def key(self) -> str:
         """`<id>_<group.id>`: the `QOH-Consumer` header and the persistence name."""
         return f"{self.id}_{self.group_id}"
 
+    def same(self, sub_id: str, group_id: str) -> bool:
+        """True when this is subscription (`sub_id`, `group_id`), not just one whose key
+        looks the same."""
+        return (self.id, self.group_id) == (sub_id, group_id)
+
     def topic_config(self, topic: str) -> TopicConfig:
         for spec in self.topics:
             if spec.name == topic:
                 return spec.config
         for spec in self.topics:
-            if spec.pattern is not None and re.fullmatch(spec.pattern, topic):
+            if spec.pattern is not None and matches(spec.pattern, topic):
                 return spec.config
         return self.topics[0].config
 
@@ -116,50 +231,153 @@ class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
         return max(t.config.concurrencyFactor for t in self.topics)
 
 
-def decode_consumer(body: bytes | dict[str, Any]) -> Consumer:
-    """Decode and validate a Consumer JSON; raises `InvalidSubscription` naming the field."""
+# -- decoding ------------------------------------------------------------------------------
+def decode_consumer(body: bytes | Mapping[str, Any]) -> Consumer:
+    """Decode and validate a Consumer JSON (either form); raises `InvalidSubscription`
+    naming the field."""
     try:
-        if isinstance(body, bytes | bytearray):
-            consumer = msgspec.json.decode(body, type=Consumer)
-        else:
-            consumer = msgspec.convert(body, Consumer)
+        raw = load_json(body) if isinstance(body, bytes | bytearray) else dict(body)
+    except JsonRejected as exc:
+        raise InvalidSubscription(exc.reason, exc.details) from None
+    except (TypeError, ValueError):
+        raise InvalidSubscription("invalid subscription", "expected a JSON object") from None
+    try:
+        doc = msgspec.convert(raw, ConsumerDocument)  # first: it bounds every size, in C
+        check_value(raw)
     except msgspec.ValidationError as exc:
-        raise InvalidSubscription("invalid subscription", str(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise InvalidSubscription("malformed JSON", str(exc)) from None
+        raise InvalidSubscription(*_field_error(str(exc))) from None
+    except JsonRejected as exc:
+        raise InvalidSubscription(exc.reason, exc.details) from None
+    _check_text(raw, "")
+    consumer = _model(doc)
     validate(consumer)
     return consumer
 
 
+def _field_error(message: str) -> tuple[str, str]:
+    """msgspec's `... - at `$.a[0].b`` as ("invalid a[0].b", "..."), split the way the
+    config's errors are."""
+    path, text = _path_of(message)
+    return (f"invalid {path}" if path else "invalid subscription"), text
+
+
+def _check_text(value: Any, path: str) -> None:
+    """No control characters in any string of the document (a tab in a header value is
+    the one exception HTTP allows); NUL and bad UTF-8 were refused by `check_value`."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{path}.{key}" if path else str(key)
+            _check_chars(str(key), inner, allow_tab=False)
+            _check_text(item, inner)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_text(item, f"{path}[{i}]")
+    elif isinstance(value, str):
+        _check_chars(value, path, allow_tab=".additionalHeaders." in path)
+
+
+def _check_chars(text: str, path: str, *, allow_tab: bool) -> None:
+    found = (_CONTROL_BUT_TAB if allow_tab else _CONTROL).search(text)
+    if found is not None:
+        raise InvalidSubscription(f"invalid {path}",
+                                  f"control character {found.group()!r} is not allowed")
+
+
+def _model(doc: ConsumerDocument) -> Consumer:
+    if doc.group is not None and doc.group_id is not None:
+        raise InvalidSubscription("invalid group", "give 'group' (an object) or the "
+                                  "deprecated 'group.id', not both")
+    if doc.group is None and doc.group_id is None:
+        raise InvalidSubscription("invalid group", "missing: give \"group\": {\"id\": ...}")
+    return Consumer(id=doc.id, group=doc.group or Group(id=doc.group_id or ""), broker=doc.broker,
+                    topics=[_topic(i, t) for i, t in enumerate(doc.topics)],
+                    subscriptionMethod=doc.subscriptionMethod, properties=doc.properties)
+
+
+def _topic(i: int, topic: TopicDocument) -> TopicSpec:
+    where = f"topics[{i}]"
+    name: str | None
+    pattern: str | None
+    if isinstance(topic.pattern, str):  # deprecated: {"pattern": "regex"}
+        if topic.name is not None:
+            raise InvalidSubscription(f"invalid {where}", "give 'name' with \"pattern\": "
+                                      "true (or the deprecated \"pattern\": \"<regex>\")")
+        name, pattern = None, topic.pattern
+    elif topic.name is None:
+        raise InvalidSubscription(f"invalid {where}.name", "missing")
+    else:
+        name, pattern = (None, topic.name) if topic.pattern else (topic.name, None)
+    partitions = [PartitionSpec(number=_partition(f"{where}.partitions[{j}]", p.number))
+                  for j, p in enumerate(topic.partitions or [])]
+    return TopicSpec(name=name, pattern=pattern, partitions=partitions or None,
+                     config=topic.config)
+
+
+def _partition(where: str, number: int | str) -> int:
+    value = int(number)
+    if value > MAX_PARTITION_NUMBER:
+        raise InvalidSubscription(f"invalid {where}.number",
+                                  f"{number!r}: at most {MAX_PARTITION_NUMBER}")
+    return value
+
+
+# -- validation ------------------------------------------------------------------------------
 def validate(consumer: Consumer) -> None:
+    """Every rule a decoded Consumer must meet; what passes here never fails later for
+    being malformed (a topic may still be missing on the broker: that is a 503)."""
     for field, value in (("id", consumer.id), ("group.id", consumer.group_id)):
-        if not SAFE_ID.match(value):
+        if not SAFE_ID.fullmatch(value):
             raise InvalidSubscription(
                 f"invalid {field}", f"{value!r}: use letters, digits, '.', '_' or '-' "
-                "(at most 200, not starting with a dot)")
-    for i, topic in enumerate(consumer.topics):
-        _validate_topic(i, topic)
-    if any(t.partitions for t in consumer.topics) and any(t.pattern for t in consumer.topics):
-        raise InvalidSubscription("invalid topics", "explicit partitions and patterns "
-                                  "cannot be mixed in one subscription")
+                f"(at most {MAX_NAME}, starting with a letter or digit)")
+    if not SAFE_ID.fullmatch(consumer.key):
+        raise InvalidSubscription("invalid subscription name", f"{consumer.key!r}: id and "
+                                  f"group.id together are at most {MAX_NAME - 1} characters")
+    _validate_topics(consumer.topics)
     _validate_method(consumer.subscriptionMethod)
     _validate_properties(consumer.properties)
 
 
-def _validate_topic(i: int, topic: TopicSpec) -> None:
-    where = f"topics[{i}]"
-    if (topic.name is None) == (topic.pattern is None):
-        raise InvalidSubscription(f"invalid {where}", "give exactly one of 'name' or 'pattern'")
-    if topic.pattern is not None:
-        if topic.partitions:
-            raise InvalidSubscription(f"invalid {where}", "'partitions' needs a topic 'name'")
+def _validate_topics(topics: list[TopicSpec]) -> None:
+    names: set[str] = set()
+    for i, topic in enumerate(topics):
+        where = f"topics[{i}]"
+        if topic.name is not None:
+            if not valid_topic(topic.name):
+                raise InvalidSubscription(f"invalid {where}.name", f"{topic.name!r} is not a "
+                                          "Kafka topic name (letters, digits, '.', '_', '-'; "
+                                          "at most 249)")
+            if topic.name in names:
+                raise InvalidSubscription(f"invalid {where}.name", f"{topic.name!r} is "
+                                          "listed twice")
+            names.add(topic.name)
+        elif topic.partitions:
+            raise InvalidSubscription(f"invalid {where}", "a pattern topic cannot pin "
+                                      "partitions")
+        numbers = [p.number for p in topic.partitions or []]
+        if len(set(numbers)) != len(numbers):
+            raise InvalidSubscription(f"invalid {where}.partitions",
+                                      "duplicate partition numbers")
+    if any(t.pattern is not None for t in topics) and any(t.partitions for t in topics):
+        raise InvalidSubscription("invalid topics", "explicit partitions and patterns "
+                                  "cannot be mixed in one subscription")
+    _validate_patterns(topics)
+
+
+def _validate_patterns(topics: list[TopicSpec]) -> None:
+    trees: list[Node] = []
+    for i, topic in enumerate(topics):
+        if topic.pattern is not None:
+            try:
+                trees.append(check_pattern(topic.pattern))
+            except PatternRejected as exc:
+                raise InvalidSubscription(f"invalid topics[{i}].pattern", str(exc)) from None
+    if trees:
         try:
-            re.compile(topic.pattern)
-        except re.error as exc:
-            raise InvalidSubscription(f"invalid {where}.pattern", str(exc)) from None
-    numbers = [p.number for p in topic.partitions or []]
-    if len(set(numbers)) != len(numbers):
-        raise InvalidSubscription(f"invalid {where}.partitions", "duplicate partition numbers")
+            check_combined(trees, [t.name for t in topics if t.name is not None])
+        except PatternRejected as exc:
+            raise InvalidSubscription("invalid topics", f"the patterns together: {exc}"
+                                      ) from None
 
 
 def _validate_properties(properties: dict[str, str]) -> None:
@@ -170,7 +388,8 @@ def _validate_properties(properties: dict[str, str]) -> None:
                                           f"{value!r}: use 'earliest' or 'latest'")
         elif name not in INT_PROPERTIES:
             known = ", ".join(["auto.offset.reset", *INT_PROPERTIES])
-            raise InvalidSubscription(f"unknown property {name!r}", f"supported: {known}")
+            raise InvalidSubscription(f"invalid properties.{name}",
+                                      f"unknown property; supported: {known}")
         elif not (value.isascii() and value.isdecimal()) or not (
                 PROPERTY_RANGES[name][0] <= int(value) <= PROPERTY_RANGES[name][1]):
             low, high = PROPERTY_RANGES[name]
@@ -179,25 +398,18 @@ def _validate_properties(properties: dict[str, str]) -> None:
 
 
 def _validate_method(method: SubscriptionMethod) -> None:
-    if not re.match(r"^https?://[^/\s]+", method.uri):
-        raise InvalidSubscription("invalid subscriptionMethod.uri",
-                                  f"{method.uri!r} is not an http(s) URL")
-    if method.method.upper() not in {"POST", "PUT", "PATCH", "GET", "DELETE"}:
-        raise InvalidSubscription("invalid subscriptionMethod.method", method.method)
+    _validate_uri(method.uri)
+    if method.method.upper() not in METHODS:
+        raise InvalidSubscription("invalid subscriptionMethod.method",
+                                  f"{method.method!r}: use one of {', '.join(sorted(METHODS))}")
     if 0 < method.maxDelayOnErrorMs < method.delayOnErrorMs:
         raise InvalidSubscription("invalid subscriptionMethod.maxDelayOnErrorMs",
                                   "must be 0 (no cap) or at least delayOnErrorMs")
     if method.deadLetterTopic is not None and not valid_topic(method.deadLetterTopic):
         raise InvalidSubscription("invalid subscriptionMethod.deadLetterTopic",
                                   f"{method.deadLetterTopic!r} is not a Kafka topic name")
-    try:
-        "".encode(method.charset)
-    except LookupError:
-        raise InvalidSubscription("invalid subscriptionMethod.charset", method.charset) from None
-    for name, value in method.additionalHeaders.items():
-        if not HEADER_NAME.match(name) or "\r" in value or "\n" in value:
-            raise InvalidSubscription("invalid subscriptionMethod.additionalHeaders",
-                                      f"{name!r}: header names are tokens; no CR/LF in values")
+    _validate_charset(method.charset)
+    _validate_headers(method.additionalHeaders)
     if method.signingSecret is not None:
         try:
             signing_key(method.signingSecret)
@@ -206,11 +418,109 @@ def _validate_method(method: SubscriptionMethod) -> None:
                                       str(exc)) from None
 
 
+def _validate_uri(uri: str) -> None:
+    why = _uri_problem(uri)
+    if why:
+        raise InvalidSubscription("invalid subscriptionMethod.uri", f"{redact_uri(uri)!r} {why}")
+
+
+def _uri_problem(uri: str) -> str:
+    if not re.match(r"https?://[^/\s?#]+", uri, re.IGNORECASE) or any(c.isspace() for c in uri):
+        return "is not an http(s) URL"
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        parts.port  # noqa: B018  (raises ValueError for a port out of range)
+        yarl.URL(uri)  # what the egress will send to: it must take it
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    return "" if parts.hostname else "has no host"
+
+
+def _validate_charset(charset: str) -> None:
+    try:
+        if not CHARSET.fullmatch(charset):
+            raise LookupError(charset)
+        codecs.lookup(charset)
+        "".encode(charset)  # refuses codecs that are not text encodings (base64, rot13)
+    except LookupError:
+        raise InvalidSubscription("invalid subscriptionMethod.charset",
+                                  f"{charset!r} is not a known text encoding") from None
+
+
+def _validate_headers(headers: dict[str, str]) -> None:
+    # imported here: the egress module imports this one
+    from actors.delivery.egress import reserved_header
+
+    seen: set[str] = set()
+    for name, value in headers.items():
+        field = f"invalid subscriptionMethod.additionalHeaders.{name}"
+        if not HEADER_NAME.fullmatch(name) or len(name) > MAX_NAME:
+            raise InvalidSubscription(field, f"{name!r} is not a header name (a token of "
+                                      f"letters, digits and !#$%&'*+.^_`|~-, at most {MAX_NAME})")
+        if reserved_header(name):
+            raise InvalidSubscription(field, f"{name!r} is set by the HTTP client or by "
+                                      "hookstream (framing, hop-by-hop, QOH-*, webhook-*, "
+                                      "Proxy-*); it cannot be added")
+        if name.lower() in seen:
+            raise InvalidSubscription(field, "given twice (header names are case-insensitive)")
+        seen.add(name.lower())
+        if value != value.strip(" \t"):
+            raise InvalidSubscription(field, "no spaces or tabs around a header value")
+
+
+# -- writing it back -------------------------------------------------------------------------
+def document(consumer: Consumer, *, redact: bool) -> dict[str, Any]:
+    """The Queue-Over-Http shape of `consumer`: nested `group`, `pattern` a boolean with the
+    regex in `name`, partition numbers as strings. With `redact`, as the admin API shows
+    it: header values, the signing secret, and the URI's user-info and query values hidden
+    (`redact_uri`)."""
+    method: dict[str, Any] = msgspec.to_builtins(consumer.subscriptionMethod)
+    if redact:
+        method["uri"] = redact_uri(consumer.subscriptionMethod.uri)
+        method["additionalHeaders"] = {k: "***" for k in method["additionalHeaders"]}
+        if method.get("signingSecret"):
+            method["signingSecret"] = "***"
+    return {
+        "id": consumer.id,
+        "group": msgspec.to_builtins(consumer.group),
+        "broker": consumer.broker,
+        "topics": [_topic_document(t) for t in consumer.topics],
+        "subscriptionMethod": method,
+        "properties": dict(consumer.properties),
+    }
+
+
+def _topic_document(topic: TopicSpec) -> dict[str, Any]:
+    return {
+        "name": topic.pattern if topic.pattern is not None else topic.name,
+        "pattern": topic.pattern is not None,
+        "partitions": [{"number": str(p.number)} for p in topic.partitions or []],
+        "config": msgspec.to_builtins(topic.config),
+    }
+
+
 def redacted(consumer: Consumer) -> dict[str, Any]:
-    """The Consumer as `GET` shows it: header values and the signing secret hidden."""
-    data: dict[str, Any] = msgspec.to_builtins(consumer)
-    method = data["subscriptionMethod"]
-    method["additionalHeaders"] = {k: "***" for k in method.get("additionalHeaders", {})}
-    if method.get("signingSecret"):
-        method["signingSecret"] = "***"
-    return data
+    """The Consumer as the admin API shows it (`document(consumer, redact=True)`)."""
+    return document(consumer, redact=True)
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` fit to show: user-info becomes `***@`, every query value `***`, a fragment
+    `#***`. Scheme, host, port and path stay (a secret in a path is not recognised)."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+    except ValueError:
+        scheme, sep, _ = uri.partition("://")
+        return f"{scheme}://***" if sep and scheme.isalpha() else "***"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "&".join(_redact_pair(pair) for pair in parts.query.split("&")) if parts.query else ""
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query,
+                                    "***" if parts.fragment else ""))
+
+
+def _redact_pair(pair: str) -> str:
+    name, sep, _ = pair.partition("=")
+    return f"{name}=***" if sep else "***"
+

@@ -1,28 +1,56 @@
-"""The admin HTTP server: health, metrics, and the routes services add (subscriptions).
+"""The admin HTTP server: health, metrics, the API description, and the routes services
+add (subscriptions).
 
 Replies follow Queue-Over-Http: `200 {"success": true, "data": ...}` and
 `4xx {"success": false, "reason": ..., "details": ...}`. A bad request is never a 500:
 handlers raise `BadRequest` or answer `fail(...)` (a service translates its own domain
 errors, as actors/delivery/routes.py does), and anything unexpected is logged and
 answered as JSON.
+
+Front-door rules, in `_guard`, before any handler runs (issue 13):
+
+- With `[admin] token` set, every request needs `Authorization: Bearer <token>`, compared
+  in constant time (SHA-256 of both sides, so not even the length leaks); a header that
+  is not UTF-8 is just a wrong token (401). Without the token: `GET /` (the status page
+  holds no data and asks for the token itself) and, with `[admin] public_health = true`,
+  `GET /healthz` and `GET /readyz`, whose bodies are then cut to the state alone
+  (`status`, `ready`) for orchestrators' probes.
+- A request that changes something (POST, PUT, PATCH, DELETE) with a body must say
+  `Content-Type: application/json` (UTF-8), else 415; and one that a browser sent from
+  another origin (`Origin` or `Sec-Fetch-Site` say so) is refused with 403. Together they
+  stop a web page in an operator's browser from posting to an API without a token.
+- Bodies are at most `MAX_BODY_BYTES` (413).
+
+`[admin] tls_certfile` and `tls_keyfile` serve the API over HTTPS only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
+from urllib.parse import urlsplit
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from runtime.errors import ActorError
+from runtime.host.config import AdminConfig
 from runtime.host.metrics import Registry
+from runtime.host.openapi import OPENAPI, OpenApi
+from runtime.host.tls import server_context
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _encoder = msgspec.json.Encoder()
+MAX_BODY_BYTES: Final = 1024 * 1024
+CHANGING_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+HEALTH_PATHS: Final = frozenset({"/healthz", "/readyz"})
+PUBLIC_HEALTH_KEYS: Final = frozenset({"status", "ready"})
+"""All an unauthenticated health probe learns: no broker addresses, no reasons."""
 
 
 class BadRequest(Exception):
@@ -46,31 +74,115 @@ def fail(status: int, reason: str, details: str = "") -> web.Response:
                         content_type="application/json")
 
 
-def _error_middleware(token: str) -> Any:
+def guard_middleware(token: str, public_health: bool) -> Any:
+    """The rules in the module docstring, as aiohttp middleware."""
+    guard = _Guard(token, public_health)
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token and not _authorized(request, token):
-            return fail(401, "unauthorized", "send 'Authorization: Bearer <token>'")
-        try:
-            return await handler(request)
-        except BadRequest as exc:
-            return fail(exc.status, exc.reason, exc.details)
-        except ActorError as exc:  # a service's actors are restarting: try again shortly
-            return fail(503, "service unavailable", str(exc))
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return fail(exc.status, exc.reason, exc.text or "")
-        except Exception as exc:
-            log.exception("admin %s %s failed", request.method, request.path)
-            return fail(500, "internal error", repr(exc))
+        return await guard.handle(request, handler)
 
     return middleware
 
 
-def _authorized(request: web.Request, token: str) -> bool:
-    header = request.headers.get("Authorization", "")
-    return hmac.compare_digest(header.encode(), f"Bearer {token}".encode())
+class _Guard:
+    def __init__(self, token: str, public_health: bool) -> None:
+        self._digest = _digest(f"Bearer {token}".encode()) if token else None
+        self._public_health = public_health
+
+    async def handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        authorized = self._digest is None or self._has_token(request)
+        if not authorized and not self._public(request):
+            return fail(401, "unauthorized", "send 'Authorization: Bearer <token>'")
+        refused = _refused_origin(request) or _refused_content_type(request)
+        if refused is not None:
+            return refused
+        response = await _answer(request, handler)
+        if not authorized and request.path in HEALTH_PATHS:
+            return _state_only(response)
+        return response
+
+    def _has_token(self, request: web.Request) -> bool:
+        # aiohttp keeps bytes that are not UTF-8 as surrogates: encode them back, so a
+        # binary header is simply a wrong token (it was a plain-text 500)
+        sent = request.headers.get(hdrs.AUTHORIZATION, "").encode("utf-8", "surrogateescape")
+        assert self._digest is not None
+        return hmac.compare_digest(_digest(sent), self._digest)
+
+    def _public(self, request: web.Request) -> bool:
+        if request.method != "GET":
+            return False
+        return request.path == "/" or (self._public_health and request.path in HEALTH_PATHS)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _refused_origin(request: web.Request) -> web.Response | None:
+    if request.method not in CHANGING_METHODS:
+        return None
+    origin = request.headers.get(hdrs.ORIGIN)
+    # host and port only: behind a proxy that ends TLS the scheme we see is not the page's
+    if (origin is not None and _netloc(origin) != request.host) or (
+            request.headers.get("Sec-Fetch-Site") == "cross-site"):
+        return fail(403, "cross-origin request refused",
+                    f"Origin {origin!r} is not {request.host!r}: the admin API is not for "
+                    "other sites' pages")
+    return None
+
+
+def _netloc(url: str) -> str:
+    try:
+        return urlsplit(url).netloc
+    except ValueError:  # "http://[" and the like: no origin of ours
+        return ""
+
+
+def _refused_content_type(request: web.Request) -> web.Response | None:
+    if request.method not in CHANGING_METHODS:
+        return None
+    if not request.body_exists:
+        return None  # `curl -X POST .../pause`: nothing to decode, whatever it declares
+    charset = (request.charset or "utf-8").lower()
+    if request.content_type != "application/json" or charset not in ("utf-8", "utf8"):
+        sent = request.headers.get(hdrs.CONTENT_TYPE, "none")
+        return fail(415, "unsupported media type",
+                    f"send Content-Type: application/json (UTF-8), not {sent!r}")
+    return None
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return fail(exc.status, exc.reason, exc.details)
+    except ActorError as exc:  # a service's actors are restarting: try again shortly
+        return fail(503, "service unavailable", str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = fail(exc.status, exc.reason, exc.text or "")
+        if hdrs.ALLOW in exc.headers:  # a 405 says which methods the path has
+            response.headers[hdrs.ALLOW] = exc.headers[hdrs.ALLOW]
+        return response
+    except Exception as exc:
+        log.exception("admin %s %s failed", request.method, request.path)
+        return fail(500, "internal error", repr(exc))
+
+
+def _state_only(response: web.StreamResponse) -> web.StreamResponse:
+    """A health answer for a caller without the token: the state, nothing else."""
+    if not isinstance(response, web.Response) or not isinstance(response.body, bytes):
+        return response
+    try:
+        body = msgspec.json.decode(response.body)
+    except msgspec.DecodeError:
+        return response
+    if not isinstance(body, dict):
+        return response
+    state = {k: v for k, v in body.items() if k in PUBLIC_HEALTH_KEYS}
+    return web.json_response(state, status=response.status)
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -80,24 +192,42 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 class AdminServer:
     def __init__(self, listen: str, token: str, registry: Registry,
-                 health: Callable[[], dict[str, Any]]) -> None:
+                 health: Callable[[], dict[str, Any]], *, public_health: bool = False,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.host, self.port = split_listen(listen)
         self.registry = registry
+        self.tls = tls
         self._health = health
-        self.app = web.Application(middlewares=[_error_middleware(token)],
-                                   client_max_size=1024 * 1024)
+        self.openapi = OpenApi(token=bool(token), public_health=public_health)
+        self.app = web.Application(middlewares=[guard_middleware(token, public_health)],
+                                   client_max_size=MAX_BODY_BYTES)
+        self.app[OPENAPI] = self.openapi
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/metrics", self._metrics)
+        self.app.router.add_get("/openapi.json", self._openapi)
         self._runner: web.AppRunner | None = None
+
+    @classmethod
+    def from_config(cls, config: AdminConfig, registry: Registry,
+                    health: Callable[[], dict[str, Any]]) -> AdminServer:
+        """The server `[admin]` describes (TLS files are loaded here: checked already by
+        the config's own check)."""
+        tls = (server_context(config.tls_certfile, config.tls_keyfile)
+               if config.tls_certfile else None)
+        return cls(config.listen, config.token, registry, health,
+                   public_health=config.public_health, tls=tls)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True,
+                           ssl_context=self.tls)
         await site.start()
         if self.port == 0:  # an ephemeral port: read back what the OS chose
             self.port = self._runner.addresses[0][1]
@@ -115,6 +245,9 @@ class AdminServer:
         return web.Response(text=self.registry.render(),
                             content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def _openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(self.openapi.document(self.app.router, self.url))
 
     def __repr__(self) -> str:
         return f"<AdminServer {self.url} running={self._runner is not None}>"

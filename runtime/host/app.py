@@ -56,8 +56,7 @@ class Runtime:
         self.journal: EventJournal = NullJournal()
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
                                   lifecycle=self._lifecycle)
-        self.admin = AdminServer(config.admin.listen, config.admin.token, self.metrics,
-                                 self._health)
+        self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
         self.admin.app.router.add_get("/", _status_page)
         self.admin.app.router.add_get("/readyz", self._readyz)
         self.services: dict[str, Service] = {}

@@ -31,6 +31,8 @@ class Push:
     headers: dict[str, str]
     body: bytes
     query: dict[str, str]
+    method: str = "POST"
+    path: str = "/hook"
 
     @property
     def topic(self) -> str:
@@ -61,16 +63,17 @@ class Receiver:
     pushes: list[Push] = field(default_factory=list)
     ok: list[Push] = field(default_factory=list)
     port: int = 0
+    path: str = "/hook"
     _runner: web.AppRunner | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"http://127.0.0.1:{self.port}{self.path}"
 
     async def start(self) -> Receiver:
         app = web.Application()
-        app.router.add_route("*", "/hook", self._handle)
+        app.router.add_route("*", self.path, self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -83,7 +86,8 @@ class Receiver:
             await self._runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.Response:
-        push = Push(dict(request.headers), await request.read(), dict(request.query))
+        push = Push(dict(request.headers), await request.read(), dict(request.query),
+                    request.method, request.path)
         self.pushes.append(push)
         status = await self.behaviour(push)
         if 200 <= status < 300:
@@ -150,10 +154,15 @@ class Admin:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     async def call(self, method: str, path: str, body: Any = None,
-                   raw: bytes | None = None) -> tuple[int, Any]:
-        async with aiohttp.ClientSession(headers=self.headers) as session, session.request(
+                   raw: bytes | None = None,
+                   headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        """`body` is sent as JSON; `raw` bytes too (`Content-Type: application/json`)
+        unless `headers` say otherwise."""
+        sent = {**self.headers, **({"Content-Type": "application/json"} if raw else {}),
+                **(headers or {})}
+        async with aiohttp.ClientSession() as session, session.request(
                 method, self.base + path, json=body if raw is None else None,
-                data=raw) as response:
+                data=raw, headers=sent) as response:
             return response.status, await response.json(content_type=None)
 
     async def subscribe(self, body: dict[str, Any]) -> Any:

@@ -35,7 +35,7 @@ async def test_bad_requests_get_4xx_with_a_json_reason(
         good = subscription("a", [{"name": topic}], receiver.url)
         cases = [
             (b"{not json", "malformed JSON"),
-            (b'{"id": "x"}', "invalid subscription"),
+            (b'{"id": "x"}', "invalid broker"),  # the reason names the field
             (b'[]', "invalid subscription"),
         ]
         for raw, reason in cases:

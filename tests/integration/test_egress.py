@@ -173,7 +173,7 @@ def make_consumer(uri: str, **method: Any) -> Consumer:
     # an embedding program built itself (the admin API would refuse some of these)
     return msgspec.convert({
         "id": "billing",
-        "group.id": "g1",
+        "group": {"id": "g1"},
         "broker": "Kafka",
         "topics": [{"name": "orders", "config": {"concurrencyFactor": 5}}],
         "subscriptionMethod": {"type": "http", "uri": uri, **method},

@@ -15,7 +15,7 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
-from actors.delivery.routes import status_of, unsubscribe_key
+from actors.delivery.routes import status_of, unsubscribe_pair
 from actors.delivery.subscription import decode_consumer
 
 
@@ -51,7 +51,14 @@ def test_invalid_subscription_is_importable_where_it_was_and_still_a_value_error
     assert isinstance(caught.value, DeliveryError)
 
 
-def test_unsubscribe_takes_id_and_group_id_or_says_what_is_wrong() -> None:
-    assert unsubscribe_key(b'{"id": "a", "group.id": "g", "broker": "K"}') == "a_g"
+def test_unsubscribe_takes_id_and_group_in_either_form_or_says_what_is_wrong() -> None:
+    assert unsubscribe_pair(b'{"id": "a", "group": {"id": "g"}, "broker": "K"}') == ("a", "g")
+    assert unsubscribe_pair(b'{"id": "a", "group.id": "g"}') == ("a", "g")
+    with pytest.raises(InvalidSubscription, match="malformed JSON"):
+        unsubscribe_pair(b"nope")
     with pytest.raises(InvalidSubscription, match="invalid unsubscribe request"):
-        unsubscribe_key(b"nope")
+        unsubscribe_pair(b"[]")
+    with pytest.raises(InvalidSubscription, match=r"invalid group\.id"):
+        unsubscribe_pair(b'{"id": "a", "group": {"name": "g"}}')
+    with pytest.raises(InvalidSubscription, match="invalid id"):
+        unsubscribe_pair(b'{"id": "a\\n", "group": {"id": "g"}}')

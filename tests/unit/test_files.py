@@ -4,6 +4,7 @@ no temp file once it returns or fails."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -28,11 +29,24 @@ def test_atomic_write_replaces_an_existing_file(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["a.json"]
 
 
-def test_the_new_file_has_the_mode_a_plain_open_gives(tmp_path: Path) -> None:
-    plain = tmp_path / "plain"
-    plain.write_bytes(b"x")
-    atomic_write(tmp_path / "atomic", b"x")
-    assert (tmp_path / "atomic").stat().st_mode == plain.stat().st_mode
+def test_the_file_is_readable_by_its_owner_only_even_over_a_readable_one(
+        tmp_path: Path) -> None:
+    path = tmp_path / "secret.json"
+    path.write_bytes(b"old")
+    os.chmod(path, 0o644)
+    atomic_write(path, b"new")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_mode_can_be_asked_for(tmp_path: Path) -> None:
+    atomic_write(tmp_path / "shared", b"x", mode=0o640)
+    assert stat.S_IMODE((tmp_path / "shared").stat().st_mode) == 0o640 & ~_umask()
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def test_a_failed_rename_leaves_the_old_file_and_removes_the_temp_file(

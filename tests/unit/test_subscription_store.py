@@ -4,7 +4,9 @@ corrupt files moved aside; names that could escape the directory refused."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +55,7 @@ async def test_a_missing_directory_loads_as_empty(tmp_path: Path) -> None:
     assert await SubscriptionStore(tmp_path / "none").load_all() == ([], [])
 
 
-@pytest.mark.parametrize("key", ["../etc", "..", ".hidden", "a/b", ""])
+@pytest.mark.parametrize("key", ["../etc", "..", ".hidden", "a/b", "", "a_g\n", "x" * 201])
 async def test_names_that_could_escape_the_directory_are_refused(
         tmp_path: Path, key: str) -> None:
     with pytest.raises(InvalidSubscription, match="invalid subscription name"):
@@ -113,3 +115,56 @@ async def test_saves_of_different_subscriptions_may_run_at_once(tmp_path: Path) 
     await asyncio.gather(*(store.save(consumer(f"s{i}")) for i in range(8)))
     assert [c.id for c in (await store.load_all())[0]] == [f"s{i}" for i in range(8)]
     assert len(os.listdir(tmp_path)) == 8
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_files_are_0600_in_a_0700_directory_even_one_made_0755_before(
+        tmp_path: Path) -> None:
+    directory = tmp_path / "persist"
+    directory.mkdir(mode=0o755)  # as the preflight check leaves it
+    os.chmod(directory, 0o755)
+    await SubscriptionStore(directory).save(consumer("a", signingSecret="whsec_c2VjcmV0"))
+    assert mode(directory) == 0o700
+    assert mode(directory / "a_g.json") == 0o600
+
+
+async def test_a_file_holds_the_queue_over_http_document_with_its_secrets(
+        tmp_path: Path) -> None:
+    await SubscriptionStore(tmp_path).save(consumer("a", signingSecret="whsec_c2VjcmV0"))
+    saved = json.loads((tmp_path / "a_g.json").read_bytes())
+    assert saved["group"] == {"id": "g", "name": "NO_NAME"}
+    assert saved["subscriptionMethod"]["signingSecret"] == "whsec_c2VjcmV0"
+
+
+async def test_a_file_from_an_earlier_version_loads_and_is_rewritten_in_the_current_form(
+        tmp_path: Path) -> None:
+    old = {"id": "a", "group.id": "g", "broker": "Kafka", "topics": [{"pattern": "o.*"}],
+           "subscriptionMethod": {"uri": "http://127.0.0.1:9/hook"}}
+    path = tmp_path / "a_g.json"
+    path.write_text(json.dumps(old))
+    os.chmod(path, 0o644)
+    [loaded], problems = await SubscriptionStore(tmp_path).load_all()
+    assert (loaded.key, loaded.topics[0].pattern, problems) == ("a_g", "o.*", [])
+    rewritten = json.loads(path.read_bytes())
+    assert rewritten["group"]["id"] == "g" and "group.id" not in rewritten
+    assert rewritten["topics"][0] | {"config": None} == {
+        "name": "o.*", "pattern": True, "partitions": [], "config": None}
+    assert mode(path) == 0o600
+
+
+async def test_a_file_named_unlike_its_subscription_is_renamed_and_a_second_copy_set_aside(
+        tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await store.save(consumer("a"))
+    content = (tmp_path / "a_g.json").read_bytes()
+    (tmp_path / "a_g.json").rename(tmp_path / "copied.json")
+    (tmp_path / "z-second.json").write_bytes(content)
+    loaded, problems = await store.load_all()
+    assert [c.key for c in loaded] == ["a_g"]
+    assert len(problems) == 1 and problems[0].startswith("z-second.json")
+    assert sorted(os.listdir(tmp_path)) == ["a_g.json", "z-second.json.corrupt"]
+    await store.delete("a_g")  # unsubscribe finds it under its own name
+    assert sorted(os.listdir(tmp_path)) == ["z-second.json.corrupt"]

@@ -1,0 +1,95 @@
+"""The delivery routes in the admin API's OpenAPI document (`GET /openapi.json`): those of
+actors/delivery/routes.py (Queue-Over-Http) and actors/delivery/control.py (one
+subscription). The Consumer schema is generated from the structs that decode it
+(actors/delivery/subscription.py), so the document cannot drift from the decoder; the
+decoder checks more than a schema can say (a known broker, a safe pattern, a free name).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from actors.delivery.subscription import ID_CHARS, ConsumerDocument
+from runtime.host.openapi import OpenApi, errors, json_answer, json_body, ref, success
+
+ONE: Final = "/broker/subscription/{id}/{groupId}"
+_PAIR: Final = [
+    {"name": name, "in": "path", "required": True,
+     "schema": {"type": "string", "minLength": 1}, "description": what}
+    for name, what in (("id", "the subscription's id"), ("groupId", "its group.id"))
+]
+_ID: Final = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": f"^{ID_CHARS}$"}
+UNSUBSCRIBE: Final[dict[str, Any]] = {
+    "description": "The whole Consumer JSON, or just `id` and `group` (or the deprecated "
+                   "`id` and `group.id`); nothing else is read.",
+    "type": "object",
+    "anyOf": [
+        {"required": ["id", "group"],
+         "properties": {"id": _ID, "group": {"type": "object", "required": ["id"],
+                                             "properties": {"id": _ID}}}},
+        {"required": ["id", "group.id"],
+         "properties": {"id": _ID, "group.id": _ID}},
+    ],
+}
+STATUS: Final[dict[str, Any]] = {
+    "type": "object", "required": ["consumer", "status"],
+    "properties": {"consumer": ref("ConsumerDocument"), "status": {"type": "object"}},
+}
+LISTED: Final[dict[str, Any]] = {
+    "description": "A Consumer document (redacted) plus `state` and `inProcess`.",
+    "type": "object", "required": ["id", "group", "state", "inProcess"],
+    "properties": {"id": _ID, "state": {"type": "string"}, "inProcess": {"type": "boolean"}},
+}
+_CHANGE: Final = (403, 413, 415)  # what any request with a body may get
+_CONSUMER: Final = success(ref("ConsumerDocument"))
+_STATUS: Final = success(ref("SubscriptionStatus"))
+
+
+def _operation(summary: str, answer: dict[str, Any], *statuses: int,
+               body: dict[str, Any] | None = None,
+               parameters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary,
+                                 "responses": {"200": json_answer("done", answer),
+                                               **errors(*statuses)}}
+    if body is not None:
+        operation["requestBody"] = body
+    if parameters:
+        operation["parameters"] = parameters
+    return operation
+
+
+def describe_delivery_api(doc: OpenApi) -> None:
+    _, schemas = msgspec.json.schema_components(
+        [ConsumerDocument], ref_template="#/components/schemas/{name}")
+    doc.add_schemas({**schemas, "SubscriptionStatus": STATUS, "Unsubscribe": UNSUBSCRIBE})
+    consumer = json_body(ref("ConsumerDocument"))
+    doc.describe("POST", "/broker/subscription", _operation(
+        "Subscribe (Queue-Over-Http); answers the consumer, secrets redacted", _CONSUMER,
+        400, 503, *_CHANGE, body=consumer))
+    doc.describe("GET", "/broker/subscription", _operation(
+        "Every subscription, secrets redacted, with its state",
+        success({"type": "array", "items": LISTED})))
+    doc.describe("POST", "/broker/unsubscribe", _operation(
+        "Unsubscribe: drains, commits, forgets", _CONSUMER, 400, 404, *_CHANGE,
+        body=json_body(ref("Unsubscribe"))))
+    doc.describe("GET", ONE, _operation(
+        "One subscription and its status", _STATUS, 404, parameters=_PAIR))
+    doc.describe("PUT", ONE, _operation(
+        "Change a subscription in place (drain, commit, start with the new settings)",
+        _STATUS, 400, 404, 503, *_CHANGE, body=consumer, parameters=_PAIR))
+    for verb, what in (("pause", "Stop fetching; in-flight pushes finish, commit"),
+                       ("resume", "Start again from the committed positions")):
+        doc.describe("POST", f"{ONE}/{verb}", _operation(what, _STATUS, 404, *_CHANGE,
+                                                         parameters=_PAIR))
+    replay = _operation(
+        "Replay records to the endpoint again (pushes carry QOH-Replay)",
+        success({"type": "object"}), 400, 404, 503, *_CHANGE,
+        body=json_body({"type": "object"}, required=False), parameters=_PAIR)
+    replay["responses"]["202"] = replay["responses"].pop("200")  # accepted: it runs on
+    doc.describe("POST", f"{ONE}/replay", replay)
+    doc.describe("GET", f"{ONE}/replay/{{replayId}}", _operation(
+        "A replay's progress", success({"type": "object"}), 404,
+        parameters=[*_PAIR, {"name": "replayId", "in": "path", "required": True,
+                             "schema": {"type": "string", "minLength": 1}}]))

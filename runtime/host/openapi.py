@@ -1,0 +1,163 @@
+"""The admin API's OpenAPI 3.1 document, served at `GET /openapi.json` (issue 13).
+
+The host describes its own routes (`/healthz`, `/readyz`, `/metrics`, `/`,
+`/openapi.json`, and `/delay/levels` when the delay service adds it); each service
+describes the routes it adds (`app[OPENAPI].describe(...)`, as actors/delivery/routes.py
+does). `document(router)` lists only operations whose route is registered, so the
+document says what this process serves, and `undescribed(router)` names routes nobody
+described (a test keeps that list empty).
+
+Security follows the config: with a token every operation needs the bearer scheme except
+`GET /` and, with `public_health`, the two probes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+JSON: Final = "application/json"
+Operation = dict[str, Any]
+
+ERROR_TEXT: Final = {
+    400: "a malformed or invalid request; `reason` names the field",
+    401: "no valid `Authorization: Bearer <token>`",
+    403: "sent by a web page from another origin",
+    404: "no such subscription (or route)",
+    413: "body larger than the limit",
+    415: "body not `application/json`",
+    503: "cannot be done now (a subscription that cannot start, actors restarting)",
+}
+BASE_SCHEMAS: Final[dict[str, Any]] = {
+    "Error": {
+        "type": "object",
+        "required": ["success", "reason", "details"],
+        "properties": {"success": {"const": False}, "reason": {"type": "string"},
+                       "details": {"type": "string"}},
+    },
+}
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def success(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema of `{"success": true, "data": <data>}`."""
+    return {"type": "object", "required": ["success", "data"],
+            "properties": {"success": {"const": True}, "data": dict(data)}}
+
+
+def json_answer(description: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": dict(schema)}}}
+
+
+def errors(*statuses: int) -> dict[str, Any]:
+    return {str(s): json_answer(ERROR_TEXT[s], ref("Error")) for s in statuses}
+
+
+def json_body(schema: Mapping[str, Any], *, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {JSON: {"schema": dict(schema)}}}
+
+
+_HEALTH: Final = {"type": "object", "required": ["status"],
+                  "properties": {"status": {"type": "string"},
+                                 "services": {"type": "array", "items": {"type": "string"}},
+                                 "brokers": {"type": "object",
+                                             "additionalProperties": {"type": "string"}}}}
+_READY: Final = {"type": "object", "required": ["ready"],
+                 "properties": {"ready": {"type": "boolean"},
+                                "reasons": {"type": "array", "items": {"type": "string"}}}}
+HOST_OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
+    ("GET", "/healthz"): {
+        "summary": "Liveness: ok while the process runs",
+        "responses": {"200": json_answer("running", _HEALTH),
+                      "503": json_answer("starting or stopping", _HEALTH)}},
+    ("GET", "/readyz"): {
+        "summary": "Readiness, with a reason per broker or subscription that is not",
+        "responses": {"200": json_answer("ready", _READY),
+                      "503": json_answer("not ready", _READY)}},
+    ("GET", "/metrics"): {
+        "summary": "Prometheus text format",
+        "responses": {"200": {"description": "metrics",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}}},
+    ("GET", "/"): {
+        "summary": "The status page (HTML; it asks for the token itself)",
+        "security": [],
+        "responses": {"200": {"description": "the page",
+                              "content": {"text/html": {"schema": {"type": "string"}}}}}},
+    ("GET", "/openapi.json"): {
+        "summary": "This document",
+        "responses": {"200": json_answer("OpenAPI 3.1", {"type": "object"})}},
+    ("GET", "/delay/levels"): {
+        "summary": "The delay queue's levels",
+        "responses": {"200": json_answer("the levels", {})}},
+}
+
+
+class OpenApi:
+    def __init__(self, *, token: bool = False, public_health: bool = False) -> None:
+        self.token = token
+        self.public_health = public_health
+        self._operations: dict[tuple[str, str], Operation] = {}
+        self._schemas: dict[str, Any] = dict(BASE_SCHEMAS)
+        for (method, path), operation in HOST_OPERATIONS.items():
+            self.describe(method, path, operation)
+
+    def describe(self, method: str, path: str, operation: Operation) -> None:
+        """Describe `method path` (aiohttp's `{name}` placeholders are OpenAPI's too)."""
+        self._operations[(method.upper(), path)] = operation
+
+    def add_schemas(self, schemas: Mapping[str, Any]) -> None:
+        self._schemas.update(schemas)
+
+    def undescribed(self, router: web.UrlDispatcher) -> list[tuple[str, str]]:
+        return sorted(r for r in _routes(router) if r not in self._operations)
+
+    def document(self, router: web.UrlDispatcher, server: str) -> dict[str, Any]:
+        paths: dict[str, dict[str, Any]] = {}
+        for method, path in sorted(_routes(router)):
+            operation = self._operations.get((method, path))
+            if operation is not None:
+                paths.setdefault(path, {})[method.lower()] = self._secured(path, operation)
+        document: dict[str, Any] = {
+            "openapi": "3.1.0",
+            "info": {"title": "hookstream admin API (Queue-Over-Http compatible)",
+                     "version": "1"},
+            "servers": [{"url": server}],
+            "paths": paths,
+            "components": {"schemas": self._schemas},
+        }
+        if self.token:
+            document["components"]["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer"}}
+            document["security"] = [{"bearer": []}]
+        return document
+
+    def _secured(self, path: str, operation: Operation) -> Operation:
+        public = "security" in operation or (self.public_health and
+                                             path in ("/healthz", "/readyz"))
+        if not self.token:
+            return {k: v for k, v in operation.items() if k != "security"}
+        if public:
+            return {**operation, "security": [{"bearer": []}, {}]}
+        return {**operation, "responses": {**operation["responses"], **errors(401)}}
+
+    def __repr__(self) -> str:
+        return f"<OpenApi {len(self._operations)} operations>"
+
+
+def _routes(router: web.UrlDispatcher) -> Iterable[tuple[str, str]]:
+    for resource in router.resources():
+        info = resource.get_info()
+        path = info.get("path") or info.get("formatter")
+        if not isinstance(path, str):
+            continue
+        for route in resource:
+            if route.method not in ("HEAD", "*"):  # aiohttp adds HEAD to every GET
+                yield route.method, path
+
+
+OPENAPI: Final = web.AppKey("openapi", OpenApi)

@@ -1,0 +1,184 @@
+"""Issue 13's findings at the front door, each one a request to a real runtime: no
+request hangs it, crashes it, or fools it, and secrets stay out of every answer, the
+journal and the metrics."""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from runtime.kafka import create_topics
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import Admin, Receiver, make_runtime, produce
+
+HOOK = "http://127.0.0.1:9/hook"
+
+
+def document(sub_id: str, group: str, topics: list[dict[str, Any]], uri: str = HOOK,
+             **method: Any) -> dict[str, Any]:
+    return {"id": sub_id, "group": {"id": group}, "broker": "Kafka", "topics": topics,
+            "subscriptionMethod": {"type": "http", "uri": uri, "delayOnErrorMs": 50,
+                                   **method},
+            "properties": {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300"}}
+
+
+def with_method(**method: Any) -> dict[str, Any]:
+    return document("h", "g", [{"name": "t"}], **method)
+
+
+def encoded(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc).encode()
+
+
+HOSTILE: list[tuple[str, bytes, int, str]] = [
+    # (what, body, status, reason)
+    ("invalid UTF-8 in a string", b'{"id": "\xff\xfe", "group": {"id": "g"}}', 400,
+     "malformed JSON"),
+    ("deep nesting", b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400,
+     "malformed JSON"),
+    ("a charset with NUL", encoded(with_method(charset="utf\x008")), 400,
+     "invalid subscriptionMethod.charset"),
+    ("a repetition count past 2**32",
+     encoded(document("h", "g", [{"name": "a{4294967296}", "pattern": True}])), 400,
+     "invalid topics[0].pattern"),
+    ("5,000 nested groups",
+     encoded(document("h", "g", [{"pattern": "(" * 5000 + "a" + ")" * 5000}])), 400,
+     "invalid topics[0].pattern"),
+    ("an empty topic name", encoded(document("h", "g", [{"name": ""}])), 400,
+     "invalid topics[0].name"),
+    ("an empty pattern", encoded(document("h", "g", [{"pattern": ""}])), 400,
+     "invalid topics[0].pattern"),
+    ("a group ending in a newline", encoded(document("h", "g\n", [{"name": "t"}])), 400,
+     "invalid group.id"),
+    ("a name too long to store", encoded(document("i" * 120, "g" * 100, [{"name": "t"}])),
+     400, "invalid subscription name"),
+    ("40,000 topics", encoded(document("h", "g", [{"name": f"t{i}"} for i in range(40_000)])),
+     400, "invalid topics"),
+    ("a path as a topic name", encoded(document("h", "g", [{"name": "../x"}])), 400,
+     "invalid topics[0].name"),
+    ("a 100,000-character topic name", encoded(document("h", "g", [{"name": "x" * 100_000}])),
+     400, "invalid topics[0].name"),
+    ("Content-Length: 0", encoded(with_method(additionalHeaders={"Content-Length": "0"})), 400,
+     "invalid subscriptionMethod.additionalHeaders.Content-Length"),
+    ("Transfer-Encoding", encoded(with_method(additionalHeaders={"Transfer-Encoding": "chunked"})),
+     400, "invalid subscriptionMethod.additionalHeaders.Transfer-Encoding"),
+    ("Host", encoded(with_method(additionalHeaders={"Host": "admin.internal"})), 400,
+     "invalid subscriptionMethod.additionalHeaders.Host"),
+    ("a header value with NUL", encoded(with_method(additionalHeaders={"X-A": "a\x00"})), 400,
+     "invalid subscriptionMethod.additionalHeaders.X-A"),
+    ("a header value with VT", encoded(with_method(additionalHeaders={"X-A": "a\x0b"})), 400,
+     "invalid subscriptionMethod.additionalHeaders.X-A"),
+    ("a header value with DEL", encoded(with_method(additionalHeaders={"X-A": "a\x7f"})), 400,
+     "invalid subscriptionMethod.additionalHeaders.X-A"),
+]
+
+
+async def test_each_hostile_body_gets_a_json_4xx_naming_the_field_and_changes_nothing(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        for what, body, status, reason in HOSTILE:
+            answer = await admin.call("POST", "/broker/subscription", raw=body)
+            assert answer[0] == status and answer[1]["reason"] == reason, (what, answer)
+        for what, body in (("invalid UTF-8", b'{"id": "\xff", "group": {"id": "g"}}'),
+                           ("deep nesting", b"[" * 100_000 + b"]" * 100_000)):
+            status, reply = await admin.call("POST", "/broker/unsubscribe", raw=body)
+            assert (status, reply["reason"]) == (400, "malformed JSON"), what
+        assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
+    assert list((tmp_path / "persist").glob("*.json")) == []
+
+
+async def test_forms_multipart_and_text_are_refused_with_415(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    body = encoded(document("h", "g", [{"name": "t"}]))
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        for content_type in ("application/x-www-form-urlencoded", "text/plain",
+                             "multipart/form-data; boundary=x"):
+            status, reply = await admin.call("POST", "/broker/subscription", raw=body,
+                                             headers={"Content-Type": content_type})
+            assert (status, reply["reason"]) == (415, "unsupported media type"), content_type
+
+
+async def test_a_catastrophic_pattern_is_refused_and_the_runtime_stays_responsive(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    await create_topics(kafka_bootstrap, {"a" * 30: 1})  # the name that hung `re`
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        for pattern in ("((a|a)*)*b", "(a+)+b", "(a|aa)*b", ".*a.*a.*a.*b"):
+            started = time.monotonic()
+            status, reply = await admin.call("POST", "/broker/subscription", document(
+                "p", "g", [{"name": pattern, "pattern": True}]))
+            assert (status, reply["reason"]) == (400, "invalid topics[0].pattern"), pattern
+            assert time.monotonic() - started < 2
+        assert (await admin.call("GET", "/healthz"))[0] == 200
+
+
+async def test_a_pair_that_only_shares_a_key_is_neither_taken_for_nor_removed_by_another(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory()
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        await admin.subscribe(document("k_a", "b", [{"name": topic}]))
+        status, reply = await admin.call("POST", "/broker/subscription",
+                                         document("k", "a_b", [{"name": topic}]))
+        assert (status, reply["reason"]) == (400, "subscription name taken")
+        status, reply = await admin.call("POST", "/broker/unsubscribe",
+                                         {"id": "k", "group": {"id": "a_b"}})
+        assert (status, reply["reason"]) == (404, "subscription not found")
+        listed = (await admin.call("GET", "/broker/subscription"))[1]["data"]
+        assert [(s["id"], s["group"]["id"]) for s in listed] == [("k_a", "b")]
+        status, _ = await admin.call("POST", "/broker/unsubscribe",
+                                     {"id": "k_a", "group": {"id": "b"}})
+        assert status == 200
+
+
+async def test_uri_credentials_and_query_values_show_nowhere_but_in_the_request(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory()
+    await produce(kafka_bootstrap, topic, 3)
+    receiver = await Receiver().start()
+    uri = receiver.url.replace("http://", "http://user:pa55word@") + "?apikey=k3y-v4lue"
+    secrets = ("pa55word", "k3y-v4lue", "hu5h", "c2VjcmV0")
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(document("s", "g", [{"name": topic}], uri=uri,
+                                           additionalHeaders={"X-Auth": "hu5h"},
+                                           signingSecret="whsec_c2VjcmV0"))
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
+            shown = [await admin.call("GET", "/broker/subscription"),
+                     await admin.call("GET", "/broker/subscription/s/g"),
+                     await _text(admin.base + "/metrics")]
+    finally:
+        await receiver.stop()
+    assert receiver.ok[0].query == {"apikey": "k3y-v4lue"}  # the endpoint still gets it
+    assert receiver.ok[0].headers["Authorization"].startswith("Basic ")
+    listed = shown[0][1]["data"][0]["subscriptionMethod"]["uri"]
+    assert listed == f"http://***@127.0.0.1:{receiver.port}/hook?apikey=***"
+    journal = "".join(p.read_text() for p in (tmp_path / "journal").glob("*.jsonl"))
+    assert listed in journal  # the endpoint label is the redacted URI
+    for secret in secrets:
+        assert all(secret not in str(answer) for answer in shown), secret
+        assert secret not in journal, secret
+
+
+async def test_subscription_files_are_private(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory()
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        await Admin(runtime).subscribe(document("f", "g", [{"name": topic}],
+                                                signingSecret="whsec_c2VjcmV0"))
+    directory = tmp_path / "persist"
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE((directory / "f_g.json").stat().st_mode) == 0o600
+
+
+async def _text(url: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return await response.text()
