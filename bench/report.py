@@ -1,6 +1,7 @@
-"""Benchmark: the journal writer and the PySpark report on a synthetic journal.
+"""Benchmark: the journal writer, and the report's reference path against the fast path.
 
-    .venv/bin/python bench/report.py [--events 1000000] [--master 'local[*]']
+    .venv/bin/python bench/report.py [--events 1000000] [--master 'local[2]'] [--rounds 2]
+                                     [--java-options=-XX:TieredStopAtLevel=1]
                                      [--chart docs/report-throughput.png]
 
 1. Writes a synthetic journal of exactly `--events` events (3 subscriptions x 8 partitions
@@ -8,11 +9,17 @@
    actor crash, 3 lost records and 2 duplicates planted, delay-queue forwards to make up
    the count) through the real `Journal` (emit, then a flush every 10,000 events) and
    reports its cost per event.
-2. Runs the report (`runtime.report.job`) on it, timing Spark startup and the report
-   separately, and checks the audit found exactly the planted faults.
-3. With `--chart`, copies the throughput chart there (it says "synthetic journal").
+2. Converts the journal to the Parquet store once (`compact`, what `--store` and the
+   follow job do as segments close), timed on its own.
+3. Runs, `--rounds` times and in alternating order, each contender in a fresh process, so
+   each pays its own JVM warm-up: `reference` (runtime/report/job.py, today's path), `fast`
+   (runtime/report/batch.py on the JSON segments) and `fast-store` (the same, reading the
+   store). Spark's start (session creation) is timed apart from the report, which is
+   everything after it: reading, aggregating, tables, charts, summary.
+4. Checks every contender found exactly the planted faults and that the fast paths' totals
+   and tables equal the reference path's.
 
-Bounded: one pass over a fixed number of events; the report has no loops of its own.
+Bounded: a fixed number of events, rounds and contenders; every child has a timeout.
 Prints a Markdown section for bench/RESULTS.md.
 """
 
@@ -20,21 +27,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.host.journal import Journal
 from runtime.kernel.clock import RealClock
-from runtime.report import job
 from runtime.report.synthetic import SyntheticJournal
 
 FLUSH_EVERY = 10_000
+CONTENDERS = ("reference", "fast", "fast-store")
+CHILD_TIMEOUT_S = 900
 RecordIds = frozenset[tuple[str, int, int]]
 
 
@@ -82,67 +95,181 @@ async def write_journal(directory: Path, spec: SyntheticJournal) -> tuple[Journa
     return journal, time.perf_counter() - started
 
 
-def check_audit(result: dict[str, object], spec: SyntheticJournal) -> None:
+def check_audit(result: dict[str, Any], spec: SyntheticJournal, who: str) -> None:
     audit = result["audit"]
-    assert isinstance(audit, list)
     found = {(a["subscription"], a["partition"], o) for a in audit for o in a["lost_offsets"]}
     dups = {(a["subscription"], a["partition"], o) for a in audit
             for o in a["duplicate_offsets"]}
     if found != spec.lost or dups != spec.duplicates:
-        raise SystemExit(f"audit mismatch: lost {found}, duplicates {dups}")
+        raise SystemExit(f"{who}: audit mismatch: lost {found}, duplicates {dups}")
+
+
+# -- a child: one contender in a fresh process ----------------------------------------------
+
+def child(args: argparse.Namespace) -> int:
+    """Run one contender; print one JSON line with its timings and summary."""
+    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+    from runtime.report import batch, job
+    from runtime.report.sources import find_journal_files
+    from runtime.report.store import Store, compact
+
+    files = find_journal_files(args.journal)
+    started = time.perf_counter()
+    spark, _ = job.spark_session(args.master)
+    startup_s = time.perf_counter() - started
+    started = time.perf_counter()
+    if args.child == "compact":
+        compact(spark, files.directories, Store(args.store))
+        result: dict[str, Any] = {}
+    elif args.child == "reference":
+        result = job.run_report(spark, files, args.out, progress=_quiet,
+                                chart_note="synthetic journal")
+    else:
+        store = Store(args.store) if args.child == "fast-store" else None
+        result = batch.run_report(spark, files, args.out, store=store, progress=_quiet,
+                                  chart_note="synthetic journal")
+    seconds = time.perf_counter() - started
+    cores = spark.sparkContext.defaultParallelism
+    spark.stop()
+    print(json.dumps({"startup_s": startup_s, "seconds": seconds, "cores": cores,
+                      "result": result}))
+    return 0
+
+
+def _quiet(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_child(name: str, journal: Path, store: Path, out: Path, args: argparse.Namespace,
+              ) -> dict[str, Any]:
+    env = dict(os.environ)
+    if args.java_options:
+        env["PYSPARK_SUBMIT_ARGS"] = (
+            f"--conf spark.driver.extraJavaOptions={args.java_options} pyspark-shell")
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", name, "--journal", str(journal), "--store",
+         str(store), "--out", str(out), "--master", args.master],
+        env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
+    steps = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    measured: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    measured["steps"] = steps
+    return measured
+
+
+# -- the comparison ----------------------------------------------------------------------------
+
+def same_outputs(reference: Path, fast: Path) -> list[str]:
+    """Differences between two reports: summary.json (but the time it was made) and every
+    table's Parquet rows."""
+    import pyarrow.parquet as pq
+
+    want = json.loads((reference / "summary.json").read_text())
+    have = json.loads((fast / "summary.json").read_text())
+    diffs = [key for key in want if key != "generated_at" and want[key] != have.get(key)]
+    for name in want["outputs"]["tables"]:
+        rows = [pq.read_table(d / "parquet" / name).to_pylist() for d in (reference, fast)]
+        if rows[0] != rows[1]:
+            diffs.append(f"table {name}")
+    return diffs
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--java-options", default="",
+                        help="JVM options for every Spark driver (e.g. -XX:TieredStopAtLevel=1)")
     parser.add_argument("--chart", type=Path, help="copy the throughput chart here")
+    parser.add_argument("--child", choices=(*CONTENDERS, "compact"), help=argparse.SUPPRESS)
+    parser.add_argument("--journal", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--store", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+    if args.child:
+        return child(args)
 
     spec = sized(args.events)
     count, gen_s = generation_seconds(spec)
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
-        journal_dir, out_dir = Path(tmp, "journal"), Path(tmp, "out")
+        journal_dir, store = Path(tmp, "journal"), Path(tmp, "store")
         journal, write_s = asyncio.run(write_journal(journal_dir, spec))
         assert journal.written == count and journal.dropped == 0, journal
         segments = len(list(journal_dir.glob("*.jsonl")))
         megabytes = sum(p.stat().st_size for p in journal_dir.glob("*.jsonl")) / 1e6
-
-        files = job.find_journal_files(journal_dir)
-        started = time.perf_counter()
-        spark, _ = job.spark_session(args.master)
-        startup_s = time.perf_counter() - started
-        started = time.perf_counter()
-        result = job.run_report(spark, files, out_dir, chart_note="synthetic journal")
-        report_s = time.perf_counter() - started
-        cores = spark.sparkContext.defaultParallelism
-        spark.stop()
-        check_audit(result, spec)
+        load = [os.getloadavg()[0]]
+        compacted = run_child("compact", journal_dir, store, Path(tmp, "unused"), args)
+        store_mb = sum(p.stat().st_size for p in (store / "events").glob("*.parquet")) / 1e6
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
+        for round_ in range(args.rounds):
+            order = CONTENDERS if round_ % 2 == 0 else tuple(reversed(CONTENDERS))
+            for name in order:
+                out = Path(tmp, f"out-{name}-{round_}")
+                runs[name].append(run_child(name, journal_dir, store, out, args) | {"out": out})
+                load.append(os.getloadavg()[0])
+                check_audit(runs[name][-1]["result"], spec, name)
+                print(f"round {round_ + 1} {name}: {runs[name][-1]['seconds']:.1f} s",
+                      file=sys.stderr, flush=True)
+        diffs = {name: same_outputs(runs["reference"][0]["out"], runs[name][0]["out"])
+                 for name in CONTENDERS[1:]}
         if args.chart:
             args.chart.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out_dir / "charts" / "throughput.png", args.chart)
+            shutil.copyfile(runs["fast-store"][0]["out"] / "charts" / "throughput.png",
+                            args.chart)
+        result = runs["reference"][0]["result"]
 
     per_event_us = (write_s - gen_s) / count * 1e6
-    chart = f" --chart {args.chart}" if args.chart else ""
     events_per_s = count / max(result["span_s"], 1e-9)
-    print(f"""
-## Report
-
-Command: `.venv/bin/python bench/report.py --events {args.events} --master '{args.master}'{chart}`
-
-- Synthetic journal: {count:,} events in {segments} segments ({megabytes:.0f} MB);
-  {result['delivered']:,} records delivered over {result['span_s']:.0f} s of event time.
-- Journal writer (emit + encode + write, event generation excluded):
-  {per_event_us:.2f} us/event = {1e6 / per_event_us:,.0f} events/s. This journal's rate,
-  {events_per_s:,.0f} events/s, would cost {per_event_us * events_per_s / 1e4:.1f}% of one core.
-- Spark startup ({args.master}, {cores} cores): {startup_s:.1f} s.
-- Report (read, 7 tables as Parquet + CSV, 3 charts, summary): {report_s:.1f} s,
-  {count / report_s:,.0f} events/s.
-- Audit: lost {result['lost']}, duplicates {result['duplicates']} (exactly the planted
-  ones), dead-lettered {result['dead_lettered']:,}.
-""")
+    print(render(args, count, segments, megabytes, store_mb, result, per_event_us,
+                 events_per_s, compacted, runs, diffs, load))
     return 0
+
+
+def render(args: argparse.Namespace, count: int, segments: int, megabytes: float,
+           store_mb: float, result: dict[str, Any], per_event_us: float,
+           events_per_s: float, compacted: dict[str, Any],
+           runs: dict[str, list[dict[str, Any]]], diffs: dict[str, list[str]],
+           load: list[float]) -> str:
+    reference = statistics.median(r["seconds"] for r in runs["reference"])
+    rows = []
+    for name in CONTENDERS:
+        seconds = [r["seconds"] for r in runs[name]]
+        best, median = min(seconds), statistics.median(seconds)
+        startup = statistics.median(r["startup_s"] for r in runs[name])
+        rows.append(f"| {name} | {startup:.1f} | {', '.join(f'{s:.1f}' for s in seconds)} | "
+                    f"{count / median:,.0f} | {count / best:,.0f} | {reference / median:.2f} |")
+    steps = "\n".join(f"  - {name}: " + "; ".join(runs[name][0]["steps"])
+                      for name in CONTENDERS)
+    java = f" --java-options={args.java_options}" if args.java_options else ""
+    chart = f" --chart {args.chart}" if args.chart else ""
+    return f"""
+Command: `.venv/bin/python bench/report.py --events {args.events} --master '{args.master}' \
+--rounds {args.rounds}{java}{chart}` (load average {min(load):.1f}-{max(load):.1f} during the run)
+
+- Synthetic journal: {count:,} events in {segments} segments ({megabytes:.0f} MB of JSON,
+  {store_mb:.1f} MB as Parquet); {result['delivered']:,} records delivered over
+  {result['span_s']:.0f} s of event time.
+- Journal writer (emit + encode + write, event generation excluded):
+  {per_event_us:.2f} us/event; this journal's rate, {events_per_s:,.0f} events/s, would cost
+  {per_event_us * events_per_s / 1e4:.1f}% of one core.
+- Conversion to the Parquet store, once per segment (`compact`; the follow job does it as
+  segments close): {compacted['seconds']:.1f} s, {count / compacted['seconds']:,.0f} events/s.
+
+| path | Spark start s | report s (each round) | events/s (median) | events/s (best) | x reference |
+|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Report = everything after Spark's session exists (each contender in a fresh JVM, so each
+pays its own warm-up): read, aggregate, 7 tables as Parquet and CSV, 3 charts, summary.
+Steps of the first round:
+{steps}
+
+Audit: every contender found exactly the planted faults (lost {result['lost']}, duplicates
+{result['duplicates']}). Outputs against the reference path: fast {diffs['fast'] or 'equal'},
+fast-store {diffs['fast-store'] or 'equal'}.
+"""
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@ injected clock) and sends `_Tick`; the handler advances the book and produces ev
 due in one go. A batch that brings an earlier deadline re-arms the alarm. Not
 `Actor.schedule`: its timer loop (a monotonic wheel, re-armed through an event) measured
 about 1 ms worse at p99 lateness at 5,000 records/s, against a 5 ms budget
-(bench/RESULTS.md, "Delay queue").
+(bench/RESULTS.md, "Delay queue"). Deadlines are wall-clock times but sleeps run on the
+monotonic clock, so the alarm sleeps at most `ALARM_RECHECK_MS` at a time and reads the
+wall clock again after each sleep (issue 13): a forward step of the wall clock (NTP, a
+resumed VM) makes records late by at most that much instead of by the whole step, and a
+backward step only makes the alarm wait longer (never early).
 
 At-least-once levels. Outputs go to the shared acks=all producer (`ForwardProducerActor`,
 with the batching `Forwarder`, both in actors/delay/forwarder.py):
@@ -30,12 +34,18 @@ targets must use `isolation_level="read_committed"`.
 
 Failures. A forward refused for that record alone is dead-lettered with the reason, so
 a bad target cannot stall the partition: a target whose metadata never arrives (a topic
-that does not exist and is not auto-created) on every level; a record the broker refuses
-(too large, invalid topic) on at-least-once levels, where a refused batch is retried
-record by record. Any other produce or transaction error crashes the actor; its
-supervisor builds a new one that rewinds to the committed offset and forwards again
+that does not exist and is not auto-created) and a record over the producer's size limit
+(refused by `send` at once) on every level; a record the broker refuses (too large,
+invalid topic) on at-least-once levels, where a refused batch is retried record by record.
+A dead letter too large to write goes without its value, and one refused even then is
+dropped: journaled (`dead_lettered`, reason "dropped: ..."), counted
+(`hookstream_delay_dead_letter_dropped_total`) and logged, and its offset finished
+(actors/shared/deadletter.py). Any other produce or transaction error crashes the actor;
+its supervisor builds a new one that rewinds to the committed offset and forwards again
 (at-least-once) or re-runs the aborted transaction (exactly-once), so on an exactly-once
-level a record the broker refuses keeps failing (it shows in the restart journal).
+level a record the broker (not the producer) refuses keeps failing (it shows in the
+restart journal). Dead letters of at-least-once levels are written once per record, also
+across a restart of this actor (the producer actor's ledger, actors/delay/forwarder.py).
 
 Drain (revoke, shutdown): take no new batches, keep forwarding what falls due until the
 drain deadline, wait for acknowledgements, answer with the final commit position.
@@ -53,6 +63,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from actors.delay.book import DelayBook, Output, dead_letter, decode_done, encode_done
 from actors.delay.forwarder import BATCH_BYTES, Flight, Forwarder, ForwardProducerActor
+from actors.shared.deadletter import DeadLetterLedger
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.flow import CommitPoint, DrainWaiters
 from actors.shared.messages import (
@@ -71,6 +82,9 @@ from runtime.kafka import make_producer
 from runtime.kernel import Actor, ChildRef, Ref
 
 log = logging.getLogger(__name__)
+ALARM_RECHECK_MS = 1000
+"""The alarm reads the wall clock again at least this often (see the module docstring):
+the most a forward wall-clock step can make a record late."""
 
 
 # -- settings and messages -----------------------------------------------------------------
@@ -136,6 +150,7 @@ class _Meters:
     committed: Value
     pauses: Value
     waiting_family: Gauge
+    dropped: Value
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -175,7 +190,8 @@ class DelayActor(Actor):
                                      "Records moved on to another level (or recycled)"
                                      ).labels(**level),
             dead=metrics.counter("hookstream_delay_dead_lettered_total",
-                                 "Records with missing or bad delay headers").labels(**level),
+                                 "Records given up to the dead-letter topic (bad delay "
+                                 "headers, refused forwards)").labels(**level),
             waiting=waiting.labels(**part),
             lateness=metrics.histogram("hookstream_delay_lateness_ms",
                                        "Forward time minus due time").labels(**level),
@@ -185,6 +201,10 @@ class DelayActor(Actor):
                                    "Times a partition was paused (max_waiting_records)"
                                    ).labels(**level),
             waiting_family=waiting,
+            dropped=metrics.counter("hookstream_delay_dead_letter_dropped_total",
+                                    "Records given up that could not be written to the "
+                                    "dead-letter topic even without their value (too large)"
+                                    ).labels(**level),
             labels=part,
         )
 
@@ -288,7 +308,8 @@ class DelayActor(Actor):
 
     async def _sleep_until(self, wall_ms: int, seq: int) -> None:
         clock = self.context.clock
-        await clock.sleep_ms(wall_ms - clock.wall_ms())
+        while (remaining := wall_ms - clock.wall_ms()) > 0:
+            await clock.sleep_ms(min(remaining, ALARM_RECHECK_MS))
         self.tell_system(_Tick(seq))
 
     # -- producing ---------------------------------------------------------------------
@@ -300,12 +321,14 @@ class DelayActor(Actor):
             self._txn_queue.extend(outputs)
             self._maybe_transact()
             return
-        producer = self.peers.producer.actor_as(ForwardProducerActor).producer
-        flights = await self._forwarder.send(producer, outputs)
-        self.spawn(self._await_acks(producer, flights), name=f"{self.path}:acks")
+        forwarding = self.peers.producer.actor_as(ForwardProducerActor)
+        producer, ledger = forwarding.producer, forwarding.ledger
+        flights = await self._forwarder.send(producer, outputs, ledger)
+        self.spawn(self._await_acks(producer, flights, ledger), name=f"{self.path}:acks")
 
-    async def _await_acks(self, producer: AIOKafkaProducer, flights: list[Flight]) -> None:
-        done = await self._forwarder.settle(producer, flights)
+    async def _await_acks(self, producer: AIOKafkaProducer, flights: list[Flight],
+                          ledger: DeadLetterLedger) -> None:
+        done = await self._forwarder.settle(producer, flights, ledger)
         self.tell_system(_Acked(done, self.context.clock.wall_ms()))
 
     def _dead(self, out: Output, reason: str) -> Output:
@@ -326,6 +349,9 @@ class DelayActor(Actor):
         position = self._commit.advance(self._consumer_position())
         if position is None:
             return
+        # below the commit, nothing will be given up again: the ledger can forget it
+        self.peers.producer.actor_as(ForwardProducerActor).ledger.forget_below(
+            self.topic, self.partition, position)
         self._m.committed.set(position)
         self.peers.consumer.tell_system(
             CommitRequest(self.topic, self.partition, position, self.epoch))
@@ -380,8 +406,12 @@ class DelayActor(Actor):
                 emit(Event(type="delay_forwarded", ts_ms=now_ms, topic=self.topic,
                            partition=self.partition, offset=out.record.offset,
                            lateness_ms=float(out.lateness_ms or 0), reason=out.topic))
-            elif out.kind == "dead_letter":
-                m.dead.inc()
+            elif out.kind in ("dead_letter", "dropped"):
+                if out.kind == "dropped":
+                    m.dropped.inc()
+                    log.error("%s: offset %d %s", self.path, out.record.offset, out.reason)
+                else:
+                    m.dead.inc()
                 emit(Event(type="dead_lettered", ts_ms=now_ms, topic=self.topic,
                            partition=self.partition, offset=out.record.offset,
                            reason=out.reason))

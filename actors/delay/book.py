@@ -59,7 +59,7 @@ _TOPICS: dict[bytes, str] = {}  # valid target names seen, decoded
 _MAX_DUE_DIGITS = 16  # epoch ms stays below 10**16 until the year 318857
 
 Headers = Sequence[tuple[str, bytes | None]]
-Kind = Literal["forward", "cascade", "recycle", "dead_letter"]
+Kind = Literal["forward", "cascade", "recycle", "dead_letter", "dropped"]
 
 
 class Routing(msgspec.Struct, frozen=True, gc=False):
@@ -75,6 +75,9 @@ class Output:
     """Produce `record` (key and value as fetched) to `topic` with `headers`.
 
     `lateness_ms` is set on forwards only: now minus due when the forward was decided.
+    A dead letter with `value_dropped` goes with an empty value (the record was too large);
+    a `dropped` output is produced nowhere: its record could not even be dead-lettered
+    (see actors/shared/deadletter.py), and it is journaled and counted instead.
     """
 
     kind: Kind
@@ -84,6 +87,11 @@ class Output:
     due_ms: int | None = None
     lateness_ms: int | None = None
     reason: str = ""
+    value_dropped: bool = False
+
+    @property
+    def value(self) -> bytes | None:
+        return b"" if self.value_dropped else self.record.value
 
 
 # -- headers -------------------------------------------------------------------------------
@@ -154,11 +162,28 @@ def cascade_headers(headers: Headers, routing: Routing) -> list[tuple[str, bytes
     return [*forward_headers(headers), *routing_headers(routing.target, routing.due_ms)]
 
 
-def dead_letter(record: Record, topic: str, reason: str) -> Output:
+def dead_letter(record: Record, topic: str, reason: str, *,
+                value_dropped: bool = False) -> Output:
     """Give `record` up to the dead-letter `topic`: its own headers (a fixed record can be
-    replayed as is) plus where it came from and why, in both header schemes."""
-    headers = deadletter.dead_letter_headers(record, reason, legacy_delay=True)
-    return Output("dead_letter", record, topic, headers, reason=reason)
+    replayed as is) plus where it came from and why, in both header schemes; with
+    `value_dropped`, without its value (it was too large to write)."""
+    headers = deadletter.dead_letter_headers(record, reason, legacy_delay=True,
+                                             value_dropped=value_dropped)
+    return Output("dead_letter", record, topic, headers, reason=reason,
+                  value_dropped=value_dropped)
+
+
+def smaller(dead: Output, refused: BaseException) -> Output | None:
+    """The next form of a dead letter the broker or the producer refused as too large:
+    without its value, then `dropped` (written nowhere). None once nothing is left to try."""
+    if dead.kind == "dropped":
+        return None
+    if dead.value_dropped or not dead.record.value:
+        reason = deadletter.dropped_reason(dead.topic, refused)
+        return Output("dropped", dead.record, dead.topic, [], reason=reason)
+    return dead_letter(dead.record, dead.topic,
+                       deadletter.value_dropped_reason(dead.reason, refused),
+                       value_dropped=True)
 
 
 # -- levels ------------------------------------------------------------------------------

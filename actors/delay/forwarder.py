@@ -1,9 +1,23 @@
 """Forwarding for the delay queue: the shared at-least-once producer and batched produce.
 
 `ForwardProducerActor` owns the acks=all (idempotent) producer that every at-least-once
-delay actor forwards with. `Forwarder` produces a tick's outputs with as few calls as it
-can and settles their acknowledgements; exactly-once delay actors use it too, on their
-own transactional producer (actors/delay/actor.py).
+delay actor forwards with, and the ledger of their dead letters. `Forwarder` produces a
+tick's outputs with as few calls as it can and settles their acknowledgements;
+exactly-once delay actors use it too, on their own transactional producer
+(actors/delay/actor.py).
+
+Poison records (issue 13). A record refused for itself is dead-lettered; one too large to
+write (`MessageSizeTooLargeError` straight from `send`, or from the broker) goes to the
+dead-letter topic without its value, and, refused even so, is dropped: journaled and
+counted by the delay actor, and its offset finished (actors/shared/deadletter.py has the
+rule). None of it crashes the delay actor, whose successor would meet the same record.
+
+Once per record. The ledger (`DeadLetterLedger`) lives in the producer actor, which
+outlives a crashed delay actor: its successor starts again from the committed position,
+which waits below records still waiting in the wheel, and gives up again the records its
+predecessor already dead-lettered (or is dead-lettering: the send is in the producer
+when the predecessor dies). Instead of a second write it joins the first. Exactly-once
+levels need no ledger: an aborted transaction took its dead letters with it.
 """
 
 from __future__ import annotations
@@ -12,20 +26,19 @@ import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
     UnknownTopicOrPartitionError,
 )
 from aiokafka.partitioner import DefaultPartitioner
-from aiokafka.structs import RecordMetadata
 
-from actors.delay.book import Output
+from actors.delay.book import Output, smaller
+from actors.shared.deadletter import TOO_LARGE, DeadLetterLedger
 from actors.shared.errors import UnexpectedMessage
 from runtime.kafka import make_producer
 from runtime.kernel import Actor
@@ -37,8 +50,7 @@ SMALL_FLUSH = 64  # up to this many records per target partition: send() each (s
 
 # A forward refused for reasons that belong to that record and its target: dead-letter it.
 RECORD_ERRORS: tuple[type[KafkaError], ...] = (
-    InvalidTopicError, MessageSizeTooLargeError, RecordListTooLargeError,
-    UnknownTopicOrPartitionError,
+    InvalidTopicError, *TOO_LARGE, UnknownTopicOrPartitionError,
 )
 # Metadata for the target never came (a topic that does not exist and is not created).
 # Only when asking for the target's partitions: a timed-out *ack* may be a broker outage,
@@ -59,6 +71,7 @@ class ForwardProducerActor(Actor):
     def __init__(self, name: str, bootstrap: str) -> None:
         super().__init__(name)
         self.bootstrap = bootstrap
+        self.ledger = DeadLetterLedger()  # shared by the delay actors: see the module doc
         self._producer: AIOKafkaProducer | None = None
 
     @property
@@ -89,10 +102,19 @@ class ForwardProducerActor(Actor):
 
 @dataclass(slots=True)
 class Flight:
-    """Outputs sent together, and the acknowledgement they wait for."""
+    """Outputs sent together, and the acknowledgement they wait for. A `shared` one (a
+    dead letter in the ledger) is awaited through `asyncio.shield`: if its delay actor is
+    cancelled meanwhile, the write goes on and its successor learns how it ended."""
 
     outputs: list[Output]
-    ack: asyncio.Future[RecordMetadata]
+    ack: asyncio.Future[Any]
+    shared: bool = False
+
+
+def _done() -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
 
 
 class Forwarder:
@@ -107,42 +129,71 @@ class Forwarder:
 
     `settle` awaits the acks. A batch refused for a record-level reason is retried one
     record at a time, and a record refused on its own is dead-lettered (`dead_letter`
-    builds that output); any other error propagates and crashes the owner.
+    builds that output), or written smaller, or dropped, when too large (`book.smaller`);
+    any other error propagates and crashes the owner.
+
+    With a `ledger` (at-least-once levels), a dead letter already written or being written
+    for the same record is not sent again: its flight waits for the first write.
     """
 
     def __init__(self, dead_letter: Callable[[Output, str], Output]) -> None:
         self._dead_letter = dead_letter
 
-    async def send(self, producer: AIOKafkaProducer, outputs: list[Output]) -> list[Flight]:
-        groups = await self._group(producer, outputs)
+    async def send(self, producer: AIOKafkaProducer, outputs: list[Output],
+                   ledger: DeadLetterLedger | None = None) -> list[Flight]:
         flights: list[Flight] = []
+        groups = await self._group(producer, outputs, ledger, flights)
         for (topic, partition), members in groups.items():
             if len(members) <= SMALL_FLUSH:
-                flights += [await self._send_one(producer, out, partition) for out in members]
+                flights += [await self._send_one(producer, out, partition, ledger)
+                            for out in members]
                 continue
             batch, taken = producer.create_batch(), list[Output]()
             for out in members:
-                if batch.append(key=out.record.key, value=out.record.value, timestamp=None,
+                if batch.append(key=out.record.key, value=out.value, timestamp=None,
                                 headers=out.headers) is None:
-                    flights.append(Flight(taken, await producer.send_batch(
-                        batch, topic, partition=partition)))
+                    flights.append(_batch_flight(taken, await producer.send_batch(
+                        batch, topic, partition=partition), ledger))
                     batch, taken = producer.create_batch(), list[Output]()
                     # a first record always fits, however large; the broker may refuse it
-                    batch.append(key=out.record.key, value=out.record.value, timestamp=None,
+                    batch.append(key=out.record.key, value=out.value, timestamp=None,
                                  headers=out.headers)
                 taken.append(out)
-            flights.append(Flight(taken, await producer.send_batch(
-                batch, topic, partition=partition)))
+            flights.append(_batch_flight(taken, await producer.send_batch(
+                batch, topic, partition=partition), ledger))
         return flights
 
-    @staticmethod
-    async def _send_one(producer: AIOKafkaProducer, out: Output, partition: int) -> Flight:
-        ack = await producer.send(out.topic, out.record.value, key=out.record.key,
-                                  partition=partition, headers=out.headers)
-        return Flight([out], ack)
+    async def _send_one(self, producer: AIOKafkaProducer, out: Output, partition: int | None,
+                        ledger: DeadLetterLedger | None) -> Flight:
+        while True:
+            try:
+                ack = await producer.send(out.topic, out.value, key=out.record.key,
+                                          partition=partition, headers=out.headers)
+            except TOO_LARGE as exc:  # the producer refused it at once: over its size limit
+                out, partition = self._refused(out, exc), None
+                if out.kind == "dropped":
+                    return Flight([out], _done())
+                earlier = _earlier(out, ledger)
+                if earlier is not None:
+                    return earlier
+                continue
+            if ledger is not None and out.kind == "dead_letter":
+                return Flight([out], ledger.track(out.record, ack), shared=True)
+            return Flight([out], ack)
 
-    async def _group(self, producer: AIOKafkaProducer, outputs: list[Output]
+    def _refused(self, out: Output, refused: BaseException) -> Output:
+        """What to write instead of `out`, refused for itself: its dead letter, or a
+        smaller form of that dead letter (`dropped`: nothing to write)."""
+        if out.kind != "dead_letter":
+            return self._dead_letter(out, f"forward failed: {refused!r}")
+        smaller_form = smaller(out, refused)
+        assert smaller_form is not None  # a dropped output is never sent
+        return smaller_form
+
+    async def _group(self, producer: AIOKafkaProducer, outputs: list[Output],
+                     ledger: DeadLetterLedger | None, flights: list[Flight]
                      ) -> dict[tuple[str, int], list[Output]]:
+        """Outputs by target partition; dead letters the ledger knows go to `flights`."""
         known: dict[str, list[int]] = {}
         missing: dict[str, KafkaError] = {}  # one metadata wait per missing topic, not each
         keyless: dict[str, int] = {}
@@ -159,6 +210,10 @@ class Forwarder:
                 missing[out.topic] = exc
                 out = self._dead_letter(out, f"forward failed: {exc!r}")
                 partitions = await _partitions(producer, out.topic, known)
+            earlier = _earlier(out, ledger)
+            if earlier is not None:
+                flights.append(earlier)
+                continue
             key = out.record.key
             if key is None:
                 partition = keyless.setdefault(out.topic, random.choice(partitions))
@@ -167,36 +222,60 @@ class Forwarder:
             groups.setdefault((out.topic, partition), []).append(out)
         return groups
 
-    async def settle(self, producer: AIOKafkaProducer, flights: list[Flight]) -> list[Output]:
+    async def settle(self, producer: AIOKafkaProducer, flights: list[Flight],
+                     ledger: DeadLetterLedger | None = None) -> list[Output]:
         """Await every ack; return what was written (dead letters replace refused ones)."""
-        results = await asyncio.gather(*(f.ack for f in flights), return_exceptions=True)
+        results = await asyncio.gather(
+            *(asyncio.shield(f.ack) if f.shared else f.ack for f in flights),
+            return_exceptions=True)
         done: list[Output] = []
         for flight, result in zip(flights, results, strict=True):
             if not isinstance(result, BaseException):
                 done += flight.outputs
             elif isinstance(result, RECORD_ERRORS):
-                done += await self._one_by_one(producer, flight.outputs)
+                done += await self._one_by_one(producer, flight.outputs, ledger)
             else:
                 raise result  # the owner crashes; its successor rewinds to the commit
         return done
 
-    async def _one_by_one(self, producer: AIOKafkaProducer, outputs: list[Output]
-                          ) -> list[Output]:
+    async def _one_by_one(self, producer: AIOKafkaProducer, outputs: list[Output],
+                          ledger: DeadLetterLedger | None) -> list[Output]:
         done: list[Output] = []
         for out in outputs:
-            try:
-                await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
-                                             headers=out.headers)
-            except RECORD_ERRORS as exc:
-                if out.kind == "dead_letter" or (
-                        isinstance(exc, UnknownTopicOrPartitionError)
-                        and not await _topic_absent(producer, out.topic)):
-                    raise
-                out = self._dead_letter(out, f"forward failed: {exc!r}")
-                await producer.send_and_wait(out.topic, out.record.value, key=out.record.key,
-                                             headers=out.headers)
+            while out.kind != "dropped":
+                try:
+                    await producer.send_and_wait(out.topic, out.value, key=out.record.key,
+                                                 headers=out.headers)
+                except RECORD_ERRORS as exc:
+                    if (out.kind == "dead_letter" and not isinstance(exc, TOO_LARGE)) or (
+                            isinstance(exc, UnknownTopicOrPartitionError)
+                            and not await _topic_absent(producer, out.topic)):
+                        raise
+                    out = self._refused(out, exc)
+                    continue
+                if ledger is not None and out.kind == "dead_letter":
+                    ledger.written(out.record)
+                break
             done.append(out)
         return done
+
+
+def _earlier(out: Output, ledger: DeadLetterLedger | None) -> Flight | None:
+    """The flight of a dead letter written (or being written) for this record before."""
+    if ledger is None or out.kind != "dead_letter":
+        return None
+    entry = ledger.find(out.record)
+    return None if entry is None else Flight([out], entry, shared=True)
+
+
+def _batch_flight(outputs: list[Output], ack: asyncio.Future[Any],
+                  ledger: DeadLetterLedger | None) -> Flight:
+    if ledger is None:
+        return Flight(outputs, ack)
+    dead = [out for out in outputs if out.kind == "dead_letter"]
+    for out in dead:
+        ledger.track(out.record, ack)
+    return Flight(outputs, ack, shared=bool(dead))
 
 
 async def _topic_absent(producer: AIOKafkaProducer, topic: str) -> bool:

@@ -1,26 +1,51 @@
-"""DeadLetterActor: owns the subscription's dead-letter producer (acks=all).
+"""DeadLetterActor: owns the subscription's dead-letter producer (acks=all, idempotent).
 
 A record that used up its retries is produced to `deadLetterTopic` with its key, value
 and headers, plus headers saying where it came from and why it was given up (`dlt-*`,
 the scheme of actors/shared/deadletter.py, with the attempts and the last status). The
 partition actor is told `DeadLettered` only after the broker acknowledged the write,
 so the commit position never passes a record that is neither delivered nor safely
-dead-lettered. A failed produce is retried with a capped backoff, never dropped; every
-failure is logged and journaled (`dead_letter_failed`), since a record that can never be
-written (too large for the topic) holds its partition's commits until someone acts.
+dead-lettered.
+
+A failed write, by its cause (issue 13: a poison record never blocks forever):
+
+- too large (`TOO_LARGE`, from the producer at once or from the broker): written again
+  without its value (empty, with `dlt-value-dropped` and the reason); refused even so (its
+  key or headers alone are too large): dropped. A dropped record is logged, journaled
+  (`dead_letter_failed` with a reason starting "dropped:") and counted
+  (`hookstream_dead_letter_dropped_total`), and the partition is told `DeadLettered`: it
+  moves on, since no retry can ever make that record fit.
+- anything else (broker unreachable, topic missing, not authorised): retried with a capped
+  backoff, never dropped, logged and journaled (`dead_letter_failed`) each time. Those
+  pass when the cluster or its configuration is fixed; meanwhile the partition's commit
+  position waits at the record (the stall watchdog names it in `/readyz`).
+
+Once per record: the `DeadLetterLedger` answers a record given up again by a restarted
+partition actor (whose predecessor's write is done or still running) with the first write
+instead of a second one. The producer is idempotent as well, so its own retries of one
+send never write a record twice either.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiokafka import AIOKafkaProducer
 
-from actors.shared.deadletter import Attempts, dead_letter_headers
+from actors.shared.deadletter import (
+    TOO_LARGE,
+    Attempts,
+    DeadLetterLedger,
+    dead_letter_headers,
+    dropped_reason,
+    value_dropped_reason,
+)
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import DeadLettered, Record
 from runtime.host.journal import Event
+from runtime.host.metrics import Registry, Value
 from runtime.kafka import make_producer
 from runtime.kernel import Actor, Ref
 
@@ -39,23 +64,35 @@ class DeadLetter:
     epoch: int
     reply_to: Ref  # the partition actor
 
-    def headers(self) -> list[tuple[str, bytes]]:
+    def headers(self, *, value_dropped: bool = False) -> list[tuple[str, bytes]]:
         """The record's headers plus the `dlt-*` ones (actors/shared/deadletter.py)."""
         record = self.record
-        return dead_letter_headers(record, self.reason, Attempts(record.attempt, self.status))
+        return dead_letter_headers(record, self.reason, Attempts(record.attempt, self.status),
+                                   value_dropped=value_dropped)
 
 
 class DeadLetterActor(Actor):
     mailbox_capacity = 1024
 
-    def __init__(self, name: str, bootstrap: str, topic: str) -> None:
+    def __init__(self, name: str, bootstrap: str, topic: str, *,
+                 subscription: str | None = None, metrics: Registry | None = None) -> None:
         super().__init__(name)
         self.bootstrap = bootstrap
         self.topic = topic
+        self.subscription = subscription
+        self.ledger = DeadLetterLedger()
+        self.dropped = 0  # records not even written without their value (this incarnation)
+        self._m_dropped: Value | None = None
+        if metrics is not None:
+            self._m_dropped = metrics.counter(
+                "hookstream_dead_letter_dropped_total",
+                "Records given up that could not be written to the dead-letter topic even "
+                "without their value (too large): journaled and skipped",
+            ).labels(subscription=subscription or "")
         self._producer: AIOKafkaProducer | None = None
 
     async def on_start(self) -> None:
-        self._producer = make_producer(self.bootstrap, acks="all")
+        self._producer = make_producer(self.bootstrap, acks="all", enable_idempotence=True)
         await self._producer.start()
 
     async def on_stop(self) -> None:
@@ -65,27 +102,72 @@ class DeadLetterActor(Actor):
     async def handle(self, message: object) -> None:
         if not isinstance(message, DeadLetter):
             raise UnexpectedMessage(self.path, message)
-        self.spawn(self._produce(message), name=f"{self.path}:dlt")
+        earlier = self.ledger.find(message.record)
+        if earlier is None:
+            write = self.spawn(self._produce(message), name=f"{self.path}:dlt")
+            earlier = self.ledger.track(message.record, write)
+        # Told once the (first) write is done, whichever incarnation of the partition asks:
+        # a restarted partition actor gets its answer from its predecessor's write.
+        earlier.add_done_callback(lambda entry: _answer(entry, message))
 
     async def _produce(self, message: DeadLetter) -> None:
+        record = message.record
+        refused = await self._write(record, record.value, message.headers())
+        if refused is not None and record.value:
+            self._journal_failure(record, f"too large for {self.topic} ({refused!r}): "
+                                  "writing it without its value")
+            reason = value_dropped_reason(message.reason, refused)
+            headers = replace(message, reason=reason).headers(value_dropped=True)
+            refused = await self._write(record, b"", headers)
+        if refused is not None:
+            self._drop(record, refused)
+
+    async def _write(self, record: Record, value: bytes | None,
+                     headers: list[tuple[str, bytes]]) -> BaseException | None:
+        """Write one form of a dead letter: None once acknowledged, the error when it is
+        too large; every other error is retried until it passes."""
         assert self._producer is not None
-        record, delay_ms = message.record, RETRY_FIRST_MS
+        delay_ms = RETRY_FIRST_MS
         while True:
             try:
-                await self._producer.send_and_wait(
-                    self.topic, record.value, key=record.key, headers=message.headers())
-                break
+                await self._producer.send_and_wait(self.topic, value, key=record.key,
+                                                   headers=headers)
+                return None
+            except TOO_LARGE as exc:
+                refused: BaseException = exc  # aiokafka's errors are untyped
+                return refused
             except Exception as exc:  # never dropped: retried, loudly, until it is written
                 log.error("%s: dead-letter produce of %s-%d@%d failed (%r); retrying in "
                           "%.1fs", self.path, record.topic, record.partition, record.offset,
                           exc, delay_ms / 1000)
-                self.context.emit(Event(
-                    type="dead_letter_failed", ts_ms=self.context.clock.wall_ms(),
-                    topic=record.topic, partition=record.partition, offset=record.offset,
-                    reason=repr(exc)))
+                self._journal_failure(record, repr(exc))
                 await self.context.clock.sleep_ms(delay_ms)
                 delay_ms = min(delay_ms * 2, RETRY_CAP_MS)
-        message.reply_to.tell_system(DeadLettered(record, message.epoch))
+
+    def _drop(self, record: Record, refused: BaseException) -> None:
+        """The explicit rule for a record that cannot be dead-lettered at all (see the
+        module docstring): journaled, counted, logged, and the partition moves on."""
+        reason = dropped_reason(self.topic, refused)
+        log.error("%s: %s-%d@%d %s", self.path, record.topic, record.partition,
+                  record.offset, reason)
+        self._journal_failure(record, reason)
+        self.dropped += 1
+        if self._m_dropped is not None:
+            self._m_dropped.inc()
+
+    def _journal_failure(self, record: Record, reason: str) -> None:
+        self.context.emit(Event(
+            type="dead_letter_failed", ts_ms=self.context.clock.wall_ms(),
+            subscription=self.subscription, topic=record.topic, partition=record.partition,
+            offset=record.offset, attempt=record.attempt, reason=reason))
 
     def __repr__(self) -> str:
-        return f"<DeadLetterActor {self.path} topic={self.topic} tasks={len(self._tasks)}>"
+        return (f"<DeadLetterActor {self.path} topic={self.topic} tasks={len(self._tasks)} "
+                f"{self.ledger!r} dropped={self.dropped}>")
+
+
+def _answer(entry: asyncio.Future[None], message: DeadLetter) -> None:
+    """The write is done: tell the partition actor that asked (a write that did not finish
+    was cancelled with this actor, and nobody is told: the record is given up again)."""
+    if not entry.cancelled() and entry.exception() is None:
+        message.reply_to.tell_system(DeadLettered(message.record, message.epoch))

@@ -36,10 +36,11 @@ import logging
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import msgspec
 
+from actors.delivery import inprocess
 from actors.delivery.cluster import PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
 from actors.delivery.deadletter import DeadLetterActor
@@ -52,6 +53,8 @@ from actors.delivery.errors import (
     UnknownBroker,
 )
 from actors.delivery.guard import DEFAULT_DENY, DestinationGuard
+from actors.delivery.handler import Handler
+from actors.delivery.inprocess import InProcessSubscription
 from actors.delivery.origin import Origins
 from actors.delivery.outlet import OutletActor
 from actors.delivery.partition import PartitionActor
@@ -67,6 +70,7 @@ from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
 if TYPE_CHECKING:
     from runtime.host.app import Runtime
+    from runtime.host.service import ConsumeOptions
 
 log = logging.getLogger(__name__)
 OutletFactory = Callable[[str], OutletActor]
@@ -415,6 +419,17 @@ class DeliveryService:
         paused = sorted(k for k, s in self.status.items()
                         if s.state == "paused" and k not in self.outlets)
         await asyncio.to_thread(atomic_write, path, msgspec.json.encode(paused))
+
+    # -- in-process handlers (`Runtime.consume`) -----------------------------------------
+    async def consume(self, group_id: str, handler: Handler,
+                      **options: Unpack[ConsumeOptions]) -> InProcessSubscription:
+        """An async Python function as the endpoint (actors/delivery/inprocess.py)."""
+        assert self._runtime is not None
+        return await inprocess.consume(self, self._runtime, group_id, handler, **options)
+
+    def in_process(self, key: str) -> bool:
+        """True for a subscription an embedding program registered (read-only here)."""
+        return key in self.outlets
 
     # -- replay ------------------------------------------------------------------------
     async def replay(self, key: str, request: ReplayRequest) -> ReplayProgress:

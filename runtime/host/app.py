@@ -16,7 +16,7 @@ import logging
 import signal
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, Unpack, cast, overload
 
 from aiohttp import web
 
@@ -29,7 +29,11 @@ from runtime.host.preflight import listen_error, preflight
 from runtime.host.probe import BrokerProbe
 from runtime.host.process import ProcessSampler
 from runtime.host.service import (
+    ConsumeOptions,
+    Consumption,
     DelayQueue,
+    InProcessConsumers,
+    RecordHandler,
     Service,
     ServiceFactory,
     discover,
@@ -110,6 +114,22 @@ class Runtime:
         """The delay queue: `await runtime.delay.send(target, value, delay_ms=...)`."""
         return cast(DelayQueue, self.service("delay"))
 
+    async def consume(self, group_id: str, handler: RecordHandler,
+                      **options: Unpack[ConsumeOptions]) -> Consumption:
+        """Consume `topics` (or `pattern`) as consumer group `group_id` with an async
+        function instead of a webhook: `await handler(record)` per record, with every
+        guarantee of the HTTP path (window, key lanes, retries, dead letters, commits of
+        contiguous offsets only, drains, supervision, journal and metrics). Returning
+        means done, raising retries, `runtime.Skip` finishes without retrying,
+        `runtime.DeadLetter(reason)` gives the record up now. Returns once the consumer
+        is running; `await handle.stop()` drains and commits. Not persisted: the program
+        that registers it owns it. See README, "Use it as a library"."""
+        service = self.service("delivery")
+        if not callable(getattr(service, "consume", None)):
+            raise UsageError(f"the delivery service {type(service).__name__} has no "
+                             "in-process handlers (consume)")
+        return await cast(InProcessConsumers, service).consume(group_id, handler, **options)
+
     def _emit(self, event: Event) -> None:
         self.journal.emit(event)
 
@@ -170,15 +190,22 @@ class Runtime:
             raise listen_error(self.admin.host, self.admin.port, exc) from None
 
     async def _start_brokers(self) -> None:
+        from runtime.kafka import security
+
         for broker in self.config.brokers:
             if broker.bootstrap_servers != "embedded":
                 self._bootstrap[broker.name] = broker.bootstrap_servers
-                continue
-            embedded = EmbeddedBroker(port=broker.embedded_port or None)
-            await embedded.start()
-            self._brokers[broker.name] = embedded
-            self._bootstrap[broker.name] = embedded.bootstrap
-            log.info("embedded broker %r listening on %s", broker.name, embedded.bootstrap)
+            else:
+                embedded = EmbeddedBroker(port=broker.embedded_port or None)
+                await embedded.start()
+                self._brokers[broker.name] = embedded
+                self._bootstrap[broker.name] = embedded.bootstrap
+                log.info("embedded broker %r listening on %s", broker.name, embedded.bootstrap)
+            # Every Kafka client built for this address gets these settings from now on,
+            # PLAINTEXT included (it replaces what an earlier runtime left for the address).
+            security.register(self._bootstrap[broker.name], broker.security())
+            if broker.security_protocol != "PLAINTEXT":
+                log.info("broker %r: %s", broker.name, broker.security())
 
     async def _start_journal(self) -> None:
         cfg = self.config.journal
@@ -205,6 +232,7 @@ class Runtime:
         if self._state in ("stopping", "stopped"):
             await self._stopped.wait()
             return
+        ran = self._state == "running"
         self._state = "stopping"
         started = self.clock.monotonic_ms()
         deadline = started + self.config.runtime.shutdown_deadline_ms
@@ -222,9 +250,10 @@ class Runtime:
         finally:
             self._state = "stopped"
             self._stopped.set()
-        took = self.clock.monotonic_ms() - started
-        totals = "; ".join(s for s in summaries if s)
-        log.info("stopped cleanly in %d ms%s", took, f": {totals}" if totals else "")
+        if ran:  # a start that failed says so itself
+            took = self.clock.monotonic_ms() - started
+            totals = "; ".join(s for s in summaries if s)
+            log.info("stopped cleanly in %d ms%s", took, f": {totals}" if totals else "")
 
     async def _stop_service(self, name: str, deadline_ms: int) -> None:
         """Services stop in parallel, each within what is left of the shutdown deadline."""

@@ -18,8 +18,11 @@ import msgspec
 from msgspec import Meta
 
 from runtime.errors import ConfigError
+from runtime.host.references import resolve
 from runtime.host.tls import server_context
 from runtime.kafka import valid_topic
+from runtime.kafka.security import FIELDS as SECURITY_KEYS
+from runtime.kafka.security import SaslMechanism, Security, SecurityProtocol, normalize
 
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._\-]+$")]
 PositiveMs = Annotated[int, Meta(ge=0)]
@@ -37,6 +40,31 @@ class BrokerConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     embedded_port: Annotated[int, Meta(ge=0, le=65535)] = 0
     """Port for the embedded broker; 0 picks a free one."""
     client_id: str = "hookstream"
+    # Connection security for every client of this broker (runtime/kafka/security.py).
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    ssl_cafile: str = ""
+    """PEM CA bundle for the broker's certificate; empty: the system's trust store."""
+    ssl_certfile: str = ""
+    """Client certificate (PEM), for a broker that requires mutual TLS."""
+    ssl_keyfile: str = ""
+    ssl_check_hostname: bool = True
+    sasl_mechanism: SaslMechanism = "PLAIN"
+    sasl_username: str = ""
+    """May be a reference: `${env:NAME}` or `${file:/path}` (resolved at load)."""
+    sasl_password: str = ""
+    """May be a reference: `${env:NAME}` or `${file:/path}` (resolved at load)."""
+    sasl_oauthbearer_token_file: str = ""
+    """OAUTHBEARER: the token is this file's content, re-read at each connection."""
+    sasl_oauthbearer_token_command: str = ""
+    """OAUTHBEARER: the token is what this command prints (run without a shell)."""
+
+    def security(self) -> Security:
+        """The settings `runtime.kafka.security` keeps for this broker's address."""
+        return Security(**{key: getattr(self, key) for key in SECURITY_KEYS})
+
+    def __repr__(self) -> str:  # the resolved password must not reach a log
+        return (f"BrokerConfig(name={self.name!r}, bootstrap_servers={self.bootstrap_servers!r}"
+                f", security={self.security()!r})")
 
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -180,12 +208,9 @@ def _check(config: Config) -> Config:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise ConfigError(f"duplicate broker name {name!r}", f"brokers[{i}].name")
-    for i, broker in enumerate(config.brokers):
-        if broker.bootstrap_servers != "embedded" and not _valid_servers(broker.bootstrap_servers):
-            raise ConfigError(
-                f"expected 'embedded' or host:port[,host:port], got {broker.bootstrap_servers!r}",
-                f"brokers[{i}].bootstrap_servers",
-            )
+    config = msgspec.structs.replace(
+        config, brokers=[_check_broker(i, b) for i, b in enumerate(config.brokers)])
+    _check_shared_addresses(config.brokers)
     if not valid_topic(config.delay.dead_letter_topic):
         raise ConfigError(f"{config.delay.dead_letter_topic!r} is not a Kafka topic name",
                           "delay.dead_letter_topic")
@@ -198,6 +223,40 @@ def _check(config: Config) -> Config:
     _check_networks(config.egress)
     _check_cluster(config)
     return config
+
+
+def _check_broker(i: int, broker: BrokerConfig) -> BrokerConfig:
+    """`broker` with its secret references resolved; raises ConfigError naming the key."""
+    if broker.bootstrap_servers != "embedded" and not _valid_servers(broker.bootstrap_servers):
+        raise ConfigError(
+            f"expected 'embedded' or host:port[,host:port], got {broker.bootstrap_servers!r}",
+            f"brokers[{i}].bootstrap_servers",
+        )
+    if broker.bootstrap_servers == "embedded" and broker.security_protocol != "PLAINTEXT":
+        raise ConfigError("the embedded broker speaks PLAINTEXT only (Tansu 0.6 serves no "
+                          "TLS, and no SASL on memory storage: runtime/kafka/compat.py)",
+                          f"brokers[{i}].security_protocol")
+    broker = msgspec.structs.replace(
+        broker, sasl_username=resolve(broker.sasl_username, f"brokers[{i}].sasl_username"),
+        sasl_password=resolve(broker.sasl_password, f"brokers[{i}].sasl_password"))
+    try:
+        broker.security().check()
+    except ConfigError as exc:
+        raise ConfigError(str(exc).removeprefix(f"{exc.path}: "),
+                          f"brokers[{i}].{exc.path}") from None
+    return broker
+
+
+def _check_shared_addresses(brokers: list[BrokerConfig]) -> None:
+    # Security is kept per address (runtime/kafka/security.py): one address, one setting.
+    seen: dict[str, Security] = {}
+    for i, broker in enumerate(brokers):
+        if broker.bootstrap_servers == "embedded":
+            continue
+        address, security = normalize(broker.bootstrap_servers), broker.security()
+        if seen.setdefault(address, security) != security:
+            raise ConfigError("another broker has the same bootstrap_servers with other "
+                              "security settings; an address has one", f"brokers[{i}]")
 
 
 def _check_cluster(config: Config) -> None:

@@ -9,9 +9,9 @@ metrics, and stops in reverse order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
 
 from runtime.kernel.errors import UsageError
 
@@ -36,6 +36,52 @@ class DelayQueue(Service, Protocol):
                    headers: Sequence[tuple[str, bytes]] | None = None,
                    delay_ms: int | None = None, due_ms: int | None = None
                    ) -> RecordMetadata: ...
+
+
+class ConsumeOptions(TypedDict, total=False):
+    """`Runtime.consume`'s settings besides `group_id` and `handler` (names fixed by issue
+    18). An omitted one takes the Consumer JSON's default; README, "Use it as a library"."""
+
+    topics: Sequence[str]
+    pattern: str
+    ordering: Literal["none", "partition", "key"]
+    concurrency: int
+    lanes: int
+    retries: int
+    delay_on_error_ms: int
+    backoff_multiplier: float
+    max_delay_on_error_ms: int
+    jitter: float
+    timeout_ms: int
+    dead_letter_topic: str
+    broker: str
+    properties: Mapping[str, str | int]
+    id: str
+    auto_commit_period_ms: int
+    load_factor: float
+
+
+RecordHandler = Callable[[Any], Awaitable[object]]
+"""`async def handler(record)`; the record type is the delivery service's (actors/delivery/
+handler.py `ConsumedRecord`), which `runtime` does not import."""
+
+
+class Consumption(Protocol):
+    """What `Runtime.consume` returns: a handle on the in-process subscription."""
+
+    @property
+    def key(self) -> str: ...
+
+    def status(self) -> dict[str, object]: ...
+
+    async def stop(self) -> None: ...
+
+
+class InProcessConsumers(Service, Protocol):
+    """What `Runtime.consume` needs of the delivery service."""
+
+    async def consume(self, group_id: str, handler: RecordHandler,
+                      **options: Unpack[ConsumeOptions]) -> Consumption: ...
 
 
 ServiceFactory = Callable[[], Service]

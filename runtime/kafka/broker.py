@@ -59,11 +59,19 @@ class EmbeddedBroker:
         startup_timeout_s: float = 15.0,
         *,
         binary: str | os.PathLike[str] | None = None,
+        advertised: str | None = None,
+        authentication: bool = False,
     ) -> None:
+        """`advertised` (`host:port`) is the address the broker names in metadata instead
+        of its own: that of a proxy in front of it, such as the TLS or SASL front the tests
+        put there (the broker serves neither itself, see `runtime.kafka.compat` 7 and 8).
+        `authentication` makes it require SASL (`--authentication`)."""
         self._host = host
         self._port = port
         self._startup_timeout_s = startup_timeout_s
         self._binary = binary
+        self._advertised = advertised
+        self._authentication = authentication
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
         self._port_was_busy = False
@@ -176,13 +184,16 @@ class EmbeddedBroker:
 
     def _spawn(self, log_path: Path) -> subprocess.Popen[bytes]:
         url = f"tcp://{self._host}:{self._port}"
+        advertised = f"tcp://{self._advertised}" if self._advertised else url
         command = [
             str(self._binary or _resolve_binary()),
             "broker",
             "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--advertised-listener-url", advertised,
             "--storage-engine", "memory://tansu/",
         ]  # fmt: skip
+        if self._authentication:
+            command.append("--authentication")
         with log_path.open("wb") as log:
             return subprocess.Popen(
                 command,

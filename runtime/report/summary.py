@@ -107,6 +107,12 @@ def _header(s: Mapping[str, Any]) -> str:
     ]
     if seg.get("skipped_live"):
         lines.append(f"{seg['skipped_live']} segment(s) still being written were not read.")
+    follow = s.get("follow")
+    if follow:
+        lines.append(
+            f"Live (`--follow`), as of micro-batch {follow['batch']}: {s['in_flight']:,} "
+            f"record(s) in flight (fetched less than {follow['grace_s']:g} s before the "
+            "newest event, neither delivered nor dead-lettered yet) are not counted as lost.")
     if s["journal_dropped"]:
         lines.append(
             f"**The journal dropped {s['journal_dropped']:,} event(s)** (journal_dropped): "

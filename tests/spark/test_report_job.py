@@ -8,7 +8,9 @@ The end-to-end run with real delivery actors is in test_report_end_to_end.py.
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -187,3 +189,80 @@ def test_a_journal_without_events_is_a_usage_error(spark: Any, tmp_path: Path) -
     with pytest.raises(UsageError, match="has no events"):
         run_report(spark, find_journal_files(tmp_path), tmp_path / "out", progress=print)
     assert not (tmp_path / "out").exists()
+
+
+# -- the fast path (runtime/report/batch.py) against the reference path above ------------
+
+def _same_outputs(spark: Any, reference: Path, fast: Path, *, ignore: set[str]) -> None:
+    """Equal summary.json (but `ignore`d keys), equal Parquet tables (types and rows in
+    order), CSV files with equal headers and values."""
+    expected = json.loads((reference / "summary.json").read_text())
+    got = json.loads((fast / "summary.json").read_text())
+    for key in {"generated_at", *ignore}:
+        expected.pop(key), got.pop(key)
+    assert got == expected
+    for name in expected["outputs"]["tables"]:
+        want = spark.read.parquet(str(reference / "parquet" / name))
+        have = spark.read.parquet(str(fast / "parquet" / name))
+        assert have.schema.simpleString() == want.schema.simpleString(), name
+        assert have.collect() == want.collect(), name
+        assert _csv_cells(fast / "csv" / f"{name}.csv") == _csv_cells(
+            reference / "csv" / f"{name}.csv"), name
+
+
+def _csv_cells(path: Path) -> list[list[object]]:
+    """CSV cells, numbers as floats: Spark writes 1.0E-4 where Python writes 0.0001."""
+    def cell(text: str) -> object:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+    return [[cell(c) for c in row] for row in csv.reader(path.read_text().splitlines())]
+
+
+def test_the_fast_path_writes_what_the_reference_path_writes(
+    run: Run, spark: Any, tmp_path: Path
+) -> None:
+    from runtime.report import batch
+    from runtime.report.job import find_journal_files
+
+    progress: list[str] = []
+    batch.run_report(spark, find_journal_files(run.journal), tmp_path / "fast",
+                     progress=progress.append)
+    _same_outputs(spark, run.out, tmp_path / "fast", ignore=set())
+    assert [line[:5] for line in progress] == [f"[{i}/5]" for i in range(1, 6)]
+
+
+def test_the_fast_path_from_a_store_of_two_journal_directories_writes_the_same(
+    run: Run, spark: Any, tmp_path: Path
+) -> None:
+    from runtime.report import batch
+    from runtime.report.sources import find_journal_files
+    from runtime.report.store import Store
+
+    # the two writers of the fixture's journal, as two instances' directories
+    first, second = tmp_path / "instance-a", tmp_path / "instance-b"
+    writers = sorted({p.name.split("-")[2] for p in closed_segments(run.journal)})
+    for directory in (first, second):
+        directory.mkdir()
+    for path in run.journal.iterdir():
+        target = first if path.name.split("-")[2] == writers[0] else second
+        shutil.copy2(path, target / path.name)
+    files = find_journal_files([first, second])
+    assert len(files.closed) == len(closed_segments(run.journal))
+    assert len(files.recovered_tails) == 1
+
+    store = Store(tmp_path / "store")
+    result = batch.run_report(spark, files, tmp_path / "fast", store=store, progress=print)
+    _same_outputs(spark, run.out, tmp_path / "fast", ignore={"journal"})
+    assert result["journal"] == f"{first}, {second}"
+    assert (store.events / "_spark_metadata").is_dir()
+    assert store.compacted() == {str(p) for p in files.closed}
+    # a second report converts nothing new and reads the same store
+    again = batch.run_report(spark, files, tmp_path / "again", store=store, progress=print)
+    assert again["events"] == result["events"]
+    with pytest.raises(UsageError, match="holds journal"):
+        batch.run_report(spark, find_journal_files(first), tmp_path / "x", store=store)
+    with store.writing(), pytest.raises(UsageError, match="being written by another"):
+        batch.run_report(spark, files, tmp_path / "y", store=Store(store.root))

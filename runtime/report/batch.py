@@ -1,0 +1,160 @@
+"""The fast batch report: one aggregation over the events, small results, driver-side files.
+
+Same tables, charts and summary as the reference path (runtime/report/job.py, the
+definitions in runtime/report/transforms.py), computed with fewer passes
+(runtime/report/facts.py):
+
+1. input: the journal's JSON segments, or, with `--store`, the Parquet store
+   (runtime/report/store.py) after compacting the segments not yet in it, plus any crash
+   leftovers (read as JSON, since they are not closed segments);
+2. `facts.keyed` + `facts.aggregate` in one pass, cached: one row per record and per small
+   fact (event type and second, actor, partition movement, commit, endpoint);
+3. from the cached facts: per event type, throughput buckets, the small facts, and one
+   aggregation over the records for both the per endpoint summary and the per partition
+   audit (`facts.record_groups`);
+4. one pass over the send and delay events for the latency percentiles;
+5. the driver builds the tables (runtime/report/tables.py) and writes them with pyarrow
+   (runtime/report/output.py): a report is a handful of Spark jobs, not one per file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from runtime.errors import UsageError
+from runtime.report import facts, output, tables, transforms
+from runtime.report.job import choose_bucket_ms, read_raw
+from runtime.report.sources import JournalFiles
+from runtime.report.store import Store, compact, read_events
+
+Progress = Callable[[str], None]
+STEPS = 5
+
+
+class _Steps:
+    """`[2/5] what ... result (1.2 s)` progress lines."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._done = 0
+        self._since = time.perf_counter()
+
+    def done(self, line: str) -> None:
+        now = time.perf_counter()
+        self._done += 1
+        self._progress(f"[{self._done}/{STEPS}] {line} ({now - self._since:.1f} s)")
+        self._since = now
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    raw: DataFrame
+    source: str  # "json" or "store"
+
+
+def read_input(spark: SparkSession, files: JournalFiles, store: Store | None) -> Input:
+    """Raw journal rows: from the store (with crash leftovers as JSON), or all JSON."""
+    if store is None:
+        return Input(read_raw(spark, files), "json")
+    compact(spark, files.directories, store)
+    parts = []
+    if store.has_events():
+        parts.append(read_events(spark, store))
+    if files.recovered_tails:
+        tails = JournalFiles(files.directories, [], files.recovered_tails, [])
+        parts.append(read_raw(spark, tails))
+    if not parts:
+        raise UsageError(f"journal {files.label} has no events")
+    raw = parts[0]
+    for part in parts[1:]:
+        raw = raw.unionByName(part)
+    return Input(raw, "store")
+
+
+def _rows(df: DataFrame) -> list[dict[str, Any]]:
+    return [row.asDict(recursive=True) for row in df.collect()]
+
+
+def type_rows(small: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `type` facts as `tables.Aggregates.types` rows."""
+    return [{"type": r["s1"], "events": r["n"], "first_ms": r["first_ms"],
+             "last_ms": r["last_ms"], "count_sum": r["count_sum"] or 0}
+            for r in small if r["kind"] == "type"]
+
+
+def record_groups(records: DataFrame, events: DataFrame,
+                  small: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`facts.record_groups` with endpoints resolved; the rare records whose events name
+    two endpoints get the smallest, as in the reference, at the cost of a second pass."""
+    only = facts.only_endpoints(small)
+    groups = _rows(facts.record_groups(facts.resolve_endpoints(records, only)))
+    if any(g["ambiguous"] for g in groups):
+        smallest = facts.smallest_endpoints(events, facts.ambiguous(records))
+        groups = _rows(facts.record_groups(facts.resolve_endpoints(records, only, smallest)))
+    try:
+        return facts.named_groups(groups, facts.names(small))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def aggregates(raw: DataFrame, label: str, steps: _Steps) -> tables.Aggregates:
+    """Run the Spark side; everything returned is small."""
+    events = transforms.valid_events(raw)
+    ticks = facts.tick_facts(raw).cache()
+    try:
+        small = facts.small_facts(_rows(facts.tick_totals(ticks)))
+        types = type_rows(small)
+        valid = [t for t in types if t["type"] is not None]
+        if not valid:
+            raise UsageError(f"journal {label} has no events")
+        first = min(t["first_ms"] for t in valid)
+        last = max(t["last_ms"] for t in valid)
+        steps.done(f"reading journal {label} ... {sum(t['events'] for t in valid):,} events")
+        bucket_ms = choose_bucket_ms(last - first)
+        coarse = _rows(facts.coarse_ticks(ticks, bucket_ms))
+    finally:
+        ticks.unpersist()
+    groups = record_groups(facts.record_facts(events), events, small)
+    steps.done(f"records, audit and throughput ... {len(groups)} group(s), "
+               f"{len(coarse)} throughput row(s)")
+    latencies = _rows(facts.latency_percentiles(events))
+    steps.done(f"latency percentiles ... {len(latencies)} row(s)")
+    return tables.Aggregates(types, coarse, bucket_ms, small, groups, latencies)
+
+
+def run_report(
+    spark: SparkSession,
+    files: JournalFiles,
+    out_dir: Path,
+    *,
+    store: Store | None = None,
+    progress: Progress = print,
+    chart_note: str = "",
+) -> dict[str, Any]:
+    """Run the fast report; return summary.json's content. UsageError without events."""
+    steps = _Steps(progress)
+    source = read_input(spark, files, store)
+    raw = source.raw if source.source == "store" else source.raw.cache()
+    try:
+        agg = aggregates(raw, files.label, steps)
+    finally:
+        if raw is not source.raw:
+            raw.unpersist()
+    report = tables.build(agg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for table in report.tables:
+        output.write_table(out_dir, table)
+    steps.done(f"tables ... {len(report.tables)} written to {out_dir}")
+    drawn = output.write_charts(out_dir, report, chart_note)
+    result = output.summary_of(
+        report, journal=files.label, segments=files.counts(), bucket_ms=agg.bucket_ms,
+        outputs={"tables": [t.name for t in report.tables], "charts": drawn})
+    output.write_summary(out_dir, result)
+    steps.done(f"charts and summary ... {out_dir / 'summary.md'}")
+    return result

@@ -1,0 +1,448 @@
+"""The fast path's transforms: few passes, numeric aggregation buffers, small results.
+
+The reference transforms (runtime/report/transforms.py) define the report; they scan the
+events once per table and sort for every string-valued aggregate (Spark's hash aggregation
+takes fixed-width buffers only), which on 2 cores made most of the report's time. These
+compute the same facts in three passes over the events, each a hash aggregation:
+
+- `record_facts`: one row per record (subscription, topic, partition, offset) with the
+  counts and times of `transforms.record_outcomes`; the endpoint as `eh`, the smallest
+  `endpoint_hash` of its events (`eh_max` differs only for a record whose events name two
+  endpoints; `resolve_endpoints` settles those as the reference does);
+- `tick_facts`: per event type, subscription, endpoint and second, plus, for the rare
+  event types (actor lifecycle, partition movements, commits), their actor, topic,
+  partition and reason: everything else the report counts, in a few thousand rows;
+- `latency_percentiles`: added, HTTP and delay latency percentiles, exactly as the
+  reference computes them.
+
+The follow job (runtime/report/follow.py) needs all of this from one streaming aggregation,
+so `keyed` turns each event into one or more rows of a common key (`KEY`) and `aggregate`
+computes every measure for every key; see `keyed` for the kinds of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from runtime.report import transforms
+from runtime.report.transforms import RECORD_EVENTS, RECORD_KEY
+
+TICK_MS = 1_000
+THROUGHPUT_TYPES = ("fetched", "delivered", "failed", "dead_lettered")
+RARE_TYPES = ("actor_started", "actor_crashed", "actor_restarted", "actor_stopped",
+              "partition_assigned", "partition_revoked", "committed")
+KEY = ["kind", "s1", "s2", "s3", "n1", "n2", "v"]
+STAMPS = ["first_fetch_stamp", "first_delivery_stamp", "first_dead_letter_stamp", "last_stamp"]
+TYPE_COUNTS = [
+    ("fetched", "fetches"), ("delivered", "deliveries"), ("failed", "failures"),
+    ("retry_scheduled", "retries"), ("dead_lettered", "dead_letters"),
+    ("actor_started", "started"), ("actor_crashed", "crashed"),
+    ("actor_restarted", "restarted"), ("actor_stopped", "stopped"),
+    ("partition_assigned", "assigned"), ("partition_revoked", "revoked"),
+]
+RECORD_COUNTS = TYPE_COUNTS[:5]
+
+_KEY_TYPES = {"kind": "string", "s1": "string", "s2": "string", "s3": "string",
+              "n1": "long", "n2": "long", "v": "double"}
+
+
+def _is(*types: str) -> Column:
+    return F.col("type").isin(*types)
+
+
+def _count_if(condition: Column) -> Column:
+    return F.count(F.when(condition, 1))
+
+
+def _min_if(condition: Column, value: Column) -> Column:
+    return F.min(F.when(condition, value))
+
+
+def added_ms() -> Column:
+    """The service's added latency of a `sent` event, first attempts only (transforms)."""
+    first_send = (F.col("fetched_ts_ms").isNotNull()
+                  & (F.col("attempt").isNull() | (F.col("attempt") <= 1)))
+    return F.when(_is("sent") & first_send, F.col("ts_ms") - F.col("fetched_ts_ms"))
+
+
+def _has_record_key() -> Column:
+    keyed_ = F.lit(True)
+    for name in RECORD_KEY:
+        keyed_ = keyed_ & F.col(name).isNotNull()
+    return keyed_
+
+
+def _record_measures() -> list[Column]:
+    ts = F.col("ts_ms")
+    return [
+        *(_count_if(_is(t)).alias(name) for t, name in RECORD_COUNTS),
+        F.max("record_ts_ms").alias("record_ts_ms"),
+        _min_if(_is("fetched"), ts).alias("first_fetched_ms"),
+        F.max(F.when(_is("fetched"), ts)).alias("last_fetched_ms"),
+        _min_if(_is("delivered"), ts).alias("first_delivered_ms"),
+        F.min(name_hash(F.col("endpoint"))).alias("eh"),
+        F.max(name_hash(F.col("endpoint"))).alias("eh_max"),
+    ]
+
+
+# -- batch: three passes ----------------------------------------------------------------
+
+def name_hash(name: Column) -> Column:
+    """A long per name (null for none): hash aggregation wants fixed-width keys and
+    buffers; the driver maps hashes back to names (`names`)."""
+    return F.when(name.isNotNull(), F.xxhash64(name))
+
+
+HASHED_KEY = ["sh", "th", "partition", "offset"]  # subscription and topic hashed
+
+
+def record_facts(events: DataFrame) -> DataFrame:
+    """Valid events -> one row per record (see the module doc), with `with_outcomes`;
+    keyed by `HASHED_KEY`, whose fixed-width keys let Spark use its fast hash map."""
+    rows = _hashed(events.filter(_is(*RECORD_EVENTS) & _has_record_key()))
+    return with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
+
+
+def with_outcomes(records: DataFrame) -> DataFrame:
+    """The derived columns of `transforms.record_outcomes`: attempts, e2e latency, lost."""
+    c = F.col
+    return records.withColumns({
+        "attempts": c("deliveries") + c("failures"),
+        "e2e_latency_ms": c("first_delivered_ms") - c("record_ts_ms"),
+        "lost": (c("fetches") > 0) & (c("deliveries") == 0) & (c("dead_letters") == 0),
+    })
+
+
+def tick_facts(raw: DataFrame) -> DataFrame:
+    """Raw rows -> per `type` (null for malformed lines), subscription, endpoint, topic and
+    `second`, and for `RARE_TYPES` also partition, actor and reason: `n` events,
+    `first_ms`, `last_ms`, `max_offset` and `count_sum` (sum of `count`)."""
+    c = F.col
+    valid = transforms.is_valid_event()
+    rare = valid & _is(*RARE_TYPES)
+    return raw.groupBy(
+        F.when(valid, c("type")).alias("type"),
+        F.when(valid, c("subscription")).alias("subscription"),
+        F.when(valid, c("endpoint")).alias("endpoint"),
+        F.when(valid, F.floor(c("ts_ms") / TICK_MS) * TICK_MS).alias("second"),
+        F.when(valid, c("topic")).alias("topic"),
+        *(F.when(rare, c(name)).alias(name) for name in ("partition", "actor", "reason")),
+    ).agg(
+        F.count(F.lit(1)).alias("n"), F.min("ts_ms").alias("first_ms"),
+        F.max("ts_ms").alias("last_ms"), F.max("offset").alias("max_offset"),
+        F.sum("count").alias("count_sum"),
+    )
+
+
+def tick_totals(ticks: DataFrame) -> DataFrame:
+    """`tick_facts` without the second: few rows, for the driver (`small_facts`)."""
+    keys = ["type", "subscription", "endpoint", "topic", "partition", "actor", "reason"]
+    return ticks.groupBy(*keys).agg(
+        F.sum("n").alias("n"), F.min("first_ms").alias("first_ms"),
+        F.max("last_ms").alias("last_ms"), F.max("max_offset").alias("max_offset"),
+        F.sum("count_sum").alias("count_sum"),
+        *(F.first(name_hash(F.col(name))).alias(f"{name}_hash")
+          for name in ("subscription", "topic", "endpoint")),
+    )
+
+
+def coarse_ticks(ticks: DataFrame, bucket_ms: int) -> DataFrame:
+    """The throughput types' `tick_facts` summed into `bucket_ms` buckets."""
+    c = F.col
+    bucket = (F.floor(c("second") / bucket_ms) * bucket_ms).cast("long")
+    return ticks.filter(_is(*THROUGHPUT_TYPES)).groupBy(
+        bucket.alias("bucket_start_ms"),
+        F.coalesce(c("subscription"), F.lit("")).alias("subscription"), "type",
+    ).agg(F.sum("n").alias("n"))
+
+
+def small_facts(totals: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`tick_totals` rows -> the driver's fact rows (`tables.Aggregates.small`): `type`,
+    `name` (a subscription, topic or endpoint and its `name_hash` in `n1`), `endpoint`,
+    `actor`, `crash`, `move` and `commit` rows, the shape `aggregate` gives."""
+    facts: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def add(key: tuple[Any, ...], row: Mapping[str, Any], **counts: int) -> None:
+        kind, s1, s2, s3, n1 = key
+        fact = facts.setdefault(key, {
+            "kind": kind, "s1": s1, "s2": s2, "s3": s3, "n1": n1, "n": 0,
+            "first_ms": None, "last_ms": None, "max_offset": None, "count_sum": None,
+            **{name: 0 for _, name in TYPE_COUNTS}})
+        fact["n"] += row["n"]
+        for name, value in counts.items():
+            fact[name] += value
+        _merge_extremes(fact, row)
+
+    for row in totals:
+        type_ = row["type"]
+        add(("type", type_, None, None, None), row)
+        for name in ("subscription", "topic", "endpoint"):
+            if row[name] is not None:
+                add(("name", row[name], None, None, row[f"{name}_hash"]), row)
+        if row["endpoint"] is not None:
+            add(("endpoint", row["subscription"], row["endpoint"], None,
+                 row["endpoint_hash"]), row)
+        counts = {name: row["n"] for t, name in TYPE_COUNTS if t == type_}
+        if type_ is not None and type_.startswith("actor_") and row["actor"] is not None:
+            add(("actor", row["actor"], None, None, None), row, **counts)
+        if type_ == "actor_crashed" and row["actor"] is not None:
+            add(("crash", row["actor"], row["reason"], None, row["last_ms"]), row)
+        if type_ in ("partition_assigned", "partition_revoked"):
+            add(("move", row["subscription"], row["topic"], row["actor"], row["partition"]),
+                row, **counts)
+        if type_ == "committed" and row["max_offset"] is not None:
+            add(("commit", row["subscription"], row["topic"], None, row["partition"]), row)
+    return list(facts.values())
+
+
+def _merge_extremes(fact: dict[str, Any], row: Mapping[str, Any]) -> None:
+    for name, pick in (("first_ms", min), ("last_ms", max), ("max_offset", max)):
+        values = [v for v in (fact[name], row[name]) if v is not None]
+        fact[name] = pick(values) if values else None
+    if row["count_sum"] is not None:
+        fact["count_sum"] = (fact["count_sum"] or 0) + row["count_sum"]
+
+
+def latency_percentiles(events: DataFrame) -> DataFrame:
+    """Added and HTTP latency per subscription and endpoint (`view` = "endpoint") and delay
+    lateness per level topic (`view` = "lateness"), as `transforms.delivery_summary` and
+    `transforms.delay_lateness` compute them, in one aggregation."""
+    c = F.col
+    known = [F.coalesce(c("subscription"), F.lit("")), F.coalesce(c("endpoint"), F.lit(""))]
+    sends = _is("sent", "delivered")
+    second_value = F.when(_is("delivered"), c("latency_ms")).when(
+        _is("delay_forwarded"), c("lateness_ms"))
+    rows = events.filter(_is("sent", "delivered", "delay_forwarded")).select(
+        F.when(sends, F.lit("endpoint")).otherwise(F.lit("lateness")).alias("view"),
+        F.when(sends, known[0]).otherwise(c("topic")).alias("k1"),
+        F.when(sends, known[1]).alias("k2"),
+        F.when(sends, added_ms()).alias("a"), second_value.alias("b"),
+    )
+    pct = transforms.PERCENTILES, transforms.PERCENTILE_ACCURACY
+    return rows.groupBy("view", "k1", "k2").agg(
+        F.count(F.lit(1)).alias("n"),
+        F.percentile_approx("a", *pct).alias("a_pct"), F.max("a").alias("a_max"),
+        F.percentile_approx("b", *pct).alias("b_pct"), F.max("b").alias("b_max"),
+    )
+
+
+# -- endpoints of records -----------------------------------------------------------------
+
+def _hashed(events: DataFrame) -> DataFrame:
+    c = F.col
+    return events.withColumns({"sh": name_hash(c("subscription")),
+                               "th": name_hash(c("topic"))})
+
+
+def ambiguous(records: DataFrame) -> DataFrame:
+    """Records whose events name more than one endpoint (their keys only)."""
+    return records.filter(F.col("eh") != F.col("eh_max")).select(*HASHED_KEY)
+
+
+def smallest_endpoints(events: DataFrame, keys: DataFrame) -> DataFrame:
+    """For the given record keys: the hash of the lexicographically smallest endpoint of
+    their events (a string aggregate, so only for the few records `ambiguous` finds)."""
+    joined = _hashed(events).join(F.broadcast(keys), HASHED_KEY)
+    return joined.groupBy(*HASHED_KEY).agg(name_hash(F.min("endpoint")).alias("_smallest"))
+
+
+def _lookup(mapping: Mapping[Any, Any], key: Column, kind: str) -> Column:
+    """`mapping[key]` as a column (a literal map: the driver knows the few endpoints)."""
+    if not mapping:
+        return F.lit(None).cast(kind)
+    pairs = [item for k, v in sorted(mapping.items()) for item in (F.lit(k), F.lit(v))]
+    return F.element_at(F.create_map(*pairs), key)
+
+
+def names(small: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """`name_hash` -> name, from the `name` facts; ValueError if two names collide."""
+    found: dict[int, str] = {}
+    for row in small:
+        if row["kind"] == "name" and found.setdefault(row["n1"], row["s1"]) != row["s1"]:
+            raise ValueError(f"names {found[row['n1']]!r} and {row['s1']!r} have the "
+                             "same hash; the fast report cannot tell them apart")
+    return found
+
+
+def only_endpoints(small: Sequence[Mapping[str, Any]]) -> dict[int, int]:
+    """Subscription hash -> the hash of its endpoint, for subscriptions that used one."""
+    hashes = {row["s1"]: row["n1"] for row in small if row["kind"] == "name"}
+    per_subscription: dict[str, set[int]] = {}
+    for row in small:
+        if row["kind"] == "endpoint" and row["s1"] is not None:
+            per_subscription.setdefault(row["s1"], set()).add(row["n1"])
+    return {hashes[sub]: next(iter(eps)) for sub, eps in per_subscription.items()
+            if len(eps) == 1}
+
+
+def resolve_endpoints(records: DataFrame, only: Mapping[int, int],
+                      smallest: DataFrame | None = None) -> DataFrame:
+    """Adds `ep`, the hash of the record's endpoint: `eh`, else its subscription's only
+    endpoint (`only`), as `transforms.fill_endpoints` does; `smallest`
+    (`smallest_endpoints`) settles the ambiguous records. Adds `ambiguous`."""
+    c = F.col
+    candidates = [c("eh"), _lookup(only, c("sh"), "long")]
+    if smallest is not None:
+        records = records.join(F.broadcast(smallest), HASHED_KEY, "left")
+        candidates.insert(0, c("_smallest"))
+    resolved = records.withColumns({
+        "ep": F.coalesce(*candidates),
+        "ambiguous": F.coalesce(c("eh") != c("eh_max"), F.lit(False)),
+    })
+    return resolved.drop("eh", "eh_max", "_smallest")
+
+
+def record_groups(records: DataFrame) -> DataFrame:
+    """Records (with `ep`) -> per subscription and endpoint (`view` = "endpoint"; `k1`,
+    `k2` = their hashes, null for no endpoint or "") and per subscription and
+    topic-partition (`view` = "partition"; `k1`, `k2`, `k3`): counts, end-to-end latency
+    percentiles (endpoint view) and the lost and duplicated records (partition view)."""
+    c = F.col
+    endpoint = F.when(c("ep") != F.xxhash64(F.lit("")), c("ep"))  # "" is "no endpoint"
+    views = F.array(
+        F.struct(F.lit("endpoint").alias("view"), c("sh").alias("k1"), endpoint.alias("k2"),
+                 F.lit(None).cast("long").alias("k3")),
+        F.struct(F.lit("partition").alias("view"), c("sh").alias("k1"), c("th").alias("k2"),
+                 c("partition").alias("k3")),
+    )
+    rows = records.select("*", F.explode(views).alias("_v")).select("*", "_v.*").drop("_v")
+    problem = c("lost") | (c("deliveries") > 1)
+    in_endpoint_view = c("view") == "endpoint"
+    return rows.groupBy("view", "k1", "k2", "k3").agg(
+        _count_if(c("fetches") > 0).alias("records_fetched"),
+        _count_if(c("deliveries") > 0).alias("delivered"),
+        F.sum("deliveries").alias("deliveries"),
+        F.sum("attempts").alias("attempts"),
+        F.sum("failures").alias("failed_attempts"),
+        F.sum("retries").alias("retries"),
+        _count_if(c("dead_letters") > 0).alias("dead_lettered"),
+        _count_if(c("lost")).alias("lost"),
+        F.percentile_approx(F.when(in_endpoint_view, c("e2e_latency_ms")),
+                            transforms.PERCENTILES,
+                            transforms.PERCENTILE_ACCURACY).alias("e2e_pct"),
+        F.max("e2e_latency_ms").alias("e2e_max"),
+        F.collect_list(F.when(~in_endpoint_view & problem, F.struct(
+            "offset", "fetches", "deliveries", "lost"))).alias("problems"),
+        _count_if(c("ambiguous")).alias("ambiguous"),
+    )
+
+
+def named_groups(groups: Sequence[Mapping[str, Any]],
+                 names_: Mapping[int, str]) -> list[dict[str, Any]]:
+    """`record_groups` rows with the hashes mapped back to names (endpoint view: "" for
+    none), as `tables.Aggregates.groups` wants them."""
+    named = []
+    for group in groups:
+        row = dict(group)
+        row["k1"] = names_[group["k1"]]
+        if group["view"] == "endpoint":
+            row["k2"] = names_.get(group["k2"], "") if group["k2"] is not None else ""
+        else:
+            row["k2"] = names_[group["k2"]]
+        named.append(row)
+    return named
+
+
+# -- follow: one aggregation for everything ------------------------------------------------
+
+def round_latency(value: Column) -> Column:
+    """`value` to 3 significant digits (0.5% at most), so a histogram has few bins."""
+    magnitude = F.floor(F.log10(F.abs(value)))
+    scale = F.pow(F.lit(10.0), F.lit(2) - magnitude)
+    return F.when(value == 0, F.lit(0.0)).otherwise(F.round(value * scale) / scale)
+
+
+def _row(kind: str, **keys: Column) -> Column:
+    fields = [F.lit(kind).alias("kind")]
+    fields += [keys.get(name, F.lit(None)).cast(_KEY_TYPES[name]).alias(name)
+               for name in KEY[1:]]
+    return F.struct(*fields)
+
+
+def _key_rows() -> list[Column]:
+    """One `when(condition, row)` per kind of keyed row; null where it does not apply."""
+    c = F.col
+    sub, endpoint = F.coalesce(c("subscription"), F.lit("")), F.coalesce(c("endpoint"), F.lit(""))
+    return [
+        F.when(_is(*RECORD_EVENTS) & _has_record_key(), _row(
+            "record", s1=c("subscription"), s2=c("topic"), n1=c("partition"),
+            n2=c("offset"))),
+        _row("tick", s1=c("type"), s2=c("subscription"),
+             n1=F.floor(c("ts_ms") / TICK_MS) * TICK_MS),
+        F.when(c("endpoint").isNotNull(), _row(
+            "endpoint", s1=c("subscription"), s2=c("endpoint"),
+            n1=name_hash(c("endpoint")))),
+        F.when(c("type").startswith("actor_") & c("actor").isNotNull(),
+               _row("actor", s1=c("actor"))),
+        F.when(_is("actor_crashed") & c("actor").isNotNull(), _row(
+            "crash", s1=c("actor"), s2=c("reason"), n1=c("ts_ms"))),
+        F.when(_is("partition_assigned", "partition_revoked"), _row(
+            "move", s1=c("subscription"), s2=c("topic"), s3=c("actor"), n1=c("partition"))),
+        F.when(_is("committed") & c("offset").isNotNull(), _row(
+            "commit", s1=c("subscription"), s2=c("topic"), n1=c("partition"))),
+        F.when(_is("sent"), _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
+        F.when(_is("delivered"), _row("http", s1=sub, s2=endpoint,
+                                      v=round_latency(c("latency_ms")))),
+        F.when(_is("delay_forwarded"), _row("lateness", s1=c("topic"),
+                                            v=round_latency(c("lateness_ms")))),
+    ]
+
+
+def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
+    """Raw journal rows -> rows of `KEY` plus the event columns `aggregate` reads.
+
+    | kind | from | s1 | s2 | s3 | n1 | n2 | v |
+    |---|---|---|---|---|---|---|---|
+    | record | record events with a key | subscription | topic | | partition | offset | |
+    | tick | every valid event | type | subscription | | second (ms) | | |
+    | malformed | lines that are not events | | | | | | |
+    | endpoint | events with an endpoint | subscription | endpoint | | hash | | |
+    | actor | `actor_*` with an actor | actor | | | | | |
+    | crash | `actor_crashed` with an actor | actor | reason | | ts | | |
+    | move | partition movements | subscription | topic | actor | partition | | |
+    | commit | `committed` with an offset | subscription | topic | | partition | | |
+    | added, http, lateness | sent, delivered, delay fwd. | sub. or topic | endpoint | | | | value |
+
+    Latency values are rounded (`round_latency`) so the histograms stay small. `stamp`
+    is carried as `_stamp`, the micro-batch's time (see `aggregate`).
+    """
+    rows = F.filter(F.array(*_key_rows()), lambda row: row.isNotNull())
+    exploded = F.when(transforms.is_valid_event(), rows).otherwise(F.array(_row("malformed")))
+    measures = ["type", "ts_ms", "endpoint", "offset", "record_ts_ms", "count"]
+    columns = [F.col(name) for name in measures]
+    if stamp is not None:
+        columns.append(stamp.alias("_stamp"))
+    flat = raw.select(*columns, F.explode(exploded).alias("_key"))
+    return flat.select(*(F.col(f"_key.{name}").alias(name) for name in KEY), *measures,
+                       *(["_stamp"] if stamp is not None else []))
+
+
+def aggregate(rows: DataFrame) -> DataFrame:
+    """Keyed rows -> one row per key with every measure (numeric buffers only).
+
+    With `_stamp`, `first_*_stamp` are the stamps of the micro-batches that first brought
+    a record's fetch, delivery and dead letter, and `last_stamp` the latest that touched
+    the key: in a batch's output, `first_delivery_stamp == last_stamp` means "delivered
+    for the first time in this batch".
+    """
+    ts = F.col("ts_ms")
+    measures = [
+        F.count(F.lit(1)).alias("n"),
+        *_record_measures(),
+        *(_count_if(_is(t)).alias(name) for t, name in TYPE_COUNTS[5:]),
+        F.min(ts).alias("first_ms"), F.max(ts).alias("last_ms"),
+        F.max("offset").alias("max_offset"), F.sum("count").alias("count_sum"),
+    ]
+    if "_stamp" in rows.columns:
+        stamp = F.col("_stamp")
+        measures += [
+            _min_if(_is("fetched"), stamp).alias("first_fetch_stamp"),
+            _min_if(_is("delivered"), stamp).alias("first_delivery_stamp"),
+            _min_if(_is("dead_lettered"), stamp).alias("first_dead_letter_stamp"),
+            F.max(stamp).alias("last_stamp"),
+        ]
+    return rows.groupBy(*KEY).agg(*measures)

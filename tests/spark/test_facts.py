@@ -1,0 +1,110 @@
+"""The fast path's transforms (runtime/report/facts.py) on small hand-made frames, checked
+against the reference transforms where both compute the same thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from runtime.host.journal import Event
+from runtime.report import batch, facts, tables, transforms
+
+pytestmark = pytest.mark.spark
+
+SUB, TOPIC, URL = "orders-hook", "orders", "http://hook"
+
+
+def raw_frame(spark: SparkSession, events: list[Event], malformed: int = 0) -> DataFrame:
+    """Raw journal rows: the events, then `malformed` lines that are not events."""
+    rows = [[*msgspec.structs.astuple(e), None] for e in events]
+    rows += [[None] * len(Event.__struct_fields__) + ['{"typ'] for _ in range(malformed)]
+    return spark.createDataFrame(rows, transforms.event_schema())
+
+
+def rec(type_: str, ts_ms: int, offset: int, **fields: Any) -> Event:
+    fields.setdefault("subscription", SUB)
+    return Event(type=type_, ts_ms=ts_ms, topic=TOPIC, partition=0, offset=offset, **fields)
+
+
+def small_of(raw: DataFrame) -> list[dict[str, Any]]:
+    return facts.small_facts([r.asDict() for r in facts.tick_totals(facts.tick_facts(raw))
+                              .collect()])
+
+
+def test_records_count_like_the_reference_record_outcomes(spark: SparkSession) -> None:
+    raw = raw_frame(spark, [
+        rec("fetched", 10, 1, record_ts_ms=5), rec("fetched", 50, 1),
+        rec("delivered", 60, 1, endpoint=URL),
+        rec("fetched", 11, 2),
+        rec("fetched", 12, 3), rec("failed", 20, 3, endpoint=URL),
+        rec("retry_scheduled", 20, 3), rec("dead_lettered", 30, 3),
+        rec("fetched", 13, 4), rec("delivered", 20, 4, endpoint=URL),
+        rec("delivered", 70, 4, endpoint=URL),
+    ])
+    events = transforms.valid_events(raw)
+    columns = ["offset", "fetches", "deliveries", "failures", "retries", "dead_letters",
+               "attempts", "e2e_latency_ms", "lost", "first_fetched_ms"]
+    fast = facts.record_facts(events).select(*columns).orderBy("offset").collect()
+    reference = transforms.record_outcomes(events).select(*columns).orderBy("offset").collect()
+    assert fast == reference
+    assert [r["lost"] for r in fast] == [False, True, False, False]
+
+
+def test_small_facts_count_types_actors_moves_and_commits(spark: SparkSession) -> None:
+    raw = raw_frame(spark, [
+        Event(type="actor_started", ts_ms=1, actor="p0"),
+        Event(type="actor_crashed", ts_ms=2, actor="p0", reason="KeyError"),
+        Event(type="actor_restarted", ts_ms=3, actor="p0"),
+        Event(type="actor_crashed", ts_ms=4, actor="p0", reason="ValueError"),
+        Event(type="partition_assigned", ts_ms=1, actor="p0", subscription=SUB, topic=TOPIC,
+              partition=0),
+        rec("committed", 5, 40), rec("committed", 6, 30),
+        Event(type="journal_dropped", ts_ms=7, count=12, reason="buffer_full"),
+    ], malformed=2)
+    small = small_of(raw)
+    types = {r["type"]: r for r in batch.type_rows(small)}
+    assert types[None]["events"] == 2  # the malformed lines
+    assert (types["journal_dropped"]["count_sum"], types["committed"]["events"]) == (12, 2)
+    (actor,) = tables.actors(small).rows
+    assert (actor["crashed"], actor["restarted"], actor["last_crash_reason"]) == (
+        2, 1, "ValueError")
+    assert tables.committed_offsets(small) == {(SUB, TOPIC, 0): 40}
+    (move,) = tables.partition_movements(small).rows
+    assert (move["actor"], move["assigned"], move["revoked"]) == ("p0", 1, 0)
+
+
+def test_a_record_whose_events_name_two_endpoints_gets_the_smallest(
+    spark: SparkSession,
+) -> None:
+    raw = raw_frame(spark, [
+        rec("fetched", 1, 1), rec("failed", 2, 1, endpoint="http://b"),
+        rec("delivered", 3, 1, endpoint="http://a"),
+        rec("fetched", 1, 2), rec("delivered", 3, 2, endpoint="http://b"),
+        rec("fetched", 1, 3),  # no endpoint, and the subscription used two: stays ""
+    ])
+    events = transforms.valid_events(raw)
+    groups = batch.record_groups(facts.record_facts(events), events, small_of(raw))
+    per_endpoint = {g["k2"]: g["records_fetched"] for g in groups if g["view"] == "endpoint"}
+    reference = transforms.delivery_summary(transforms.record_outcomes(events), events)
+    assert per_endpoint == {"http://a": 1, "http://b": 1, "": 1}
+    assert per_endpoint == {r["endpoint"]: r["records_fetched"] for r in reference.collect()}
+
+
+def test_keyed_rows_carry_the_batch_stamp_of_a_records_first_fetch_and_delivery(
+    spark: SparkSession,
+) -> None:
+    raw = raw_frame(spark, [rec("fetched", 1, 1), rec("delivered", 3, 1, endpoint=URL),
+                            rec("sent", 2, 1, endpoint=URL, attempt=1, fetched_ts_ms=1)])
+    rows = {r["kind"]: r for r in facts.aggregate(facts.keyed(raw, stamp=F.lit(5))).collect()}
+    record = rows["record"]
+    assert (record["first_fetch_stamp"], record["first_delivery_stamp"],
+            record["last_stamp"], record["first_dead_letter_stamp"]) == (5, 5, 5, None)
+    assert rows["added"]["v"] == 1.0 and rows["http"]["v"] is None
+    assert set(rows) == {"record", "tick", "endpoint", "added", "http"}
