@@ -597,7 +597,9 @@ class DeliveryService:
         if method.deadLetterTopic:
             topic = method.deadLetterTopic
             specs.append(ChildSpec("deadletter",
-                                   lambda: DeadLetterActor("deadletter", bootstrap, topic)))
+                                   lambda: DeadLetterActor(
+                                       "deadletter", bootstrap, topic,
+                                       subscription=consumer.key, metrics=runtime.metrics)))
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
             shutdown_ms=500))
