@@ -20,7 +20,7 @@ from aiohttp import web
 
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from actors.delivery.replay import ReplayRequest
-from actors.delivery.routes import answering, known_key
+from actors.delivery.routes import answering, known_key, refuse_in_process
 from actors.delivery.subscription import decode_consumer
 from runtime.host.admin import ok
 
@@ -64,11 +64,13 @@ class ControlRoutes:
 
     async def pause(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
+        refuse_in_process(self.service, key)
         await self.service.pause(key)
         return ok(self.service.status_of(key))
 
     async def resume(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
+        refuse_in_process(self.service, key)
         await self.service.resume(key)
         return ok(self.service.status_of(key))
 

@@ -99,6 +99,7 @@ class SubscriptionRoutes:
     async def post_unsubscribe(self, request: web.Request) -> web.Response:
         sub_id, group_id = unsubscribe_pair(await request.read())
         key = known_key(self.service.subscriptions, sub_id, group_id)
+        refuse_in_process(self.service, key)
         return ok(redacted(await self.service.unsubscribe(key)))
 
     def __repr__(self) -> str:
@@ -114,6 +115,14 @@ def known_key(subscriptions: Mapping[str, Consumer], sub_id: str, group_id: str)
         raise SubscriptionNotFound("subscription not found",
                                    f"id {sub_id!r}, group.id {group_id!r}")
     return key
+
+
+def refuse_in_process(service: DeliveryService, key: str) -> None:
+    """In-process subscriptions are read-only here: the program that registered them owns
+    them (it stops them with its handle)."""
+    if service.in_process(key):
+        raise InvalidSubscription("in-process subscription",
+                                  f"{key} is owned by the program that registered it")
 
 
 def refuse_taken_name(subscriptions: Mapping[str, Consumer], consumer: Consumer) -> None:

@@ -156,6 +156,13 @@ async def test_an_in_process_subscription_is_listed_read_only_and_never_persiste
             status, refused = await admin.call("PUT", "/broker/subscription/ignore/audit",
                                                document)
             assert status == 400 and refused["reason"] == "in-process subscription"
+            for verb in ("pause", "resume"):  # read-only through the admin API
+                status, refused = await admin.call(
+                    "POST", f"/broker/subscription/ignore/audit/{verb}")
+                assert status == 400 and refused["reason"] == "in-process subscription"
+            status, refused = await admin.call("POST", "/broker/unsubscribe",
+                                               {"id": "ignore", "group": {"id": "audit"}})
+            assert status == 400 and refused["reason"] == "in-process subscription"
             assert not list((tmp_path / "persist").glob("*.json"))
         status, listing = await admin.call("GET", "/broker/subscription")
         assert listing["data"] == []
