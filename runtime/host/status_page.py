@@ -32,6 +32,7 @@ PAGE: Final = """<!doctype html>
            color: #fff; background: var(--muted); }
   .state.running { background: var(--ok); } .state.paused { background: var(--warn); }
   .state.failed, .state.waiting_for_broker, .state.stalled { background: var(--bad); }
+  .state.in-process { background: #0969da; }
   .muted { color: var(--muted); }
   table { border-collapse: collapse; margin-top: 8px; width: 100%; }
   th, td { text-align: right; padding: 3px 8px; border-bottom: 1px solid var(--line); }
@@ -111,9 +112,11 @@ function subscriptionView(entry) {
   const state = status.state || "unknown";
   const paused = state === "paused";
   const endpoint = status.endpoint || {}, counters = status.counters || {};
-  const buttons = [el("button", {"class": paused ? "resume" : "pause",
-    onclick: () => act(sub, paused ? "resume" : "pause")}, paused ? "Resume" : "Pause")];
-  if (sub.subscriptionMethod.deadLetterTopic) {
+  const inProcess = sub.inProcess || status.in_process;
+  const buttons = inProcess ? [el("span", {"class": "state in-process"}, "in-process (read-only)")]
+    : [el("button", {"class": paused ? "resume" : "pause",
+       onclick: () => act(sub, paused ? "resume" : "pause")}, paused ? "Resume" : "Pause")];
+  if (!inProcess && sub.subscriptionMethod.deadLetterTopic) {
     buttons.push(el("button", {"class": "replay",
       onclick: () => act(sub, "replay", {source: "deadLetter"})}, "Replay dead letters"));
   }
@@ -153,7 +156,11 @@ async function refresh() {
     badge.textContent = ready.ready ? "ready" : "not ready: " + (ready.reasons || []).join("; ");
     badge.style.color = ready.ready ? "#4ac26b" : "#ff8182";
     const list = (await api("/broker/subscription")).data || [];
-    const detailed = await Promise.all(list.map(async (sub) => (await api(path(sub))).data));
+    const detailed = await Promise.all(list.map(async (sub) => {
+      const one = (await api(path(sub))).data;
+      one.consumer.inProcess = sub.inProcess;  // the list says which ones are in-process
+      return one;
+    }));
     const target = document.getElementById("subscriptions");
     target.replaceChildren(...(detailed.length ? detailed.map(subscriptionView)
       : [el("p", {"class": "muted"}, "no subscriptions yet: POST /broker/subscription")]));
