@@ -32,7 +32,7 @@ Apply = Callable[[str, bytes | None], Awaitable[None]]
 
 class SubscriptionLog:
     def __init__(self, bootstrap: str, topic: str, apply: Apply, *,
-                 replication_factor: int = -1,
+                 replication_factor: int = 1,
                  client_settings: dict[str, object] | None = None) -> None:
         self.bootstrap, self.topic, self.apply = bootstrap, topic, apply
         self.replication_factor = replication_factor

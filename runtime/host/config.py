@@ -129,8 +129,9 @@ class ClusterConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     `[persistence] dir`."""
     broker: str = ""
     """The broker that holds it; empty means the first broker."""
-    replication_factor: int = -1
-    """For the topic when it is created; -1 means the broker's default."""
+    replication_factor: Annotated[int, Meta(ge=1)] = 1
+    """For the topic when the runtime creates it (aiokafka's CreateTopics cannot ask for
+    the broker's default): set 3 on a production cluster, or create the topic yourself."""
 
 
 class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
