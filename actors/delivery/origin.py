@@ -44,6 +44,7 @@ class CircuitBreaker:
     min_requests: int = DEFAULT_MIN_REQUESTS
     open_ms: int = DEFAULT_OPEN_MS
     window_ms: int = DEFAULT_WINDOW_MS
+    enabled: bool = True
     state: BreakerState = "closed"
     opened_at: int | None = None
     _answers: deque[tuple[int, bool]] = field(default_factory=deque)
@@ -52,6 +53,8 @@ class CircuitBreaker:
 
     def allow(self, now_ms: int) -> bool:
         """May a request go now? In half-open state exactly one (the probe) may."""
+        if not self.enabled:
+            return True
         if self.state == "open":
             assert self.opened_at is not None
             if now_ms < self.opened_at + self.open_ms:
@@ -70,6 +73,8 @@ class CircuitBreaker:
 
     def record(self, ok: bool, now_ms: int) -> BreakerState | None:
         """Record an answer; returns the new state when it changed."""
+        if not self.enabled:
+            return None
         if self.state == "half_open":
             self._probing = False
             return self._move("closed" if ok else "open", now_ms)
@@ -152,14 +157,15 @@ class Origin:
 class Origins:
     """The registry the delivery service keeps: one `Origin` per scheme, host and port."""
 
-    def __init__(self) -> None:
+    def __init__(self, breaker: bool = True) -> None:
+        self.breaker = breaker
         self._origins: dict[str, Origin] = {}
 
     def get(self, uri: str) -> Origin:
         name = origin_of(uri)
         found = self._origins.get(name)
         if found is None:
-            found = self._origins[name] = Origin(name)
+            found = self._origins[name] = Origin(name, CircuitBreaker(enabled=self.breaker))
         return found
 
     def __iter__(self) -> Iterator[Origin]:

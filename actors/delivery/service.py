@@ -109,6 +109,7 @@ class DeliveryService:
     async def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
         egress = runtime.config.egress
+        self.origins = Origins(breaker=egress.circuit_breaker)
         self.guard = DestinationGuard(egress.allow_networks, egress.deny_networks
                                       if egress.deny_networks is not None else DEFAULT_DENY)
         self._store = SubscriptionStore(runtime.config.persistence.dir)

@@ -146,6 +146,10 @@ class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 
     allow_networks: list[str] = []
     """CIDRs; when not empty, only these may be connected to."""
+    circuit_breaker: bool = False
+    """Per-origin circuit breaker (actors/delivery/origin.py). Off by default for now: with
+    a dead endpoint it lets one probe through per open period, so retries and dead letters
+    of a failing endpoint slow down accordingly."""
     deny_networks: list[str] | None = None
     """CIDRs never connected to; None means the defaults (link-local and cloud metadata)."""
 

@@ -32,7 +32,8 @@ async def test_a_dead_endpoint_opens_the_breaker_and_a_probe_closes_it(
 
     receiver = await Receiver(answer).start()
     try:
-        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        async with make_runtime(kafka_bootstrap, tmp_path,
+                                egress={"circuit_breaker": True}) as runtime:
             admin = Admin(runtime)
             await admin.subscribe(subscription(
                 "cb", [{"name": topic, "config": {"concurrencyFactor": 10}}], receiver.url,

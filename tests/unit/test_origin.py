@@ -60,3 +60,8 @@ def test_an_origin_holds_off_while_throttled_or_open() -> None:
 
 def test_a_url_that_cannot_be_parsed_is_its_own_origin() -> None:
     assert origin_of("http://h:99999/x") == "http://h:99999/x"
+
+
+def test_a_disabled_breaker_lets_everything_through() -> None:
+    breaker = CircuitBreaker(enabled=False, min_requests=1)
+    assert breaker.record(False, 0) is None and breaker.allow(1)
