@@ -1,10 +1,16 @@
-"""The report job: read a journal directory, run the transforms, write tables, charts, summary.
+"""The reference report job: read the journal, run the transforms, write tables, charts, summary.
+
+`--engine reference`. The transforms in runtime/report/transforms.py define the report;
+this job runs them one table at a time (a Spark job per table and per file written). The
+default path (runtime/report/batch.py) computes the same outputs in a few passes and
+tests/spark/test_report_job.py checks the two agree; bench/report.py compares their speed.
 
 Input: closed segments (`segment-*.jsonl`) plus crash leftovers (`*.jsonl.open` that no
 live writer holds), read with `spark.read.json` on their paths; a torn last line is a
 malformed line and is skipped and counted. Segments a live writer holds are skipped (they
-would show its in-flight records as lost). The journal directory is listed on the driver,
-so with a cluster `--master` it must be on a filesystem every executor mounts at the same
+would show its in-flight records as lost), in every journal directory given
+(runtime/report/sources.py). The directories are listed on the driver, so with a cluster
+`--master` they, and OUT_DIR, must be on a filesystem every executor mounts at the same
 path.
 
 Output in OUT_DIR: `parquet/<table>/` and `csv/<table>.csv` for every table (written by

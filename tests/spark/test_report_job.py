@@ -266,3 +266,26 @@ def test_the_fast_path_from_a_store_of_two_journal_directories_writes_the_same(
         batch.run_report(spark, find_journal_files(first), tmp_path / "x", store=store)
     with store.writing(), pytest.raises(UsageError, match="being written by another"):
         batch.run_report(spark, files, tmp_path / "y", store=Store(store.root))
+
+
+@pytest.mark.parametrize("arguments", [
+    ["--engine", "reference", "--follow"],
+    ["--engine", "reference", "--store", "s"],
+    ["--follow", "--refresh-s", "11"],
+    ["--follow", "--grace-s", "-1"],
+])
+def test_options_that_cannot_work_together_exit_2_before_spark_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
+    assert main([str(tmp_path), "--out", str(tmp_path / "out"), *arguments]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_journal_directory_named_twice_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "j").mkdir()
+    assert main([str(tmp_path / "j"), str(tmp_path / "j"), "--out", str(tmp_path / "o")]) == 2
+    assert "named twice" in capsys.readouterr().err
