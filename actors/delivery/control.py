@@ -20,7 +20,7 @@ from aiohttp import web
 
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from actors.delivery.replay import ReplayRequest
-from actors.delivery.routes import answering, known_key, refuse_in_process
+from actors.delivery.routes import answering, check_resolvable, known_key, refuse_in_process
 from actors.delivery.subscription import decode_consumer
 from runtime.host.admin import ok
 
@@ -59,6 +59,7 @@ class ControlRoutes:
         if not consumer.same(*pair_of(request)):
             raise InvalidSubscription("id and group.id cannot change",
                                       f"the path names {key}, the body {consumer.key}")
+        check_resolvable(consumer)
         await self.service.update(key, consumer)
         return ok(self.service.status_of(key))
 

@@ -25,7 +25,15 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
 - Connections go only where the destination guard allows (actors/delivery/guard.py).
 - Standard Webhooks headers (actors/delivery/signing.py). For bodyless methods the signed payload
   is the query value as UTF-8, i.e. what the receiver gets after percent-decoding, so the
-  value is still authenticated.
+  value is still authenticated. Several space-separated secrets (rotation) give one
+  signature each.
+- `additionalHeaders` values and `signingSecret` may be `${env:...}`/`${file:...}`
+  references, resolved when the actor starts (actors/delivery/secrets.py); a reference
+  that cannot be resolved fails the start, naming the field and the reference.
+- https: the system trust store, plus `tls.caFile` and a client certificate when the
+  subscription has `tls` (actors/delivery/tls.py); the context is built (and cached) when
+  the actor starts, never per request. A TLS failure is a connection error like any other:
+  retried or dead-lettered, journaled with the TLS reason.
 
 Pool and timeouts. The pool is `maxConnections`, or `4 x window` clamped to 10..1000:
 the egress serves every partition of its subscription and the partition count is not
@@ -48,14 +56,16 @@ import logging
 from typing import Final
 
 import aiohttp
+import msgspec
 from yarl import URL
 
 from actors.delivery.guard import DestinationDenied, DestinationGuard
 from actors.delivery.origin import Origin, origin_of
 from actors.delivery.outlet import Answer, OutletActor, describe_error
-from actors.delivery.signing import sign as sign_payload
-from actors.delivery.signing import signing_key, webhook_id
+from actors.delivery.secrets import resolved
+from actors.delivery.signing import sign_all, signing_keys, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
+from actors.delivery.tls import client_context
 from actors.shared.messages import Record
 from runtime.host.metrics import Registry
 from runtime.kernel.backoff import parse_retry_after
@@ -182,25 +192,32 @@ class EgressActor(OutletActor):
         self._query_key = method.queryParamKey or "message"  # Queue-Over-Http's default
         self._charset = method.charset
         self._timeout_ms = method.timeoutMs
+        self._broker_name = broker_name
         self._headers = static_headers(consumer, broker_name, self._has_body)
         self._url: URL | str = method.uri
-        self._key: bytes | None = None
+        self._keys: list[bytes] = []
         self._session: aiohttp.ClientSession | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
-        secret = self.consumer.subscriptionMethod.signingSecret
-        self._key = signing_key(secret) if secret else None  # a bad secret fails the start
+        # references resolved, TLS files loaded: a bad one fails the start, naming it
+        method = resolved(self.consumer.subscriptionMethod)
+        ssl_setting = client_context(method)
+        secret = method.signingSecret
+        self._keys = signing_keys(secret) if secret else []  # a bad secret fails the start
+        if method is not self.consumer.subscriptionMethod:
+            self._headers = static_headers(
+                msgspec.structs.replace(self.consumer, subscriptionMethod=method),
+                self._broker_name, self._has_body)
         # A URL yarl rejects stays text: every request then fails with aiohttp's own
         # error and is retried or dead-lettered like any failure, never dropped.
         with contextlib.suppress(ValueError):
             self._url = URL(self.consumer.subscriptionMethod.uri)
-        method = self.consumer.subscriptionMethod
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
                 limit=self.pool, limit_per_host=self.pool,
                 keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S,
-                socket_factory=self.guard.socket_factory),
+                socket_factory=self.guard.socket_factory, ssl=ssl_setting),
             timeout=aiohttp.ClientTimeout(
                 total=method.timeoutMs / 1000, sock_connect=method.connectTimeoutMs / 1000),
             headers=self._headers,  # aiohttp merges these per request, in C (multidict)
@@ -290,6 +307,6 @@ class EgressActor(OutletActor):
         else:
             text = value.decode(self._charset, errors="replace")
             body, params, payload = None, {self._query_key: text}, text.encode()
-        if self._key is not None:
-            headers["webhook-signature"] = sign_payload(self._key, msg_id, timestamp_s, payload)
+        if self._keys:
+            headers["webhook-signature"] = sign_all(self._keys, msg_id, timestamp_s, payload)
         return headers, body, params

@@ -34,7 +34,9 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
+from actors.delivery.secrets import resolved
 from actors.delivery.subscription import SAFE_ID, Consumer, decode_consumer, redacted
+from actors.delivery.tls import client_context
 from runtime.host.admin import Handler, fail, ok
 from runtime.host.jsonbody import JsonRejected, load_json
 from runtime.host.openapi import OPENAPI
@@ -84,6 +86,7 @@ class SubscriptionRoutes:
 
     async def post_subscription(self, request: web.Request) -> web.Response:
         consumer = decode_consumer(await request.read())
+        check_resolvable(consumer)
         refuse_taken_name(self.service.subscriptions, consumer)
         await self.service.subscribe(consumer)
         return ok(redacted(consumer))
@@ -115,6 +118,12 @@ def known_key(subscriptions: Mapping[str, Consumer], sub_id: str, group_id: str)
         raise SubscriptionNotFound("subscription not found",
                                    f"id {sub_id!r}, group.id {group_id!r}")
     return key
+
+
+def check_resolvable(consumer: Consumer) -> None:
+    """Secret references and TLS files, resolved here as every instance will when the
+    subscription starts: a 400 naming the field now, not a failed subscription later."""
+    client_context(resolved(consumer.subscriptionMethod))
 
 
 def refuse_in_process(service: DeliveryService, key: str) -> None:

@@ -8,6 +8,11 @@ The HMAC key is the base64-decoded part after `whsec_` when the secret has that 
 (the format the Standard Webhooks libraries generate and verify), else the secret's UTF-8
 bytes, so a plain shared password works too.
 
+Rotation: a `signingSecret` may hold several secrets separated by spaces (the new one and
+the old one while receivers move over). Each yields one `v1,<base64>` entry and the
+entries are joined by single spaces, the header's own syntax, so a receiver that knows any
+one of the secrets verifies the push. A plain password therefore cannot contain spaces.
+
 `webhook-id` must be stable across retries and redeliveries (a receiver deduplicates on
 it), so it depends on nothing but the record's coordinates: topic, partition, offset.
 """
@@ -22,6 +27,7 @@ from typing import Final
 
 SECRET_PREFIX: Final = "whsec_"
 SIGNATURE_VERSION: Final = "v1"
+MAX_SECRETS: Final = 10
 DEFAULT_TOLERANCE_S: Final = 300
 
 
@@ -44,6 +50,39 @@ def signing_key(secret: str) -> bytes:
     if not key:
         raise ValueError(f"signingSecret has no key after '{SECRET_PREFIX}'")
     return key
+
+
+def secrets_of(secret: str) -> list[str]:
+    """The space-separated secrets of a `signingSecret` (tabs and newlines count as spaces)."""
+    return secret.split()
+
+
+def signing_keys(secret: str) -> list[bytes]:
+    """The HMAC keys of a `signingSecret` holding one or more secrets; raises `ValueError`
+    naming the secret by position (never by value)."""
+    parts = secrets_of(secret)
+    if not parts:
+        raise ValueError("signingSecret is empty")
+    if len(parts) > MAX_SECRETS:
+        raise ValueError(f"at most {MAX_SECRETS} secrets (space-separated), got {len(parts)}")
+    keys: list[bytes] = []
+    for i, part in enumerate(parts):
+        try:
+            keys.append(signing_key(part))
+        except ValueError as exc:
+            raise ValueError(f"secret {i + 1} of {len(parts)}: {exc}" if len(parts) > 1
+                             else str(exc)) from None
+    return keys
+
+
+def sign_all(keys: list[bytes], msg_id: str, timestamp_s: int, payload: bytes) -> str:
+    """The `webhook-signature` value for several keys: one `v1,...` entry per key, joined
+    by spaces (Standard Webhooks' list syntax)."""
+    signed = f"{msg_id}.{timestamp_s}.".encode() + payload
+    return " ".join(
+        f"{SIGNATURE_VERSION},"
+        f"{base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()}"
+        for key in keys)
 
 
 def sign(key: bytes, msg_id: str, timestamp_s: int, payload: bytes) -> str:

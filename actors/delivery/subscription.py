@@ -53,9 +53,10 @@ from actors.delivery.patterns import (
     check_pattern,
     matches,
 )
-from actors.delivery.signing import signing_key
+from actors.delivery.signing import MAX_SECRETS, secrets_of, signing_key
 from runtime.host.config import _path_of
 from runtime.host.jsonbody import JsonRejected, check_value, load_json
+from runtime.host.references import is_reference
 from runtime.kafka import valid_topic
 
 Ordering = Literal["none", "partition", "key"]
@@ -79,6 +80,7 @@ MAX_URI: Final = 4096
 MAX_HEADERS: Final = 50
 MAX_HEADER_VALUE: Final = 8192
 MAX_SECRET: Final = 1024
+MAX_PATH: Final = 4096
 MAX_MS: Final = 86_400_000
 """One day: the longest delay, period or timeout a subscription may ask for."""
 # Kafka consumer properties a subscription may set, mapped to aiokafka's names.
@@ -125,6 +127,21 @@ class TopicConfig(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """Prefetch buffer as a multiple of the window; above it the partition is paused."""
 
 
+Path = Annotated[str, Meta(min_length=1, max_length=MAX_PATH)]
+
+
+class TlsSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """`subscriptionMethod.tls`: TLS toward an https endpoint (actors/delivery/tls.py).
+    Absolute paths of PEM files, read by each instance when the subscription starts."""
+
+    caFile: Path | None = None
+    """CA certificates trusted in addition to the system's trust store."""
+    certFile: Path | None = None
+    """Client certificate (mutual TLS); may also hold the key."""
+    keyFile: Path | None = None
+    """The client certificate's private key (unencrypted PEM), when not in certFile."""
+
+
 class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     uri: Annotated[str, Meta(min_length=1, max_length=MAX_URI,
                              pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^/\s?#]+")]
@@ -147,6 +164,8 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     connectTimeoutMs: Annotated[int, Meta(ge=1, le=600_000)] = 5_000
     maxConnections: Annotated[int, Meta(ge=0, le=10_000)] = 0
     """HTTP pool size for this endpoint; 0 sizes it to the subscription's concurrency."""
+    tls: TlsSettings | None = None
+    """Extra CA and client certificate for an https `uri`."""
 
 
 # -- the wire format: what clients send (both forms) -----------------------------------
@@ -411,11 +430,59 @@ def _validate_method(method: SubscriptionMethod) -> None:
     _validate_charset(method.charset)
     _validate_headers(method.additionalHeaders)
     if method.signingSecret is not None:
+        _validate_secret(method.signingSecret)
+    if method.tls is not None:
+        _validate_tls(method.uri, method.tls)
+
+
+def _validate_secret(secret: str) -> None:
+    """Plain secrets are checked here; references when they are resolved
+    (actors/delivery/secrets.py)."""
+    field = "invalid subscriptionMethod.signingSecret"
+    parts = secrets_of(secret)
+    if not parts:
+        raise InvalidSubscription(field, "signingSecret is empty")
+    if len(parts) > MAX_SECRETS:
+        raise InvalidSubscription(field, f"at most {MAX_SECRETS} secrets (space-separated), "
+                                  f"got {len(parts)}")
+    for i, part in enumerate(parts):
+        _validate_reference_syntax(field, part)
+        if is_reference(part):
+            continue
         try:
-            signing_key(method.signingSecret)
+            signing_key(part)
         except ValueError as exc:
-            raise InvalidSubscription("invalid subscriptionMethod.signingSecret",
-                                      str(exc)) from None
+            raise InvalidSubscription(field, f"secret {i + 1} of {len(parts)}: {exc}"
+                                      if len(parts) > 1 else str(exc)) from None
+
+
+def _validate_reference_syntax(field: str, value: str) -> None:
+    """A value written like a reference must be one (a typo must not become a literal
+    secret), and a file reference must be absolute (instances differ in working
+    directory)."""
+    if not (value.startswith("${") and value.endswith("}")):
+        return
+    if not is_reference(value):
+        raise InvalidSubscription(field, f"{value!r} is not a reference: use ${{env:NAME}} "
+                                  "or ${file:/absolute/path}")
+    if value.startswith("${file:") and not value.startswith("${file:/"):
+        raise InvalidSubscription(field, f"{value}: a file reference needs an absolute path")
+
+
+def _validate_tls(uri: str, tls: TlsSettings) -> None:
+    """The shape of `tls`; the files are read and matched when the subscription starts and
+    at subscribe time (actors/delivery/tls.py)."""
+    if not uri.lower().startswith("https://"):
+        raise InvalidSubscription("invalid subscriptionMethod.tls",
+                                  "only for an https uri")
+    if tls.keyFile is not None and tls.certFile is None:
+        raise InvalidSubscription("invalid subscriptionMethod.tls.keyFile",
+                                  "given without certFile")
+    for name in ("caFile", "certFile", "keyFile"):
+        path = getattr(tls, name)
+        if path is not None and not path.startswith("/"):
+            raise InvalidSubscription(f"invalid subscriptionMethod.tls.{name}",
+                                      f"{path!r}: use an absolute path")
 
 
 def _validate_uri(uri: str) -> None:
@@ -466,20 +533,26 @@ def _validate_headers(headers: dict[str, str]) -> None:
         seen.add(name.lower())
         if value != value.strip(" \t"):
             raise InvalidSubscription(field, "no spaces or tabs around a header value")
+        _validate_reference_syntax(field, value)
 
 
 # -- writing it back -------------------------------------------------------------------------
 def document(consumer: Consumer, *, redact: bool) -> dict[str, Any]:
     """The Queue-Over-Http shape of `consumer`: nested `group`, `pattern` a boolean with the
     regex in `name`, partition numbers as strings. With `redact`, as the admin API shows
-    it: header values, the signing secret, and the URI's user-info and query values hidden
+    it: header values and the signing secret `***` unless they are references (which name
+    where a secret is, and are shown), and the URI's user-info and query values hidden
     (`redact_uri`)."""
     method: dict[str, Any] = msgspec.to_builtins(consumer.subscriptionMethod)
+    if method.get("tls") is None:
+        method.pop("tls", None)  # absent, as before the field existed
     if redact:
         method["uri"] = redact_uri(consumer.subscriptionMethod.uri)
-        method["additionalHeaders"] = {k: "***" for k in method["additionalHeaders"]}
+        method["additionalHeaders"] = {k: v if is_reference(v) else "***"
+                                       for k, v in method["additionalHeaders"].items()}
         if method.get("signingSecret"):
-            method["signingSecret"] = "***"
+            method["signingSecret"] = " ".join(
+                p if is_reference(p) else "***" for p in secrets_of(method["signingSecret"]))
     return {
         "id": consumer.id,
         "group": msgspec.to_builtins(consumer.group),

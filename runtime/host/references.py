@@ -6,6 +6,12 @@ other value is used as written. Only whole values are references: a password tha
 contains `${` stays a password. Resolution happens once, when the config is loaded, and a
 missing variable or unreadable file is a `ConfigError` naming the key, so a bad reference
 stops `python -m runtime check` instead of the first connection.
+
+Subscriptions use the same resolver (actors/delivery/secrets.py): their `additionalHeaders`
+values and `signingSecret` may be references, kept as written in the stored document and
+the cluster's subscriptions topic, and resolved by each instance when the subscription
+starts. `UnresolvedReference` (a ConfigError) carries the reference, so a caller can name
+it in its own error.
 """
 
 from __future__ import annotations
@@ -20,32 +26,44 @@ from runtime.errors import ConfigError
 _REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
 
 
+class UnresolvedReference(ConfigError):
+    """A reference that names a variable that is not set or a file that cannot be read."""
+
+    def __init__(self, message: str, key: str, reference: str) -> None:
+        super().__init__(message, key)
+        self.reason = message
+        self.reference = reference
+
+
 def is_reference(value: str) -> bool:
     return _REFERENCE.fullmatch(value) is not None
 
 
 def resolve(value: str, key: str, environ: Mapping[str, str] | None = None) -> str:
-    """`value` with a reference replaced by what it refers to; raises ConfigError(key)."""
+    """`value` with a reference replaced by what it refers to; raises
+    UnresolvedReference(key) (a ConfigError)."""
     match = _REFERENCE.fullmatch(value)
     if match is None:
         return value
     kind, name = match.groups()
     if kind == "env":
-        return _from_env(name, key, os.environ if environ is None else environ)
-    return _from_file(name, key)
+        return _from_env(name, key, value, os.environ if environ is None else environ)
+    return _from_file(name, key, value)
 
 
-def _from_env(name: str, key: str, environ: Mapping[str, str]) -> str:
+def _from_env(name: str, key: str, reference: str, environ: Mapping[str, str]) -> str:
     if name not in environ:
-        raise ConfigError(f"the environment variable {name} is not set", key)
+        raise UnresolvedReference(f"the environment variable {name} is not set", key,
+                                  reference)
     return environ[name]
 
 
-def _from_file(name: str, key: str) -> str:
+def _from_file(name: str, key: str, reference: str) -> str:
     try:
         text = Path(name).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read {name}: {exc.strerror or exc}", key) from None
+        raise UnresolvedReference(f"cannot read {name}: {exc.strerror or exc}", key,
+                                  reference) from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{name} is not UTF-8 text", key) from None
+        raise UnresolvedReference(f"{name} is not UTF-8 text", key, reference) from None
     return text.removesuffix("\n").removesuffix("\r")

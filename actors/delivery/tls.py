@@ -1,0 +1,103 @@
+"""TLS toward https endpoints: the system trust store by default, per subscription an extra
+CA file and a client certificate (`subscriptionMethod.tls`).
+
+Without `tls` the egress uses aiohttp's default verified context (`ssl=True`:
+`ssl.create_default_context()`, the system trust store, hostname checked), as it always
+did. With `tls`, `client_context` builds a context that trusts the system store *and*
+`caFile`, and presents `certFile`/`keyFile` when the server asks for a client
+certificate. Verification is never switched off: there is no such option.
+
+One context per distinct setting: contexts are cached by the files' paths, sizes and
+modification times, so every subscription with the same files shares one, a request never
+builds one, and a certificate replaced on disk is picked up when the subscription next
+starts (an update, a restart).
+
+Errors name the field: `InvalidSubscription("invalid subscriptionMethod.tls.keyFile",
+"does not match certFile ...")`. The admin API checks at subscribe time (400); an
+instance that cannot read the files later fails that subscription's start (state
+`failed` with the reason, retried).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import ssl
+from typing import Final
+
+from actors.delivery.errors import InvalidSubscription
+from actors.delivery.subscription import SubscriptionMethod
+
+FIELD: Final = "subscriptionMethod.tls"
+CACHED_CONTEXTS: Final = 64
+FileStamp = tuple[str, int, int] | None
+"""(path, size, mtime_ns) of a file, None when the setting is absent."""
+
+
+def client_context(method: SubscriptionMethod) -> ssl.SSLContext | bool:
+    """The `ssl` argument for the endpoint's connector: a cached context for a `tls`
+    setting, else True (aiohttp's default verified context). Raises `InvalidSubscription`
+    naming the field."""
+    tls = method.tls
+    if tls is None or (tls.caFile is None and tls.certFile is None):
+        return True
+    stamps = (_stamp(tls.caFile, "caFile"), _stamp(tls.certFile, "certFile"),
+              _stamp(tls.keyFile, "keyFile"))
+    return _context(*stamps)
+
+
+def _stamp(path: str | None, name: str) -> FileStamp:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as file:  # readable, not only present
+            file.read(1)
+        info = os.stat(path)
+    except OSError as exc:
+        raise InvalidSubscription(f"invalid {FIELD}.{name}",
+                                  f"cannot read {path}: {exc.strerror or exc}") from None
+    return path, info.st_size, info.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=CACHED_CONTEXTS)
+def _context(ca: FileStamp, cert: FileStamp, key: FileStamp) -> ssl.SSLContext:
+    """Built once per distinct (files, sizes, times); errors are not cached."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)  # system store, hostnames
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca is not None:
+        try:
+            context.load_verify_locations(cafile=ca[0])
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise InvalidSubscription(f"invalid {FIELD}.caFile",
+                                      f"{ca[0]} holds no usable PEM CA certificate: {exc}"
+                                      ) from None
+    if cert is not None:
+        _load_client_cert(context, cert[0], key[0] if key is not None else None)
+    return context
+
+
+def _load_client_cert(context: ssl.SSLContext, cert: str, key: str | None) -> None:
+    try:
+        context.load_cert_chain(cert, key, password=_no_password)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise InvalidSubscription(*_blame(cert, key, exc)) from None
+
+
+def _no_password() -> str:
+    """Asked only for an encrypted key: refuse it instead of prompting on a terminal."""
+    raise ValueError("the private key is encrypted; give an unencrypted PEM key")
+
+
+def _blame(cert: str, key: str | None, exc: BaseException) -> tuple[str, str]:
+    """Which field a failed `load_cert_chain` is about."""
+    text = str(exc)
+    if "KEY_VALUES_MISMATCH" in text or "key values mismatch" in text:
+        return f"invalid {FIELD}.keyFile", f"{key or cert}: the key does not match certFile"
+    probe = ssl.create_default_context()
+    try:
+        probe.load_verify_locations(cafile=cert)  # does certFile hold a certificate at all?
+    except (ssl.SSLError, OSError, ValueError):
+        return f"invalid {FIELD}.certFile", f"{cert} holds no PEM certificate: {text}"
+    field = "keyFile" if key is not None else "certFile"
+    return f"invalid {FIELD}.{field}", f"{key or cert}: no usable private key: {text}"
+
