@@ -1,0 +1,97 @@
+"""Secret references in a subscription (`${env:NAME}`, `${file:/path}`): resolved by the
+instance that starts it, kept as written everywhere else, errors naming field and
+reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from actors.delivery.errors import InvalidSubscription
+from actors.delivery.secrets import resolved
+from actors.delivery.subscription import Consumer, decode_consumer, document
+
+ENV = "HOOKSTREAM_TEST_REF_TOKEN"
+
+
+def consumer(**method: Any) -> Consumer:
+    return decode_consumer({
+        "id": "s", "group": {"id": "g"}, "broker": "Kafka", "topics": [{"name": "t"}],
+        "subscriptionMethod": {"uri": "http://127.0.0.1:9/hook", **method}})
+
+
+def test_env_and_file_references_resolve_and_the_consumer_keeps_the_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "t0ken")
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("whsec_c2VjcmV0 whsec_b2xk\n")
+    sub = consumer(additionalHeaders={"X-Token": f"${{env:{ENV}}}", "X-Plain": "as-is"},
+                   signingSecret=f"${{file:{secret_file}}} plain-old")
+
+    method = resolved(sub.subscriptionMethod)
+
+    assert method.additionalHeaders == {"X-Token": "t0ken", "X-Plain": "as-is"}
+    assert method.signingSecret == "whsec_c2VjcmV0 whsec_b2xk plain-old"
+    assert sub.subscriptionMethod.additionalHeaders["X-Token"] == f"${{env:{ENV}}}"
+    stored = msgspec.json.encode(document(sub, redact=False)).decode()
+    assert f"${{env:{ENV}}}" in stored and "t0ken" not in stored
+    assert "c2VjcmV0" not in stored
+
+
+def test_get_shows_references_and_masks_plain_values(tmp_path: Path) -> None:
+    sub = consumer(additionalHeaders={"X-Token": f"${{env:{ENV}}}", "X-Plain": "hu5h"},
+                   signingSecret=f"${{file:{tmp_path}/s}} whsec_c2VjcmV0")
+    method = document(sub, redact=True)["subscriptionMethod"]
+    assert method["additionalHeaders"] == {"X-Token": f"${{env:{ENV}}}", "X-Plain": "***"}
+    assert method["signingSecret"] == f"${{file:{tmp_path}/s}} ***"
+
+
+def test_a_missing_variable_names_the_field_and_the_reference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    sub = consumer(additionalHeaders={"X-Token": f"${{env:{ENV}}}"})
+    with pytest.raises(InvalidSubscription) as raised:
+        resolved(sub.subscriptionMethod)
+    assert raised.value.reason == "invalid subscriptionMethod.additionalHeaders.X-Token"
+    assert raised.value.details == f"${{env:{ENV}}}: the environment variable {ENV} is not set"
+
+
+def test_an_unreadable_file_names_the_signing_secret(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    sub = consumer(signingSecret=f"${{file:{missing}}}")
+    with pytest.raises(InvalidSubscription) as raised:
+        resolved(sub.subscriptionMethod)
+    assert raised.value.reason == "invalid subscriptionMethod.signingSecret"
+    assert raised.value.details.startswith(f"${{file:{missing}}}: cannot read {missing}")
+
+
+def test_a_file_that_is_no_secret_or_no_header_value_is_refused_without_its_content(
+        tmp_path: Path) -> None:
+    bad_secret, bad_header = tmp_path / "secret", tmp_path / "header"
+    bad_secret.write_text("whsec_%%%not-base64")
+    bad_header.write_text("line one\nline two")
+    with pytest.raises(InvalidSubscription, match="signingSecret") as raised:
+        resolved(consumer(signingSecret=f"${{file:{bad_secret}}}").subscriptionMethod)
+    assert "not-base64" not in str(raised.value)
+    with pytest.raises(InvalidSubscription, match="additionalHeaders.X-A") as raised:
+        resolved(consumer(additionalHeaders={"X-A": f"${{file:{bad_header}}}"}
+                          ).subscriptionMethod)
+    assert "line" not in str(raised.value)
+
+
+@pytest.mark.parametrize("value", ["${env:}", "${vault:x}", "${file:relative/path}"])
+def test_a_malformed_reference_is_refused_when_decoded(value: str) -> None:
+    with pytest.raises(InvalidSubscription) as raised:
+        consumer(additionalHeaders={"X-A": value})
+    assert raised.value.reason == "invalid subscriptionMethod.additionalHeaders.X-A"
+    with pytest.raises(InvalidSubscription) as raised:
+        consumer(signingSecret=value)
+    assert raised.value.reason == "invalid subscriptionMethod.signingSecret"
+
+
+def test_a_method_without_references_is_returned_as_is() -> None:
+    method = consumer(additionalHeaders={"X-A": "b"}, signingSecret="pw").subscriptionMethod
+    assert resolved(method) is method
