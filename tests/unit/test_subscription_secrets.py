@@ -76,7 +76,7 @@ def test_a_file_that_is_no_secret_or_no_header_value_is_refused_without_its_cont
     with pytest.raises(InvalidSubscription, match="signingSecret") as raised:
         resolved(consumer(signingSecret=f"${{file:{bad_secret}}}").subscriptionMethod)
     assert "not-base64" not in str(raised.value)
-    with pytest.raises(InvalidSubscription, match="additionalHeaders.X-A") as raised:
+    with pytest.raises(InvalidSubscription, match=r"additionalHeaders\.X-A") as raised:
         resolved(consumer(additionalHeaders={"X-A": f"${{file:{bad_header}}}"}
                           ).subscriptionMethod)
     assert "line" not in str(raised.value)
