@@ -1,0 +1,208 @@
+"""https endpoints: the system trust store by default, an extra CA and a client certificate
+per subscription (`subscriptionMethod.tls`). Real aiohttp https receivers on loopback with
+certificates made by `trustme`; the egress actor under a real ActorSystem (test_egress's
+harness) and a whole runtime on the session's broker for the dead-letter path."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp import web
+
+from actors.delivery.egress import EgressActor
+from actors.shared.messages import Delivered, Failed
+from runtime.kernel.supervisor import ChildSpec
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import Admin, make_runtime, produce, subscription
+from tests.integration.test_delivery import read_all, wait_committed
+from tests.integration.test_egress import Harness, harness, make_consumer, make_record
+
+trustme = pytest.importorskip("trustme", reason="trustme (a dev extra) makes the certificates")
+
+__all__ = ["harness"]
+UNKNOWN_CA = "certificate verify failed"
+
+
+@dataclass
+class Pki:
+    """A server CA the system does not trust, a client CA, and their files."""
+
+    dir: Path
+    server_ca: Any = field(default_factory=lambda: trustme.CA())
+    client_ca: Any = field(default_factory=lambda: trustme.CA())
+
+    def __post_init__(self) -> None:
+        self.server_ca.cert_pem.write_to_path(str(self.ca_file))
+        client = self.client_ca.issue_cert("client.example")
+        client.cert_chain_pems[0].write_to_path(str(self.cert_file))
+        client.private_key_pem.write_to_path(str(self.key_file))
+        stranger = trustme.CA().issue_cert("client.example")
+        stranger.cert_chain_pems[0].write_to_path(str(self.dir / "stranger-cert.pem"))
+        stranger.private_key_pem.write_to_path(str(self.dir / "stranger-key.pem"))
+
+    @property
+    def ca_file(self) -> Path:
+        return self.dir / "server-ca.pem"
+
+    @property
+    def cert_file(self) -> Path:
+        return self.dir / "client-cert.pem"
+
+    @property
+    def key_file(self) -> Path:
+        return self.dir / "client-key.pem"
+
+    def server_context(self, *, require_client_cert: bool) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.server_ca.issue_cert("127.0.0.1").configure_cert(context)
+        if require_client_cert:
+            context.verify_mode = ssl.CERT_REQUIRED
+            self.client_ca.configure_trust(context)
+        return context
+
+
+@dataclass
+class HttpsReceiver:
+    url: str
+    peers: list[Any]
+    """The client certificate of each request (None without one)."""
+
+
+async def _serve(context: ssl.SSLContext) -> AsyncIterator[HttpsReceiver]:
+    peers: list[Any] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+        peers.append(ssl_object.getpeercert() if ssl_object is not None else None)
+        await request.read()
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield HttpsReceiver(f"https://127.0.0.1:{port}/hook", peers)
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path)
+
+
+@pytest.fixture
+async def https(pki: Pki) -> AsyncIterator[HttpsReceiver]:
+    async for receiver in _serve(pki.server_context(require_client_cert=False)):
+        yield receiver
+
+
+@pytest.fixture
+async def mutual(pki: Pki) -> AsyncIterator[HttpsReceiver]:
+    async for receiver in _serve(pki.server_context(require_client_cert=True)):
+        yield receiver
+
+
+async def _push(harness: Harness, url: str, **method: Any) -> Delivered | Failed:
+    actor = EgressActor("egress", make_consumer(url, **method), "Kafka", harness.metrics)
+    await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
+    [outcome] = await harness.push(actor, make_record())
+    return outcome
+
+
+async def test_by_default_an_unknown_ca_is_refused_and_journaled_with_the_tls_error(
+        harness: Harness, https: HttpsReceiver) -> None:
+    outcome = await _push(harness, https.url)
+    assert isinstance(outcome, Failed) and not outcome.give_up
+    assert outcome.error is not None and UNKNOWN_CA in outcome.error
+    [failed] = [e for e in harness.events if e.type == "failed"]
+    assert failed.reason is not None and UNKNOWN_CA in failed.reason
+    assert https.peers == []  # no request got through
+
+
+async def test_the_extra_ca_file_makes_the_endpoint_trusted(
+        harness: Harness, https: HttpsReceiver, pki: Pki) -> None:
+    outcome = await _push(harness, https.url, tls={"caFile": str(pki.ca_file)})
+    assert isinstance(outcome, Delivered) and outcome.status == 200
+    assert https.peers == [None]
+
+
+async def test_a_receiver_demanding_a_client_certificate_refuses_a_push_without_one(
+        harness: Harness, mutual: HttpsReceiver, pki: Pki) -> None:
+    outcome = await _push(harness, mutual.url, tls={"caFile": str(pki.ca_file)})
+    assert isinstance(outcome, Failed) and outcome.status is None
+    assert mutual.peers == []
+
+
+async def test_a_receiver_refuses_a_client_certificate_from_another_ca(
+        harness: Harness, mutual: HttpsReceiver, pki: Pki) -> None:
+    outcome = await _push(harness, mutual.url, tls={
+        "caFile": str(pki.ca_file), "certFile": str(pki.dir / "stranger-cert.pem"),
+        "keyFile": str(pki.dir / "stranger-key.pem")})
+    assert isinstance(outcome, Failed)
+    assert mutual.peers == []
+
+
+async def test_the_configured_client_certificate_is_accepted(
+        harness: Harness, mutual: HttpsReceiver, pki: Pki) -> None:
+    outcome = await _push(harness, mutual.url, tls={
+        "caFile": str(pki.ca_file), "certFile": str(pki.cert_file),
+        "keyFile": str(pki.key_file)})
+    assert isinstance(outcome, Delivered)
+    [peer] = mutual.peers
+    assert peer is not None
+    assert peer["subjectAltName"] == (("DNS", "client.example"),)
+
+
+async def test_a_record_refused_by_tls_is_retried_then_dead_lettered_with_the_reason(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int], https: HttpsReceiver) -> None:
+    topic = await topic_factory(partitions=1)
+    dlt = await topic_factory(partitions=1, prefix="dlt")
+    await produce(kafka_bootstrap, topic, 2)
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        await Admin(runtime).subscribe(subscription(
+            "tls", [{"name": topic}], https.url, fast_group=fast_group_kwargs,
+            retryBeforeCommit=1, deadLetterTopic=dlt, delayOnErrorMs=20))
+        await wait_committed(kafka_bootstrap, "g-tls", topic, 2)
+    records = await read_all(kafka_bootstrap, dlt, 2)
+    assert sorted(r.value for r in records) == [b"v0", b"v1"]
+    for record in records:
+        headers = dict(record.headers)
+        assert UNKNOWN_CA in headers["dlt-reason"].decode()
+        assert headers["dlt-attempts"] == b"2"
+    events = [msgspec.json.decode(line) for seg in (tmp_path / "journal").glob("*.jsonl")
+              for line in seg.read_bytes().splitlines() if line]
+    failed = [e for e in events if e["type"] == "failed"]
+    assert len(failed) == 4 and all(UNKNOWN_CA in e["reason"] for e in failed)
+    assert https.peers == []
+
+
+@pytest.mark.parametrize(("tls", "field"), [
+    ({"caFile": "/nonexistent/ca.pem"}, "caFile"),
+    ({"certFile": "CERT", "keyFile": "/nonexistent/key.pem"}, "keyFile"),
+    ({"certFile": "CERT", "keyFile": "STRANGER_KEY"}, "keyFile"),
+])
+async def test_unusable_tls_files_are_a_400_naming_the_field(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, pki: Pki,
+        tls: dict[str, str], field: str) -> None:
+    topic = await topic_factory()
+    paths = {"CERT": str(pki.cert_file), "STRANGER_KEY": str(pki.dir / "stranger-key.pem")}
+    tls = {k: paths.get(v, v) for k, v in tls.items()}
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        status, reply = await admin.call("POST", "/broker/subscription", subscription(
+            "bad", [{"name": topic}], "https://127.0.0.1:9/hook", tls=tls))
+        assert status == 400, reply
+        assert reply["reason"] == f"invalid subscriptionMethod.tls.{field}", reply
+        assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
