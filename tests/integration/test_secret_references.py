@@ -111,6 +111,27 @@ async def test_an_unresolvable_reference_is_a_400_naming_field_and_reference(
         assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
 
 
+async def test_an_update_with_an_unresolvable_reference_is_a_400_and_changes_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    topic = await topic_factory()
+    body = subscription("upd", [{"name": topic}], "http://127.0.0.1:9/hook",
+                        fast_group=fast_group_kwargs, additionalHeaders={"X-Token": "plain"})
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        await admin.subscribe(body)
+        changed = {**body, "subscriptionMethod": {**body["subscriptionMethod"],
+                                                  "additionalHeaders": {"X-Token": REFERENCE}}}
+        status, reply = await admin.call("PUT", "/broker/subscription/upd/g-upd", changed)
+        assert status == 400, reply
+        assert reply["reason"] == "invalid subscriptionMethod.additionalHeaders.X-Token"
+        assert REFERENCE in reply["details"]
+        kept = runtime.service(DeliveryService).subscriptions["upd_g-upd"]
+        assert kept.subscriptionMethod.additionalHeaders == {"X-Token": "plain"}
+        assert state(runtime, "upd_g-upd")[0] == "running"
+
+
 async def test_a_restart_without_the_variable_fails_the_subscription_until_it_is_back(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:

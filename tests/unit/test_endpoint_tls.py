@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.subscription import SubscriptionMethod, decode_consumer
+from actors.delivery.subscription import SubscriptionMethod, decode_consumer, document
 from actors.delivery.tls import client_context
 
 trustme = pytest.importorskip("trustme", reason="trustme (a dev extra) makes the certificates")
@@ -103,3 +103,16 @@ def test_the_shape_is_checked_when_decoded(uri: str, tls: dict[str, Any], field:
     with pytest.raises(InvalidSubscription) as raised:
         method(uri, **tls)
     assert raised.value.reason.startswith(f"invalid subscriptionMethod.{field}")
+
+
+def test_the_setting_survives_the_stored_document() -> None:
+    sub = decode_consumer({
+        "id": "s", "group": {"id": "g"}, "broker": "Kafka", "topics": [{"name": "t"}],
+        "subscriptionMethod": {"uri": "https://127.0.0.1:9/hook",
+                               "tls": {"caFile": "/ca.pem", "certFile": "/c.pem"}}})
+    stored = document(sub, redact=False)
+    assert stored["subscriptionMethod"]["tls"] == {"caFile": "/ca.pem", "certFile": "/c.pem",
+                                                   "keyFile": None}
+    assert decode_consumer(stored) == sub
+    plain = decode_consumer({**stored, "subscriptionMethod": {"uri": "https://h/"}})
+    assert "tls" not in document(plain, redact=True)["subscriptionMethod"]
