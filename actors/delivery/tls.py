@@ -27,6 +27,7 @@ from typing import Final
 
 from actors.delivery.errors import InvalidSubscription
 from actors.delivery.subscription import SubscriptionMethod
+from runtime.host.references import read_small_file
 
 FIELD: Final = "subscriptionMethod.tls"
 CACHED_CONTEXTS: Final = 64
@@ -50,8 +51,7 @@ def _stamp(path: str | None, name: str) -> FileStamp:
     if path is None:
         return None
     try:
-        with open(path, "rb") as file:  # readable, not only present
-            file.read(1)
+        read_small_file(path)  # readable, regular (no FIFO, no device), at most 1 MiB
         info = os.stat(path)
     except OSError as exc:
         raise InvalidSubscription(f"invalid {FIELD}.{name}",

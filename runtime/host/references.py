@@ -16,14 +16,20 @@ it in its own error.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Mapping
-from pathlib import Path
+from typing import Final
 
 from runtime.errors import ConfigError
 
 _REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
+MAX_FILE_BYTES: Final = 1 << 20
+"""A referenced file is a regular file of at most 1 MiB: a reference to /dev/zero or a
+FIFO (which anyone who may post a subscription could write) must not hang or exhaust the
+process."""
 
 
 class UnresolvedReference(ConfigError):
@@ -60,10 +66,23 @@ def _from_env(name: str, key: str, reference: str, environ: Mapping[str, str]) -
 
 def _from_file(name: str, key: str, reference: str) -> str:
     try:
-        text = Path(name).read_text(encoding="utf-8")
+        text = read_small_file(name).decode("utf-8")
     except OSError as exc:
         raise UnresolvedReference(f"cannot read {name}: {exc.strerror or exc}", key,
                                   reference) from None
     except UnicodeDecodeError:
         raise UnresolvedReference(f"{name} is not UTF-8 text", key, reference) from None
     return text.removesuffix("\n").removesuffix("\r")
+
+
+def read_small_file(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of regular file `path`; OSError when it cannot be read, is not a regular
+    file (a FIFO would block, a device never end) or is larger than `limit`."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    with open(path, "rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+    return data

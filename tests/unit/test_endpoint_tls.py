@@ -116,3 +116,13 @@ def test_the_setting_survives_the_stored_document() -> None:
     assert decode_consumer(stored) == sub
     plain = decode_consumer({**stored, "subscriptionMethod": {"uri": "https://h/"}})
     assert "tls" not in document(plain, redact=True)["subscriptionMethod"]
+
+
+def test_a_device_or_a_fifo_as_a_tls_file_is_refused_without_reading_it(
+        tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):
+        error = refused(method(caFile=path))
+        assert error.reason == "invalid subscriptionMethod.tls.caFile"
+        assert "not a regular file" in error.details

@@ -4,6 +4,7 @@ reference."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from actors.delivery.errors import InvalidSubscription
 from actors.delivery.secrets import resolved
 from actors.delivery.subscription import Consumer, decode_consumer, document
+from runtime.host.references import MAX_FILE_BYTES
 
 ENV = "HOOKSTREAM_TEST_REF_TOKEN"
 
@@ -95,3 +97,18 @@ def test_a_malformed_reference_is_refused_when_decoded(value: str) -> None:
 def test_a_method_without_references_is_returned_as_is() -> None:
     method = consumer(additionalHeaders={"X-A": "b"}, signingSecret="pw").subscriptionMethod
     assert resolved(method) is method
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo", "big"])
+def test_a_reference_to_a_device_a_fifo_or_a_huge_file_is_refused_without_reading_it(
+        tmp_path: Path, target: str) -> None:
+    path = {"/dev/zero": Path("/dev/zero"), "fifo": tmp_path / "fifo",
+            "big": tmp_path / "big"}[target]
+    if target == "fifo":
+        os.mkfifo(path)  # opening it would block until a writer comes
+    if target == "big":
+        path.write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    with pytest.raises(InvalidSubscription) as raised:
+        resolved(consumer(signingSecret=f"${{file:{path}}}").subscriptionMethod)
+    assert raised.value.reason == "invalid subscriptionMethod.signingSecret"
+    assert ("not a regular file" if target != "big" else "larger than") in raised.value.details
