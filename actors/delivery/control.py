@@ -59,7 +59,7 @@ class ControlRoutes:
         if not consumer.same(*pair_of(request)):
             raise InvalidSubscription("id and group.id cannot change",
                                       f"the path names {key}, the body {consumer.key}")
-        check_resolvable(consumer)
+        check_resolvable(consumer, self.service.guard.references)
         await self.service.update(key, consumer)
         return ok(self.service.status_of(key))
 

@@ -201,7 +201,7 @@ class EgressActor(OutletActor):
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
         # references resolved, TLS files loaded: a bad one fails the start, naming it
-        method = resolved(self.consumer.subscriptionMethod)
+        method = resolved(self.consumer.subscriptionMethod, self.guard.references)
         ssl_setting = client_context(method)
         secret = method.signingSecret
         self._keys = signing_keys(secret) if secret else []  # a bad secret fails the start

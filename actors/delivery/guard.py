@@ -11,6 +11,10 @@ Rules (`[egress]` in the config): an address in `deny_networks` is refused; when
 `allow_networks` is not empty, an address outside it is refused too. The defaults deny
 link-local and cloud metadata ranges and allow everything else, private networks and
 loopback included, because internal receivers are the normal case.
+
+The guard also carries `references`, the `[egress] allow_references` patterns: which
+`${env:...}`/`${file:...}` secret references a subscription may make an egress read
+(actors/delivery/secrets.py); None allows all.
 """
 
 from __future__ import annotations
@@ -56,9 +60,11 @@ def parse_networks(cidrs: Sequence[str]) -> tuple[Network, ...]:
 
 
 class DestinationGuard:
-    def __init__(self, allow: Sequence[str] = (), deny: Sequence[str] = DEFAULT_DENY) -> None:
+    def __init__(self, allow: Sequence[str] = (), deny: Sequence[str] = DEFAULT_DENY,
+                 references: Sequence[str] | None = None) -> None:
         self.allow = parse_networks(allow)
         self.deny = parse_networks(deny)
+        self.references = None if references is None else tuple(references)
 
     def refusal(self, address: str) -> str | None:
         """Why `address` may not be connected to, or None when it may."""

@@ -20,7 +20,7 @@ routes are described for `/openapi.json` in actors/delivery/apidoc.py.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -86,7 +86,7 @@ class SubscriptionRoutes:
 
     async def post_subscription(self, request: web.Request) -> web.Response:
         consumer = decode_consumer(await request.read())
-        check_resolvable(consumer)
+        check_resolvable(consumer, self.service.guard.references)
         refuse_taken_name(self.service.subscriptions, consumer)
         await self.service.subscribe(consumer)
         return ok(redacted(consumer))
@@ -120,10 +120,11 @@ def known_key(subscriptions: Mapping[str, Consumer], sub_id: str, group_id: str)
     return key
 
 
-def check_resolvable(consumer: Consumer) -> None:
-    """Secret references and TLS files, resolved here as every instance will when the
-    subscription starts: a 400 naming the field now, not a failed subscription later."""
-    client_context(resolved(consumer.subscriptionMethod))
+def check_resolvable(consumer: Consumer, allowed: Sequence[str] | None) -> None:
+    """Secret references (within `allowed`, `[egress] allow_references`) and TLS files,
+    resolved here as every instance will when the subscription starts: a 400 naming the
+    field now, not a failed subscription later."""
+    client_context(resolved(consumer.subscriptionMethod, allowed))
 
 
 def refuse_in_process(service: DeliveryService, key: str) -> None:

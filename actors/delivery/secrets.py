@@ -18,6 +18,7 @@ the subscription's state becomes `failed` with it as the reason (retried).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -38,27 +39,30 @@ def has_references(method: SubscriptionMethod) -> bool:
             or any(is_reference(part) for part in secrets_of(secret)))
 
 
-def resolved(method: SubscriptionMethod) -> SubscriptionMethod:
+def resolved(method: SubscriptionMethod, allowed: Sequence[str] | None = None
+             ) -> SubscriptionMethod:
     """`method` with its references replaced by their values; raises `InvalidSubscription`
-    naming the field and the reference (never a resolved value)."""
+    naming the field and the reference (never a resolved value). `allowed`: the
+    `[egress] allow_references` patterns (None: any reference)."""
     if not has_references(method):
         return method
-    headers = {name: _header(name, value) for name, value in method.additionalHeaders.items()}
-    secret = _secret(method.signingSecret) if method.signingSecret else None
+    headers = {name: _header(name, value, allowed)
+               for name, value in method.additionalHeaders.items()}
+    secret = _secret(method.signingSecret, allowed) if method.signingSecret else None
     return msgspec.structs.replace(method, additionalHeaders=headers, signingSecret=secret)
 
 
-def _resolve(value: str, field: str) -> str:
+def _resolve(value: str, field: str, allowed: Sequence[str] | None) -> str:
     try:
-        return resolve(value, field)
+        return resolve(value, field, allowed=allowed)
     except UnresolvedReference as exc:
         raise InvalidSubscription(f"invalid {field}", f"{exc.reference}: {exc.reason}"
                                   ) from None
 
 
-def _header(name: str, value: str) -> str:
+def _header(name: str, value: str, allowed: Sequence[str] | None) -> str:
     field = f"{HEADERS_FIELD}.{name}"
-    text = _resolve(value, field)
+    text = _resolve(value, field, allowed)
     if text is value:
         return value
     if len(text) > MAX_HEADER_VALUE:
@@ -71,8 +75,8 @@ def _header(name: str, value: str) -> str:
     return text
 
 
-def _secret(secret: str) -> str:
-    parts = [_resolve(part, SECRET_FIELD) for part in secrets_of(secret)]
+def _secret(secret: str, allowed: Sequence[str] | None) -> str:
+    parts = [_resolve(part, SECRET_FIELD, allowed) for part in secrets_of(secret)]
     text = " ".join(parts)
     try:
         signing_keys(text)

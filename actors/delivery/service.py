@@ -111,7 +111,8 @@ class DeliveryService:
         egress = runtime.config.egress
         self.origins = Origins(breaker=egress.circuit_breaker)
         self.guard = DestinationGuard(egress.allow_networks, egress.deny_networks
-                                      if egress.deny_networks is not None else DEFAULT_DENY)
+                                      if egress.deny_networks is not None else DEFAULT_DENY,
+                                      egress.allow_references)
         self._store = SubscriptionStore(runtime.config.persistence.dir)
         self._root = await runtime.system.spawn(ChildSpec(
             "delivery", self._delivery_supervisor, shutdown_ms=SUBSCRIPTION_STOP_MS + 500))

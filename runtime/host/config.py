@@ -152,6 +152,9 @@ class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     of a failing endpoint slow down accordingly."""
     deny_networks: list[str] | None = None
     """CIDRs never connected to; None means the defaults (link-local and cloud metadata)."""
+    allow_references: list[str] | None = None
+    """Glob patterns over `env:NAME` and `file:/path` naming the secret references a
+    subscription may use (actors/delivery/secrets.py); None allows every one, [] none."""
 
 
 class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -226,6 +229,7 @@ def _check(config: Config) -> Config:
             raise ConfigError(str(exc).removeprefix("broker: "), "delay.broker") from None
     _check_levels(config.delay.levels)
     _check_networks(config.egress)
+    _check_references(config.egress)
     _check_cluster(config)
     return config
 
@@ -303,6 +307,14 @@ def _check_networks(egress: EgressConfig) -> None:
             except ValueError:
                 raise ConfigError(f"{cidr!r} is not a CIDR network (e.g. 10.0.0.0/8)",
                                   f"egress.{key}[{i}]") from None
+
+
+def _check_references(egress: EgressConfig) -> None:
+    for i, pattern in enumerate(egress.allow_references or []):
+        if not pattern.startswith(("env:", "file:/")):
+            raise ConfigError(f"{pattern!r}: a pattern over 'env:NAME' or 'file:/path' "
+                              "(e.g. 'env:HOOK_*', 'file:/run/secrets/*')",
+                              f"egress.allow_references[{i}]")
 
 
 def _check_levels(levels: list[DelayLevel]) -> None:

@@ -17,10 +17,11 @@ it in its own error.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from runtime.errors import ConfigError
@@ -45,16 +46,29 @@ def is_reference(value: str) -> bool:
     return _REFERENCE.fullmatch(value) is not None
 
 
-def resolve(value: str, key: str, environ: Mapping[str, str] | None = None) -> str:
+def resolve(value: str, key: str, environ: Mapping[str, str] | None = None,
+            allowed: Sequence[str] | None = None) -> str:
     """`value` with a reference replaced by what it refers to; raises
-    UnresolvedReference(key) (a ConfigError)."""
+    UnresolvedReference(key) (a ConfigError). With `allowed` (glob patterns over
+    `env:NAME` and `file:/real/path`, as `[egress] allow_references`), a reference no
+    pattern matches is refused without being read."""
     match = _REFERENCE.fullmatch(value)
     if match is None:
         return value
     kind, name = match.groups()
+    if allowed is not None and not permitted(kind, name, allowed):
+        raise UnresolvedReference("not allowed by [egress] allow_references", key, value)
     if kind == "env":
         return _from_env(name, key, value, os.environ if environ is None else environ)
     return _from_file(name, key, value)
+
+
+def permitted(kind: str, name: str, allowed: Sequence[str]) -> bool:
+    """Whether `env:NAME` or `file:<path, symlinks and '..' resolved>` matches a pattern
+    (`*` matches '/' too, so the path is made real first: `/run/secrets/../../etc/x` is
+    `/etc/x`)."""
+    subject = f"file:{os.path.realpath(name)}" if kind == "file" else f"{kind}:{name}"
+    return any(fnmatch.fnmatchcase(subject, pattern) for pattern in allowed)
 
 
 def _from_env(name: str, key: str, reference: str, environ: Mapping[str, str]) -> str:

@@ -189,3 +189,18 @@ async def test_the_cluster_topic_keeps_the_reference_and_a_later_instance_fails_
     assert {p.headers["X-Token"] for p in receiver.ok} == {TOKEN}
     text = await topic_text(kafka_bootstrap, subscriptions_topic)
     assert reference in text and TOKEN not in text
+
+
+async def test_a_reference_outside_allow_references_is_a_400(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, TOKEN)
+    topic = await topic_factory()
+    async with make_runtime(kafka_bootstrap, tmp_path,
+                            egress={"allow_references": ["env:HOOK_*"]}) as runtime:
+        status, reply = await Admin(runtime).call("POST", "/broker/subscription", subscription(
+            "deny", [{"name": topic}], "http://127.0.0.1:9/hook",
+            additionalHeaders={"X-Token": REFERENCE}))
+    assert status == 400, reply
+    assert reply["reason"] == "invalid subscriptionMethod.additionalHeaders.X-Token"
+    assert reply["details"] == f"{REFERENCE}: not allowed by [egress] allow_references"

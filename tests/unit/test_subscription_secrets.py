@@ -14,6 +14,8 @@ import pytest
 from actors.delivery.errors import InvalidSubscription
 from actors.delivery.secrets import resolved
 from actors.delivery.subscription import Consumer, decode_consumer, document
+from runtime.errors import ConfigError
+from runtime.host.config import parse_config
 from runtime.host.references import MAX_FILE_BYTES
 
 ENV = "HOOKSTREAM_TEST_REF_TOKEN"
@@ -112,3 +114,37 @@ def test_a_reference_to_a_device_a_fifo_or_a_huge_file_is_refused_without_readin
         resolved(consumer(signingSecret=f"${{file:{path}}}").subscriptionMethod)
     assert raised.value.reason == "invalid subscriptionMethod.signingSecret"
     assert ("not a regular file" if target != "big" else "larger than") in raised.value.details
+
+
+def test_allowed_patterns_refuse_other_references_without_reading_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir()
+    (secrets_dir / "hook").write_text("pw")
+    (tmp_path / "outside").write_text("private")
+    monkeypatch.setenv("HOOK_TOKEN", "t")
+    monkeypatch.setenv(ENV, "kafka-password")
+    allowed = ["env:HOOK_*", f"file:{secrets_dir}/*"]
+    ok = consumer(additionalHeaders={"X-A": "${env:HOOK_TOKEN}"},
+                  signingSecret=f"${{file:{secrets_dir}/hook}}").subscriptionMethod
+    method = resolved(ok, allowed)
+    assert (method.additionalHeaders["X-A"], method.signingSecret) == ("t", "pw")
+    for header, secret in ((f"${{env:{ENV}}}", None),
+                           (None, f"${{file:{secrets_dir}/../outside}}")):
+        refused = consumer(**({"additionalHeaders": {"X-A": header}} if header else {}),
+                           **({"signingSecret": secret} if secret else {}))
+        with pytest.raises(InvalidSubscription) as raised:
+            resolved(refused.subscriptionMethod, allowed)
+        assert raised.value.details.endswith("not allowed by [egress] allow_references")
+        assert "private" not in str(raised.value) and "kafka-password" not in str(raised.value)
+    with pytest.raises(InvalidSubscription, match="not allowed"):
+        resolved(ok, [])
+
+
+def test_the_config_refuses_a_pattern_that_is_no_reference_kind() -> None:
+    base = {"brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9092"}]}
+    config = parse_config({**base, "egress": {"allow_references": ["env:HOOK_*"]}})
+    assert config.egress.allow_references == ["env:HOOK_*"]
+    assert parse_config(base).egress.allow_references is None
+    with pytest.raises(ConfigError, match=r"egress\.allow_references\[1\]"):
+        parse_config({**base, "egress": {"allow_references": ["env:A", "HOOK_*"]}})
