@@ -95,6 +95,8 @@ def read_small_file(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
     info = os.stat(path)
     if not stat.S_ISREG(info.st_mode):
         raise OSError(errno.EINVAL, "not a regular file")
+    if info.st_size > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
     with open(path, "rb") as file:
         data = file.read(limit + 1)
     if len(data) > limit:
