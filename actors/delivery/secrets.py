@@ -28,7 +28,8 @@ from actors.delivery.signing import secrets_of, signing_keys
 from actors.delivery.subscription import MAX_HEADER_VALUE, SubscriptionMethod
 from runtime.host.references import UnresolvedReference, is_reference, resolve
 
-_CONTROL_BUT_TAB: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_CONTROL_BUT_TAB: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+"""What a header value may not hold (as subscription.py checks written values)."""
 HEADERS_FIELD: Final = "subscriptionMethod.additionalHeaders"
 SECRET_FIELD: Final = "subscriptionMethod.signingSecret"
 
@@ -61,10 +62,10 @@ def _resolve(value: str, field: str, allowed: Sequence[str] | None) -> str:
 
 
 def _header(name: str, value: str, allowed: Sequence[str] | None) -> str:
+    if not is_reference(value):
+        return value
     field = f"{HEADERS_FIELD}.{name}"
     text = _resolve(value, field, allowed)
-    if text is value:
-        return value
     if len(text) > MAX_HEADER_VALUE:
         raise InvalidSubscription(f"invalid {field}", f"{value}: resolves to more than "
                                   f"{MAX_HEADER_VALUE} characters")
