@@ -134,12 +134,12 @@ class TlsSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """`subscriptionMethod.tls`: TLS toward an https endpoint (actors/delivery/tls.py).
     Absolute paths of PEM files, read by each instance when the subscription starts."""
 
-    caFile: Path | None = None
-    """CA certificates trusted in addition to the system's trust store."""
-    certFile: Path | None = None
-    """Client certificate (mutual TLS); may also hold the key."""
-    keyFile: Path | None = None
-    """The client certificate's private key (unencrypted PEM), when not in certFile."""
+    caFile: Annotated[Path, Meta(description="PEM CA certificate(s) trusted in addition "
+                                 "to the system's trust store")] | None = None
+    certFile: Annotated[Path, Meta(description="PEM client certificate (mutual TLS); may "
+                                   "also hold the key")] | None = None
+    keyFile: Annotated[Path, Meta(description="the client certificate's unencrypted PEM "
+                                  "private key, when not in certFile")] | None = None
 
 
 class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -151,12 +151,19 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     charset: Annotated[str, Meta(min_length=1, max_length=40,
                                  pattern=f"^{CHARSET.pattern}$")] = "utf-8"
     additionalHeaders: Annotated[dict[str, Annotated[str, Meta(max_length=MAX_HEADER_VALUE)]],
-                                 Meta(max_length=MAX_HEADERS)] = {}
+                                 Meta(max_length=MAX_HEADERS, description=(
+                                     "sent on every push; a value may be a reference, "
+                                     "${env:NAME} or ${file:/path}, resolved by each "
+                                     "instance"))] = {}
     delayOnErrorMs: Ms = 1000
     retryBeforeCommit: Annotated[int, Meta(ge=0, le=1_000_000)] = 0
     deadLetterTopic: Annotated[str, Meta(min_length=1, max_length=249)] | None = None
     timeoutMs: Annotated[int, Meta(ge=1, le=3_600_000)] = 30_000
-    signingSecret: Annotated[str, Meta(min_length=1, max_length=MAX_SECRET)] | None = None
+    signingSecret: Annotated[str, Meta(
+        min_length=1, max_length=MAX_SECRET, description=(
+            "Standard Webhooks secret(s): whsec_<base64> or plain, several separated by "
+            "spaces (rotation: one signature each); each may be a reference, ${env:NAME} "
+            "or ${file:/path}"))] | None = None
     backoffMultiplier: Annotated[float, Meta(ge=1.0, le=100.0)] = 1.0
     maxDelayOnErrorMs: Ms = 0
     """Cap for exponential backoff; 0 means 100 x delayOnErrorMs."""
@@ -165,7 +172,7 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     maxConnections: Annotated[int, Meta(ge=0, le=10_000)] = 0
     """HTTP pool size for this endpoint; 0 sizes it to the subscription's concurrency."""
     tls: TlsSettings | None = None
-    """Extra CA and client certificate for an https `uri`."""
+    """Extra CA and client certificate for an https `uri` (its schema: `TlsSettings`)."""
 
 
 # -- the wire format: what clients send (both forms) -----------------------------------
