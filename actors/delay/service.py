@@ -28,6 +28,7 @@ from aiokafka.structs import RecordMetadata
 from actors.delay.actor import DelaySettings
 from actors.delay.consumer import DelayConsumerActor, DelayConsumerDeps, delay_wiring
 from actors.delay.forwarder import ForwardProducerActor
+from actors.delay.levels import add_levels_route
 from actors.delay.producer import DelayProducer
 from runtime.errors import UsageError
 from runtime.host.config import DelayConfig
@@ -65,6 +66,7 @@ class DelayService:
         if not cfg.levels:
             log.info("no [[delay.levels]] configured: the delay queue is off")
             return
+        add_levels_route(runtime.admin.app, cfg.levels, runtime.metrics)
         broker = self._broker = cfg.broker or runtime.config.brokers[0].name
         self.drain_ms = cfg.drain_ms if self._drain_override is None else self._drain_override
         self.consumer_settings = {

@@ -53,6 +53,23 @@ class HistogramValue:
         self.count += 1
         self.sum += value
 
+    def merge(self, other: HistogramValue) -> None:
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        self.count += other.count
+        self.sum += other.sum
+
+    def quantile(self, q: float) -> float | None:
+        """The upper bound of the bucket holding quantile `q` (None before any
+        observation; the largest bound when it lies above every bound)."""
+        if not self.count:
+            return None
+        rank, seen = q * self.count, 0
+        for bound, count in zip(self.bounds, self.buckets, strict=False):
+            seen += count
+            if seen >= rank:
+                return bound
+        return self.bounds[-1]
+
 
 class _Family:
     kind = "untyped"
@@ -162,6 +179,13 @@ class Registry:
         if not isinstance(family, kind):
             raise TypeError(f"metric {name} already registered as {type(family).__name__}")
         return family
+
+    def series(self, name: str, **labels: str) -> list[Value | HistogramValue]:
+        """The children of family `name` whose labels include all of `labels`."""
+        family = self._families.get(name)
+        pairs = set(labels.items())
+        return [] if family is None else [
+            child for key, child in family.children.items() if pairs <= set(key)]
 
     def forget(self, **labels: str) -> None:
         """Remove every series, in every family, labelled with all of `labels` (an

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
-from runtime.kafka import compat, security
+from runtime.kafka import compat, security, topic_creation
 
 _TOPIC_ALREADY_EXISTS = 36
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._\-]{1,249}")
@@ -107,8 +107,14 @@ def make_producer(bootstrap: str, **kwargs: Any) -> AIOKafkaProducer:
 
 
 def make_consumer(bootstrap: str, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
-    """An `AIOKafkaConsumer` (not started) subscribed to `topics` when given."""
-    return AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, **_secured(bootstrap, kwargs))
+    """An `AIOKafkaConsumer` (not started) subscribed to `topics` when given.
+
+    Its metadata requests never ask the broker to create a topic (see `topic_creation`).
+    """
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap,
+                                **_secured(bootstrap, kwargs))
+    topic_creation.forbid(consumer._client)
+    return consumer
 
 
 def make_admin(bootstrap: str, **kwargs: Any) -> AIOKafkaAdminClient:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
@@ -459,3 +460,35 @@ async def test_without_levels_the_service_starts_nothing_and_send_says_what_to_c
         assert runtime.system.root.children() == []
         with pytest.raises(UsageError, match=r"\[\[delay.levels\]\]"):
             await runtime.delay.send("orders", b"v", delay_ms=10)
+
+
+async def _levels_api(runtime: Runtime) -> dict[str, dict[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.get(
+            runtime.admin.url + "/delay/levels") as response:
+        assert response.status == 200
+        return {level["name"]: level for level in (await response.json())["data"]}
+
+
+async def test_the_levels_endpoint_shows_what_waits_and_what_was_forwarded(
+    kafka_bootstrap: str, topic_factory: TopicFactory, fast_group_kwargs: dict[str, int],
+) -> None:
+    target = await topic_factory(prefix="target")
+    config = _config(kafka_bootstrap, _levels(300, 3000))  # 2.5 s waits in the 300 ms level
+    async with _runtime(config, fast_group_kwargs) as runtime:
+        await _until(lambda: len(_delay(runtime).assignment()) == 2)
+        for i in range(4):
+            await runtime.delay.send(target, _payload(i, _now_ms() + 2500), delay_ms=2500)
+        waiting = await _levels_api(runtime)
+        for _ in range(100):
+            if waiting["300ms"]["waiting"] == 4:
+                break
+            await asyncio.sleep(0.02)
+            waiting = await _levels_api(runtime)
+        assert (waiting["300ms"]["waiting"], waiting["300ms"]["forwarded"]) == (4, 0)
+        assert waiting["3000ms"]["waiting"] == 0 and waiting["300ms"]["lateness_p99_ms"] is None
+        await _read(kafka_bootstrap, target, 4)
+        await _until(lambda: _metric(runtime, "hookstream_delay_forwarded_total") == 4)
+        done = (await _levels_api(runtime))["300ms"]
+    assert (done["waiting"], done["forwarded"], done["dead_lettered"]) == (0, 4, 0)
+    assert done["delay_ms"] == 300 and done["topics"] == list(config.delay.levels[0].topics)
+    assert isinstance(done["lateness_p99_ms"], int | float)

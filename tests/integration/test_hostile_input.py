@@ -4,6 +4,7 @@ journal and the metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 import time
@@ -11,10 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+from aiokafka import AIOKafkaConsumer
 
 from runtime.kafka import create_topics
+from runtime.kafka.client import make_admin, make_consumer
 from tests.conftest import TopicFactory
-from tests.integration.delivery_harness import Admin, Receiver, make_runtime, produce
+from tests.integration.delivery_harness import (
+    Admin,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
 
 HOOK = "http://127.0.0.1:9/hook"
 
@@ -182,3 +192,58 @@ async def test_subscription_files_are_private(
 async def _text(url: str) -> str:
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         return await response.text()
+
+
+async def _topics(bootstrap: str) -> set[str]:
+    admin = make_admin(bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def _read_briefly(consumer: AIOKafkaConsumer, topic: str) -> None:
+    await consumer.start()
+    try:
+        consumer.subscribe([topic])
+        await consumer.getmany(timeout_ms=1500)
+    finally:
+        await consumer.stop()
+
+
+async def test_a_consumer_never_asks_the_broker_to_create_a_topic(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    suffix = time.monotonic_ns()
+    control = f"created-by-asking-{suffix}"
+    await _read_briefly(AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap,
+                                         group_id=f"c{suffix}"), control)
+    if control not in await _topics(kafka_bootstrap):
+        pytest.skip("this broker does not create topics that a metadata request names")
+
+    ours = f"never-created-{suffix}"
+    await _read_briefly(make_consumer(kafka_bootstrap, group_id=f"o{suffix}"), ours)
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        status, _ = await admin.call("POST", "/broker/subscription", document(
+            "n", "g", [{"name": f"{ours}-sub"}]))
+        assert status == 200
+        await asyncio.sleep(1.5)  # the subscription's consumer asked for metadata meanwhile
+    assert not {ours, f"{ours}-sub"} & await _topics(kafka_bootstrap)
+
+
+async def test_a_subscription_waits_for_its_topic_and_delivers_once_it_exists(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic = f"created-later-{time.monotonic_ns()}"
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await Admin(runtime).subscribe(subscription("late", [{"name": topic}],
+                                                        receiver.url))
+            await asyncio.sleep(1.5)
+            assert topic not in await _topics(kafka_bootstrap)
+            await produce(kafka_bootstrap, topic, 5)
+            await receiver.wait_for(lambda: len(receiver.ok) >= 5)
+            assert sorted(p.offset for p in receiver.ok) == [0, 1, 2, 3, 4]
+    finally:
+        await receiver.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.host.metrics import Counter, Gauge, Histogram, Registry
+from runtime.host.metrics import Counter, Gauge, Histogram, HistogramValue, Registry
 
 
 @pytest.mark.parametrize("family", [
@@ -75,3 +75,26 @@ def test_a_name_registered_as_one_kind_cannot_be_another() -> None:
     assert registry.counter("x", "x") is registry.counter("x", "x")
     with pytest.raises(TypeError, match="already registered as Counter"):
         registry.histogram("x", "x")
+
+
+def test_quantiles_are_bucket_upper_bounds_and_merge_adds_buckets() -> None:
+    first, second = HistogramValue((1, 10, 100)), HistogramValue((1, 10, 100))
+    assert first.quantile(0.99) is None
+    for value in (0.5, 0.7, 5):
+        first.observe(value)
+    second.observe(50)
+    second.observe(5000)  # above every bound
+    first.merge(second)
+    assert (first.count, first.sum) == (5, 5056.2)
+    assert (first.quantile(0.4), first.quantile(0.6), first.quantile(0.8)) == (1, 10, 100)
+    assert first.quantile(1.0) == 100
+
+
+def test_series_picks_the_children_whose_labels_include_the_given_ones() -> None:
+    registry = Registry()
+    waiting = registry.gauge("waiting", "held")
+    waiting.labels(level="a", partition="0").set(3)
+    waiting.labels(level="a", partition="1").set(4)
+    waiting.labels(level="b", partition="0").set(5)
+    assert sorted(s.value for s in registry.series("waiting", level="a")) == [3, 4]
+    assert registry.series("absent", level="a") == []

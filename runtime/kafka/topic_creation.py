@@ -1,0 +1,56 @@
+"""Consumers that never make the broker create a topic.
+
+aiokafka 0.14 sends every metadata request with `allow_auto_topic_creation = true`
+(MetadataRequest v4 and later), and brokers with `auto.create.topics.enable` (Tansu,
+Kafka's default) then create each topic a consumer merely names: a subscription listing
+40,000 topics made 40,000 topics. The runtime creates the topics it owns on purpose
+(`create_topics`), so its consumers ask for metadata without creation.
+
+aiokafka builds the request inside `AIOKafkaClient._metadata_update`, with no option for
+it. `forbid(client)` wraps that method of one client so that, while it runs, the request
+it builds says `false`; every other client keeps aiokafka's behaviour.
+
+A topic that is not there yet is then simply absent from the metadata, and aiokafka would
+look again only after `metadata_max_age_ms` (a minute for named topics): while a topic the
+client asks for is missing, it looks again every `MISSING_TOPIC_RECHECK_MS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+import aiokafka.client
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.metadata import MetadataRequest
+
+MISSING_TOPIC_RECHECK_MS = 2000
+
+_FORBIDDEN: ContextVar[bool] = ContextVar("topic_creation_forbidden", default=False)
+
+
+def _metadata_request(topics: list[str] | None = None,
+                      allow_auto_topic_creation: bool | None = None) -> MetadataRequest:
+    if allow_auto_topic_creation is None and _FORBIDDEN.get():
+        allow_auto_topic_creation = False
+    return MetadataRequest(topics, allow_auto_topic_creation)
+
+
+def forbid(client: AIOKafkaClient) -> None:
+    """Make `client`'s metadata requests never create topics."""
+    aiokafka.client.MetadataRequest = _metadata_request
+    update: Callable[..., Awaitable[Any]] = client._metadata_update
+    max_age_ms = client._metadata_max_age_ms
+
+    async def without_creation(*args: Any) -> Any:
+        token = _FORBIDDEN.set(True)
+        try:
+            return await update(*args)
+        finally:
+            _FORBIDDEN.reset(token)
+            missing = set(client._topics) - client.cluster.topics()
+            client._metadata_max_age_ms = (min(max_age_ms, MISSING_TOPIC_RECHECK_MS)
+                                           if missing else max_age_ms)
+
+    client._metadata_update = without_creation
