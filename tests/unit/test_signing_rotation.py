@@ -4,6 +4,7 @@ with a receiver written from the Standard Webhooks text (tests/standard_webhooks
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import pytest
@@ -65,3 +66,17 @@ def test_the_admin_document_refuses_a_bad_secret_among_several() -> None:
     assert "secret 2 of 2" in raised.value.details
     assert decode_consumer(_document(f"{NEW} {OLD}")).subscriptionMethod.signingSecret == \
         f"{NEW} {OLD}"
+
+
+def test_the_reference_library_verifies_each_secret_of_a_rotation() -> None:
+    standardwebhooks = pytest.importorskip(
+        "standardwebhooks", reason="the specification's reference library (a dev extra)")
+    now = int(time.time())
+    signature = sign_all(signing_keys(f"{NEW} {OLD}"), "msg_1", now, BODY)
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(now),
+               "webhook-signature": signature}
+    for secret in (NEW, OLD):
+        standardwebhooks.Webhook(secret).verify(BODY, headers, json_parse=False)
+    other = "whsec_" + base64.b64encode(b"someone-else").decode()
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(other).verify(BODY, headers, json_parse=False)
