@@ -10,7 +10,9 @@ certificate. Verification is never switched off: there is no such option.
 One context per distinct setting: contexts are cached by the files' paths, sizes and
 modification times, so every subscription with the same files shares one, a request never
 builds one, and a certificate replaced on disk is picked up when the subscription next
-starts (an update, a restart).
+starts (an update, a restart). Equal settings give the same context object, so code that
+pools connections across subscriptions can key its pools by it: two subscriptions of one
+origin with different client certificates must never share a connection.
 
 Errors name the field: `InvalidSubscription("invalid subscriptionMethod.tls.keyFile",
 "does not match certFile ...")`. The admin API checks at subscribe time (400); an
