@@ -127,18 +127,18 @@ class TopicConfig(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """Prefetch buffer as a multiple of the window; above it the partition is paused."""
 
 
-Path = Annotated[str, Meta(min_length=1, max_length=MAX_PATH)]
+FilePath = Annotated[str, Meta(min_length=1, max_length=MAX_PATH)]
 
 
 class TlsSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """`subscriptionMethod.tls`: TLS toward an https endpoint (actors/delivery/tls.py).
     Absolute paths of PEM files, read by each instance when the subscription starts."""
 
-    caFile: Annotated[Path, Meta(description="PEM CA certificate(s) trusted in addition "
+    caFile: Annotated[FilePath, Meta(description="PEM CA certificate(s) trusted in addition "
                                  "to the system's trust store")] | None = None
-    certFile: Annotated[Path, Meta(description="PEM client certificate (mutual TLS); may "
+    certFile: Annotated[FilePath, Meta(description="PEM client certificate (mutual TLS); may "
                                    "also hold the key")] | None = None
-    keyFile: Annotated[Path, Meta(description="the client certificate's unencrypted PEM "
+    keyFile: Annotated[FilePath, Meta(description="the client certificate's unencrypted PEM "
                                   "private key, when not in certFile")] | None = None
 
 
