@@ -206,3 +206,14 @@ async def test_unusable_tls_files_are_a_400_naming_the_field(
         assert status == 400, reply
         assert reply["reason"] == f"invalid subscriptionMethod.tls.{field}", reply
         assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
+
+
+async def test_the_host_name_is_still_checked_with_an_extra_ca(
+        harness: Harness, pki: Pki) -> None:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    pki.server_ca.issue_cert("other.example").configure_cert(context)  # not 127.0.0.1
+    async for receiver in _serve(context):
+        outcome = await _push(harness, receiver.url, tls={"caFile": str(pki.ca_file)})
+        assert isinstance(outcome, Failed)
+        assert outcome.error is not None and "mismatch" in outcome.error
+        assert receiver.peers == []
