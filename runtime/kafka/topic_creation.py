@@ -12,7 +12,8 @@ it builds says `false`; every other client keeps aiokafka's behaviour.
 
 A topic that is not there yet is then simply absent from the metadata, and aiokafka would
 look again only after `metadata_max_age_ms` (a minute for named topics): while a topic the
-client asks for is missing, it looks again every `MISSING_TOPIC_RECHECK_MS`.
+client asks for is missing, or listed without partitions (a topic being created has no
+leader yet), it looks again every `MISSING_TOPIC_RECHECK_MS`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def forbid(client: AIOKafkaClient) -> None:
             return await update(*args)
         finally:
             _FORBIDDEN.reset(token)
-            missing = set(client._topics) - client.cluster.topics()
+            waiting = any(not client.cluster.partitions_for_topic(topic)
+                          for topic in client._topics)
             client._metadata_max_age_ms = (min(max_age_ms, MISSING_TOPIC_RECHECK_MS)
-                                           if missing else max_age_ms)
+                                           if waiting else max_age_ms)
 
     client._metadata_update = without_creation
