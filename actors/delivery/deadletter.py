@@ -170,4 +170,5 @@ def _answer(entry: asyncio.Future[None], message: DeadLetter) -> None:
     """The write is done: tell the partition actor that asked (a write that did not finish
     was cancelled with this actor, and nobody is told: the record is given up again)."""
     if not entry.cancelled() and entry.exception() is None:
-        message.reply_to.tell_system(DeadLettered(message.record, message.epoch))
+        message.reply_to.tell_system(DeadLettered(message.record, message.epoch,
+                                                  message.reason))

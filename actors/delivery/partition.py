@@ -237,8 +237,8 @@ class PartitionActor(Actor):
         self._log_give_up(message.record, "dead-lettered to",
                           str(self.sub.subscriptionMethod.deadLetterTopic))
         self.m_dead.inc()
-        self._journal("dead_lettered", message.record,
-                      reason=self.sub.subscriptionMethod.deadLetterTopic)
+        self._journal("dead_lettered", message.record, reason=f"{message.reason} (to "
+                      f"{self.sub.subscriptionMethod.deadLetterTopic})")
         await self._finish(message.record)
 
     async def _finish(self, record: Record) -> None:

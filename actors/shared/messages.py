@@ -76,10 +76,11 @@ class RetryDue:
 
 @dataclass(frozen=True, slots=True)
 class DeadLettered:
-    """Dead-letter produce finished (acknowledged) for `record`."""
+    """Dead-letter produce finished (acknowledged) for `record`, given up for `reason`."""
 
     record: Record
     epoch: int
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

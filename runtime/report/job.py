@@ -207,6 +207,7 @@ def _steps(
     audit = out.table("audit", transforms.audit(records, commits))
     out.table("audit_offsets", transforms.audit_offsets(records, commits))
     totals = _rows(transforms.totals(records))[0]
+    dead_letters = _rows(out.table("dead_letters", transforms.dead_letter_records(events)))
     problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
     steps.done(f"audit ... lost {totals['lost']:,}, duplicates "
                f"{totals['duplicates']:,}, dead-lettered {totals['dead_lettered']:,}")
@@ -216,8 +217,12 @@ def _steps(
     charts.latency_chart(subs, out.chart("latency.png"), note)
     return {
         "bucket_ms": bucket_ms, "totals": totals, "event_counts": counts,
-        "subscriptions": subs, "audit_rows": problems,
+        "subscriptions": subs, "audit_rows": problems, "dead_letters": dead_letters,
     }
+
+
+QUIET_LOG = Path(__file__).with_name("log4j2.properties")
+"""Spark's log at ERROR on stderr, so only the progress lines show (a JVM started here)."""
 
 
 def check_java() -> None:
@@ -239,13 +244,14 @@ def spark_session(master: str) -> tuple[SparkSession, bool]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG}")
     )
     if master.startswith("local"):
         # The default 200 shuffle partitions suit clusters; on one machine their task
         # overhead doubled the report's time (bench/report.py). A few per core suffice.
         builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR")
     return spark, True
 
 
