@@ -124,14 +124,8 @@ def aggregates(raw: DataFrame, label: str, steps: _Steps) -> tables.Aggregates:
     steps.done(f"records, audit and throughput ... {len(groups)} group(s), "
                f"{len(coarse)} throughput row(s)")
     latencies = _rows(facts.latency_percentiles(events))
-    dead = _rows(transforms.dead_letter_records(events)) if _any(types, "dead_lettered") else []
-    steps.done(f"latency percentiles and dead letters ... {len(latencies)} row(s), "
-               f"{len(dead)} dead-lettered record(s)")
-    return tables.Aggregates(types, coarse, bucket_ms, small, groups, latencies, dead)
-
-
-def _any(types: list[dict[str, Any]], event_type: str) -> bool:
-    return any(t["type"] == event_type and t["events"] for t in types)
+    steps.done(f"latency percentiles ... {len(latencies)} row(s)")
+    return tables.Aggregates(types, coarse, bucket_ms, small, groups, latencies)
 
 
 def run_report(

@@ -207,7 +207,6 @@ def _steps(
     audit = out.table("audit", transforms.audit(records, commits))
     out.table("audit_offsets", transforms.audit_offsets(records, commits))
     totals = _rows(transforms.totals(records))[0]
-    dead_letters = _rows(out.table("dead_letters", transforms.dead_letter_records(events)))
     problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
     steps.done(f"audit ... lost {totals['lost']:,}, duplicates "
                f"{totals['duplicates']:,}, dead-lettered {totals['dead_lettered']:,}")
@@ -217,7 +216,7 @@ def _steps(
     charts.latency_chart(subs, out.chart("latency.png"), note)
     return {
         "bucket_ms": bucket_ms, "totals": totals, "event_counts": counts,
-        "subscriptions": subs, "audit_rows": problems, "dead_letters": dead_letters,
+        "subscriptions": subs, "audit_rows": problems,
     }
 
 

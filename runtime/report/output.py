@@ -100,8 +100,7 @@ def summary_of(report: Report, *, journal: str, segments: Mapping[str, int], buc
         journal=journal, segments=segments, events=report.events,
         malformed_lines=report.malformed, time_range=report.time_range, bucket_ms=bucket_ms,
         totals=report.totals, event_counts=report.event_counts,
-        subscriptions=report.subscriptions, audit_rows=report.audit_rows,
-        dead_letters=report.dead_letters, outputs=outputs,
+        subscriptions=report.subscriptions, audit_rows=report.audit_rows, outputs=outputs,
     )
     return result | report.extra
 

@@ -13,7 +13,6 @@ from typing import Any
 
 AUDIT_OFFSETS_SHOWN = 100  # per partition and problem in summary.json; tables list all
 MARKDOWN_OFFSETS_SHOWN = 20
-DEAD_LETTERS_SHOWN = 100  # in summary.json and summary.md; the `dead_letters` table lists all
 
 
 def _iso(ms: int | None) -> str:
@@ -39,7 +38,6 @@ def build_summary(
     subscriptions: Sequence[Mapping[str, Any]],
     audit_rows: Sequence[Mapping[str, Any]],
     outputs: Mapping[str, Sequence[str]],
-    dead_letters: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Assemble summary.json. `event_counts` maps type -> (events, sum of `count`)."""
     first, last = time_range
@@ -61,13 +59,10 @@ def build_summary(
         "partition_assignments": _count(event_counts, "partition_assigned"),
         "partition_revocations": _count(event_counts, "partition_revoked"),
         "delay_forwarded": _count(event_counts, "delay_forwarded"),
-        "replayed": _count(event_counts, "replayed"),
-        "dead_letter_events": _count(event_counts, "dead_lettered"),
         "journal_dropped": event_counts.get("journal_dropped", (0, 0))[1],
         "event_types": {t: n for t, (n, _) in sorted(event_counts.items())},
         "subscriptions": [dict(row) for row in subscriptions],
         "audit": problems,
-        "dead_letters": [dict(row) for row in (dead_letters or [])[:DEAD_LETTERS_SHOWN]],
         "outputs": {key: list(value) for key, value in outputs.items()},
     }
 
@@ -95,8 +90,6 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         _totals_table(summary),
         _subscriptions_table(summary["subscriptions"]),
         _audit_section(summary["audit"]),
-        _dead_letters_section(summary.get("dead_letters") or [],
-                              summary.get("dead_letter_events", 0)),
         _files_section(summary["outputs"]),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -138,7 +131,6 @@ def _totals_table(s: Mapping[str, Any]) -> str:
         ("records fetched", s["records_fetched"]),
         ("HTTP attempts / failed", f"{s['attempts']:,} / {s['failed_attempts']:,}"),
         ("retries scheduled", s["retries"]),
-        ("replayed pushes (`POST .../replay`)", s.get("replayed", 0)),
         ("actor crashes / restarts", f"{s['actor_crashes']} / {s['actor_restarts']}"),
         ("partitions assigned / revoked",
          f"{s['partition_assignments']} / {s['partition_revocations']}"),
@@ -182,30 +174,6 @@ def _audit_section(problems: Sequence[Mapping[str, Any]]) -> str:
     ]
     note = "Full lists: tables `audit` and `audit_offsets`."
     return "## Audit\n\n" + _table(columns, "l l l l", body) + "\n\n" + note
-
-
-def _dead_letters_section(rows: Sequence[Mapping[str, Any]], total: int) -> str:
-    """The dead-lettered records (`total`: dead_lettered events); the live report
-    (`--follow`) counts them but does not list them."""
-    if not total:
-        return ""
-    if not rows:
-        return (f"## Dead-lettered records\n\n{total:,} dead-lettered; the live report does "
-                "not list them (the batch report's table `dead_letters` does).")
-    columns = ["subscription", "topic-partition", "offset", "attempts", "when", "reason"]
-    body = [f"| {r['subscription']} | {r['topic']}-{r['partition']} | {r['offset']} | "
-            f"{_fmt(r['attempts'])} | {_iso(r['ts_ms'])} | {_cell(r['reason'])} |"
-            for r in rows]
-    more = total - len(rows)
-    note = (f"{len(rows)} of {total:,} shown; all in table `dead_letters`." if more > 0
-            else "Also in table `dead_letters`.")
-    return "## Dead-lettered records\n\n" + _table(columns, "l l r r l l", body) + "\n\n" + note
-
-
-def _cell(text: object) -> str:
-    """Free text in a Markdown table cell: one line, no column breaks, at most 120 chars."""
-    flat = " ".join(str(text or "-").split()).replace("|", "\\|")
-    return flat if len(flat) <= 120 else flat[:119] + "…"
 
 
 def _files_section(outputs: Mapping[str, Sequence[str]]) -> str:

@@ -111,8 +111,8 @@ class SyntheticJournal:
             retry_ms = sent + 200 if outage_end_ms is None else outage_end_ms + offset * 7 % 2000
             sent, attempt = max(sent + 200, retry_ms), 2
         if doomed:
-            yield self._event("dead_lettered", sent, rec, endpoint=endpoint, attempt=attempt,
-                              reason=f"gave up after {attempt} attempts: HTTP 503 (to dlt)")
+            yield self._event("dead_lettered", sent, rec, endpoint=endpoint,
+                              reason="retries exhausted")
             return
         yield self._event("sent", sent, rec, endpoint=endpoint, attempt=attempt,
                           fetched_ts_ms=t)

@@ -22,9 +22,6 @@ from typing import Any
 Row = dict[str, Any]
 PERCENTILE_NAMES = ("p50", "p95", "p99")
 THROUGHPUT_TYPES = ("fetched", "delivered", "failed", "dead_lettered")
-DEAD_LETTER_COLUMNS = (("subscription", "string"), ("topic", "string"), ("partition", "long"),
-                       ("offset", "long"), ("reason", "string"), ("attempts", "long"),
-                       ("ts_ms", "long"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +50,6 @@ class Aggregates:
     small: list[Row]
     groups: list[Row]
     latencies: list[Row]
-    dead_letters: list[Row] = field(default_factory=list)
-    """`transforms.dead_letter_records` rows (the follow job leaves them out)."""
 
 
 @dataclass(slots=True)
@@ -64,7 +59,6 @@ class Report:
     event_counts: dict[str, tuple[int, int]]
     subscriptions: list[Row]
     audit_rows: list[Row]
-    dead_letters: list[Row]
     events: int
     malformed: int
     time_range: tuple[int | None, int | None]
@@ -320,13 +314,11 @@ def build(agg: Aggregates) -> Report:
     return Report(
         tables=[summary, throughput(agg.ticks, agg.bucket_ms), actors(agg.small),
                 partition_movements(agg.small), delay_lateness(agg.latencies), audit_table,
-                audit_offsets(agg.groups, commits),
-                Table("dead_letters", DEAD_LETTER_COLUMNS, agg.dead_letters)],
+                audit_offsets(agg.groups, commits)],
         totals=totals(agg.groups),
         event_counts=event_counts(agg.types),
         subscriptions=summary.rows,
         audit_rows=[r for r in audit_table.rows if r["lost"] > 0 or r["duplicates"] > 0],
-        dead_letters=agg.dead_letters,
         events=sum(int(t["events"]) for t in valid),
         malformed=sum(int(t["events"]) for t in agg.types if t["type"] is None),
         time_range=(min((t["first_ms"] for t in valid), default=None),

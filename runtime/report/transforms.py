@@ -275,14 +275,6 @@ def totals(records: DataFrame) -> DataFrame:
     ).withColumn("duplicates", F.col("deliveries") - F.col("delivered"))
 
 
-def dead_letter_records(events: DataFrame) -> DataFrame:
-    """Every record given up to its dead-letter topic: where it came from, why, after how
-    many attempts, and when (one row per `dead_lettered` event)."""
-    given_up = events.filter(_is("dead_lettered") & F.col("offset").isNotNull())
-    return given_up.select(*RECORD_KEY, F.col("reason"), F.col("attempt").alias("attempts"),
-                           "ts_ms").orderBy(*RECORD_KEY, "ts_ms")
-
-
 def event_counts(events: DataFrame) -> DataFrame:
     """Per event type: events, and the sum of `count` (what journal_dropped stands for)."""
     return events.groupBy("type").agg(

@@ -182,45 +182,6 @@ def test_markdown_lists_offsets_and_says_how_many_more() -> None:
     assert "The journal dropped 7 event(s)" in text
 
 
-def test_dead_lettered_records_are_listed_with_their_reason_and_attempts(run: Run) -> None:
-    rows = list(csv.DictReader((run.out / "csv" / "dead_letters.csv").read_text()
-                               .splitlines()))
-    assert len(rows) == run.result["dead_lettered"] == run.result["dead_letter_events"]
-    assert {int(r["offset"]) for r in rows} == {7, 27, 47}
-    assert {(r["attempts"], r["reason"]) for r in rows} == {
-        ("2", "gave up after 2 attempts: HTTP 503 (to dlt)")}
-    text = (run.out / "summary.md").read_text()
-    assert "## Dead-lettered records" in text and "Also in table `dead_letters`." in text
-    first = sorted(rows, key=lambda r: (r["subscription"], r["topic"], int(r["partition"]),
-                                        int(r["offset"])))[0]
-    assert f"| {first['subscription']} | {first['topic']}-{first['partition']} | 7 | 2 |" in text
-
-
-def _summary(event_counts: dict[str, tuple[int, int]],
-             dead_letters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    totals = dict.fromkeys(["delivered", "lost", "duplicates", "dead_lettered",
-                            "records_fetched", "deliveries", "attempts", "failed_attempts",
-                            "retries"], 0)
-    return summary.build_summary(
-        journal="j", segments={"closed": 1, "recovered_tails": 0, "skipped_live": 0},
-        events=1, malformed_lines=0, time_range=(0, 1000), bucket_ms=1000, totals=totals,
-        event_counts=event_counts, subscriptions=[], audit_rows=[], outputs={},
-        dead_letters=dead_letters)
-
-
-def test_replays_are_counted_and_a_long_dead_letter_list_says_where_the_rest_is() -> None:
-    rows = [{"subscription": "s", "topic": "t", "partition": 0, "offset": i, "attempts": 3,
-             "reason": "a | b\nc", "ts_ms": 0} for i in range(150)]
-    result = _summary({"replayed": (4, 0), "dead_lettered": (150, 0)}, rows)
-    text = summary.render_markdown(result)
-    assert result["replayed"] == 4 and "| replayed pushes (`POST .../replay`) | 4 |" in text
-    assert len(result["dead_letters"]) == summary.DEAD_LETTERS_SHOWN
-    assert "100 of 150 shown; all in table `dead_letters`." in text
-    assert "| s | t-0 | 0 | 3 | 1970-01-01T00:00:00.000+00:00 | a \\| b c |" in text
-    live = summary.render_markdown(_summary({"dead_lettered": (2, 0)}))
-    assert "2 dead-lettered; the live report does not list them" in live
-
-
 def test_a_journal_without_events_is_a_usage_error(spark: Any, tmp_path: Path) -> None:
     from runtime.report.job import find_journal_files, run_report
 
