@@ -110,7 +110,7 @@ function subscriptionView(entry) {
   const sub = entry.consumer, status = entry.status || {};
   const key = sub.id + "_" + groupId(sub);
   const state = status.state || "unknown";
-  const paused = state === "paused";
+  const paused = state === "paused" || state === "disabled";
   const endpoint = status.endpoint || {}, counters = status.counters || {};
   const inProcess = sub.inProcess || status.in_process;
   const buttons = inProcess ? [el("span", {"class": "state in-process"}, "in-process (read-only)")]
