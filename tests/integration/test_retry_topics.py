@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from actors.delay.service import DelayService
+from actors.delivery.partition import PartitionActor
 from actors.delivery.retrytopic import RetryTopicActor
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
@@ -103,7 +104,7 @@ def _committed_all(runtime: Runtime, topic: str, end: int) -> bool:
     parts = tree.child("partitions")
     assert isinstance(parts, Supervisor)
     actor = parts.child(f"{topic}-0") if parts.has_child(f"{topic}-0") else None
-    return actor is not None and getattr(actor, "book").committed == end
+    return isinstance(actor, PartitionActor) and actor.book.committed == end
 
 
 async def test_killing_actors_while_records_move_aside_loses_nothing(

@@ -16,7 +16,7 @@ from actors.delivery.retrytopic import (
     with_retry_topic,
 )
 from actors.delivery.subscription import RetryTopics, decode_consumer
-from actors.shared.deadletter import dead_letter_source, dead_letter_headers
+from actors.shared.deadletter import dead_letter_headers, dead_letter_source
 from actors.shared.messages import Record
 from runtime.host.config import DelayLevel
 from runtime.kernel.backoff import Backoff
