@@ -135,3 +135,32 @@ async def test_subscriptions_of_one_origin_share_the_strictest_rate_limit(
                 assert one["data"]["status"]["endpoint"]["origin"]["rate_limit"] == 50
     finally:
         await receiver.stop()
+
+
+async def test_subscriptions_of_one_origin_share_its_connection_limit(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    inflight = {"now": 0, "most": 0}
+
+    async def slow(push: Push) -> int:
+        inflight["now"] += 1
+        inflight["most"] = max(inflight["most"], inflight["now"])
+        await asyncio.sleep(0.02)
+        inflight["now"] -= 1
+        return 200
+
+    receiver = await Receiver(slow).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path,
+                                egress={"origin_max_connections": 3}) as runtime:
+            admin = Admin(runtime)
+            for name in ("one", "two"):
+                await admin.subscribe(subscription(
+                    name, [{"name": topic, "config": {"concurrencyFactor": 10}}],
+                    receiver.url, fast_group=fast_group_kwargs))
+            await produce(kafka_bootstrap, topic, 60)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 120)
+    finally:
+        await receiver.stop()
+    assert 1 <= inflight["most"] <= 3  # 2 subscriptions x 10 would allow 20
