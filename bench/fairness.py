@@ -25,9 +25,15 @@ subscriptions retry 3 times 100 ms apart, then give up (no dead-letter topic: a 
 journaled and skipped), so their records flow through the breaker's fail-fast path.
 
 Breaker: 10 subscriptions to a healthy endpoint and 10 to a dead one (500 to everything,
-`retryBeforeCommit` 0: retried forever), with `[egress] circuit_breaker` on and off. The
-run lasts until the healthy subscriptions delivered everything. Printed: requests the
-dead endpoint received per second (the receiver counts them), and the healthy rate.
+`retryBeforeCommit` 0: retried forever, `delayOnErrorMs` 100), with `[egress]
+circuit_breaker` on and off, on a topic of `--breaker-records` per partition. The run
+lasts until the healthy subscriptions delivered everything. Printed: the requests the
+dead endpoint received (the receiver counts them) and the healthy rate.
+
+The subscriptions use aiokafka's default `fetch.max.wait.ms` (500 ms): with 100 consumers
+in one process, 10 ms (bench/delivery.py's setting for Tansu's latency quirk) makes each
+idle consumer poll the broker 100 times a second, and that polling, not the endpoints,
+then decides the result.
 
 Every loop is bounded in count and in time (`--timeout-s` per run).
 """
@@ -37,17 +43,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import datetime
 import json
 import os
 import platform
+import pstats
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,7 +129,7 @@ class Receivers:
 
 
 @contextlib.contextmanager
-def receivers(behaviours: list[str]) -> Any:
+def receivers(behaviours: list[str]) -> Iterator[Receivers]:
     ports = [free_port() for _ in behaviours]
     process = subprocess.Popen(
         [sys.executable, __file__, "--serve", json.dumps([ports, behaviours])],
@@ -143,8 +151,8 @@ def document(name: str, topic: str, url: str, args: argparse.Namespace,
         "id": name, "group": {"id": f"{name}-{uuid.uuid4().hex[:6]}"}, "broker": "Kafka",
         "topics": [{"name": topic, "config": {"concurrencyFactor": args.concurrency}}],
         "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100, **method},
-        "properties": {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300",
-                       "fetch.max.wait.ms": "10"},
+        "properties": {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000",
+                       "fetch.max.wait.ms": str(args.fetch_max_wait_ms)},
     }
 
 
@@ -156,7 +164,7 @@ async def running(bootstrap: str, workdir: Path, breaker: bool = True
         "admin": {"listen": "127.0.0.1:0"},
         "persistence": {"dir": str(workdir / "persist")},
         "journal": {"dir": str(workdir / "journal"), "enabled": False},
-        "runtime": {"shutdown_deadline_ms": 8000},
+        "runtime": {"shutdown_deadline_ms": 8000, "log_level": "ERROR"},
         "egress": {"circuit_breaker": breaker},
     })
     runtime = Runtime(config, services=[DeliveryService])
@@ -167,14 +175,15 @@ async def running(bootstrap: str, workdir: Path, breaker: bool = True
         await runtime.stop()
 
 
-async def new_topic(bootstrap: str, args: argparse.Namespace) -> str:
+async def new_topic(bootstrap: str, args: argparse.Namespace, records: int = 0) -> str:
     topic = f"fair-{uuid.uuid4().hex[:8]}"
+    records = records or args.records
     await create_topics(bootstrap, {topic: args.partitions})
     producer = make_producer(bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
         sends = [await producer.send(topic, b"x" * 100, partition=p)
-                 for p in range(args.partitions) for _ in range(args.records)]
+                 for p in range(args.partitions) for _ in range(records)]
         await asyncio.gather(*sends)
     finally:
         await producer.stop()
@@ -238,9 +247,9 @@ async def fairness_run(bootstrap: str, recv: Receivers, args: argparse.Namespace
 
 
 async def breaker_run(bootstrap: str, recv: Receivers, args: argparse.Namespace,
-                      workdir: Path, breaker: bool) -> tuple[Rate, float]:
-    """(the healthy rate, requests per second the dead endpoint got)."""
-    topic = await new_topic(bootstrap, args)
+                      workdir: Path, breaker: bool) -> tuple[Rate, int, float]:
+    """(the healthy rate, requests the dead endpoint got, over how many seconds)."""
+    topic = await new_topic(bootstrap, args, args.breaker_records)
     healthy = {f"h{i}" for i in range(10)}
     async with running(bootstrap, workdir, breaker) as runtime:
         service = runtime.service("delivery")
@@ -250,10 +259,27 @@ async def breaker_run(bootstrap: str, recv: Receivers, args: argparse.Namespace,
             for name, endpoint in ((f"h{i}", 2), (f"d{i}", FAILING)):
                 await service.subscribe(decode_consumer(
                     document(name, topic, recv.url(endpoint), args)), persist=False)
-        expected = len(healthy) * args.records * args.partitions
+        expected = len(healthy) * args.breaker_records * args.partitions
         rate = await measure(runtime, healthy, expected, args.timeout_s)
-        dead = (await recv.count(FAILING) - before) / (time.perf_counter() - start)
-        return rate, dead
+        dead = await recv.count(FAILING) - before
+        return rate, dead, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def profiled(enabled: bool, name: str) -> Iterator[None]:
+    """With `--profile NAME`: cProfile the `bad` runs, the top functions by own time
+    printed and the stats written to NAME.<round>."""
+    if not enabled:
+        yield
+        return
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        profile.dump_stats(name)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 
 
 # -- output --------------------------------------------------------------------------------
@@ -280,7 +306,8 @@ async def fairness(bootstrap: str, recv: Receivers, args: argparse.Namespace,
     ratios = []
     for round_no in range(args.rounds):
         clean = await fairness_run(bootstrap, recv, args, tmp / f"c{round_no}", False)
-        bad = await fairness_run(bootstrap, recv, args, tmp / f"b{round_no}", True)
+        with profiled(args.profile, f"{args.profile}.{round_no}"):
+            bad = await fairness_run(bootstrap, recv, args, tmp / f"b{round_no}", True)
         ratios.append(bad.per_s / clean.per_s)
         print(f"round {round_no + 1}: healthy rate clean {clean.per_s:,.0f}/s "
               f"({clean.records} in {clean.seconds:.1f} s), with slow+failing "
@@ -293,22 +320,29 @@ async def breakers(bootstrap: str, recv: Receivers, args: argparse.Namespace,
                    tmp: Path) -> None:
     for round_no in range(args.rounds):
         for breaker in (True, False):
-            rate, dead = await breaker_run(bootstrap, recv, args,
-                                           tmp / f"k{round_no}{breaker}", breaker)
+            rate, dead, seconds = await breaker_run(bootstrap, recv, args,
+                                                    tmp / f"k{round_no}{breaker}", breaker)
             print(f"round {round_no + 1}: breaker {'on ' if breaker else 'off'}: dead "
-                  f"endpoint got {dead:,.1f} requests/s; healthy rate {rate.per_s:,.0f}/s "
+                  f"endpoint got {dead:,} requests in {seconds:.1f} s "
+                  f"({dead / seconds:,.1f}/s); healthy rate {rate.per_s:,.0f}/s "
                   f"({rate.records} in {rate.seconds:.1f} s)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=250, help="per partition")
+    parser.add_argument("--breaker-records", type=int, default=2500,
+                        help="per partition, in the breaker runs")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--scenario", choices=("fairness", "breaker", "both"),
                         default="both")
     parser.add_argument("--timeout-s", type=float, default=240.0)
+    parser.add_argument("--fetch-max-wait-ms", type=int, default=500,
+                        help="the subscriptions' fetch.max.wait.ms (aiokafka's default)")
+    parser.add_argument("--profile", default="", help="cProfile the runs with the bad "
+                        "endpoints; stats go to this file name (+ .round)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
