@@ -78,7 +78,7 @@ async def test_a_failing_record_moves_aside_lets_the_next_1000_through_and_arriv
                 "rt", [{"name": topic, "config": {"ordering": "partition"}}], receiver.url,
                 fast_group=fast_group_kwargs, delayOnErrorMs=10, retryBeforeCommit=4,
                 retryTopics={"topic": retry_topic,
-                             "delaysMs": [300, 1000, 3000, 10_000, 20_000]}))
+                             "delaysMs": [300, 1000, 3000, 10_000, 30_000, 30_000]}))
             await produce(kafka_bootstrap, topic, 1001)
             others = {(topic, o) for o in range(1, 1001)}
             await receiver.wait_for(
@@ -88,7 +88,7 @@ async def test_a_failing_record_moves_aside_lets_the_next_1000_through_and_arriv
             assert [p.body for p in receiver.pushes[:first_ok]] == [b"v0"] * 5
             recovered.set()
             await receiver.wait_for(lambda: any(p.body == b"v0" for p in receiver.ok),
-                                    timeout_s=60)
+                                    timeout_s=75)
             await _until(lambda: _committed_all(runtime, topic, 1001), "commit past 1000")
         assert (await committed(kafka_bootstrap, "g-rt", topic, 1)) == {0: 1001}
     finally:
