@@ -305,6 +305,8 @@ class EgressActor(OutletActor):
                 type="breaker_changed", ts_ms=clock.wall_ms(), subscription=self._subscription,
                 endpoint=name, reason=f"{change.before} -> {change.after}: {change.why}"))
             self._m_transitions.labels(origin=name, state=change.after).inc()
+            self.origin.history.appendleft({"at": clock.wall_ms(), "from": change.before,
+                                            "to": change.after, "why": change.why})
         self._m_breaker.set(STATE_VALUES[breaker.state])
 
     def describe(self, exc: BaseException) -> str:

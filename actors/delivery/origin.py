@@ -47,6 +47,7 @@ DEFAULT_MAX_CONNECTIONS = 1000
 HALF_OPEN_POLL_MS: Final = 100
 """How often a held request looks again while the probe is out (its answer may take up
 to the subscription's `timeoutMs`)."""
+HISTORY: Final = 10
 STATE_VALUES: Final[dict[str, int]] = {"closed": 0, "half_open": 1, "open": 2}
 
 
@@ -204,6 +205,9 @@ class Origin:
     throttled_until: int = 0
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     _slots: asyncio.Semaphore | None = None
+    history: deque[dict[str, object]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY))
+    """The latest breaker transitions as reported (wall-clock ms), newest first."""
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -256,7 +260,7 @@ class Origin:
                 "min_requests": breaker.min_requests, "open_ms": breaker.open_ms,
                 "throttled_until": self.throttled_until,
                 "rate_limit": self.bucket.rate if self.bucket else None,
-                "max_connections": self.max_connections}
+                "max_connections": self.max_connections, "transitions": list(self.history)}
 
 
 class Origins:

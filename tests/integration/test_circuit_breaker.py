@@ -55,7 +55,10 @@ async def test_a_dead_endpoint_opens_the_breaker_and_a_probe_closes_it(
             dead["yes"] = False
             await receiver.wait_for(lambda: len(receiver.delivered()) == 30, timeout_s=30)
             _, one = await admin.call("GET", "/broker/subscription/cb/g-cb")
-            assert one["data"]["status"]["endpoint"]["origin"]["breaker"] == "closed"
+            origin = one["data"]["status"]["endpoint"]["origin"]
+            assert origin["breaker"] == "closed"
+            moves = [(t["from"], t["to"]) for t in reversed(origin["transitions"])]
+            assert moves[:1] == [("closed", "open")] and moves[-1] == ("half_open", "closed")
     finally:
         await receiver.stop()
 
