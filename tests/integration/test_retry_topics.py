@@ -189,3 +189,24 @@ async def test_a_delay_no_level_holds_is_refused_naming_the_level_to_add(
     assert status == 400
     assert reply["reason"] == "invalid subscriptionMethod.retryTopics.delaysMs[1]"
     assert "delay_ms <= 50" in reply["details"]
+
+
+async def test_a_stored_subscription_whose_delay_no_longer_fits_fails_naming_the_level(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    async with _runtime(kafka_bootstrap, tmp_path, fast_group_kwargs) as runtime:
+        await Admin(runtime).subscribe(subscription(
+            "st", [{"name": topic}], "http://127.0.0.1:9/x", fast_group=fast_group_kwargs,
+            retryTopics={"topic": f"{topic}.r", "delaysMs": [150]}))
+    config = runtime_config(kafka_bootstrap, tmp_path, delay={
+        "group_id": f"delay-{uuid.uuid4().hex[:8]}", "partitions": 1,
+        "levels": [{"name": "1s", "delay_ms": 1000, "topics": [f"d1s-{uuid.uuid4().hex[:8]}"]}]})
+    async with Runtime(parse_config(config), services=[
+            DeliveryService,
+            lambda: DelayService(consumer_settings=fast_group_kwargs)]  # type: ignore[list-item]
+            ) as runtime:
+        _, one = await Admin(runtime).call("GET", "/broker/subscription/st/g-st")
+    status = one["data"]["status"]
+    assert status["state"] == "failed"
+    assert "delaysMs[0]" in status["reason"] and "delay_ms <= 150" in status["reason"]
