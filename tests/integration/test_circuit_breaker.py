@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
@@ -22,6 +23,16 @@ from tests.integration.delivery_harness import (
 )
 
 pytestmark = pytest.mark.integration
+
+
+class RetryAfterReceiver(Receiver):
+    """Answers 503 with `Retry-After: 2` (seconds), everything else as told."""
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        response = await super()._handle(request)
+        if response.status == 503:
+            response.headers["Retry-After"] = "2"
+        return response
 
 
 async def test_a_dead_endpoint_opens_the_breaker_and_a_probe_closes_it(
@@ -167,3 +178,38 @@ async def test_subscriptions_of_one_origin_share_its_connection_limit(
     finally:
         await receiver.stop()
     assert 1 <= inflight["most"] <= 3  # 2 subscriptions x 10 would allow 20
+
+
+async def test_a_503_with_retry_after_holds_every_subscription_of_the_origin(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    first, second = await topic_factory(partitions=1), await topic_factory(partitions=1)
+    answered_503 = asyncio.Event()
+    arrivals: list[tuple[str, float]] = []
+
+    async def answer(push: Push) -> int:
+        loop = asyncio.get_running_loop()
+        arrivals.append((push.topic, loop.time()))
+        if push.topic == first and not answered_503.is_set():
+            answered_503.set()
+            return 503
+        return 200
+
+    receiver = await RetryAfterReceiver(answer).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            for name, topic in (("a", first), ("b", second)):
+                await admin.subscribe(subscription(name, [{"name": topic}], receiver.url,
+                                                   fast_group=fast_group_kwargs))
+            await produce(kafka_bootstrap, second, 1)  # b is assigned and running
+            await receiver.wait_for(lambda: len(receiver.ok) == 1)
+            await produce(kafka_bootstrap, first, 1)
+            await asyncio.wait_for(answered_503.wait(), 30)
+            await produce(kafka_bootstrap, second, 1, start=1)
+            await receiver.wait_for(lambda: len(receiver.ok) == 3)
+    finally:
+        await receiver.stop()
+    [throttled_at] = [t for topic, t in arrivals if topic == first][:1]
+    later = [t for topic, t in arrivals if topic == second and t > throttled_at]
+    assert later and min(later) - throttled_at >= 1.9  # Retry-After: 2 holds the origin
