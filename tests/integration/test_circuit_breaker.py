@@ -134,21 +134,29 @@ async def test_subscriptions_of_one_origin_share_the_strictest_rate_limit(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int]) -> None:
     topic = await topic_factory(partitions=1)
-    receiver = await Receiver().start()
+    arrivals: list[float] = []
+
+    async def answer(push: Push) -> int:
+        arrivals.append(asyncio.get_running_loop().time())
+        return 200
+
+    receiver = await Receiver(answer).start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             admin = Admin(runtime)
-            for name, rate in (("fast", 500), ("slow", 50)):
+            for name, rate in (("fast", 500), ("slow", 5)):
                 await admin.subscribe(subscription(
-                    name, [{"name": topic}], receiver.url, fast_group=fast_group_kwargs,
-                    rateLimitPerSecond=rate))
-            await produce(kafka_bootstrap, topic, 20)
-            await receiver.wait_for(lambda: len(receiver.delivered()) == 40)
+                    name, [{"name": topic, "config": {"concurrencyFactor": 10}}],
+                    receiver.url, fast_group=fast_group_kwargs, rateLimitPerSecond=rate))
+            await produce(kafka_bootstrap, topic, 10)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 20)
             for name in ("fast", "slow"):
                 _, one = await admin.call("GET", f"/broker/subscription/{name}/g-{name}")
-                assert one["data"]["status"]["endpoint"]["origin"]["rate_limit"] == 50
+                assert one["data"]["status"]["endpoint"]["origin"]["rate_limit"] == 5
     finally:
         await receiver.stop()
+    # 20 requests through one bucket of 5/s (a burst of 5): the last 15 take >= 3 s
+    assert max(arrivals) - min(arrivals) >= 2.5
 
 
 async def test_subscriptions_of_one_origin_share_its_connection_limit(
