@@ -49,6 +49,7 @@ from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import Record, RetryInfo
 from runtime.host.config import DelayLevel
 from runtime.host.journal import Event
+from runtime.host.metrics import Registry, Value
 from runtime.kafka import create_topics
 from runtime.kernel import Actor, Ref
 
@@ -163,8 +164,15 @@ class RetryTopicActor(Actor):
     mailbox_capacity = 1024
 
     def __init__(self, name: str, bootstrap: str, levels: Sequence[DelayLevel],
-                 retry: RetryTopics, subscription: str, partitions: int = 3) -> None:
+                 retry: RetryTopics, subscription: str, partitions: int = 3,
+                 metrics: Registry | None = None) -> None:
         super().__init__(name)
+        self._m_moved: Value | None = None
+        if metrics is not None:
+            self._m_moved = metrics.counter(
+                "hookstream_retry_topic_moved_total",
+                "Records moved to the retry topic through the delay queue (acknowledged)",
+            ).labels(subscription=subscription)
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.levels = list(levels)
@@ -203,6 +211,8 @@ class RetryTopicActor(Actor):
                 await self._producer.send(self.retry.topic, record.value, key=record.key,
                                           headers=headers, delay_ms=message.delay_ms)
                 self.moved += 1
+                if self._m_moved is not None:
+                    self._m_moved.inc()
                 return
             except Exception as exc:  # never dropped: retried, loudly, until written
                 log.error("%s: moving %s-%d@%d to %s failed (%r); retrying in %.1fs",

@@ -689,7 +689,7 @@ class DeliveryService:
         if retry is not None and retry_bootstrap is not None:
             specs.append(ChildSpec("retrytopic", lambda: RetryTopicActor(
                 "retrytopic", retry_bootstrap, delay.levels, retry, consumer.key,
-                delay.partitions), start_timeout_ms=15_000))
+                delay.partitions, runtime.metrics), start_timeout_ms=15_000))
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
             shutdown_ms=500))

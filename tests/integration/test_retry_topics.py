@@ -90,6 +90,8 @@ async def test_a_failing_record_moves_aside_lets_the_next_1000_through_and_arriv
             await receiver.wait_for(lambda: any(p.body == b"v0" for p in receiver.ok),
                                     timeout_s=75)
             await _until(lambda: _committed_all(runtime, topic, 1001), "commit past 1000")
+            moved = runtime.metrics.counter("hookstream_retry_topic_moved_total", "")
+            assert sum(v.value for v in moved.children.values()) >= 1
         assert (await committed(kafka_bootstrap, "g-rt", topic, 1)) == {0: 1001}
     finally:
         await receiver.stop()
