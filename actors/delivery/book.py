@@ -9,9 +9,12 @@ retry bookkeeping. What the actor asks it:
   batch and buffers it; `restart_if_truncated(first)` starts over when the log was cut
   below the committed position; `pin()` commits where a partition with no position started.
 - dispatch: `dispatch()` gives the records the window and the lanes let start now.
-- outcomes: `finish(record)` for a record delivered, dead-lettered or skipped;
-  `retry_at(record, now)` after a failed attempt: when to try again, or None to give up;
-  `retrying(record)` when the retry goes out.
+- outcomes: `finish(record)` for a record delivered, dead-lettered, skipped or moved to
+  the retry topic; `retry_at(record, now)` after a failed attempt: when to try again, or
+  None to give up; then `move_aside_ms(record)`: the delay before its next attempt through
+  the retry topic, or None to dead-letter it; `retrying(record)` when the retry goes out;
+  `halt(record)` after a 410 Gone: nothing more is dispatched and the record stays
+  unfinished (it is delivered again when the subscription is resumed).
 - commits: `request_commit()` is the position worth sending, only when it moved forward.
   It is the lowest unfinished offset received, so it never passes an unfinished record.
 - flow: `flow()` says pause now, resume now, or no change (`PauseGate`).
@@ -27,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 
 from actors.delivery.lanes import Dispatcher, Mode
-from actors.delivery.subscription import SubscriptionMethod, TopicConfig
+from actors.delivery.subscription import RetryTopics, SubscriptionMethod, TopicConfig
 from actors.shared.errors import InvalidArgument
 from actors.shared.flow import CommitPoint, DrainWaiters, PauseGate
 from actors.shared.messages import Drain, Record
@@ -63,16 +66,19 @@ class PartitionBook:
     """The state of one delivery partition; see the module docstring.
 
     `retry_limit` is `retryBeforeCommit`: N > 0 gives a record N retries after its first
-    attempt, then it is given up; 0 retries forever.
+    attempt, then it is given up; 0 retries forever. With `retry_topics`, a record given
+    up moves to the retry topic while delays are left (0 then means no local retry, and a
+    record read back from the retry topic gets one attempt per delay).
     """
 
     __slots__ = ("_commit", "_drains", "_gate", "_rand", "_taken", "_watched",
-                 "_watched_since", "backoff", "dispatcher", "highwater", "retry_limit",
-                 "stalled_since", "tracker")
+                 "_watched_since", "backoff", "dispatcher", "halted", "highwater",
+                 "retry_limit", "retry_topics", "stalled_since", "tracker")
 
     def __init__(self, ordering: Mode, window: int, lanes: int, buffer_limit: int,
                  backoff: Backoff, retry_limit: int = 0,
-                 rand: Callable[[], float] = random.random) -> None:
+                 rand: Callable[[], float] = random.random,
+                 retry_topics: RetryTopics | None = None) -> None:
         if retry_limit < 0:
             raise InvalidArgument(f"retry_limit must be >= 0 (0: forever), got {retry_limit}")
         self.dispatcher: Dispatcher[Record] = Dispatcher(ordering, window, lanes, _key_of)
@@ -88,11 +94,14 @@ class PartitionBook:
         self._watched: int | None = None  # the position the stall watchdog last saw move
         self._watched_since = 0
         self.stalled_since: int | None = None
+        self.retry_topics = retry_topics
+        self.halted = False  # a 410 Gone: the subscription is being disabled
 
     @classmethod
     def for_topic(cls, cfg: TopicConfig, method: SubscriptionMethod) -> PartitionBook:
         return cls(cfg.ordering, window(cfg), cfg.lanes or cfg.concurrencyFactor,
-                   buffer_limit(cfg), retry_backoff(method), method.retryBeforeCommit)
+                   buffer_limit(cfg), retry_backoff(method), method.retryBeforeCommit,
+                   retry_topics=method.retryTopics)
 
     # -- intake ------------------------------------------------------------------------
     def assign(self, position: int | None) -> bool:
@@ -185,11 +194,12 @@ class PartitionBook:
     # -- dispatch and outcomes ---------------------------------------------------------
     def dispatch(self) -> list[Record]:
         """The buffered records that may start now (attempt 1); none while draining."""
-        if self._drains.draining:
+        if self._drains.draining or self.halted:
             return []
         ready = self.dispatcher.ready()
         for record in ready:
-            record.attempt = 1
+            retry = record.retry  # read back from a retry topic: its count goes on
+            record.attempt = 1 if retry is None else retry.attempts + 1
         return ready
 
     def finish(self, record: Record) -> int | None:
@@ -209,7 +219,27 @@ class PartitionBook:
         limit = self.retry_limit
         if give_up or (limit and record.attempt > limit):
             return None
+        if self.retry_topics is not None and (not limit or (
+                record.retry is not None and record.retry.stage)):
+            return None  # moves to the retry topic (`move_aside_ms`)
         return now_ms + self.backoff.delay_ms(record.attempt, self._rand, retry_after_ms)
+
+    def move_aside_ms(self, record: Record, give_up: bool = False) -> int | None:
+        """After `retry_at` gave `record` up: the delay before its next attempt through the
+        retry topic; None when there is none (no retry topics, the receiver asked to give
+        it up, or its last delay is used up): dead-letter it."""
+        retry_topics = self.retry_topics
+        if give_up or retry_topics is None:
+            return None
+        stage = record.retry.stage if record.retry is not None else 0
+        delays = retry_topics.delaysMs
+        return delays[stage] if stage < len(delays) else None
+
+    def halt(self, record: Record) -> None:
+        """The endpoint is gone (410): free `record`'s slot without finishing its offset
+        (the commit position stays below it) and dispatch nothing more."""
+        self.halted = True
+        self.dispatcher.done(record)
 
     @staticmethod
     def retrying(record: Record) -> None:

@@ -43,6 +43,7 @@ class ConsumerDeps:
     deadletter: Ref | None
     metrics: Registry
     stall_after_ms: int = STALL_AFTER_MS
+    retrytopic: Ref | None = None  # with subscriptionMethod.retryTopics
 
 
 def fetch_size(sub: Consumer) -> int:
@@ -98,7 +99,8 @@ class ConsumerActor(GroupConsumerActor):
         return tps
 
     def build_child(self, tp: TopicPartition, epoch: int) -> PartitionActor:
-        peers = PartitionPeers(self, self.deps.egress, self.deps.deadletter)
+        peers = PartitionPeers(self, self.deps.egress, self.deps.deadletter,
+                               self.deps.retrytopic)
         return PartitionActor(child_name(tp), self.sub, tp.topic, tp.partition, epoch, peers,
                               self.deps.metrics, self.deps.stall_after_ms)
 

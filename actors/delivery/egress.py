@@ -53,6 +53,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Final
 
 import aiohttp
@@ -60,13 +61,14 @@ import msgspec
 from yarl import URL
 
 from actors.delivery.guard import DestinationDenied, DestinationGuard
-from actors.delivery.origin import Origin, origin_of
+from actors.delivery.origin import STATE_VALUES, Origin, origin_of
 from actors.delivery.outlet import Answer, OutletActor, describe_error
 from actors.delivery.secrets import resolved
 from actors.delivery.signing import sign_all, signing_keys, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
 from actors.delivery.tls import client_context
 from actors.shared.messages import Record
+from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kernel.backoff import parse_retry_after
 
@@ -174,11 +176,16 @@ async def discard_body(response: aiohttp.ClientResponse) -> None:
         response.close()  # unread bytes make the connection unusable for the next request
 
 
+GoneCallback = Callable[[str, str], None]
+"""Told (subscription key, reason) when the endpoint answers 410 Gone."""
+
+
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
     def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry,
-                 guard: DestinationGuard | None = None, origin: Origin | None = None) -> None:
+                 guard: DestinationGuard | None = None, origin: Origin | None = None,
+                 on_gone: GoneCallback | None = None) -> None:
         method = consumer.subscriptionMethod
         # the endpoint label (journal, status, logs) never shows user-info or query values
         super().__init__(name, consumer.key, redact_uri(method.uri), pool_size(consumer),
@@ -197,6 +204,21 @@ class EgressActor(OutletActor):
         self._url: URL | str = method.uri
         self._keys: list[bytes] = []
         self._session: aiohttp.ClientSession | None = None
+        self.on_gone = on_gone
+        self._gone = False
+        # bounded retries: attempts while the breaker is open fail at once and count
+        # (actors/delivery/origin.py); retrying forever: they wait for the probe
+        self._fail_fast = method.retryBeforeCommit > 0 or method.retryTopics is not None
+        self._bind_origin_metrics(metrics)
+
+    def _bind_origin_metrics(self, metrics: Registry) -> None:
+        name = self.origin.name
+        self._m_breaker = metrics.gauge(
+            "hookstream_origin_breaker_state",
+            "Circuit breaker per origin: 0 closed, 1 half-open, 2 open").labels(origin=name)
+        self._m_transitions = metrics.counter(
+            "hookstream_origin_breaker_transitions_total",
+            "Circuit breaker state changes per origin, by the state entered")
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -231,15 +253,20 @@ class EgressActor(OutletActor):
             await session.close()
 
     async def push(self, record: Record) -> Answer:
-        await self._wait_for_origin()
-        try:
-            answer = await self._push(record)
-        except Exception:
-            self._origin_answered(False)
-            raise
+        if not await self._wait_for_origin():
+            return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
+                          local=True)
+        async with self.origin.slots:  # the origin's connection limit
+            try:
+                answer = await self._push(record)
+            except Exception:
+                self._origin_answered(False)
+                raise
         self._origin_answered(answer.error is None or answer.action == "skip")
         if answer.status in (429, 503) and answer.retry_after_ms is not None:
             self.origin.throttle(self.context.clock.monotonic_ms() + answer.retry_after_ms)
+        if answer.action == "disable":
+            self._disable()
         return answer
 
     async def _push(self, record: Record) -> Answer:
@@ -249,25 +276,55 @@ class EgressActor(OutletActor):
             return decided
         if 200 <= status < 300:
             return Answer(status)
+        if status == 410:
+            return Answer(status, "HTTP 410 Gone: the subscription is disabled",
+                          action="disable")
         retry_ms = parse_retry_after(retry_after, self.context.clock.wall_ms())
         return Answer(status, f"HTTP {status}", retry_ms)
 
-    async def _wait_for_origin(self) -> None:
-        """Hold this worker while the origin says no (breaker open, throttled by its
-        Retry-After, rate used up): its records wait here, the partitions' windows fill and
-        fetching pauses; nothing is retried in a hot loop and no attempt is spent."""
-        clock = self.context.clock
-        while (wait := self.origin.wait_ms(clock.monotonic_ms())) is not None:
-            await clock.sleep_ms(wait)
+    def _disable(self) -> None:
+        """A 410 Gone: tell the service once (it stops the subscription's tree)."""
+        if not self._gone and self.on_gone is not None:
+            self._gone = True
+            self.on_gone(self.consumer.key, f"{self.endpoint} answered 410 Gone")
+
+    async def _wait_for_origin(self) -> bool:
+        """Hold this worker while the origin says no (throttled by its Retry-After, rate
+        used up, breaker open): its records wait here, the partitions' windows fill and
+        fetching pauses; nothing is retried in a hot loop and no attempt is spent. False:
+        the breaker says no and this subscription's retries are bounded: fail at once
+        (actors/delivery/origin.py says why)."""
+        clock, origin = self.context.clock, self.origin
+        while (held := origin.hold(clock.monotonic_ms())) is not None:
+            self._report_transitions()
+            if held.breaker and self._fail_fast:
+                return False
+            await clock.sleep_ms(held.ms)
+        self._report_transitions()
+        return True
 
     def _origin_answered(self, ok: bool) -> None:
-        changed = self.origin.breaker.record(ok, self.context.clock.monotonic_ms())
-        if changed == "open":
-            log.warning("%s: circuit breaker for %s open for %d ms", self._subscription,
-                        self.origin.name, self.origin.breaker.open_ms)
-        elif changed == "closed":
-            log.info("%s: circuit breaker for %s closed", self._subscription,
-                     self.origin.name)
+        self.origin.breaker.record(ok, self.context.clock.monotonic_ms())
+        self._report_transitions()
+
+    def _report_transitions(self) -> None:
+        """Log, journal and count the origin's breaker changes (once, by whichever of its
+        egress actors sees them first)."""
+        breaker = self.origin.breaker
+        if not breaker.transitions:
+            return
+        name, clock = self.origin.name, self.context.clock
+        for change in breaker.take_transitions():
+            level = logging.WARNING if change.after == "open" else logging.INFO
+            log.log(level, "%s: circuit breaker for %s %s -> %s: %s", self._subscription,
+                    name, change.before, change.after, change.why)
+            self.context.emit(Event(
+                type="breaker_changed", ts_ms=clock.wall_ms(), subscription=self._subscription,
+                endpoint=name, reason=f"{change.before} -> {change.after}: {change.why}"))
+            self._m_transitions.labels(origin=name, state=change.after).inc()
+            self.origin.history.appendleft({"at": clock.wall_ms(), "from": change.before,
+                                            "to": change.after, "why": change.why})
+        self._m_breaker.set(STATE_VALUES[breaker.state])
 
     def describe(self, exc: BaseException) -> str:
         return describe(exc, self._timeout_ms)
@@ -287,13 +344,14 @@ class EgressActor(OutletActor):
     def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
         """The per-record headers (the static ones are the session's defaults), body, query."""
         key, encoded = key_header(record.key)
-        msg_id = webhook_id(record.topic, record.partition, record.offset)
+        topic, partition, offset = record.coordinates()  # a retry: the original ones
+        msg_id = webhook_id(topic, partition, offset)
         timestamp_s = self.context.clock.wall_ms() // 1000
         headers = {
-            "QOH-Topic": record.topic,  # Kafka topic names are [a-zA-Z0-9._-]: header-safe
-            "QOH-Partition": str(record.partition),
+            "QOH-Topic": topic,  # Kafka topic names are [a-zA-Z0-9._-]: header-safe
+            "QOH-Partition": str(partition),
             "QOH-Message-Key": key,
-            "QOH-Message-Number": str(record.offset),
+            "QOH-Message-Number": str(offset),
             "webhook-id": msg_id,
             "webhook-timestamp": str(timestamp_s),
         }

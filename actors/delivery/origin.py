@@ -1,23 +1,41 @@
 """What every subscription that pushes to one origin (scheme, host, port) shares: a
-circuit breaker, a rate limit and the origin's own "slow down" (429/503 with
-`Retry-After`). Pure decisions on `now`; the egress actors consult them.
+circuit breaker, a rate limit, a connection limit and the origin's own "slow down"
+(429/503 with `Retry-After`). Pure decisions on `now`; the egress actors consult them.
 
 Circuit breaker (on by default). Closed: requests go; every answer is recorded in a
 sliding window of `window_ms`. When at least `min_requests` answers are in the window and
-the failure ratio reaches `failure_ratio`, it opens for `open_ms`: nothing goes (the
-egress answers at once, so records wait for their retry time, not in a hot loop). Then one
+the failure ratio reaches `failure_ratio`, it opens for `open_ms`: nothing goes. Then one
 probe request goes (half-open); its success closes the breaker, its failure opens it again.
+While it is open (or its probe is out) the egress, per subscription:
 
-Rate limit: a token bucket of `rate` requests per second (burst: one second's worth); the
-strictest setting among the subscriptions of an origin applies.
+- with bounded retries (`retryBeforeCommit` > 0, or `retryTopics`): answers each attempt
+  at once with a failure that sends nothing (`circuit breaker open`) and counts as an
+  attempt. The time spent open thus counts toward the retry schedule: a dead endpoint's
+  records reach the retry or dead-letter topic after the same schedule as with the
+  breaker off (the sum of their backoff delays), and it gets one probe per `open_ms`.
+- retrying forever (`retryBeforeCommit` 0): holds the record without spending an attempt
+  until the probe may go; its window fills and the partition's fetching pauses.
+
+Every transition is kept in `transitions` for the egress to log, journal and count.
+
+Settings: `subscriptionMethod.circuitBreaker` (`failureRatio`, `minRequests`, `openMs`)
+and `rateLimitPerSecond`; among the subscriptions of an origin the strictest apply (lowest
+ratio, fewest requests, longest open period, lowest rate; a subscription without the
+setting counts with the defaults, or no rate limit). `Origins.configure` recomputes them
+whenever a subscription of the origin starts.
+
+Rate limit: a token bucket of `rate` requests per second (burst: one second's worth).
+Connection limit: at most `max_connections` requests in flight to the origin across all
+its subscriptions (`[egress] origin_max_connections`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 from urllib.parse import urlsplit
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -25,6 +43,37 @@ DEFAULT_FAILURE_RATIO = 0.5
 DEFAULT_MIN_REQUESTS = 20
 DEFAULT_OPEN_MS = 10_000
 DEFAULT_WINDOW_MS = 30_000
+DEFAULT_MAX_CONNECTIONS = 1000
+HALF_OPEN_POLL_MS: Final = 100
+"""How often a held request looks again while the probe is out (its answer may take up
+to the subscription's `timeoutMs`)."""
+HISTORY: Final = 10
+STATE_VALUES: Final[dict[str, int]] = {"closed": 0, "half_open": 1, "open": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One breaker state change, at `at_ms` (monotonic), with what caused it."""
+
+    before: BreakerState
+    after: BreakerState
+    at_ms: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    failure_ratio: float = DEFAULT_FAILURE_RATIO
+    min_requests: int = DEFAULT_MIN_REQUESTS
+    open_ms: int = DEFAULT_OPEN_MS
+
+
+def strictest(settings: Iterable[BreakerSettings]) -> BreakerSettings:
+    """The strictest of several subscriptions' settings (defaults when none)."""
+    found = list(settings) or [BreakerSettings()]
+    return BreakerSettings(min(s.failure_ratio for s in found),
+                           min(s.min_requests for s in found),
+                           max(s.open_ms for s in found))
 
 
 def origin_of(uri: str) -> str:
@@ -50,6 +99,18 @@ class CircuitBreaker:
     _answers: deque[tuple[int, bool]] = field(default_factory=deque)
     _failures: int = 0
     _probing: bool = False
+    transitions: list[Transition] = field(default_factory=list)
+
+    def apply(self, settings: BreakerSettings) -> None:
+        """New thresholds; the state and the window stay."""
+        self.failure_ratio = settings.failure_ratio
+        self.min_requests = settings.min_requests
+        self.open_ms = settings.open_ms
+
+    def take_transitions(self) -> list[Transition]:
+        """The transitions since the last call (reported once, by whoever asks first)."""
+        taken, self.transitions = self.transitions, []
+        return taken
 
     def allow(self, now_ms: int) -> bool:
         """May a request go now? In half-open state exactly one (the probe) may."""
@@ -60,6 +121,8 @@ class CircuitBreaker:
             if now_ms < self.opened_at + self.open_ms:
                 return False
             self.state, self._probing = "half_open", False
+            self.transitions.append(Transition("open", "half_open", now_ms,
+                                               f"{self.open_ms} ms passed: one probe"))
         if self.state == "half_open":
             if self._probing:
                 return False
@@ -77,13 +140,16 @@ class CircuitBreaker:
             return None
         if self.state == "half_open":
             self._probing = False
-            return self._move("closed" if ok else "open", now_ms)
+            return self._move("closed" if ok else "open", now_ms,
+                              "the probe succeeded" if ok else "the probe failed")
         self._slide(now_ms)
         self._answers.append((now_ms, ok))
         self._failures += not ok
-        if (self.state == "closed" and len(self._answers) >= self.min_requests
-                and self._failures / len(self._answers) >= self.failure_ratio):
-            return self._move("open", now_ms)
+        answers = len(self._answers)
+        if (self.state == "closed" and answers >= self.min_requests
+                and self._failures / answers >= self.failure_ratio):
+            return self._move("open", now_ms, f"{self._failures} of the last {answers} "
+                              f"answers failed")
         return None
 
     def _slide(self, now_ms: int) -> None:
@@ -92,7 +158,8 @@ class CircuitBreaker:
             _, ok = answers.popleft()
             self._failures -= not ok
 
-    def _move(self, state: BreakerState, now_ms: int) -> BreakerState:
+    def _move(self, state: BreakerState, now_ms: int, why: str) -> BreakerState:
+        self.transitions.append(Transition(self.state, state, now_ms, why))
         self.state = state
         self.opened_at = now_ms if state == "open" else None
         if state == "closed":
@@ -120,6 +187,14 @@ class TokenBucket:
         return int((1 - self.tokens) * 1000 / self.rate) + 1
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A request may not go now: wait `ms`; `breaker` when the circuit breaker says no."""
+
+    ms: int
+    breaker: bool = False
+
+
 @dataclass(slots=True)
 class Origin:
     """One origin's shared state."""
@@ -128,17 +203,35 @@ class Origin:
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     bucket: TokenBucket | None = None
     throttled_until: int = 0
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    _slots: asyncio.Semaphore | None = None
+    history: deque[dict[str, object]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY))
+    """The latest breaker transitions as reported (wall-clock ms), newest first."""
 
-    def wait_ms(self, now_ms: int) -> int | None:
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        """The origin's connection limit, shared by its subscriptions' egress actors."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_connections)
+        return self._slots
+
+    def hold(self, now_ms: int) -> Hold | None:
         """None: a request may go now (a token was taken). Else how long to hold off:
         the origin asked us to slow down, its breaker is open, or its rate is used up."""
         if now_ms < self.throttled_until:
-            return self.throttled_until - now_ms
+            return Hold(self.throttled_until - now_ms)
         if not self.breaker.allow(now_ms):
             retry = self.breaker.retry_at()
-            return max((retry or now_ms + 1) - now_ms, 1)
+            return Hold(max(retry - now_ms, 1) if retry is not None else HALF_OPEN_POLL_MS,
+                        breaker=True)
         wait = self.bucket.take(now_ms) if self.bucket is not None else 0
-        return wait or None
+        return Hold(wait) if wait else None
+
+    def wait_ms(self, now_ms: int) -> int | None:
+        """`hold(now)` in ms (None: go now)."""
+        held = self.hold(now_ms)
+        return None if held is None else held.ms
 
     def throttle(self, until_ms: int) -> None:
         self.throttled_until = max(self.throttled_until, until_ms)
@@ -148,24 +241,43 @@ class Origin:
         if per_second and (self.bucket is None or per_second < self.bucket.rate):
             self.bucket = TokenBucket(per_second)
 
+    def configure(self, rates: Iterable[float | None],
+                  breakers: Iterable[BreakerSettings]) -> None:
+        """The settings of every subscription of this origin: the strictest apply."""
+        limits = [rate for rate in rates if rate]
+        rate = min(limits) if limits else None
+        if rate is None:
+            self.bucket = None
+        elif self.bucket is None or self.bucket.rate != rate:
+            self.bucket = TokenBucket(rate)
+        self.breaker.apply(strictest(breakers))
+
     def as_dict(self) -> dict[str, object]:
-        return {"origin": self.name, "breaker": self.breaker.state,
-                "opened_at": self.breaker.opened_at, "throttled_until": self.throttled_until,
-                "rate_limit": self.bucket.rate if self.bucket else None}
+        breaker = self.breaker
+        return {"origin": self.name, "breaker": breaker.state,
+                "breaker_enabled": breaker.enabled, "opened_at": breaker.opened_at,
+                "probe_at": breaker.retry_at(), "failure_ratio": breaker.failure_ratio,
+                "min_requests": breaker.min_requests, "open_ms": breaker.open_ms,
+                "throttled_until": self.throttled_until,
+                "rate_limit": self.bucket.rate if self.bucket else None,
+                "max_connections": self.max_connections, "transitions": list(self.history)}
 
 
 class Origins:
     """The registry the delivery service keeps: one `Origin` per scheme, host and port."""
 
-    def __init__(self, breaker: bool = True) -> None:
+    def __init__(self, breaker: bool = True,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.breaker = breaker
+        self.max_connections = max_connections
         self._origins: dict[str, Origin] = {}
 
     def get(self, uri: str) -> Origin:
         name = origin_of(uri)
         found = self._origins.get(name)
         if found is None:
-            found = self._origins[name] = Origin(name, CircuitBreaker(enabled=self.breaker))
+            found = self._origins[name] = Origin(name, CircuitBreaker(enabled=self.breaker),
+                                                 max_connections=self.max_connections)
         return found
 
     def __iter__(self) -> Iterator[Origin]:

@@ -79,19 +79,22 @@ class EndpointHealth:
                 "recent_failures": list(self.recent_failures)}
 
 
-Action = Literal["skip", "dead-letter"]
+Action = Literal["skip", "dead-letter", "disable"]
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What a push got back: `error` is None on success. `action` is the receiver's say on
-    a record (`skip`: done without retrying; `dead-letter`: give it up now)."""
+    a record (`skip`: done without retrying; `dead-letter`: give it up now; `disable`: 410
+    Gone, the subscription is disabled). `local`: nothing was sent (the origin's circuit
+    breaker is open); it still counts as a failed attempt."""
 
     status: int | None
     error: str | None = None
     retry_after_ms: int | None = None
     action: Action | None = None
     reason: str | None = None
+    local: bool = False
 
 
 def status_class(status: int) -> str:
@@ -208,7 +211,8 @@ class OutletActor(Actor):
             return Delivered(record, deliver.epoch, status or 0, latency_ms)
         self._journal_outcome("failed", record, status, latency_ms, error)
         return Failed(record, deliver.epoch, status, error, latency_ms,
-                      answer.retry_after_ms, give_up=answer.action == "dead-letter")
+                      answer.retry_after_ms, give_up=answer.action == "dead-letter",
+                      disable=answer.action == "disable", local=answer.local)
 
     def _observe(self, ok: bool, status: int | None, error: str | None) -> None:
         """Track the endpoint's health; log when it starts failing and when it recovered
@@ -227,19 +231,21 @@ class OutletActor(Actor):
     def _journal_sent(self, record: Record) -> None:
         clock = self.context.clock
         now_wall, now_mono = clock.wall_ms(), clock.monotonic_ms()
+        topic, partition, offset = record.coordinates()  # a retry: its original ones
         self.context.emit(Event(
             type="sent", ts_ms=now_wall, subscription=self._subscription,
-            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
-            offset=record.offset, attempt=record.attempt,
+            endpoint=self.endpoint, topic=topic, partition=partition,
+            offset=offset, attempt=record.attempt,
             fetched_ts_ms=now_wall - (now_mono - record.fetched_ms),
         ))
 
     def _journal_outcome(self, kind: EventType, record: Record, status: int | None,
                          latency_ms: float, reason: str | None) -> None:
+        topic, partition, offset = record.coordinates()
         self.context.emit(Event(
             type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self._subscription,
-            endpoint=self.endpoint, topic=record.topic, partition=record.partition,
-            offset=record.offset, attempt=record.attempt, status=status,
+            endpoint=self.endpoint, topic=topic, partition=partition,
+            offset=offset, attempt=record.attempt, status=status,
             latency_ms=latency_ms, record_ts_ms=record.timestamp_ms, reason=reason,
         ))
 

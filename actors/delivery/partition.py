@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from actors.delivery.book import PartitionBook
 from actors.delivery.deadletter import DeadLetter
+from actors.delivery.retrytopic import MoveAside, MovedAside, note_failure, read_retry
 from actors.delivery.subscription import Consumer, TopicConfig
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import (
@@ -60,6 +61,7 @@ class PartitionPeers:
     consumer: Ref
     egress: Ref
     deadletter: Ref | None
+    retrytopic: Ref | None = None
 
 
 PARTITION_SERIES = (
@@ -83,6 +85,8 @@ class PartitionActor(Actor):
         cfg: TopicConfig = sub.topic_config(topic)
         self.cfg = cfg
         self.book = PartitionBook.for_topic(cfg, sub.subscriptionMethod)
+        retry = sub.subscriptionMethod.retryTopics
+        self.reads_retries = retry is not None and topic == retry.topic
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
@@ -133,6 +137,8 @@ class PartitionActor(Actor):
             await self._on_retry_due(message)
         elif isinstance(message, DeadLettered):
             await self._on_dead_lettered(message)
+        elif isinstance(message, MovedAside):
+            await self._on_moved_aside(message)
         elif isinstance(message, CommitTick):
             self._commit(self.book.request_commit())
             self._check_health()
@@ -156,8 +162,13 @@ class PartitionActor(Actor):
         if restarted is not None:
             log.warning("%s: committed position %d is past the log; restarting at %d",
                         self.path, restarted, batch.records[0].offset)
+        if self.reads_retries:
+            for record in batch.records:
+                record.retry = read_retry(record.headers)
         emit, now, sub = self.context.emit, self.context.clock.wall_ms(), self.sub_key
         for record in book.take(batch.records, batch.highwater):
+            if record.retry is not None:
+                continue  # read back from the retry topic: fetched once, at its origin
             emit(Event(type="fetched", ts_ms=now, subscription=sub, topic=self.topic,
                        partition=self.partition, offset=record.offset,
                        record_ts_ms=record.timestamp_ms))
@@ -193,8 +204,20 @@ class PartitionActor(Actor):
         self.m_failed.inc()
         self.last_error = outcome.error
         record, now = outcome.record, self.context.clock.monotonic_ms()
-        retry_at = self.book.retry_at(record, now, outcome.retry_after_ms, outcome.give_up)
+        if outcome.disable:  # 410 Gone: the service disables the subscription
+            self.book.halt(record)
+            self.m_inflight.set(self.book.inflight)
+            return
+        book = self.book
+        if book.retry_topics is not None:
+            note_failure(record, self.context.clock.wall_ms())
+        retry_at = book.retry_at(record, now, outcome.retry_after_ms, outcome.give_up)
         if retry_at is None:
+            delay = book.move_aside_ms(record, outcome.give_up)
+            if delay is not None and self.peers.retrytopic is not None:
+                await self.peers.retrytopic.tell(MoveAside(record, delay, outcome.error,
+                                                           self.epoch, self))
+                return
             await self._give_up(record, outcome)
             return
         self.schedule(retry_at, RetryDue(record, self.epoch))
@@ -240,6 +263,16 @@ class PartitionActor(Actor):
         self._journal("dead_lettered", message.record, reason=f"{message.reason} (to "
                       f"{self.sub.subscriptionMethod.deadLetterTopic})")
         await self._finish(message.record)
+
+    async def _on_moved_aside(self, message: MovedAside) -> None:
+        if message.epoch != self.epoch:
+            return
+        record, retry = message.record, self.sub.subscriptionMethod.retryTopics
+        self.m_retries.inc()
+        self._journal("retry_scheduled", record, latency_ms=float(message.delay_ms),
+                      reason=f"moved to retry topic {retry.topic if retry else '?'}, next "
+                             f"attempt in {message.delay_ms} ms")
+        await self._finish(record)
 
     async def _finish(self, record: Record) -> None:
         # every record passes here: the decisions are None most of the time, so they are
@@ -314,9 +347,10 @@ class PartitionActor(Actor):
 
     def _journal(self, kind: EventType, record: Record, *, reason: str | None,
                  status: int | None = None, latency_ms: float | None = None) -> None:
+        topic, partition, offset = record.coordinates()  # a retry: its original ones
         self.context.emit(Event(
             type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self.sub_key,
-            topic=self.topic, partition=self.partition, offset=record.offset,
+            topic=topic, partition=partition, offset=offset,
             attempt=record.attempt, status=status, latency_ms=latency_ms, reason=reason))
 
     def __repr__(self) -> str:

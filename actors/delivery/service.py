@@ -36,7 +36,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Final, Unpack
 
 import msgspec
 
@@ -55,17 +55,25 @@ from actors.delivery.errors import (
 from actors.delivery.guard import DEFAULT_DENY, DestinationGuard
 from actors.delivery.handler import Handler
 from actors.delivery.inprocess import InProcessSubscription
-from actors.delivery.origin import Origins
+from actors.delivery.origin import BreakerSettings, Origin, Origins
 from actors.delivery.outlet import OutletActor
 from actors.delivery.partition import PartitionActor
 from actors.delivery.replay import ReplayActor, ReplayProgress, ReplayRequest
+from actors.delivery.retrytopic import RetryTopicActor, check_levels, with_retry_topic
 from actors.delivery.routes import SubscriptionRoutes
 from actors.delivery.status import SubscriptionStatus
 from actors.delivery.store import SubscriptionStore, encode
-from actors.delivery.subscription import Consumer, decode_consumer, redact_uri, redacted
+from actors.delivery.subscription import (
+    CircuitBreakerSettings,
+    Consumer,
+    decode_consumer,
+    redact_uri,
+    redacted,
+)
 from actors.shared.group_consumer import GroupConsumerActor, Wiring
 from runtime.errors import ActorStartError, ConfigError
 from runtime.host.files import atomic_write
+from runtime.host.journal import Event
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
 if TYPE_CHECKING:
@@ -84,6 +92,9 @@ CONSUMER_STOP_MS = DRAIN_MS + 1000
 SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
 KEEP_TICK_MS = 250
 PAUSED_FILE = "paused.list"  # not *.json: those are subscriptions
+DISABLED_FILE = "disabled.list"  # key -> reason: subscriptions a 410 Gone disabled
+STOPPED: Final = ("paused", "disabled")
+"""States in which a subscription has no actors on purpose (resume starts it again)."""
 
 
 class DeliveryService:
@@ -104,12 +115,14 @@ class DeliveryService:
         self._root: ChildRef | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # one change at a time (admin API, keeper)
+        self._disabling: set[asyncio.Task[None]] = set()  # 410 Gone: owned, awaited on stop
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
         egress = runtime.config.egress
-        self.origins = Origins(breaker=egress.circuit_breaker)
+        self.origins = Origins(breaker=egress.circuit_breaker,
+                               max_connections=egress.origin_max_connections)
         self.guard = DestinationGuard(egress.allow_networks, egress.deny_networks
                                       if egress.deny_networks is not None else DEFAULT_DENY,
                                       egress.allow_references)
@@ -143,10 +156,15 @@ class DeliveryService:
         assert self._store is not None
         consumers, self.problems = await self._store.load_all()
         paused = await asyncio.to_thread(self._load_paused)
+        disabled = await asyncio.to_thread(self._load_disabled)
         for consumer in consumers:
             key = consumer.key
             self.subscriptions[key] = consumer
             self.status[key] = SubscriptionStatus("starting", self._now())
+            if key in disabled:
+                self.status[key].move("disabled", self._now(), disabled[key])
+                log.warning("subscription %s restored disabled: %s", key, disabled[key])
+                continue
             if key in paused:
                 self.status[key].move("paused", self._now(), "paused before the restart")
                 log.info("subscription %s restored paused", key)
@@ -160,6 +178,8 @@ class DeliveryService:
         if keeper is not None:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
+        if self._disabling:
+            await asyncio.gather(*self._disabling, return_exceptions=True)
         subscription_log, self._log = self._log, None
         if subscription_log is not None:
             await subscription_log.stop()  # no more changes applied while we stop
@@ -228,6 +248,26 @@ class DeliveryService:
         if persist and self._store is not None:
             self._store.path(consumer.key)  # `<id>_<group.id>` may be too long for a file
         self._bootstrap(consumer)
+        self._check_retry_topics(consumer)
+
+    def _check_retry_topics(self, consumer: Consumer) -> str | None:
+        """With `retryTopics`: the delay queue's bootstrap, after checking that its delays
+        fit the config's levels and that the delay queue runs on the subscription's broker
+        (it forwards to the retry topic, which the subscription consumes). Raises
+        `InvalidSubscription` naming what is missing."""
+        retry = consumer.subscriptionMethod.retryTopics
+        if retry is None:
+            return None
+        assert self._runtime is not None
+        delay = self._runtime.config.delay
+        check_levels(retry, delay.levels)
+        delay_broker = delay.broker or self._runtime.config.brokers[0].name
+        if delay_broker != consumer.broker:
+            raise InvalidSubscription(
+                "invalid subscriptionMethod.retryTopics",
+                f"the delay queue runs on broker {delay_broker!r}, the subscription reads "
+                f"{consumer.broker!r}: retry topics need them to be the same")
+        return self._runtime.bootstrap(delay_broker)
 
     async def _start_tree(self, consumer: Consumer) -> None:
         try:
@@ -254,7 +294,7 @@ class DeliveryService:
     def _tree_exited(self, key: str, error: BaseException | None) -> None:
         """A subscription tree ended by itself (crashed past its restart budget)."""
         status, consumer = self.status.get(key), self.subscriptions.get(key)
-        if status is None or consumer is None or status.state in ("paused", "stopping"):
+        if status is None or consumer is None or status.state in (*STOPPED, "stopping"):
             return
         delay = status.failed(self._now(), f"its actors crashed: {error!r}",
                               self._broker_down(consumer))
@@ -359,11 +399,36 @@ class DeliveryService:
     async def _resume_local(self, key: str) -> None:
         async with self._lock:
             consumer = self._known(key)
-            if self.status[key].state != "paused":
+            if self.status[key].state not in STOPPED:
                 return
             self.status[key].move("starting", self._now())
             await self._save_paused()
             await self._try_start(consumer, "resumed")
+
+    # -- 410 Gone: disabled until the operator resumes -----------------------------------
+    def _gone(self, key: str, reason: str) -> None:
+        """An egress actor saw 410 Gone (called on the event loop, from its worker)."""
+        task = asyncio.get_running_loop().create_task(self._disable(key, reason),
+                                                      name=f"disable {key}")
+        self._disabling.add(task)
+        task.add_done_callback(self._disabling.discard)
+
+    async def _disable(self, key: str, reason: str) -> None:
+        """Stop the subscription's tree like a pause (in-flight pushes finish, positions
+        are committed; the record that got the 410 stays uncommitted) and keep it
+        `disabled`, across restarts too, until `resume`."""
+        async with self._lock:
+            status = self.status.get(key)
+            if status is None or status.state != "running":
+                return
+            await self._stop_tree(key)
+            status.move("disabled", self._now(), reason)
+            await self._save_paused()
+        log.warning("subscription %s disabled: %s; POST .../resume starts it again",
+                    key, reason)
+        assert self._runtime is not None
+        self._runtime.journal.emit(Event(type="subscription_disabled", ts_ms=self._now(),
+                                         subscription=key, status=410, reason=reason))
 
     async def update(self, key: str, consumer: Consumer) -> None:
         """Change a subscription in place: drain and commit, then start again with the new
@@ -377,6 +442,7 @@ class DeliveryService:
             raise InvalidSubscription("in-process subscription",
                                       "its program owns it: stop and consume again")
         self._bootstrap(consumer)
+        self._check_retry_topics(consumer)
         if self._log is not None:
             await self._log.write(key, encode(consumer))
             return
@@ -392,7 +458,7 @@ class DeliveryService:
                 await self._store.save(consumer)
             log.info("subscription %s updated: %s (was %s)", key, _summary(consumer),
                      _summary(old))
-            if status.state != "paused":
+            if status.state not in STOPPED:
                 status.move("starting", self._now())
                 await self._try_start(consumer, "restarted with its new settings")
 
@@ -413,14 +479,30 @@ class DeliveryService:
             log.error("ignoring unreadable %s: %s", path, exc)
             return set()
 
+    def _load_disabled(self) -> dict[str, str]:
+        assert self._runtime is not None
+        path = Path(self._runtime.config.persistence.dir) / DISABLED_FILE
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=dict[str, str])
+        except FileNotFoundError:
+            return {}
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error("ignoring unreadable %s: %s", path, exc)
+            return {}
+
     async def _save_paused(self) -> None:
+        """The paused and the disabled subscriptions, for the next start."""
         if self._store is None:
             return  # cluster mode: pauses live in the subscriptions topic
         assert self._runtime is not None
-        path = Path(self._runtime.config.persistence.dir) / PAUSED_FILE
+        folder = Path(self._runtime.config.persistence.dir)
         paused = sorted(k for k, s in self.status.items()
                         if s.state == "paused" and k not in self.outlets)
-        await asyncio.to_thread(atomic_write, path, msgspec.json.encode(paused))
+        disabled = {k: s.reason for k, s in sorted(self.status.items())
+                    if s.state == "disabled" and k not in self.outlets}
+        await asyncio.to_thread(atomic_write, folder / PAUSED_FILE, msgspec.json.encode(paused))
+        await asyncio.to_thread(atomic_write, folder / DISABLED_FILE,
+                                msgspec.json.encode(disabled))
 
     # -- in-process handlers (`Runtime.consume`) -----------------------------------------
     async def consume(self, group_id: str, handler: Handler,
@@ -503,7 +585,7 @@ class DeliveryService:
         (paused is fine) or runs without any partition yet."""
         reasons: list[str] = []
         for key, status in sorted(self.status.items()):
-            if status.state == "paused":
+            if status.state in STOPPED:  # on purpose; `disabled` shows in the status API
                 continue
             if status.state != "running":
                 reasons.append(f"subscription {key} is {status.state}"
@@ -589,12 +671,14 @@ class DeliveryService:
         deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
         wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer),
                         runtime.consumer_settings(consumer.broker))
+        retry_bootstrap = self._check_retry_topics(consumer)
+        retrytopic = ChildRef(sup, "retrytopic") if retry_bootstrap else None
         deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics,
-                            runtime.config.delivery.stall_after_ms)
-        origin = self.origins.get(method.uri)
+                            runtime.config.delivery.stall_after_ms, retrytopic)
+        origin = self._configure_origin(consumer)
         outlet = self.outlets.get(consumer.key) or (
             lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics,
-                                     self.guard, origin))
+                                     self.guard, origin, self._gone))
         specs = [ChildSpec("egress", lambda: outlet("egress"))]
         if method.deadLetterTopic:
             topic = method.deadLetterTopic
@@ -602,13 +686,31 @@ class DeliveryService:
                                    lambda: DeadLetterActor(
                                        "deadletter", bootstrap, topic,
                                        subscription=consumer.key, metrics=runtime.metrics)))
+        retry, delay = method.retryTopics, runtime.config.delay
+        if retry is not None and retry_bootstrap is not None:
+            specs.append(ChildSpec("retrytopic", lambda: RetryTopicActor(
+                "retrytopic", retry_bootstrap, delay.levels, retry, consumer.key,
+                delay.partitions, runtime.metrics), start_timeout_ms=15_000))
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
             shutdown_ms=500))
         specs.append(ChildSpec(
-            "consumer", lambda: ConsumerActor("consumer", consumer, wiring, deps),
+            "consumer", lambda: ConsumerActor("consumer", with_retry_topic(consumer), wiring,
+                                              deps),
             shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000))
         return specs
+
+    def _configure_origin(self, consumer: Consumer) -> Origin:
+        """The origin `consumer` pushes to, with the strictest rate limit and breaker
+        settings among the subscriptions that push there (this one included)."""
+        origin = self.origins.get(consumer.subscriptionMethod.uri)
+        methods = [c.subscriptionMethod for k, c in self.subscriptions.items()
+                   if k != consumer.key and k not in self.outlets
+                   and self.origins.get(c.subscriptionMethod.uri) is origin]
+        methods.append(consumer.subscriptionMethod)
+        origin.configure((m.rateLimitPerSecond for m in methods),
+                         (_breaker_settings(m.circuitBreaker) for m in methods))
+        return origin
 
     def __repr__(self) -> str:
         states = {k: s.state for k, s in self.status.items()}
@@ -620,3 +722,9 @@ def _summary(consumer: Consumer) -> str:
     method = consumer.subscriptionMethod
     return f"{topics} -> {method.method} {redact_uri(method.uri)}"
 
+
+
+def _breaker_settings(given: CircuitBreakerSettings | None) -> BreakerSettings:
+    if given is None:
+        return BreakerSettings()
+    return BreakerSettings(given.failureRatio, given.minRequests, given.openMs)

@@ -2,6 +2,8 @@
 when the next start attempt is due. Pure: the service moves it, the status API reads it.
 
 States: `starting`; `running`; `paused` (on purpose: no consumer, position committed);
+`disabled` (the endpoint answered 410 Gone: stopped like `paused` until the operator
+resumes it; the record that got the 410 is delivered again then);
 `waiting_for_broker` (its broker is unreachable: retried); `failed` (could not start or
 crashed past its restart budget: retried with capped backoff); `stopping`.
 A subscription leaves this table only by unsubscribe.
@@ -12,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-State = Literal["starting", "running", "paused", "waiting_for_broker", "failed", "stopping"]
+State = Literal["starting", "running", "paused", "disabled", "waiting_for_broker", "failed",
+                "stopping"]
 RETRY_BASE_MS = 500
 RETRY_CAP_MS = 5_000
 

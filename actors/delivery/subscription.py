@@ -142,6 +142,24 @@ class TlsSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
                                   "private key, when not in certFile")] | None = None
 
 
+class CircuitBreakerSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """`subscriptionMethod.circuitBreaker`: the origin's breaker (actors/delivery/origin.py);
+    among the subscriptions of one origin the strictest values apply."""
+
+    failureRatio: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.5
+    minRequests: Annotated[int, Meta(ge=1, le=1_000_000)] = 20
+    openMs: Annotated[int, Meta(ge=1, le=MAX_MS)] = 10_000
+
+
+class RetryTopics(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """`subscriptionMethod.retryTopics`: non-blocking retries through the delay queue
+    (actors/delivery/retrytopic.py)."""
+
+    topic: Annotated[str, Meta(min_length=1, max_length=249)]
+    delaysMs: Annotated[list[Annotated[int, Meta(ge=0, le=MAX_MS)]],
+                        Meta(min_length=1, max_length=20)]
+
+
 class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     uri: Annotated[str, Meta(min_length=1, max_length=MAX_URI,
                              pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^/\s?#]+")]
@@ -173,6 +191,13 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     """HTTP pool size for this endpoint; 0 sizes it to the subscription's concurrency."""
     tls: TlsSettings | None = None
     """Extra CA and client certificate for an https `uri` (its schema: `TlsSettings`)."""
+    rateLimitPerSecond: Annotated[float, Meta(gt=0.0, le=1_000_000.0)] | None = None
+    """Requests per second to the endpoint's origin (token bucket shared by the origin's
+    subscriptions; the strictest setting applies). None: no limit."""
+    circuitBreaker: CircuitBreakerSettings | None = None
+    """The origin's circuit breaker settings; None: the defaults."""
+    retryTopics: RetryTopics | None = None
+    """After the local retries, move a failing record aside through the delay queue."""
 
 
 # -- the wire format: what clients send (both forms) -----------------------------------
@@ -361,6 +386,7 @@ def validate(consumer: Consumer) -> None:
                                   f"group.id together are at most {MAX_NAME - 1} characters")
     _validate_topics(consumer.topics)
     _validate_method(consumer.subscriptionMethod)
+    retry_topic_clash(consumer)
     _validate_properties(consumer.properties)
 
 
@@ -434,6 +460,7 @@ def _validate_method(method: SubscriptionMethod) -> None:
     if method.deadLetterTopic is not None and not valid_topic(method.deadLetterTopic):
         raise InvalidSubscription("invalid subscriptionMethod.deadLetterTopic",
                                   f"{method.deadLetterTopic!r} is not a Kafka topic name")
+    _validate_retry_topics(method)
     _validate_charset(method.charset)
     _validate_headers(method.additionalHeaders)
     if method.signingSecret is not None:
@@ -490,6 +517,31 @@ def _validate_tls(uri: str, tls: TlsSettings) -> None:
         if path is not None and not path.startswith("/"):
             raise InvalidSubscription(f"invalid subscriptionMethod.tls.{name}",
                                       f"{path!r}: use an absolute path")
+
+
+def _validate_retry_topics(method: SubscriptionMethod) -> None:
+    retry = method.retryTopics
+    if retry is None:
+        return
+    if not valid_topic(retry.topic):
+        raise InvalidSubscription("invalid subscriptionMethod.retryTopics.topic",
+                                  f"{retry.topic!r} is not a Kafka topic name")
+    if retry.topic == method.deadLetterTopic:
+        raise InvalidSubscription("invalid subscriptionMethod.retryTopics.topic",
+                                  "must differ from deadLetterTopic")
+
+
+def retry_topic_clash(consumer: Consumer) -> None:
+    """The retry topic is consumed next to the subscription's topics: it must not be one
+    of them (nor match one of its patterns), or a record would be delivered twice."""
+    retry = consumer.subscriptionMethod.retryTopics
+    if retry is None:
+        return
+    for i, spec in enumerate(consumer.topics):
+        if retry.topic == spec.name or (spec.pattern is not None
+                                        and matches(spec.pattern, retry.topic)):
+            raise InvalidSubscription("invalid subscriptionMethod.retryTopics.topic",
+                                      f"{retry.topic!r} is also topics[{i}]")
 
 
 def _validate_uri(uri: str) -> None:

@@ -83,17 +83,18 @@ def dead_letter_headers(record: Record, reason: str, attempts: Attempts | None =
                         ) -> list[tuple[str, bytes]]:
     """`record`'s headers plus where it came from and why it was given up (and, with
     `value_dropped`, the size of the value left out)."""
-    extra = [(REASON, reason), (TOPIC, record.topic), (PARTITION, str(record.partition)),
-             (OFFSET, str(record.offset))]
+    topic, partition, offset = record.coordinates()  # a retry-topic record: the original
+    extra = [(REASON, reason), (TOPIC, topic), (PARTITION, str(partition)),
+             (OFFSET, str(offset))]
     if attempts is not None:
         status = "" if attempts.status is None else str(attempts.status)
         extra += [(ATTEMPTS, str(attempts.count)), (STATUS, status)]
     if value_dropped:
         extra.append((VALUE_DROPPED, str(len(record.value or b""))))
     if legacy_delay:
-        extra += [(LEGACY_DELAY_REASON, reason), (LEGACY_DELAY_TOPIC, record.topic),
-                  (LEGACY_DELAY_PARTITION, str(record.partition)),
-                  (LEGACY_DELAY_OFFSET, str(record.offset))]
+        extra += [(LEGACY_DELAY_REASON, reason), (LEGACY_DELAY_TOPIC, topic),
+                  (LEGACY_DELAY_PARTITION, str(partition)),
+                  (LEGACY_DELAY_OFFSET, str(offset))]
     return [*record.headers, *((name, value.encode()) for name, value in extra)]
 
 

@@ -8,6 +8,21 @@ from dataclasses import dataclass
 from runtime.kernel.actor import Ref
 
 
+@dataclass(frozen=True, slots=True)
+class RetryInfo:
+    """What a record carries once it failed with retry topics on (actors/delivery/
+    retrytopic.py): the coordinates it was first read at (what its pushes, journal events
+    and dead letter name), attempts made before this incarnation, when it first failed
+    (epoch ms), and how many retry-topic delays it went through (0: not moved yet)."""
+
+    topic: str
+    partition: int
+    offset: int
+    attempts: int
+    first_failure_ms: int
+    stage: int = 0
+
+
 @dataclass(slots=True)
 class Record:
     """One Kafka record as fetched. `fetched_ms` is monotonic (for added latency)."""
@@ -23,6 +38,17 @@ class Record:
     attempt: int = 0
     replay: str | None = None
     """The replay id when this push is a replay (the `QOH-Replay` header)."""
+    retry: RetryInfo | None = None
+    """Set on a record read back from a retry topic, or one that failed with retry topics
+    on (actors/delivery/retrytopic.py)."""
+
+    def coordinates(self) -> tuple[str, int, int]:
+        """Topic, partition and offset as pushed and journaled: the original ones for a
+        record read back from a retry topic, else its own."""
+        retry = self.retry
+        if retry is not None and retry.stage:
+            return retry.topic, retry.partition, retry.offset
+        return self.topic, self.partition, self.offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +90,11 @@ class Failed:
     retry_after_ms: int | None = None
     give_up: bool = False
     """The receiver said so (`QOH-Action: dead-letter`, `runtime.DeadLetter`): no retry."""
+    disable: bool = False
+    """The endpoint answered 410 Gone: the subscription is disabled, the record is neither
+    retried nor finished (it is delivered again after the operator resumes)."""
+    local: bool = False
+    """Not sent: the origin's circuit breaker was open. Counts as an attempt."""
 
 
 @dataclass(frozen=True, slots=True)

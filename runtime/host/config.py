@@ -146,10 +146,12 @@ class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 
     allow_networks: list[str] = []
     """CIDRs; when not empty, only these may be connected to."""
-    circuit_breaker: bool = False
-    """Per-origin circuit breaker (actors/delivery/origin.py). Off by default for now: with
-    a dead endpoint it lets one probe through per open period, so retries and dead letters
-    of a failing endpoint slow down accordingly."""
+    circuit_breaker: bool = True
+    """Per-origin circuit breaker (actors/delivery/origin.py); its thresholds come from the
+    subscriptions' `circuitBreaker` settings (defaults: 50% of at least 20 answers in 30 s
+    opens it for 10 s)."""
+    origin_max_connections: Annotated[int, Meta(ge=1, le=100_000)] = 1000
+    """Requests in flight to one origin (scheme, host, port) across all subscriptions."""
     deny_networks: list[str] | None = None
     """CIDRs never connected to; None means the defaults (link-local and cloud metadata)."""
     allow_references: list[str] | None = None

@@ -84,6 +84,7 @@ EventType = Literal[
     RecordEventType, "dead_letter_failed", "committed", "stalled", "replayed",
     "actor_started", "actor_restarted", "actor_stopped", "actor_crashed",
     "partition_assigned", "partition_revoked", "delay_forwarded", "journal_dropped",
+    "breaker_changed", "subscription_disabled",
 ]
 RECORD_EVENT_TYPES: Final[tuple[str, ...]] = get_args(RecordEventType)
 EVENT_TYPES: Final[tuple[str, ...]] = get_args(EventType)  # nested Literals flatten

@@ -31,7 +31,7 @@ PAGE: Final = """<!doctype html>
   .state { padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
            color: #fff; background: var(--muted); }
   .state.running { background: var(--ok); } .state.paused { background: var(--warn); }
-  .state.failed, .state.waiting_for_broker, .state.stalled { background: var(--bad); }
+  .state.failed, .state.waiting_for_broker, .state.stalled, .state.disabled { background: var(--bad); }
   .state.in-process { background: #0969da; }
   .muted { color: var(--muted); }
   table { border-collapse: collapse; margin-top: 8px; width: 100%; }
@@ -110,7 +110,7 @@ function subscriptionView(entry) {
   const sub = entry.consumer, status = entry.status || {};
   const key = sub.id + "_" + groupId(sub);
   const state = status.state || "unknown";
-  const paused = state === "paused";
+  const paused = state === "paused" || state === "disabled";
   const endpoint = status.endpoint || {}, counters = status.counters || {};
   const inProcess = sub.inProcess || status.in_process;
   const buttons = inProcess ? [el("span", {"class": "state in-process"}, "in-process (read-only)")]

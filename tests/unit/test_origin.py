@@ -3,7 +3,15 @@ throttling by Retry-After."""
 
 from __future__ import annotations
 
-from actors.delivery.origin import CircuitBreaker, Origin, Origins, TokenBucket, origin_of
+from actors.delivery.origin import (
+    DEFAULT_OPEN_MS,
+    BreakerSettings,
+    CircuitBreaker,
+    Origin,
+    Origins,
+    TokenBucket,
+    origin_of,
+)
 
 
 def test_origins_are_scheme_host_and_port() -> None:
@@ -65,3 +73,39 @@ def test_a_url_that_cannot_be_parsed_is_its_own_origin() -> None:
 def test_a_disabled_breaker_lets_everything_through() -> None:
     breaker = CircuitBreaker(enabled=False, min_requests=1)
     assert breaker.record(False, 0) is None and breaker.allow(1)
+
+
+def test_every_breaker_transition_is_kept_once_for_the_egress_to_report() -> None:
+    breaker = CircuitBreaker(failure_ratio=0.5, min_requests=2, open_ms=100)
+    breaker.record(False, 0)
+    breaker.record(False, 10)
+    assert breaker.allow(110) and breaker.record(True, 120) == "closed"
+    moves = [(t.before, t.after, t.at_ms) for t in breaker.take_transitions()]
+    assert moves == [("closed", "open", 10), ("open", "half_open", 110),
+                     ("half_open", "closed", 120)]
+    assert breaker.take_transitions() == []
+
+
+def test_an_origin_says_when_its_breaker_is_what_holds_a_request() -> None:
+    origin = Origin("http://h:1", CircuitBreaker(min_requests=1, open_ms=1000))
+    origin.breaker.record(False, 0)
+    held = origin.hold(10)
+    assert held is not None and held.breaker and held.ms == 990
+    origin.throttle(50)
+    held = origin.hold(20)
+    assert held is not None and not held.breaker and held.ms == 30
+
+
+def test_the_strictest_settings_of_an_origins_subscriptions_apply() -> None:
+    origin = Origin("http://h:1")
+    origin.configure([None, 50.0, 10.0], [BreakerSettings(0.9, 50, 1000),
+                                          BreakerSettings(0.2, 100, 5000)])
+    assert origin.bucket is not None and origin.bucket.rate == 10.0
+    breaker = origin.breaker
+    assert (breaker.failure_ratio, breaker.min_requests, breaker.open_ms) == (0.2, 50, 5000)
+    origin.configure([None], [])
+    assert origin.bucket is None and breaker.open_ms == DEFAULT_OPEN_MS
+
+
+def test_the_breaker_is_on_by_default() -> None:
+    assert Origins().get("http://h:1").breaker.enabled

@@ -325,3 +325,16 @@ def test_the_watchdog_fires_once_when_the_position_stands_still_while_records_wa
 def test_an_idle_partition_never_stalls() -> None:
     book = new_book(position=5)
     assert not any(book.watch(t, stall_after_ms=10) for t in range(0, 1000, 100))
+
+
+# -- 410 Gone ----------------------------------------------------------------------------------
+
+
+def test_a_halted_book_dispatches_nothing_and_never_commits_past_the_gone_record() -> None:
+    book = new_book(ordering="partition", window=1)
+    book.take(recs(0, 1, 2))
+    [first] = book.dispatch()
+    book.halt(first)
+    assert book.dispatch() == []
+    assert book.inflight == 0 and book.request_commit() is None
+    assert book.position() == 0

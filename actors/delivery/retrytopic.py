@@ -1,0 +1,241 @@
+"""Non-blocking retries (issue 15): a record that used up its local retries is moved
+aside through the delay queue to the subscription's retry topic, and its partition moves
+on. `subscriptionMethod.retryTopics: {"topic": "orders.retry", "delaysMs": [1000, 60000]}`.
+
+The path of a failing record:
+
+1. Its first attempt and `retryBeforeCommit` local retries fail as usual (0: no local
+   retry, since "retry forever" would never move anything aside).
+2. It is written to the delay queue (`DelayProducer`, the config's `[[delay.levels]]`)
+   aimed at the retry topic, due after `delaysMs[0]`, with the headers below. Once the
+   broker acknowledged the write the record is finished in its partition, which commits
+   past it and keeps delivering.
+3. The subscription also consumes the retry topic. A record read back there is pushed
+   with its original coordinates (`QOH-Topic`, `QOH-Partition`, `QOH-Message-Number`, and
+   so the same `webhook-id`) and journaled under them. It gets one attempt per delay (as
+   Spring Kafka's retry topics): on failure it moves to the next delay.
+4. After the last delay's attempt fails it goes to the dead-letter topic (when there is
+   none, it is journaled `dead_lettered` and skipped, as any give-up).
+
+The state travels with the record, so it survives crashes and restarts:
+
+    retry-topic, retry-partition, retry-offset   where it was first read
+    retry-attempts      attempts made so far (ASCII decimal)
+    retry-first-failure-ms   when its first attempt failed (epoch ms)
+    retry-stage         delays taken so far, counting this one (1..len(delaysMs))
+
+A crash between the delay-queue write and the commit writes it again (at least once: the
+receiver may see it twice, with the same `webhook-id`); `RetryTopicActor` answers a
+record moved aside twice by the same process with its first write (the dead-letter
+ledger's scheme).
+
+Delays and levels: a delay fits when some `[[delay.levels]]` entry has `delay_ms` at most
+the delay (the delay queue picks the largest such level; longer delays cascade). A
+subscription with a delay that fits no level is refused, naming the level to add.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from actors.delay.producer import DelayProducer
+from actors.delivery.errors import InvalidSubscription
+from actors.delivery.subscription import Consumer, RetryTopics, TopicSpec
+from actors.shared.deadletter import DeadLetterLedger
+from actors.shared.errors import UnexpectedMessage
+from actors.shared.messages import Record, RetryInfo
+from runtime.host.config import DelayLevel
+from runtime.host.journal import Event
+from runtime.host.metrics import Registry, Value
+from runtime.kafka import create_topics
+from runtime.kernel import Actor, Ref
+
+log = logging.getLogger(__name__)
+TOPIC = "retry-topic"
+PARTITION = "retry-partition"
+OFFSET = "retry-offset"
+ATTEMPTS = "retry-attempts"
+FIRST_FAILURE = "retry-first-failure-ms"
+STAGE = "retry-stage"
+HEADERS = frozenset({TOPIC, PARTITION, OFFSET, ATTEMPTS, FIRST_FAILURE, STAGE})
+RETRY_FIRST_MS = 100
+RETRY_CAP_MS = 5000
+
+
+# -- pure decisions -----------------------------------------------------------------------
+def check_levels(retry: RetryTopics, levels: Sequence[DelayLevel]) -> None:
+    """Every delay must fit a delay level; raises `InvalidSubscription` naming the level
+    to add (the admin API's 400, a restored subscription's start failure)."""
+    smallest = min(levels, key=lambda level: level.delay_ms) if levels else None
+    for i, delay in enumerate(retry.delaysMs):
+        if smallest is None:
+            raise InvalidSubscription(
+                f"invalid subscriptionMethod.retryTopics.delaysMs[{i}]",
+                f"{delay} ms: no [[delay.levels]] configured; add a level with "
+                f"delay_ms <= {delay}")
+        if smallest.delay_ms > delay:
+            raise InvalidSubscription(
+                f"invalid subscriptionMethod.retryTopics.delaysMs[{i}]",
+                f"{delay} ms fits no delay level (the smallest is {smallest.name!r}, "
+                f"{smallest.delay_ms} ms); add a [[delay.levels]] with delay_ms <= {delay}")
+
+
+def with_retry_topic(consumer: Consumer) -> Consumer:
+    """The subscription as its consumer actor sees it: the retry topic is consumed too,
+    with the first topic's settings (a pinned-partition subscription gets all of its
+    partitions)."""
+    retry = consumer.subscriptionMethod.retryTopics
+    if retry is None:
+        return consumer
+    spec = TopicSpec(name=retry.topic, config=consumer.topics[0].config)
+    return Consumer(id=consumer.id, group=consumer.group, broker=consumer.broker,
+                    topics=[*consumer.topics, spec],
+                    subscriptionMethod=consumer.subscriptionMethod,
+                    properties=consumer.properties)
+
+
+def note_failure(record: Record, now_wall_ms: int) -> None:
+    """Remember when a record first failed (the header travels from here on)."""
+    if record.retry is None:
+        record.retry = RetryInfo(record.topic, record.partition, record.offset, 0,
+                                 now_wall_ms)
+
+
+def moved_headers(record: Record) -> list[tuple[str, bytes]]:
+    """The record's own headers (earlier retry-* ones replaced) and its retry state."""
+    topic, partition, offset = record.coordinates()
+    retry = record.retry
+    first = retry.first_failure_ms if retry is not None else 0
+    stage = (retry.stage if retry is not None else 0) + 1
+    own = [(k, v) for k, v in record.headers if k not in HEADERS]
+    extra = [(TOPIC, topic), (PARTITION, str(partition)), (OFFSET, str(offset)),
+             (ATTEMPTS, str(record.attempt)), (FIRST_FAILURE, str(first)),
+             (STAGE, str(stage))]
+    return [*own, *((k, v.encode()) for k, v in extra)]
+
+
+def read_retry(headers: Iterable[tuple[str, bytes | None]]) -> RetryInfo | None:
+    """The retry state a record read back from the retry topic carries; None when the
+    headers are missing or malformed (then it is delivered as a record of its own)."""
+    values = {k: v for k, v in headers if k in HEADERS and v is not None}
+    try:
+        topic = values[TOPIC].decode()
+        numbers = [int(values[name]) for name in (PARTITION, OFFSET, ATTEMPTS,
+                                                  FIRST_FAILURE, STAGE)]
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+    partition, offset, attempts, first, stage = numbers
+    if not topic or min(numbers) < 0 or stage < 1:
+        return None
+    return RetryInfo(topic, partition, offset, attempts, first, stage)
+
+
+# -- messages --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MoveAside:
+    """Partition -> retry-topic actor: write `record` to the delay queue, due in
+    `delay_ms`, aimed at the retry topic."""
+
+    record: Record
+    delay_ms: int
+    reason: str
+    epoch: int
+    reply_to: Ref
+
+
+@dataclass(frozen=True, slots=True)
+class MovedAside:
+    """Retry-topic actor -> partition: the write was acknowledged; finish the record."""
+
+    record: Record
+    delay_ms: int
+    epoch: int
+
+
+# -- the actor -------------------------------------------------------------------------
+class RetryTopicActor(Actor):
+    """Owns the subscription's delay-queue producer. A write that fails is retried with a
+    capped backoff, never dropped: meanwhile the partition's commit position waits at the
+    record (the stall watchdog names it)."""
+
+    mailbox_capacity = 1024
+
+    def __init__(self, name: str, bootstrap: str, levels: Sequence[DelayLevel],
+                 retry: RetryTopics, subscription: str, partitions: int = 3,
+                 metrics: Registry | None = None) -> None:
+        super().__init__(name)
+        self._m_moved: Value | None = None
+        if metrics is not None:
+            self._m_moved = metrics.counter(
+                "hookstream_retry_topic_moved_total",
+                "Records moved to the retry topic through the delay queue (acknowledged)",
+            ).labels(subscription=subscription)
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.levels = list(levels)
+        self.retry = retry
+        self.subscription = subscription
+        self.ledger = DeadLetterLedger()
+        self.moved = 0
+        self._producer: DelayProducer | None = None
+
+    async def on_start(self) -> None:
+        # before the consumer starts (it subscribes to it): an existing topic is kept
+        await create_topics(self.bootstrap, {self.retry.topic: self.partitions})
+        self._producer = DelayProducer(self.bootstrap, self.levels,
+                                       clock=self.context.clock)
+        await self._producer.start()
+
+    async def on_stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+
+    async def handle(self, message: object) -> None:
+        if not isinstance(message, MoveAside):
+            raise UnexpectedMessage(self.path, message)
+        earlier = self.ledger.find(message.record)
+        if earlier is None:
+            write = self.spawn(self._write(message), name=f"{self.path}:move")
+            earlier = self.ledger.track(message.record, write)
+        earlier.add_done_callback(lambda entry: _answer(entry, message))
+
+    async def _write(self, message: MoveAside) -> None:
+        assert self._producer is not None
+        record, delay_ms = message.record, RETRY_FIRST_MS
+        headers = moved_headers(record)
+        while True:
+            try:
+                await self._producer.send(self.retry.topic, record.value, key=record.key,
+                                          headers=headers, delay_ms=message.delay_ms)
+                self.moved += 1
+                if self._m_moved is not None:
+                    self._m_moved.inc()
+                return
+            except Exception as exc:  # never dropped: retried, loudly, until written
+                log.error("%s: moving %s-%d@%d to %s failed (%r); retrying in %.1fs",
+                          self.path, record.topic, record.partition, record.offset,
+                          self.retry.topic, exc, delay_ms / 1000)
+                self._journal_failure(record, repr(exc))
+                await self.context.clock.sleep_ms(delay_ms)
+                delay_ms = min(delay_ms * 2, RETRY_CAP_MS)
+
+    def _journal_failure(self, record: Record, reason: str) -> None:
+        topic, partition, offset = record.coordinates()
+        self.context.emit(Event(
+            type="dead_letter_failed", ts_ms=self.context.clock.wall_ms(),
+            subscription=self.subscription, topic=topic, partition=partition,
+            offset=offset, attempt=record.attempt,
+            reason=f"retry topic {self.retry.topic}: {reason}"))
+
+    def __repr__(self) -> str:
+        return (f"<RetryTopicActor {self.path} topic={self.retry.topic} "
+                f"delays={self.retry.delaysMs} moved={self.moved} {self.ledger!r}>")
+
+
+def _answer(entry: asyncio.Future[None], message: MoveAside) -> None:
+    if not entry.cancelled() and entry.exception() is None:
+        message.reply_to.tell_system(MovedAside(message.record, message.delay_ms,
+                                                message.epoch))

@@ -1,0 +1,90 @@
+"""410 Gone disables the subscription: it stops, says so in the status API, the journal
+and across restarts, and the operator's resume delivers the record that got the 410."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Push,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+PATH = "/broker/subscription/gone/g-gone"
+
+
+async def _state(admin: Admin) -> dict[str, object]:
+    status, one = await admin.call("GET", PATH)
+    assert status == 200, one
+    state: dict[str, object] = one["data"]["status"]
+    return state
+
+
+async def _wait_state(admin: Admin, wanted: str) -> dict[str, object]:
+    for _ in range(300):
+        state = await _state(admin)
+        if state["state"] == wanted:
+            return state
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never {wanted}: {state}")
+
+
+def _journaled(folder: Path, kind: str) -> list[dict[str, object]]:
+    events = []
+    for path in folder.glob("segment-*"):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                event = json.loads(line)
+                if event["type"] == kind:
+                    events.append(event)
+    return events
+
+
+async def test_410_disables_until_resumed_even_across_a_restart(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    gone = {"yes": True}
+
+    async def answer(push: Push) -> int:
+        return 410 if push.body == b"v3" and gone["yes"] else 200
+
+    receiver = await Receiver(answer).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription(
+                "gone", [{"name": topic, "config": {"ordering": "partition"}}], receiver.url,
+                fast_group=fast_group_kwargs, delayOnErrorMs=10))
+            await produce(kafka_bootstrap, topic, 10)
+            state = await _wait_state(admin, "disabled")
+            assert "410 Gone" in str(state["reason"])
+            assert state["partitions"] == []  # its actors are stopped
+            pushed = len(receiver.pushes)
+            await asyncio.sleep(0.5)
+            assert len(receiver.pushes) == pushed, "pushes went on after the 410"
+            assert {p.offset for p in receiver.ok} == {0, 1, 2}
+            _, ready = await admin.call("GET", "/readyz")
+            assert ready["ready"], ready  # disabled on purpose, like paused
+        assert _journaled(tmp_path / "journal", "subscription_disabled")
+        gone["yes"] = False
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            assert (await _state(admin))["state"] == "disabled"
+            status, reply = await admin.call("POST", PATH + "/resume")
+            assert status == 200, reply
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == set(range(10)))
+            assert (await _state(admin))["state"] == "running"
+    finally:
+        await receiver.stop()
+    assert [p.offset for p in receiver.pushes].count(3) == 2  # the 410, then delivered
