@@ -19,7 +19,7 @@ from actors.delivery.retrytopic import RetryTopicActor
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config
-from runtime.kafka import make_consumer
+from runtime.kafka import make_admin, make_consumer
 from runtime.kernel.supervisor import Supervisor
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
@@ -164,6 +164,13 @@ async def _dead_letters(bootstrap: str, topic: str) -> set[tuple[str, int, int]]
     """What the dead-letter topic holds (none expected; read so a loss cannot hide there)."""
     from actors.shared.deadletter import dead_letter_source
 
+    admin = make_admin(bootstrap)
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            return set()  # never written to (consumers do not create topics)
+    finally:
+        await admin.close()
     consumer = make_consumer(bootstrap, topic, auto_offset_reset="earliest",
                              enable_auto_commit=False)
     await consumer.start()
