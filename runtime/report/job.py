@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from runtime.errors import UsageError
+from runtime.host.files import atomic_write
 from runtime.report import charts, summary, transforms
 from runtime.report.sources import JournalFiles, find_journal_files
 
@@ -206,6 +208,8 @@ def _steps(
     commits = transforms.committed_offsets(events)
     audit = out.table("audit", transforms.audit(records, commits))
     out.table("audit_offsets", transforms.audit_offsets(records, commits))
+    dead = _rows(out.table("dead_letters", transforms.dead_letters(events)))
+    replays = _rows(out.table("replays", transforms.replays(events)))
     totals = _rows(transforms.totals(records))[0]
     problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
     steps.done(f"audit ... lost {totals['lost']:,}, duplicates "
@@ -216,7 +220,8 @@ def _steps(
     charts.latency_chart(subs, out.chart("latency.png"), note)
     return {
         "bucket_ms": bucket_ms, "totals": totals, "event_counts": counts,
-        "subscriptions": subs, "audit_rows": problems,
+        "subscriptions": subs, "audit_rows": problems, "dead_letters": dead,
+        "replays": replays,
     }
 
 
@@ -228,11 +233,41 @@ def check_java() -> None:
                      "JAVA_HOME")
 
 
+# Spark's own log lines (its default profile logs WARN and up to stderr, from the first
+# line on: hostname, native-hadoop, streaming "falling behind") interleave with the
+# report's progress lines on a terminal. The driver JVM gets this configuration through
+# log4j2's environment variable, unless the user configured log4j2 or Spark themselves.
+LOG4J2_ENV = "LOG4J_CONFIGURATION_FILE"
+LOG4J2_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} spark %p %c{1}: %m%n%ex
+# PySpark's JVM sets the root level from this logger's ("Setting default log level")
+logger.repl.name = org.apache.spark.api.python.PythonGatewayServer
+logger.repl.level = error
+"""
+
+
+def quiet_spark_logs() -> None:
+    """Errors only from the driver JVM about to start (see LOG4J2_PROPERTIES)."""
+    if LOG4J2_ENV in os.environ or "SPARK_CONF_DIR" in os.environ:
+        return
+    path = Path(tempfile.gettempdir()) / f"hookstream-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != LOG4J2_PROPERTIES:
+        atomic_write(path, LOG4J2_PROPERTIES.encode())
+    os.environ[LOG4J2_ENV] = str(path)
+
+
 def spark_session(master: str) -> tuple[SparkSession, bool]:
     """An active session in this process is reused (and not stopped); else a new one."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    quiet_spark_logs()
     builder = (
         SparkSession.builder.master(master)
         .appName("hookstream-report")
@@ -245,7 +280,7 @@ def spark_session(master: str) -> tuple[SparkSession, bool]:
         # overhead doubled the report's time (bench/report.py). A few per core suffice.
         builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR")
     return spark, True
 
 

@@ -261,6 +261,43 @@ def audit_offsets(records: DataFrame, commits: DataFrame) -> DataFrame:
     ).orderBy(*RECORD_KEY)
 
 
+def dead_letters(events: DataFrame) -> DataFrame:
+    """One row per dead-lettered record: the reason of its last dead letter, its most
+    attempts, how often it was dead-lettered, and how often a replay delivered it since
+    (`replayed` events whose reason ends "delivered again", actors/delivery/replay.py)."""
+    dead = events.filter(_is("dead_lettered") & F.col("offset").isNotNull())
+    per_record = dead.groupBy(*RECORD_KEY).agg(
+        F.max(F.struct("ts_ms", "reason")).alias("_last"),
+        F.max("attempt").alias("attempts"),
+        F.count(F.lit(1)).alias("dead_lettered"),
+    )
+    again = events.filter(_is("replayed") & F.col("offset").isNotNull()
+                          & _replay_delivered()).groupBy(*RECORD_KEY).agg(
+        F.count(F.lit(1)).alias("_replayed"))
+    return per_record.join(again, RECORD_KEY, "left").select(
+        *RECORD_KEY, F.col("_last.reason").alias("reason"), "attempts", "dead_lettered",
+        F.col("_last.ts_ms").alias("last_ms"),
+        F.coalesce(F.col("_replayed"), F.lit(0)).cast("long").alias("replayed"),
+    ).orderBy(*RECORD_KEY)
+
+
+def _replay_delivered() -> Column:
+    return F.coalesce(F.col("reason"), F.lit("")).endswith(": delivered again")
+
+
+def replays(events: DataFrame) -> DataFrame:
+    """Per replay (the id before ": " in a `replayed` event's reason) and subscription:
+    distinct records pushed again, delivered, failed, first and last event."""
+    replayed = events.filter(_is("replayed") & F.col("offset").isNotNull())
+    replay_id = F.substring_index(F.coalesce(F.col("reason"), F.lit("")), ": ", 1)
+    return replayed.groupBy(replay_id.alias("replay_id"), "subscription").agg(
+        F.count_distinct(F.struct(*RECORD_KEY)).alias("records"),
+        _count_if(_replay_delivered()).alias("delivered"),
+        _count_if(~_replay_delivered()).alias("failed"),
+        F.min("ts_ms").alias("first_ms"), F.max("ts_ms").alias("last_ms"),
+    ).orderBy("replay_id", "subscription")
+
+
 def totals(records: DataFrame) -> DataFrame:
     """One row of record totals for the summary."""
     return records.agg(
