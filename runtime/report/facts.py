@@ -127,6 +127,7 @@ def tick_facts(raw: DataFrame) -> DataFrame:
     c = F.col
     valid = transforms.is_valid_event()
     detailed = valid & _is(*DETAILED_TYPES)
+    instance = transforms.instance_column(raw)
     rare = valid & _is(*RARE_TYPES) | detailed
     return raw.groupBy(
         F.when(valid, c("type")).alias("type"),
@@ -137,6 +138,7 @@ def tick_facts(raw: DataFrame) -> DataFrame:
         *(F.when(rare, c(name)).alias(name) for name in ("partition", "actor", "reason")),
         F.when(detailed, c("offset")).alias("record_offset"),
         F.when(detailed, c("attempt")).alias("attempt"),
+        instance.alias("instance"),
     ).agg(
         F.count(F.lit(1)).alias("n"), F.min("ts_ms").alias("first_ms"),
         F.max("ts_ms").alias("last_ms"), F.max("offset").alias("max_offset"),
@@ -147,7 +149,7 @@ def tick_facts(raw: DataFrame) -> DataFrame:
 def tick_totals(ticks: DataFrame) -> DataFrame:
     """`tick_facts` without the second: few rows, for the driver (`small_facts`)."""
     keys = ["type", "subscription", "endpoint", "topic", "partition", "actor", "reason",
-            "record_offset", "attempt"]
+            "record_offset", "attempt", "instance"]
     return ticks.groupBy(*keys).agg(
         F.sum("n").alias("n"), F.min("first_ms").alias("first_ms"),
         F.max("last_ms").alias("last_ms"), F.max("max_offset").alias("max_offset"),
@@ -175,7 +177,7 @@ def small_facts(totals: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     facts: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def add(key: tuple[Any, ...], row: Mapping[str, Any], **counts: int) -> None:
-        kind, s1, s2, s3, n1, n2, v = (*key, None, None)[:7]
+        kind, s1, s2, s3, n1, n2, v = (*key, None, None, None, None, None, None)[:7]
         fact = facts.setdefault(key, {
             "kind": kind, "s1": s1, "s2": s2, "s3": s3, "n1": n1, "n2": n2, "v": v, "n": 0,
             "first_ms": None, "last_ms": None, "max_offset": None, "count_sum": None,
@@ -206,6 +208,8 @@ def small_facts(totals: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             add(("commit", row["subscription"], row["topic"], None, row["partition"]), row)
         if type_ in DETAILED_TYPES and row["record_offset"] is not None:
             add(_detail_key(row), row)
+        if type_ is not None and row["instance"] is not None:
+            add(("instance", row["instance"], type_, None, None), row)
     return list(facts.values())
 
 
@@ -406,6 +410,7 @@ def _key_rows() -> list[Column]:
             kind, s1=c("subscription"), s2=c("topic"), s3=c("reason"), n1=c("partition"),
             n2=c("offset"), v=c("attempt")))
           for type_, kind in (("dead_lettered", "dead_letter"), ("replayed", "replay"))),
+        F.when(c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
         F.when(_is("sent"), _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
         F.when(_is("delivered"), _row("http", s1=sub, s2=endpoint,
                                       v=round_latency(c("latency_ms")))),
@@ -428,11 +433,14 @@ def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
     | move | partition movements | subscription | topic | actor | partition | | |
     | commit | `committed` with an offset | subscription | topic | | partition | | |
     | dead_letter, replay | their events | sub. | topic | reason | partition | offset | attempt |
+    | instance | events with an instance | instance | type | | | | |
     | added, http, lateness | sent, delivered, delay fwd. | sub. or topic | endpoint | | | | value |
 
     Latency values are rounded (`round_latency`) so the histograms stay small. `stamp`
     is carried as `_stamp`, the micro-batch's time (see `aggregate`).
     """
+    if transforms.INSTANCE not in raw.columns:
+        raw = raw.withColumn(transforms.INSTANCE, transforms.instance_column(raw))
     rows = F.filter(F.array(*_key_rows()), lambda row: row.isNotNull())
     exploded = F.when(transforms.is_valid_event(), rows).otherwise(F.array(_row("malformed")))
     measures = ["type", "ts_ms", "endpoint", "offset", "record_ts_ms", "count"]

@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,17 @@ def choose_bucket_ms(span_ms: int) -> int:
 
 
 def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
-    return (
-        spark.read.schema(transforms.event_schema())
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", transforms.CORRUPT)
-        .json([str(p) for p in files.paths])
-    )
+    """The journal's lines, each tagged with its directory (`transforms.INSTANCE`)."""
+    frames = []
+    for directory in files.directories:
+        paths = [str(p) for p in files.paths if p.parent == directory]
+        if paths:
+            frames.append(transforms.with_instance(
+                spark.read.schema(transforms.event_schema())
+                .option("mode", "PERMISSIVE")
+                .option("columnNameOfCorruptRecord", transforms.CORRUPT)
+                .json(paths), str(directory)))
+    return reduce(DataFrame.unionByName, frames)
 
 
 class _Cache:
@@ -210,6 +216,7 @@ def _steps(
     out.table("audit_offsets", transforms.audit_offsets(records, commits))
     dead = _rows(out.table("dead_letters", transforms.dead_letters(events)))
     replays = _rows(out.table("replays", transforms.replays(events)))
+    instances = _rows(out.table("instances", transforms.instances(events)))
     totals = _rows(transforms.totals(records))[0]
     problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
     steps.done(f"audit ... lost {totals['lost']:,}, duplicates "
@@ -221,7 +228,7 @@ def _steps(
     return {
         "bucket_ms": bucket_ms, "totals": totals, "event_counts": counts,
         "subscriptions": subs, "audit_rows": problems, "dead_letters": dead,
-        "replays": replays,
+        "replays": replays, "instances": instances,
     }
 
 

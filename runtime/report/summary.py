@@ -42,6 +42,7 @@ def build_summary(
     outputs: Mapping[str, Sequence[str]],
     dead_letters: Sequence[Mapping[str, Any]] = (),
     replays: Sequence[Mapping[str, Any]] = (),
+    instances: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Assemble summary.json. `event_counts` maps type -> (events, sum of `count`);
     `dead_letters` and `replays` are the rows of those tables (runtime/report/tables.py)."""
@@ -73,6 +74,7 @@ def build_summary(
         "dead_letters": [dict(row) for row in dead_letters[:DEAD_LETTERS_SHOWN]],
         "dead_letters_truncated": len(dead_letters) > DEAD_LETTERS_SHOWN,
         "replays": [dict(row) for row in replays],
+        "instances": [dict(row) for row in instances],
         "outputs": {key: list(value) for key, value in outputs.items()},
     }
 
@@ -102,6 +104,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         _audit_section(summary["audit"]),
         _dead_letters_section(summary),
         _replays_section(summary.get("replays", [])),
+        _instances_section(summary.get("instances", [])),
         _files_section(summary["outputs"]),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -217,6 +220,23 @@ def _replays_section(rows: Sequence[Mapping[str, Any]]) -> str:
         for r in rows
     ]
     return "## Replays\n\n" + _table(columns, "l l r r r l l", body)
+
+
+def _instances_section(rows: Sequence[Mapping[str, Any]]) -> str:
+    if len(rows) < 2:
+        return ""
+    columns = ["instance (journal)", "events", "fetched", "delivered", "failed",
+               "dead-lettered", "from", "to"]
+    body = [
+        f"| `{r['instance']}` | {_fmt(r['events'])} | {_fmt(r['fetched'])} | "
+        f"{_fmt(r['delivered'])} | {_fmt(r['failed'])} | {_fmt(r['dead_lettered'])} | "
+        f"{_iso(r['first_ms'])} | {_iso(r['last_ms'])} |"
+        for r in rows
+    ]
+    note = ("The audit counts a record once across instances: fetched by one and "
+            "delivered by another is delivered; a second successful delivery by any "
+            "instance is a duplicate.")
+    return "## Instances\n\n" + _table(columns, "l r r r r r l l", body) + "\n\n" + note
 
 
 def _cell(text: str | None) -> str:

@@ -39,7 +39,7 @@ class Aggregates:
       `count_sum`.
     - `ticks`: per `bucket_start_ms`, `subscription` ("" for none) and `type`: `n`.
     - `small`: facts rows of kinds endpoint, actor, crash, move, commit, dead_letter,
-      replay.
+      replay, instance.
     - `groups`: `record_groups` rows: view "endpoint" (k1, k2 = subscription, endpoint) and
       view "partition" (k1, k2, k3 = subscription, topic, partition, with `problems`).
     - `latencies`: view "endpoint" (added `a_*`, HTTP `b_*`) and view "lateness" (`b_*`).
@@ -370,6 +370,30 @@ def replays(small: Sequence[Row]) -> Table:
     return Table("replays", REPLAYS, ordered)
 
 
+# -- instances --------------------------------------------------------------------------
+
+INSTANCE_TYPES = ("fetched", "delivered", "failed", "dead_lettered", "replayed", "committed")
+INSTANCES = (
+    ("instance", "string"), ("events", "long"),
+    *((name, "long") for name in INSTANCE_TYPES), ("first_ms", "long"), ("last_ms", "long"),
+)
+
+
+def instances(small: Sequence[Row]) -> Table:
+    """Per instance (journal directory): its events, by type, and their time range."""
+    rows: dict[str, Row] = {}
+    for fact in _of_kind(small, "instance"):
+        row = rows.setdefault(fact["s1"], {
+            "instance": fact["s1"], "events": 0, **dict.fromkeys(INSTANCE_TYPES, 0),
+            "first_ms": None, "last_ms": None})
+        row["events"] += fact["n"]
+        if fact["s2"] in INSTANCE_TYPES:
+            row[fact["s2"]] += fact["n"]
+        row["first_ms"] = min(v for v in (row["first_ms"], fact["first_ms"]) if v is not None)
+        row["last_ms"] = max(v for v in (row["last_ms"], fact["last_ms"]) if v is not None)
+    return Table("instances", INSTANCES, _sorted(rows.values(), lambda r: (r["instance"],)))
+
+
 # -- everything -------------------------------------------------------------------------
 
 def event_counts(types: Sequence[Row]) -> dict[str, tuple[int, int]]:
@@ -388,7 +412,7 @@ def build(agg: Aggregates) -> Report:
         tables=[summary, throughput(agg.ticks, agg.bucket_ms), actors(agg.small),
                 partition_movements(agg.small), delay_lateness(agg.latencies), audit_table,
                 audit_offsets(agg.groups, commits), dead_letters(agg.small),
-                replays(agg.small)],
+                replays(agg.small), instances(agg.small)],
         totals=totals(agg.groups),
         event_counts=event_counts(agg.types),
         subscriptions=summary.rows,
