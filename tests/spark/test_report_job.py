@@ -381,3 +381,17 @@ def test_spark_logs_errors_only_unless_the_user_configured_logging(
     monkeypatch.setenv(job.LOG4J2_ENV, "/etc/mine.properties")
     job.quiet_spark_logs()
     assert os.environ[job.LOG4J2_ENV] == "/etc/mine.properties"
+
+
+def test_a_quoted_pattern_names_every_matching_journal_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.report.sources import journal_directories
+
+    for name in ("b", "a", "c"):
+        (tmp_path / name / "journal").mkdir(parents=True)
+    (tmp_path / "d").mkdir()  # no journal inside: not matched
+    assert journal_directories([tmp_path / "*" / "journal"]) == tuple(
+        (tmp_path / name / "journal").resolve() for name in "abc")
+    assert main([str(tmp_path / "*" / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "no journal directory matches" in capsys.readouterr().err
