@@ -272,7 +272,7 @@ Command: `.venv/bin/python bench/report.py --events {args.events} --master '{arg
 {HEADER}
 {chr(10).join(rows)}
 
-Report = everything after Spark's session exists: read, aggregate, 7 tables as Parquet and
+Report = everything after Spark's session exists: read, aggregate, 10 tables as Parquet and
 CSV, 3 charts, summary. "First report": each contender in a fresh JVM, so each pays its
 own warm-up (class loading, code generation, JIT); "second report": the same report again
 in that JVM, which shows what the warm-up cost (events/s are medians over the rounds).

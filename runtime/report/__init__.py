@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Delivery report and loss/duplicate audit of a hookstream journal.",
     )
     parser.add_argument("journal_dirs", type=Path, nargs="+", metavar="JOURNAL_DIR",
-                        help="journal directories ([journal] dir), one per instance")
+                        help="journal directories ([journal] dir), one per instance, or a "
+                             "quoted pattern such as 'journals/*'")
     parser.add_argument("--out", type=Path, required=True, help="directory for the report")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--store", type=Path,

@@ -2,6 +2,11 @@
 
 Figures are built with `matplotlib.figure.Figure` on a `FigureCanvasAgg`, so nothing
 touches pyplot's global state or needs a display.
+
+Small runs read too (issue 11): a panel without values says "no data" instead of showing
+empty axes; series of few points get markers (one bucket is one point, which a line alone
+does not show); the value axis keeps a margin below 0 and above 100 %, so a series at 0 or
+at 100 % is drawn inside the frame, not on it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from matplotlib.figure import Figure
 
 Rows = Sequence[Mapping[str, Any]]
 MAX_SERIES = 8  # more subscriptions than this are summed into "other"
+MARKERS_UP_TO = 60  # points per series; more points make a line readable alone
+MARGIN = 0.05  # of the value range, below and above
 
 
 def _figure(title: str, note: str, nrows: int = 1) -> tuple[Figure, list[Axes]]:
@@ -28,8 +35,22 @@ def _figure(title: str, note: str, nrows: int = 1) -> tuple[Figure, list[Axes]]:
     return fig, [ax for row in axes for ax in row]
 
 
-def _no_data(ax: Axes) -> None:
-    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+def _no_data(ax: Axes, what: str = "no data") -> None:
+    ax.text(0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes,
+            fontsize="large", color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _line_style(points: int) -> dict[str, Any]:
+    if points <= MARKERS_UP_TO:
+        return {"marker": "o", "markersize": 4 if points > 10 else 6}
+    return {}
+
+
+def _x_span(ax: Axes, seconds: Sequence[float], step_s: float) -> None:
+    """Half a bucket of room on both sides: the first and last points off the frame."""
+    ax.set_xlim(seconds[0] - step_s / 2, seconds[-1] + step_s / 2)
 
 
 def _series(rows: Rows, value: str) -> tuple[list[float], dict[str, list[float | None]]]:
@@ -69,14 +90,18 @@ def throughput_chart(rows: Rows, path: Path, note: str = "") -> Path:
     fig, (ax,) = _figure("Delivered records per second", note)
     if rows:
         seconds, series = _series(rows, "delivered_per_s")
+        style = _line_style(len(seconds))
         filled = {k: [v or 0.0 for v in values] for k, values in _top(series).items()}
         for name, values in filled.items():
-            ax.plot(seconds, values, label=name, linewidth=1.2)
+            ax.plot(seconds, values, label=name, linewidth=1.2, **style)
         if len(series) > 1:
             total = [sum(v or 0.0 for v in col) for col in zip(*series.values(), strict=True)]
-            ax.plot(seconds, total, label="total", color="black", linewidth=1.8)
+            ax.plot(seconds, total, label="total", color="black", linewidth=1.8, **style)
         ax.legend(loc="best", fontsize="small")
-        ax.set_ylim(bottom=0)
+        top = max((v for values in filled.values() for v in values), default=0.0)
+        top = max(top, 1.0)
+        ax.set_ylim(-MARGIN * top, (1 + MARGIN) * top)
+        _x_span(ax, seconds, _step_s(rows))
     else:
         _no_data(ax)
     return _save_timeline(fig, ax, rows, "delivered records / s", path)
@@ -85,15 +110,18 @@ def throughput_chart(rows: Rows, path: Path, note: str = "") -> Path:
 def error_rate_chart(rows: Rows, path: Path, note: str = "") -> Path:
     """Failed HTTP attempts / all completed attempts, per subscription over time."""
     fig, (ax,) = _figure("HTTP error rate", note)
-    if rows:
+    measured = [r for r in rows if r.get("error_rate") is not None]
+    if measured:
         seconds, series = _series(rows, "error_rate")
+        style = _line_style(len(seconds)) or {"marker": ".", "markersize": 3}
         for name, values in _top(series).items():
             percent = [math.nan if v is None else 100 * v for v in values]  # NaN: a gap
-            ax.plot(seconds, percent, label=name, linewidth=1.2, marker=".", markersize=3)
+            ax.plot(seconds, percent, label=name, linewidth=1.2, **style)
         ax.legend(loc="best", fontsize="small")
-        ax.set_ylim(0, 100)
+        ax.set_ylim(-100 * MARGIN, 100 * (1 + MARGIN))
+        _x_span(ax, seconds, _step_s(rows))
     else:
-        _no_data(ax)
+        _no_data(ax, "no data (no HTTP attempt completed)" if rows else "no data")
     return _save_timeline(fig, ax, rows, "failed attempts (% of completed)", path)
 
 
@@ -121,6 +149,8 @@ def latency_chart(rows: Rows, path: Path, note: str = "") -> Path:
 
 
 def _latency_bars(ax: Axes, rows: Rows, name: str) -> None:
+    rows = [r for r in rows if any(r.get(f"{name}_p{q}_ms") is not None
+                                   for q in (50, 95, 99))]
     if not rows:
         _no_data(ax)
         return
@@ -131,8 +161,15 @@ def _latency_bars(ax: Axes, rows: Rows, name: str) -> None:
         positions = [x + (i - 1) * width for x in range(len(rows))]
         ax.bar(positions, values, width=width, label=f"p{q}")
     ax.set_xticks(range(len(rows)), labels, rotation=15, ha="right")
+    pad = 1.5 if len(rows) < 3 else 0.6  # one or two groups: not a wall of colour
+    ax.set_xlim(-pad, len(rows) - 1 + pad)
+    ax.margins(y=0.1)  # the tallest bar below the frame's top
     ax.set_xlabel("subscription")
     ax.legend(loc="best", fontsize="small")
+
+
+def _step_s(rows: Rows) -> float:
+    return int(rows[0]["bucket_ms"]) / 1000
 
 
 def _bucket_text(rows: Rows) -> str:

@@ -35,6 +35,8 @@ TICK_MS = 1_000
 THROUGHPUT_TYPES = ("fetched", "delivered", "failed", "dead_lettered")
 RARE_TYPES = ("actor_started", "actor_crashed", "actor_restarted", "actor_stopped",
               "partition_assigned", "partition_revoked", "committed")
+# kept per record (offset, attempt, reason): the dead letters and replays tables list them
+DETAILED_TYPES = ("dead_lettered", "replayed")
 KEY = ["kind", "s1", "s2", "s3", "n1", "n2", "v"]
 STAMPS = ["first_fetch_stamp", "first_delivery_stamp", "first_dead_letter_stamp", "last_stamp"]
 TYPE_COUNTS = [
@@ -119,11 +121,14 @@ def with_outcomes(records: DataFrame) -> DataFrame:
 
 def tick_facts(raw: DataFrame) -> DataFrame:
     """Raw rows -> per `type` (null for malformed lines), subscription, endpoint, topic and
-    `second`, and for `RARE_TYPES` also partition, actor and reason: `n` events,
+    `second`, for `RARE_TYPES` and `DETAILED_TYPES` also partition, actor and reason, and
+    for `DETAILED_TYPES` the record's offset (`record_offset`) and `attempt`: `n` events,
     `first_ms`, `last_ms`, `max_offset` and `count_sum` (sum of `count`)."""
     c = F.col
     valid = transforms.is_valid_event()
-    rare = valid & _is(*RARE_TYPES)
+    detailed = valid & _is(*DETAILED_TYPES)
+    instance = transforms.instance_column(raw)
+    rare = valid & _is(*RARE_TYPES) | detailed
     return raw.groupBy(
         F.when(valid, c("type")).alias("type"),
         F.when(valid, c("subscription")).alias("subscription"),
@@ -131,6 +136,9 @@ def tick_facts(raw: DataFrame) -> DataFrame:
         F.when(valid, F.floor(c("ts_ms") / TICK_MS) * TICK_MS).alias("second"),
         F.when(valid, c("topic")).alias("topic"),
         *(F.when(rare, c(name)).alias(name) for name in ("partition", "actor", "reason")),
+        F.when(detailed, c("offset")).alias("record_offset"),
+        F.when(detailed, c("attempt")).alias("attempt"),
+        instance.alias("instance"),
     ).agg(
         F.count(F.lit(1)).alias("n"), F.min("ts_ms").alias("first_ms"),
         F.max("ts_ms").alias("last_ms"), F.max("offset").alias("max_offset"),
@@ -140,7 +148,8 @@ def tick_facts(raw: DataFrame) -> DataFrame:
 
 def tick_totals(ticks: DataFrame) -> DataFrame:
     """`tick_facts` without the second: few rows, for the driver (`small_facts`)."""
-    keys = ["type", "subscription", "endpoint", "topic", "partition", "actor", "reason"]
+    keys = ["type", "subscription", "endpoint", "topic", "partition", "actor", "reason",
+            "record_offset", "attempt", "instance"]
     return ticks.groupBy(*keys).agg(
         F.sum("n").alias("n"), F.min("first_ms").alias("first_ms"),
         F.max("last_ms").alias("last_ms"), F.max("max_offset").alias("max_offset"),
@@ -163,13 +172,14 @@ def coarse_ticks(ticks: DataFrame, bucket_ms: int) -> DataFrame:
 def small_facts(totals: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """`tick_totals` rows -> the driver's fact rows (`tables.Aggregates.small`): `type`,
     `name` (a subscription, topic or endpoint and its `name_hash` in `n1`), `endpoint`,
-    `actor`, `crash`, `move` and `commit` rows, the shape `aggregate` gives."""
+    `actor`, `crash`, `move`, `commit`, `dead_letter` and `replay` rows, the shape
+    `aggregate` gives."""
     facts: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def add(key: tuple[Any, ...], row: Mapping[str, Any], **counts: int) -> None:
-        kind, s1, s2, s3, n1 = key
+        kind, s1, s2, s3, n1, n2, v = (*key, None, None, None, None, None, None)[:7]
         fact = facts.setdefault(key, {
-            "kind": kind, "s1": s1, "s2": s2, "s3": s3, "n1": n1, "n": 0,
+            "kind": kind, "s1": s1, "s2": s2, "s3": s3, "n1": n1, "n2": n2, "v": v, "n": 0,
             "first_ms": None, "last_ms": None, "max_offset": None, "count_sum": None,
             **{name: 0 for _, name in TYPE_COUNTS}})
         fact["n"] += row["n"]
@@ -196,7 +206,19 @@ def small_facts(totals: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 row, **counts)
         if type_ == "committed" and row["max_offset"] is not None:
             add(("commit", row["subscription"], row["topic"], None, row["partition"]), row)
+        if type_ in DETAILED_TYPES and row["record_offset"] is not None:
+            add(_detail_key(row), row)
+        if type_ is not None and row["instance"] is not None:
+            add(("instance", row["instance"], type_, None, None), row)
     return list(facts.values())
+
+
+def _detail_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A `dead_letter` or `replay` fact's key, as `_key_rows` makes it."""
+    kind = "dead_letter" if row["type"] == "dead_lettered" else "replay"
+    attempt = float(row["attempt"]) if row["attempt"] is not None else None
+    return (kind, row["subscription"], row["topic"], row["reason"], row["partition"],
+            row["record_offset"], attempt)
 
 
 def _merge_extremes(fact: dict[str, Any], row: Mapping[str, Any]) -> None:
@@ -384,6 +406,11 @@ def _key_rows() -> list[Column]:
             "move", s1=c("subscription"), s2=c("topic"), s3=c("actor"), n1=c("partition"))),
         F.when(_is("committed") & c("offset").isNotNull(), _row(
             "commit", s1=c("subscription"), s2=c("topic"), n1=c("partition"))),
+        *(F.when(_is(type_) & c("offset").isNotNull(), _row(
+            kind, s1=c("subscription"), s2=c("topic"), s3=c("reason"), n1=c("partition"),
+            n2=c("offset"), v=c("attempt")))
+          for type_, kind in (("dead_lettered", "dead_letter"), ("replayed", "replay"))),
+        F.when(c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
         F.when(_is("sent"), _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
         F.when(_is("delivered"), _row("http", s1=sub, s2=endpoint,
                                       v=round_latency(c("latency_ms")))),
@@ -405,11 +432,15 @@ def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
     | crash | `actor_crashed` with an actor | actor | reason | | ts | | |
     | move | partition movements | subscription | topic | actor | partition | | |
     | commit | `committed` with an offset | subscription | topic | | partition | | |
+    | dead_letter, replay | their events | sub. | topic | reason | partition | offset | attempt |
+    | instance | events with an instance | instance | type | | | | |
     | added, http, lateness | sent, delivered, delay fwd. | sub. or topic | endpoint | | | | value |
 
     Latency values are rounded (`round_latency`) so the histograms stay small. `stamp`
     is carried as `_stamp`, the micro-batch's time (see `aggregate`).
     """
+    if transforms.INSTANCE not in raw.columns:
+        raw = raw.withColumn(transforms.INSTANCE, transforms.instance_column(raw))
     rows = F.filter(F.array(*_key_rows()), lambda row: row.isNotNull())
     exploded = F.when(transforms.is_valid_event(), rows).otherwise(F.array(_row("malformed")))
     measures = ["type", "ts_ms", "endpoint", "offset", "record_ts_ms", "count"]

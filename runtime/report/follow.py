@@ -43,7 +43,7 @@ from runtime.host.journal import closed_segments, open_segments
 from runtime.report import facts, output, tables, transforms
 from runtime.report.follow_state import FollowState
 from runtime.report.job import choose_bucket_ms
-from runtime.report.sources import journal_directories
+from runtime.report.sources import GLOB_CHARACTERS, journal_directories
 from runtime.report.store import Store, compaction
 
 Progress = Callable[[str], None]
@@ -158,7 +158,7 @@ def start_queries(spark: SparkSession, dirs: tuple[Path, ...], options: FollowOp
     store = options.store
     compact = compaction(spark, dirs, store).trigger(processingTime=trigger).start()
     store.events.mkdir(parents=True, exist_ok=True)  # the stream below needs the directory
-    events = spark.readStream.schema(transforms.event_schema()).parquet(str(store.events))
+    events = spark.readStream.schema(transforms.stored_schema()).parquet(str(store.events))
     stamp = F.unix_millis(F.current_timestamp())  # the micro-batch's time in a stream
     changes = facts.aggregate(facts.keyed(events, stamp=stamp))
     aggregate = (
@@ -227,7 +227,8 @@ def run(spark: SparkSession, journal_dirs: list[Path], options: FollowOptions,
         progress: Progress = print) -> dict[str, Any]:
     """Follow until Ctrl-C or SIGTERM; return the final summary."""
     for directory in journal_dirs:
-        directory.mkdir(parents=True, exist_ok=True)  # the runtime may not have started yet
+        if not GLOB_CHARACTERS & set(str(directory)):  # the runtime may not have started yet
+            directory.mkdir(parents=True, exist_ok=True)
     dirs = journal_directories(journal_dirs)
     with options.store.writing():
         return _follow(spark, dirs, options, progress)

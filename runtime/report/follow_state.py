@@ -191,7 +191,8 @@ class FollowState:
         return tables.Aggregates(
             types=self._types(), ticks=self._ticks(), bucket_ms=bucket_ms,
             small=[f for f in self.facts.values()
-                   if f["kind"] in ("endpoint", "actor", "crash", "move", "commit")],
+                   if f["kind"] in ("endpoint", "actor", "crash", "move", "commit",
+                                    "dead_letter", "replay", "instance")],
             groups=self._endpoint_groups(names, lost) + self._partition_groups(lost),
             latencies=self._latencies(),
         )

@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from runtime.errors import UsageError
+from runtime.host.files import atomic_write
 from runtime.report import charts, summary, transforms
 from runtime.report.sources import JournalFiles, find_journal_files
 
@@ -54,12 +57,17 @@ def choose_bucket_ms(span_ms: int) -> int:
 
 
 def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
-    return (
-        spark.read.schema(transforms.event_schema())
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", transforms.CORRUPT)
-        .json([str(p) for p in files.paths])
-    )
+    """The journal's lines, each tagged with its directory (`transforms.INSTANCE`)."""
+    frames = []
+    for directory in files.directories:
+        paths = [str(p) for p in files.paths if p.parent == directory]
+        if paths:
+            frames.append(transforms.with_instance(
+                spark.read.schema(transforms.event_schema())
+                .option("mode", "PERMISSIVE")
+                .option("columnNameOfCorruptRecord", transforms.CORRUPT)
+                .json(paths), str(directory)))
+    return reduce(DataFrame.unionByName, frames)
 
 
 class _Cache:
@@ -206,6 +214,9 @@ def _steps(
     commits = transforms.committed_offsets(events)
     audit = out.table("audit", transforms.audit(records, commits))
     out.table("audit_offsets", transforms.audit_offsets(records, commits))
+    dead = _rows(out.table("dead_letters", transforms.dead_letters(events)))
+    replays = _rows(out.table("replays", transforms.replays(events)))
+    instances = _rows(out.table("instances", transforms.instances(events)))
     totals = _rows(transforms.totals(records))[0]
     problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
     steps.done(f"audit ... lost {totals['lost']:,}, duplicates "
@@ -216,12 +227,9 @@ def _steps(
     charts.latency_chart(subs, out.chart("latency.png"), note)
     return {
         "bucket_ms": bucket_ms, "totals": totals, "event_counts": counts,
-        "subscriptions": subs, "audit_rows": problems,
+        "subscriptions": subs, "audit_rows": problems, "dead_letters": dead,
+        "replays": replays, "instances": instances,
     }
-
-
-QUIET_LOG = Path(__file__).with_name("log4j2.properties")
-"""Spark's log at ERROR on stderr, so only the progress lines show (a JVM started here)."""
 
 
 def check_java() -> None:
@@ -232,26 +240,53 @@ def check_java() -> None:
                      "JAVA_HOME")
 
 
+# Spark's own log lines (its default profile logs WARN and up to stderr, from the first
+# line on: hostname, native-hadoop, streaming "falling behind") interleave with the
+# report's progress lines on a terminal. The driver JVM gets this configuration through
+# log4j2's environment variable, unless the user configured log4j2 or Spark themselves.
+LOG4J2_ENV = "LOG4J_CONFIGURATION_FILE"
+LOG4J2_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} spark %p %c{1}: %m%n%ex
+# PySpark's JVM sets the root level from this logger's ("Setting default log level")
+logger.repl.name = org.apache.spark.api.python.PythonGatewayServer
+logger.repl.level = error
+"""
+
+
+def quiet_spark_logs() -> None:
+    """Errors only from the driver JVM about to start (see LOG4J2_PROPERTIES)."""
+    if LOG4J2_ENV in os.environ or "SPARK_CONF_DIR" in os.environ:
+        return
+    path = Path(tempfile.gettempdir()) / f"hookstream-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != LOG4J2_PROPERTIES:
+        atomic_write(path, LOG4J2_PROPERTIES.encode())
+    os.environ[LOG4J2_ENV] = str(path)
+
+
 def spark_session(master: str) -> tuple[SparkSession, bool]:
     """An active session in this process is reused (and not stopped); else a new one."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    quiet_spark_logs()
     builder = (
         SparkSession.builder.master(master)
         .appName("hookstream-report")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG}")
     )
     if master.startswith("local"):
         # The default 200 shuffle partitions suit clusters; on one machine their task
         # overhead doubled the report's time (bench/report.py). A few per core suffice.
         builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, True
+    return builder.getOrCreate(), True
 
 
 def report(journal_dirs: Path | Sequence[Path], out_dir: Path, *, master: str,

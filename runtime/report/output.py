@@ -101,6 +101,8 @@ def summary_of(report: Report, *, journal: str, segments: Mapping[str, int], buc
         malformed_lines=report.malformed, time_range=report.time_range, bucket_ms=bucket_ms,
         totals=report.totals, event_counts=report.event_counts,
         subscriptions=report.subscriptions, audit_rows=report.audit_rows, outputs=outputs,
+        dead_letters=report.table("dead_letters").rows, replays=report.table("replays").rows,
+        instances=report.table("instances").rows,
     )
     return result | report.extra
 

@@ -6,6 +6,12 @@ names carry a random writer id, so files of different directories never clash, a
 event names its subscription, topic, partition and offset, so the union is the same journal
 a single instance would have written.
 
+Every event is tagged with the directory it came from (`instance`, see
+runtime/report/transforms.py); the audit keys records by subscription, topic, partition
+and offset only, so a record fetched by one instance and delivered by another is
+delivered, and a second successful delivery by any instance is a duplicate. A quoted
+pattern (`'journals/*'`) names every directory it matches.
+
 Per directory: closed segments (`segment-*.jsonl`), plus crash leftovers (`*.jsonl.open`
 that no live writer holds), read up to their last complete line; segments a live writer
 holds are skipped (they would show its in-flight records as lost). The directories are
@@ -15,6 +21,7 @@ mounts at the same path.
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,15 +56,35 @@ class JournalFiles:
                 "skipped_live": len(self.skipped_live)}
 
 
+GLOB_CHARACTERS = frozenset("*?[")
+
+
+def expand_globs(given: Sequence[Path]) -> tuple[Path, ...]:
+    """A path that does not exist and holds `*`, `?` or `[` is a pattern (quoted, so the
+    shell left it): its matching directories, sorted; UsageError if none match."""
+    dirs: list[Path] = []
+    for path in given:
+        if path.exists() or not GLOB_CHARACTERS & set(str(path)):
+            dirs.append(path)
+            continue
+        matches = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_dir())
+        if not matches:
+            raise UsageError(f"no journal directory matches {path}")
+        dirs += matches
+    return tuple(dirs)
+
+
 def journal_directories(journal_dirs: Path | Sequence[Path]) -> tuple[Path, ...]:
-    """The directories as absolute paths, each once; UsageError for a missing one."""
-    dirs = (journal_dirs,) if isinstance(journal_dirs, Path) else tuple(journal_dirs)
+    """The directories (or patterns, `expand_globs`) as absolute paths, each once;
+    UsageError for a missing one."""
+    given = (journal_dirs,) if isinstance(journal_dirs, Path) else tuple(journal_dirs)
+    dirs = expand_globs(given)
     if not dirs:
         raise UsageError("name at least one journal directory")
     resolved = tuple(d.resolve() for d in dirs)
-    for given, path in zip(dirs, resolved, strict=True):
+    for name, path in zip(dirs, resolved, strict=True):
         if not path.is_dir():
-            raise UsageError(f"journal directory {given} does not exist")
+            raise UsageError(f"journal directory {name} does not exist")
     if len(set(resolved)) != len(resolved):
         raise UsageError("a journal directory is named twice")
     return resolved

@@ -11,8 +11,9 @@ readers of `events/`, batch or streaming, see only committed files.
 
 Layout of a store directory:
 
-- `events/`: the journal lines as Parquet, with the journal's schema
-  (`transforms.event_schema`, malformed lines kept with `_corrupt_record` set);
+- `events/`: the journal lines as Parquet, with the journal's schema and the directory
+  each came from (`transforms.stored_schema`, malformed lines kept with `_corrupt_record`
+  set);
 - `checkpoint/`: the compaction query's checkpoint;
 - `journals.json`: the journal directories this store was built from, in order (the
   checkpoint's sources are positional, so another list needs another store);
@@ -125,7 +126,7 @@ def journal_stream(spark: SparkSession, journal_dirs: tuple[Path, ...],
         )
         if max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-        streams.append(reader.json(str(directory)))
+        streams.append(transforms.with_instance(reader.json(str(directory)), str(directory)))
     union = streams[0]
     for stream in streams[1:]:
         union = union.unionByName(stream)
@@ -166,4 +167,4 @@ def compact(spark: SparkSession, journal_dirs: tuple[Path, ...], store: Store) -
 
 def read_events(spark: SparkSession, store: Store) -> DataFrame:
     """Everything the store holds (committed micro-batches only), as raw journal rows."""
-    return spark.read.schema(transforms.event_schema()).parquet(str(store.events))
+    return spark.read.schema(transforms.stored_schema()).parquet(str(store.events))

@@ -13,6 +13,8 @@ from typing import Any
 
 AUDIT_OFFSETS_SHOWN = 100  # per partition and problem in summary.json; tables list all
 MARKDOWN_OFFSETS_SHOWN = 20
+DEAD_LETTERS_SHOWN = 100  # in summary.json; the dead_letters table lists all
+MARKDOWN_DEAD_LETTERS_SHOWN = 20
 
 
 def _iso(ms: int | None) -> str:
@@ -38,8 +40,12 @@ def build_summary(
     subscriptions: Sequence[Mapping[str, Any]],
     audit_rows: Sequence[Mapping[str, Any]],
     outputs: Mapping[str, Sequence[str]],
+    dead_letters: Sequence[Mapping[str, Any]] = (),
+    replays: Sequence[Mapping[str, Any]] = (),
+    instances: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Assemble summary.json. `event_counts` maps type -> (events, sum of `count`)."""
+    """Assemble summary.json. `event_counts` maps type -> (events, sum of `count`);
+    `dead_letters` and `replays` are the rows of those tables (runtime/report/tables.py)."""
     first, last = time_range
     problems = [_audit_entry(row) for row in audit_rows if row["lost"] or row["duplicates"]]
     return {
@@ -61,8 +67,14 @@ def build_summary(
         "delay_forwarded": _count(event_counts, "delay_forwarded"),
         "journal_dropped": event_counts.get("journal_dropped", (0, 0))[1],
         "event_types": {t: n for t, (n, _) in sorted(event_counts.items())},
+        "replayed": sum(int(r["delivered"]) for r in replays),
+        "replay_failed": sum(int(r["failed"]) for r in replays),
         "subscriptions": [dict(row) for row in subscriptions],
         "audit": problems,
+        "dead_letters": [dict(row) for row in dead_letters[:DEAD_LETTERS_SHOWN]],
+        "dead_letters_truncated": len(dead_letters) > DEAD_LETTERS_SHOWN,
+        "replays": [dict(row) for row in replays],
+        "instances": [dict(row) for row in instances],
         "outputs": {key: list(value) for key, value in outputs.items()},
     }
 
@@ -90,6 +102,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         _totals_table(summary),
         _subscriptions_table(summary["subscriptions"]),
         _audit_section(summary["audit"]),
+        _dead_letters_section(summary),
+        _replays_section(summary.get("replays", [])),
+        _instances_section(summary.get("instances", [])),
         _files_section(summary["outputs"]),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -128,6 +143,7 @@ def _totals_table(s: Mapping[str, Any]) -> str:
         ("  of which committed past (lost for good)", s["lost_committed_past"]),
         ("duplicates (extra successful deliveries)", s["duplicates"]),
         ("dead-lettered records", s["dead_lettered"]),
+        ("replayed deliveries / failed", f"{s['replayed']:,} / {s['replay_failed']:,}"),
         ("records fetched", s["records_fetched"]),
         ("HTTP attempts / failed", f"{s['attempts']:,} / {s['failed_attempts']:,}"),
         ("retries scheduled", s["retries"]),
@@ -174,6 +190,60 @@ def _audit_section(problems: Sequence[Mapping[str, Any]]) -> str:
     ]
     note = "Full lists: tables `audit` and `audit_offsets`."
     return "## Audit\n\n" + _table(columns, "l l l l", body) + "\n\n" + note
+
+
+def _dead_letters_section(s: Mapping[str, Any]) -> str:
+    rows = s.get("dead_letters", [])
+    if not rows:
+        return ""
+    columns = ["subscription", "topic-partition", "offset", "reason", "attempts",
+               "replayed"]
+    body = [
+        f"| {r['subscription']} | {r['topic']}-{r['partition']} | {r['offset']} | "
+        f"{_cell(r['reason'])} | {_fmt(r['attempts'])} | {_fmt(r['replayed'])} |"
+        for r in rows[:MARKDOWN_DEAD_LETTERS_SHOWN]
+    ]
+    more = s["dead_lettered"] - len(body)
+    note = (f"{more:,} more: " if more > 0 else "") + "table `dead_letters` lists them all; " \
+        "`replayed` counts deliveries by a replay since (`POST .../replay`)."
+    return "## Dead letters\n\n" + _table(columns, "l l r l r r", body) + "\n\n" + note
+
+
+def _replays_section(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return ""
+    columns = ["replay", "subscription", "records", "delivered", "failed", "from", "to"]
+    body = [
+        f"| {r['replay_id']} | {r['subscription']} | {_fmt(r['records'])} | "
+        f"{_fmt(r['delivered'])} | {_fmt(r['failed'])} | {_iso(r['first_ms'])} | "
+        f"{_iso(r['last_ms'])} |"
+        for r in rows
+    ]
+    return "## Replays\n\n" + _table(columns, "l l r r r l l", body)
+
+
+def _instances_section(rows: Sequence[Mapping[str, Any]]) -> str:
+    if len(rows) < 2:
+        return ""
+    columns = ["instance (journal)", "events", "fetched", "delivered", "failed",
+               "dead-lettered", "from", "to"]
+    body = [
+        f"| `{r['instance']}` | {_fmt(r['events'])} | {_fmt(r['fetched'])} | "
+        f"{_fmt(r['delivered'])} | {_fmt(r['failed'])} | {_fmt(r['dead_lettered'])} | "
+        f"{_iso(r['first_ms'])} | {_iso(r['last_ms'])} |"
+        for r in rows
+    ]
+    note = ("The audit counts a record once across instances: fetched by one and "
+            "delivered by another is delivered; a second successful delivery by any "
+            "instance is a duplicate.")
+    return "## Instances\n\n" + _table(columns, "l r r r r r l l", body) + "\n\n" + note
+
+
+def _cell(text: str | None) -> str:
+    """Text for a Markdown table cell: no pipes, no line breaks."""
+    if text is None:
+        return "-"
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _files_section(outputs: Mapping[str, Sequence[str]]) -> str:

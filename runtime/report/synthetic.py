@@ -8,6 +8,8 @@ endpoint fails until the outage ends, some records are dead-lettered, the chosen
 and, when `crash_partition` is set, that partition actor crashes once after fetching
 `crash_inflight` records, which are fetched again and delivered after the restart (so
 they are not lost). `delay_forwards` adds delay-queue forwards with some lateness.
+`replayed` and `replay_failed` name dead-lettered records that a replay (`REPLAY_ID`)
+pushes again at the end, delivering or failing them as actors/delivery/replay.py journals.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, NamedTuple
 from runtime.host.journal import Event, EventType
 
 RecordId = tuple[str, int, int]  # (subscription, partition, offset)
+REPLAY_ID = "r-0001"
 
 
 class _Record(NamedTuple):
@@ -45,6 +48,8 @@ class SyntheticJournal:
     crash_partition: tuple[str, int] | None = None
     crash_inflight: int = 5
     delay_forwards: int = 0  # delay_forwarded events spread over the run
+    replayed: frozenset[RecordId] = field(default_factory=frozenset)
+    replay_failed: frozenset[RecordId] = field(default_factory=frozenset)
 
     def endpoint(self, subscription: str) -> str:
         return f"http://127.0.0.1:9000/{subscription}"
@@ -59,6 +64,7 @@ class SyntheticJournal:
                     if (offset + 1) % self.commit_every == 0 or offset == n - 1:
                         yield self._commit(sub, partition, offset + 1)
         yield from self._delay_forwards()
+        yield from self._replays()
         yield from self._shutdown()
 
     def _time(self, sub: str, partition: int, offset: int) -> int:
@@ -111,7 +117,7 @@ class SyntheticJournal:
             retry_ms = sent + 200 if outage_end_ms is None else outage_end_ms + offset * 7 % 2000
             sent, attempt = max(sent + 200, retry_ms), 2
         if doomed:
-            yield self._event("dead_lettered", sent, rec, endpoint=endpoint,
+            yield self._event("dead_lettered", sent, rec, endpoint=endpoint, attempt=2,
                               reason="retries exhausted")
             return
         yield self._event("sent", sent, rec, endpoint=endpoint, attempt=attempt,
@@ -138,6 +144,19 @@ class SyntheticJournal:
             ts_ms = self.start_ms + i * span_ms // self.delay_forwards
             yield Event(type="delay_forwarded", ts_ms=ts_ms, topic="delay.5s", partition=i % 4,
                         offset=i // 4, lateness_ms=(i * 37) % 200 / 10)
+
+    def _replays(self) -> Iterator[Event]:
+        t = self._end_ms()
+        for sub, partition, offset in sorted(self.replayed | self.replay_failed):
+            rec, t = _Record(sub, partition, offset), t + 10
+            ok = (sub, partition, offset) in self.replayed
+            endpoint = self.endpoint(sub)
+            yield self._event("sent", t, rec, endpoint=endpoint, attempt=1)
+            yield self._event("delivered" if ok else "failed", t + 3, rec, endpoint=endpoint,
+                              attempt=1, status=200 if ok else 500, latency_ms=3.0)
+            outcome = "delivered again" if ok else "failed after 1 attempts"
+            yield self._event("replayed", t + 3, rec, attempt=1,
+                              reason=f"{REPLAY_ID}: {outcome}")
 
     def _end_ms(self) -> int:
         return self._time(self.subscriptions[-1], self.partitions - 1, self.records_per_partition)

@@ -38,7 +38,8 @@ class Aggregates:
     - `types`: per event type (None for malformed lines): `events`, `first_ms`, `last_ms`,
       `count_sum`.
     - `ticks`: per `bucket_start_ms`, `subscription` ("" for none) and `type`: `n`.
-    - `small`: facts rows of kinds endpoint, actor, crash, move, commit.
+    - `small`: facts rows of kinds endpoint, actor, crash, move, commit, dead_letter,
+      replay, instance.
     - `groups`: `record_groups` rows: view "endpoint" (k1, k2 = subscription, endpoint) and
       view "partition" (k1, k2, k3 = subscription, topic, partition, with `problems`).
     - `latencies`: view "endpoint" (added `a_*`, HTTP `b_*`) and view "lateness" (`b_*`).
@@ -297,6 +298,102 @@ def audit_offsets(groups: Sequence[Row], commits: Mapping[PartitionKey, int]) ->
     return Table("audit_offsets", AUDIT_OFFSETS, ordered)
 
 
+# -- dead letters and replays -----------------------------------------------------------
+
+DEAD_LETTERS = (
+    ("subscription", "string"), ("topic", "string"), ("partition", "long"),
+    ("offset", "long"), ("reason", "string"), ("attempts", "long"),
+    ("dead_lettered", "long"), ("last_ms", "long"), ("replayed", "long"),
+)
+REPLAYS = (
+    ("replay_id", "string"), ("subscription", "string"), ("records", "long"),
+    ("delivered", "long"), ("failed", "long"), ("first_ms", "long"), ("last_ms", "long"),
+)
+REPLAY_DELIVERED = "delivered again"  # the end of a `replayed` event's reason
+RecordKey = tuple[str, str, int, int]
+
+
+def replay_id(reason: str | None) -> str:
+    """`replayed` events' reason is "<replay id>: <outcome>" (actors/delivery/replay.py)."""
+    return (reason or "").split(": ", 1)[0]
+
+
+def replay_delivered(reason: str | None) -> bool:
+    return (reason or "").endswith(f": {REPLAY_DELIVERED}")
+
+
+def _record_key(fact: Row) -> RecordKey:
+    return (fact["s1"], fact["s2"], fact["n1"], fact["n2"])
+
+
+def dead_letters(small: Sequence[Row]) -> Table:
+    """One row per dead-lettered record: the last reason, the most attempts, how often it
+    was dead-lettered and how often a replay delivered it since."""
+    replayed: dict[RecordKey, int] = defaultdict(int)
+    for fact in _of_kind(small, "replay"):
+        if replay_delivered(fact["s3"]):
+            replayed[_record_key(fact)] += fact["n"]
+    rows: dict[RecordKey, Row] = {}
+    for fact in _of_kind(small, "dead_letter"):
+        key = _record_key(fact)
+        row = rows.setdefault(key, {
+            "subscription": key[0], "topic": key[1], "partition": key[2], "offset": key[3],
+            "reason": None, "attempts": None, "dead_lettered": 0, "last_ms": None,
+            "replayed": replayed.get(key, 0)})
+        row["dead_lettered"] += fact["n"]
+        if row["last_ms"] is None or _asc_pair((fact["last_ms"], fact["s3"])) > _asc_pair(
+                (row["last_ms"], row["reason"])):
+            row["last_ms"], row["reason"] = fact["last_ms"], fact["s3"]
+        if fact["v"] is not None:
+            row["attempts"] = max(int(fact["v"]), row["attempts"] or 0)
+    ordered = _sorted(rows.values(), lambda r: tuple(
+        _asc(r[k]) for k in ("subscription", "topic", "partition", "offset")))
+    return Table("dead_letters", DEAD_LETTERS, ordered)
+
+
+def replays(small: Sequence[Row]) -> Table:
+    """Per replay and subscription: records pushed again, delivered, failed, when."""
+    rows: dict[tuple[str, str], Row] = {}
+    records: dict[tuple[str, str], set[RecordKey]] = defaultdict(set)
+    for fact in _of_kind(small, "replay"):
+        key = (replay_id(fact["s3"]), fact["s1"])
+        row = rows.setdefault(key, {"replay_id": key[0], "subscription": key[1],
+                                    "records": 0, "delivered": 0, "failed": 0,
+                                    "first_ms": None, "last_ms": None})
+        records[key].add(_record_key(fact))
+        row["delivered" if replay_delivered(fact["s3"]) else "failed"] += fact["n"]
+        row["first_ms"] = min(v for v in (row["first_ms"], fact["first_ms"]) if v is not None)
+        row["last_ms"] = max(v for v in (row["last_ms"], fact["last_ms"]) if v is not None)
+    for key, row in rows.items():
+        row["records"] = len(records[key])
+    ordered = _sorted(rows.values(), lambda r: (_asc(r["replay_id"]), _asc(r["subscription"])))
+    return Table("replays", REPLAYS, ordered)
+
+
+# -- instances --------------------------------------------------------------------------
+
+INSTANCE_TYPES = ("fetched", "delivered", "failed", "dead_lettered", "replayed", "committed")
+INSTANCES = (
+    ("instance", "string"), ("events", "long"),
+    *((name, "long") for name in INSTANCE_TYPES), ("first_ms", "long"), ("last_ms", "long"),
+)
+
+
+def instances(small: Sequence[Row]) -> Table:
+    """Per instance (journal directory): its events, by type, and their time range."""
+    rows: dict[str, Row] = {}
+    for fact in _of_kind(small, "instance"):
+        row = rows.setdefault(fact["s1"], {
+            "instance": fact["s1"], "events": 0, **dict.fromkeys(INSTANCE_TYPES, 0),
+            "first_ms": None, "last_ms": None})
+        row["events"] += fact["n"]
+        if fact["s2"] in INSTANCE_TYPES:
+            row[fact["s2"]] += fact["n"]
+        row["first_ms"] = min(v for v in (row["first_ms"], fact["first_ms"]) if v is not None)
+        row["last_ms"] = max(v for v in (row["last_ms"], fact["last_ms"]) if v is not None)
+    return Table("instances", INSTANCES, _sorted(rows.values(), lambda r: (r["instance"],)))
+
+
 # -- everything -------------------------------------------------------------------------
 
 def event_counts(types: Sequence[Row]) -> dict[str, tuple[int, int]]:
@@ -314,7 +411,8 @@ def build(agg: Aggregates) -> Report:
     return Report(
         tables=[summary, throughput(agg.ticks, agg.bucket_ms), actors(agg.small),
                 partition_movements(agg.small), delay_lateness(agg.latencies), audit_table,
-                audit_offsets(agg.groups, commits)],
+                audit_offsets(agg.groups, commits), dead_letters(agg.small),
+                replays(agg.small), instances(agg.small)],
         totals=totals(agg.groups),
         event_counts=event_counts(agg.types),
         subscriptions=summary.rows,

@@ -32,8 +32,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from runtime.host.journal import RECORD_EVENT_TYPES, Event
+from runtime.report.tables import INSTANCE_TYPES
 
 CORRUPT = "_corrupt_record"
+# The journal directory a line came from: one directory per runtime instance, so this
+# names the instance (events do not carry one). Added when the journal is read.
+INSTANCE = "instance"
 RECORD_KEY = ["subscription", "topic", "partition", "offset"]
 PARTITION_KEY = ["subscription", "topic", "partition"]
 RECORD_EVENTS = list(RECORD_EVENT_TYPES)
@@ -56,6 +60,21 @@ def event_schema() -> T.StructType:
         fields.append(T.StructField(info.encode_name, _SPARK_TYPES[base], nullable=True))
     fields.append(T.StructField(CORRUPT, T.StringType(), nullable=True))
     return T.StructType(fields)
+
+
+def stored_schema() -> T.StructType:
+    """`event_schema` plus `INSTANCE`: the journal as the Parquet store keeps it."""
+    return T.StructType([*event_schema().fields,
+                         T.StructField(INSTANCE, T.StringType(), nullable=True)])
+
+
+def with_instance(raw: DataFrame, directory: str) -> DataFrame:
+    return raw.withColumn(INSTANCE, F.lit(directory))
+
+
+def instance_column(raw: DataFrame) -> Column:
+    """The rows' instance, or null for frames read without one (tests' hand-made rows)."""
+    return F.col(INSTANCE) if INSTANCE in raw.columns else F.lit(None).cast("string")
 
 
 def _is(event_type: str) -> Column:
@@ -259,6 +278,54 @@ def audit_offsets(records: DataFrame, commits: DataFrame) -> DataFrame:
     return rows.select(
         *RECORD_KEY, problem.alias("problem"), "fetches", "deliveries", "committed_past"
     ).orderBy(*RECORD_KEY)
+
+
+def dead_letters(events: DataFrame) -> DataFrame:
+    """One row per dead-lettered record: the reason of its last dead letter, its most
+    attempts, how often it was dead-lettered, and how often a replay delivered it since
+    (`replayed` events whose reason ends "delivered again", actors/delivery/replay.py)."""
+    dead = events.filter(_is("dead_lettered") & F.col("offset").isNotNull())
+    per_record = dead.groupBy(*RECORD_KEY).agg(
+        F.max(F.struct("ts_ms", "reason")).alias("_last"),
+        F.max("attempt").alias("attempts"),
+        F.count(F.lit(1)).alias("dead_lettered"),
+    )
+    again = events.filter(_is("replayed") & F.col("offset").isNotNull()
+                          & _replay_delivered()).groupBy(*RECORD_KEY).agg(
+        F.count(F.lit(1)).alias("_replayed"))
+    return per_record.join(again, RECORD_KEY, "left").select(
+        *RECORD_KEY, F.col("_last.reason").alias("reason"), "attempts", "dead_lettered",
+        F.col("_last.ts_ms").alias("last_ms"),
+        F.coalesce(F.col("_replayed"), F.lit(0)).cast("long").alias("replayed"),
+    ).orderBy(*RECORD_KEY)
+
+
+def _replay_delivered() -> Column:
+    return F.coalesce(F.col("reason"), F.lit("")).endswith(": delivered again")
+
+
+def replays(events: DataFrame) -> DataFrame:
+    """Per replay (the id before ": " in a `replayed` event's reason) and subscription:
+    distinct records pushed again, delivered, failed, first and last event."""
+    replayed = events.filter(_is("replayed") & F.col("offset").isNotNull())
+    replay_id = F.substring_index(F.coalesce(F.col("reason"), F.lit("")), ": ", 1)
+    return replayed.groupBy(replay_id.alias("replay_id"), "subscription").agg(
+        F.count_distinct(F.struct(*RECORD_KEY)).alias("records"),
+        _count_if(_replay_delivered()).alias("delivered"),
+        _count_if(~_replay_delivered()).alias("failed"),
+        F.min("ts_ms").alias("first_ms"), F.max("ts_ms").alias("last_ms"),
+    ).orderBy("replay_id", "subscription")
+
+
+def instances(events: DataFrame) -> DataFrame:
+    """Per instance (journal directory): events, record events by type, first and last."""
+    tagged = events.filter(F.col(INSTANCE).isNotNull())
+    return tagged.groupBy(INSTANCE).agg(
+        F.count(F.lit(1)).alias("events"),
+        *(_count_if(_is(t)).alias(t) for t in INSTANCE_TYPES),
+        F.min("ts_ms").alias("first_ms"), F.max("ts_ms").alias("last_ms"),
+    ).orderBy(INSTANCE)
+
 
 
 def totals(records: DataFrame) -> DataFrame:

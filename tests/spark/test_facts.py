@@ -108,3 +108,34 @@ def test_keyed_rows_carry_the_batch_stamp_of_a_records_first_fetch_and_delivery(
             record["last_stamp"], record["first_dead_letter_stamp"]) == (5, 5, 5, None)
     assert rows["added"]["v"] == 1.0 and rows["http"]["v"] is None
     assert set(rows) == {"record", "tick", "endpoint", "added", "http"}
+
+
+def test_dead_letters_and_replays_agree_on_the_three_paths(spark: SparkSession) -> None:
+    """Reference transforms, the batch's small facts and the follow job's keyed facts."""
+    from runtime.report.follow_state import FollowState
+
+    raw = raw_frame(spark, [
+        rec("fetched", 1, 3), rec("dead_lettered", 5, 3, attempt=2, reason="exhausted"),
+        rec("fetched", 9, 3), rec("dead_lettered", 12, 3, attempt=3, reason="gave up"),
+        rec("fetched", 2, 4), rec("dead_lettered", 6, 4, reason=None),
+        rec("replayed", 20, 3, attempt=1, reason="r-9: delivered again"),
+        rec("replayed", 21, 4, attempt=4, reason="r-9: failed after 4 attempts"),
+        rec("replayed", 30, 3, attempt=1, reason="r-10: delivered again",
+            subscription="other"),
+    ])
+    events = transforms.valid_events(raw)
+    reference = {
+        name: [r.asDict() for r in frame.collect()]
+        for name, frame in (("dead_letters", transforms.dead_letters(events)),
+                            ("replays", transforms.replays(events)))}
+    state = FollowState()
+    state.apply([r.asDict() for r in facts.aggregate(facts.keyed(raw, stamp=F.lit(1)))
+                 .collect()], 0)
+    follow = state.aggregates(0, 1_000).small
+    for small in (small_of(raw), follow):
+        assert tables.dead_letters(small).rows == reference["dead_letters"]
+        assert tables.replays(small).rows == reference["replays"]
+    assert [(r["offset"], r["reason"], r["attempts"], r["dead_lettered"], r["replayed"])
+            for r in reference["dead_letters"]] == [(3, "gave up", 3, 2, 1), (4, None, None, 1, 0)]
+    assert [(r["replay_id"], r["subscription"], r["delivered"], r["failed"])
+            for r in reference["replays"]] == [("r-10", "other", 1, 0), ("r-9", SUB, 1, 1)]

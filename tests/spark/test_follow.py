@@ -163,5 +163,8 @@ async def test_a_follow_job_audits_a_run_live_and_survives_kill_9(
     assert (final["lost"], final["in_flight"], final["follow"]["grace_s"]) == (0, 0, 300)
     assert second.interrupt() == 0
     assert "final: batch" in second.tail()
+    log = second.log.read_text(errors="replace").splitlines()
+    noise = [line for line in log if " WARN " in line or " INFO " in line]
+    assert not noise, noise[:5]  # Spark's log stays out of the progress lines
     stopped = second.summary()
     assert stopped is not None and stopped["events"] == lines

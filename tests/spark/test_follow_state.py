@@ -154,3 +154,22 @@ def test_the_keeper_stores_a_version_per_batch_and_replays_from_the_previous_one
     restarted.apply(frame([DELIVERED_1]), 1)
     report, _, _ = restarted.render(grace_ms=0)
     assert (report.totals["records_fetched"], report.totals["delivered"]) == (1, 1)
+
+
+def test_dead_letters_and_replays_survive_the_stored_state_and_reach_their_tables() -> None:
+    dead = {**KEYS, **MEASURES, "kind": "dead_letter", "s1": SUB, "s2": TOPIC,
+            "s3": "gave up after 3 attempts: 500", "n1": 0, "n2": 7, "v": 3.0,
+            "first_ms": 2_000, "last_ms": 2_000}
+    again = {**dead, "kind": "replay", "s3": "r-1: delivered again", "v": 1.0,
+             "first_ms": 9_000, "last_ms": 9_000}
+    state = FollowState()
+    state.apply([dead], 0)
+    state.apply([again], 1)
+    report = tables.build(FollowState.decode(state.encode()).aggregates(0, 1_000))
+    assert report.table("dead_letters").rows == [{
+        "subscription": SUB, "topic": TOPIC, "partition": 0, "offset": 7,
+        "reason": "gave up after 3 attempts: 500", "attempts": 3, "dead_lettered": 1,
+        "last_ms": 2_000, "replayed": 1}]
+    assert report.table("replays").rows == [{
+        "replay_id": "r-1", "subscription": SUB, "records": 1, "delivered": 1, "failed": 0,
+        "first_ms": 9_000, "last_ms": 9_000}]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import os
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -33,6 +34,8 @@ pytestmark = pytest.mark.spark
 WriteJournal = Callable[..., Journal]  # the `journal_writer` fixture (conftest.py)
 LOST = ("orders-hook", 3, 11)
 DUPLICATE = ("orders-hook", 0, 2)
+REPLAYED = ("orders-hook", 0, 7)  # dead-lettered, then delivered by a replay
+REPLAY_FAILED = ("audit-hook", 1, 27)  # dead-lettered, and a replay failed too
 LEFTOVER_EVENTS = [
     Event(type="fetched", ts_ms=1_700_000_001_000 + i, subscription="late-hook", topic="t",
           partition=0, offset=i)
@@ -60,6 +63,7 @@ def run(
     synthetic = SyntheticJournal(
         records_per_partition=60, dead_letter_every=20, lost=frozenset({LOST}),
         duplicates=frozenset({DUPLICATE}), crash_partition=("audit-hook", 1),
+        replayed=frozenset({REPLAYED}), replay_failed=frozenset({REPLAY_FAILED}),
     )
     events = list(synthetic.events())
     half = len(events) // 2
@@ -96,7 +100,9 @@ def test_summary_totals_name_the_known_faults(run: Run) -> None:
     # the leftover's three fetched records were never delivered either
     assert (result["lost"], result["duplicates"]) == (1 + len(LEFTOVER_EVENTS), 1)
     assert result["dead_lettered"] == 2 * 4 * 3  # offsets 7, 27, 47 of every partition
-    assert result["delivered"] == 2 * 4 * 60 - result["dead_lettered"] - 1
+    # the replayed dead letter was delivered in the end
+    assert result["delivered"] == 2 * 4 * 60 - result["dead_lettered"] - 1 + 1
+    assert (result["replayed"], result["replay_failed"]) == (1, 1)
     assert (result["actor_crashes"], result["actor_restarts"]) == (1, 1)
     lost = {(a["subscription"], a["partition"], tuple(a["lost_offsets"]))
             for a in result["audit"] if a["lost"]}
@@ -115,6 +121,27 @@ def test_every_table_is_written_as_parquet_and_csv(run: Run, spark: Any) -> None
     audit_csv = (run.out / "csv" / "audit_offsets.csv").read_text()
     assert "orders-hook,orders,3,11,lost" in audit_csv
     assert "orders-hook,orders,0,2,duplicate" in audit_csv
+
+
+def test_dead_letters_are_listed_with_reason_attempts_and_replays(run: Run) -> None:
+    rows = list(csv.DictReader((run.out / "csv" / "dead_letters.csv").open()))
+    assert len(rows) == run.result["dead_lettered"] == 24
+    assert {(r["subscription"], int(r["partition"]), int(r["offset"])) for r in rows} == {
+        (sub, p, o) for sub in ("orders-hook", "audit-hook") for p in range(4)
+        for o in (7, 27, 47)}
+    assert {(r["reason"], r["attempts"], r["dead_lettered"]) for r in rows} == {
+        ("retries exhausted", "2", "1")}
+    replayed = {(r["subscription"], int(r["partition"]), int(r["offset"]))
+                for r in rows if r["replayed"] != "0"}
+    assert replayed == {REPLAYED}  # the failed replay delivered nothing
+    assert [(r["replay_id"], r["subscription"], r["delivered"], r["failed"])
+            for r in csv.DictReader((run.out / "csv" / "replays.csv").open())] == [
+        ("r-0001", "audit-hook", "0", "1"), ("r-0001", "orders-hook", "1", "0")]
+    markdown = (run.out / "summary.md").read_text()
+    assert "## Dead letters" in markdown and "## Replays" in markdown
+    assert "| orders-hook | orders-0 | 7 | retries exhausted | 2 | 1 |" in markdown
+    assert "4 more: table `dead_letters` lists them all" in markdown  # 20 of 24 shown
+    assert len(run.result["dead_letters"]) == 24
 
 
 def test_charts_are_png_files(run: Run) -> None:
@@ -158,10 +185,53 @@ def test_a_segment_held_by_a_live_writer_is_not_read(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def _drawn(draw: Callable[..., Path], rows: list[dict[str, Any]], path: Path) -> Any:
+    """Draw; return the figure (what a reader sees: its axes, texts and lines)."""
+    from matplotlib.figure import Figure
+
+    drawn: list[Figure] = []
+    original = Figure.savefig
+
+    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
+        drawn.append(self)
+        original(self, *args, **kwargs)
+
+    Figure.savefig = keep  # type: ignore[method-assign]
+    try:
+        assert draw(rows, path).read_bytes().startswith(b"\x89PNG")
+    finally:
+        Figure.savefig = original  # type: ignore[method-assign]
+    return drawn[0]
+
+
+def _texts(figure: Any) -> list[str]:
+    return [t.get_text() for ax in figure.axes for t in ax.texts]
+
+
 def test_charts_without_rows_say_no_data(tmp_path: Path) -> None:
     for draw in (charts.throughput_chart, charts.error_rate_chart, charts.latency_chart):
-        path = draw([], tmp_path / f"{draw.__name__}.png")
-        assert path.read_bytes().startswith(b"\x89PNG")
+        assert "no data" in _texts(_drawn(draw, [], tmp_path / f"{draw.__name__}.png"))
+
+
+def test_charts_of_a_small_run_show_every_value_inside_the_frame(tmp_path: Path) -> None:
+    one = {"bucket_start_ms": 0, "bucket_ms": 1000, "subscription": "s",
+           "delivered_per_s": 0.0, "error_rate": None}
+    # one bucket, nothing delivered, no attempt completed: no empty panel
+    assert _texts(_drawn(charts.error_rate_chart, [one], tmp_path / "e.png")) == [
+        "no data (no HTTP attempt completed)"]
+    (ax,) = _drawn(charts.throughput_chart, [one], tmp_path / "t.png").axes
+    (line,) = ax.get_lines()
+    assert line.get_marker() == "o"  # a single point is drawn
+    bottom, top = ax.get_ylim()
+    left, right = ax.get_xlim()
+    assert bottom < 0 < top and left < 0 < right  # not on the frame
+    failing = [one | {"bucket_start_ms": i * 1000, "error_rate": 1.0} for i in range(3)]
+    (ax,) = _drawn(charts.error_rate_chart, failing, tmp_path / "e2.png").axes
+    assert ax.get_ylim()[1] > 100  # a 100 % error rate is not hidden on the top edge
+    latency = [{"subscription": "s", "e2e_p50_ms": 3, "e2e_p95_ms": 5, "e2e_p99_ms": 9}]
+    e2e, added = _drawn(charts.latency_chart, latency, tmp_path / "l.png").axes
+    assert [t.get_text() for t in added.texts] == ["no data"]
+    assert e2e.get_ylim()[1] > 9 and not e2e.texts
 
 
 def test_markdown_lists_offsets_and_says_how_many_more() -> None:
@@ -193,7 +263,8 @@ def test_a_journal_without_events_is_a_usage_error(spark: Any, tmp_path: Path) -
 
 # -- the fast path (runtime/report/batch.py) against the reference path above ------------
 
-def _same_outputs(spark: Any, reference: Path, fast: Path, *, ignore: set[str]) -> None:
+def _same_outputs(spark: Any, reference: Path, fast: Path, *, ignore: set[str],
+                  ignore_tables: frozenset[str] = frozenset()) -> None:
     """Equal summary.json (but `ignore`d keys), equal Parquet tables (types and rows in
     order), CSV files with equal headers and values."""
     expected = json.loads((reference / "summary.json").read_text())
@@ -201,7 +272,7 @@ def _same_outputs(spark: Any, reference: Path, fast: Path, *, ignore: set[str]) 
     for key in {"generated_at", *ignore}:
         expected.pop(key), got.pop(key)
     assert got == expected
-    for name in expected["outputs"]["tables"]:
+    for name in set(expected["outputs"]["tables"]) - ignore_tables:
         want = spark.read.parquet(str(reference / "parquet" / name))
         have = spark.read.parquet(str(fast / "parquet" / name))
         assert have.schema.simpleString() == want.schema.simpleString(), name
@@ -255,8 +326,14 @@ def test_the_fast_path_from_a_store_of_two_journal_directories_writes_the_same(
 
     store = Store(tmp_path / "store")
     result = batch.run_report(spark, files, tmp_path / "fast", store=store, progress=print)
-    _same_outputs(spark, run.out, tmp_path / "fast", ignore={"journal"})
+    # one instance there, two here: everything but the instances is the same
+    _same_outputs(spark, run.out, tmp_path / "fast", ignore={"journal", "instances"},
+                  ignore_tables=frozenset({"instances"}))
     assert result["journal"] == f"{first}, {second}"
+    assert [r["instance"] for r in result["instances"]] == [str(first), str(second)]
+    (whole,) = run.result["instances"]
+    for name in ("events", "fetched", "delivered", "dead_lettered", "replayed"):
+        assert sum(r[name] for r in result["instances"]) == whole[name], name
     assert (store.events / "_spark_metadata").is_dir()
     assert store.compacted() == {str(p) for p in files.closed}
     # a second report converts nothing new and reads the same store
@@ -289,3 +366,32 @@ def test_a_journal_directory_named_twice_is_a_usage_error(
     (tmp_path / "j").mkdir()
     assert main([str(tmp_path / "j"), str(tmp_path / "j"), "--out", str(tmp_path / "o")]) == 2
     assert "named twice" in capsys.readouterr().err
+
+
+def test_spark_logs_errors_only_unless_the_user_configured_logging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runtime.report import job
+
+    monkeypatch.delenv(job.LOG4J2_ENV, raising=False)
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    job.quiet_spark_logs()
+    config = Path(os.environ[job.LOG4J2_ENV]).read_text()
+    assert "rootLogger.level = error" in config and "SYSTEM_ERR" in config
+    monkeypatch.setenv(job.LOG4J2_ENV, "/etc/mine.properties")
+    job.quiet_spark_logs()
+    assert os.environ[job.LOG4J2_ENV] == "/etc/mine.properties"
+
+
+def test_a_quoted_pattern_names_every_matching_journal_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.report.sources import journal_directories
+
+    for name in ("b", "a", "c"):
+        (tmp_path / name / "journal").mkdir(parents=True)
+    (tmp_path / "d").mkdir()  # no journal inside: not matched
+    assert journal_directories([tmp_path / "*" / "journal"]) == tuple(
+        (tmp_path / name / "journal").resolve() for name in "abc")
+    assert main([str(tmp_path / "*" / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "no journal directory matches" in capsys.readouterr().err
