@@ -6,11 +6,15 @@ and an unsubscribe stops it everywhere (real broker, real runtimes, real receive
 from __future__ import annotations
 
 import asyncio
+import copy
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
@@ -96,3 +100,68 @@ async def test_instances_share_subscriptions_through_the_topic(
     finally:
         await receiver.stop()
     assert await committed(kafka_bootstrap, "g-cl", topic, 4) == {p: 20 for p in range(4)}
+
+
+async def last_document(bootstrap: str, topic: str, key: str) -> dict[str, Any]:
+    """The subscriptions topic's last value for `key` (what compaction would keep)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        last: bytes | None = None
+        for _ in range(50):
+            batches = await consumer.getmany(tp, timeout_ms=200)
+            for message in batches.get(tp, []):
+                if message.key == key.encode():
+                    last = message.value
+            high = consumer.highwater(tp)
+            if high is not None and await consumer.position(tp) >= high:
+                break
+        assert last is not None
+        document: dict[str, Any] = msgspec.json.decode(last)
+        return document
+    finally:
+        await consumer.stop()
+
+
+async def test_concurrent_updates_of_one_subscription_converge_on_the_last_write(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=2)
+    log_topic = f"subs-{uuid.uuid4().hex[:8]}"
+    receiver = await Receiver().start()
+    key = "cw_g-cw"
+    try:
+        async with instance(kafka_bootstrap, tmp_path, "a", log_topic) as a, \
+                instance(kafka_bootstrap, tmp_path, "b", log_topic) as b:
+            body = subscription("cw", [{"name": topic}], receiver.url,
+                                fast_group=fast_group_kwargs)
+            await Admin(a).subscribe(body)
+            await until(lambda: key in delivery(b).subscriptions)
+
+            def version(n: int) -> dict[str, Any]:
+                changed = copy.deepcopy(body)
+                changed["subscriptionMethod"]["additionalHeaders"] = {"X-Version": str(n)}
+                return changed
+
+            for round_ in range(3):  # each round: two instances write the same key at once
+                answers = await asyncio.gather(
+                    Admin(a).call("PUT", "/broker/subscription/cw/g-cw", version(2 * round_)),
+                    Admin(b).call("PUT", "/broker/subscription/cw/g-cw",
+                                  version(2 * round_ + 1)))
+                assert [status for status, _ in answers] == [200, 200], answers
+            winner = (await last_document(kafka_bootstrap, log_topic, key))[
+                "subscriptionMethod"]["additionalHeaders"]
+            assert winner in ({"X-Version": "4"}, {"X-Version": "5"})
+            for runtime in (a, b):
+                await until(lambda r=runtime: delivery(r).subscriptions[key]
+                            .subscriptionMethod.additionalHeaders == winner)
+            # every update restarted both trees: wait until the group settled again
+            await until(lambda: owned(a, key) + owned(b, key) == 2, timeout_s=60)
+            await produce(kafka_bootstrap, topic, 10, partitions=2)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 10, timeout_s=60)
+    finally:
+        await receiver.stop()
+    assert {p.headers.get("X-Version") for p in receiver.ok} == {winner["X-Version"]}
