@@ -24,7 +24,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import msgspec
 from aiohttp import web
@@ -32,12 +32,17 @@ from aiohttp import web
 from actors.delivery.cluster import SubscriptionLog
 from actors.delivery.status import SubscriptionStatus
 from runtime.host.admin import ok
+from runtime.host.openapi import json_answer, success
 
 if TYPE_CHECKING:
     from runtime.host.app import Runtime
 
 log = logging.getLogger(__name__)
 FORGET_AFTER_INTERVALS = 100
+CLUSTER_SCHEMA: Final[dict[str, object]] = {
+    "type": "object", "required": ["instances", "subscriptions", "total_lag"],
+    "properties": {"instances": {"type": "array"}, "subscriptions": {"type": "object"},
+                   "total_lag": {"type": "integer"}}}
 InstanceState = Literal["running", "stopped"]
 Shown = Literal["running", "stopped", "gone"]
 
@@ -168,6 +173,9 @@ class ClusterStatus:
     async def start(self) -> None:
         await self._log.start()
         self.runtime.admin.app.router.add_get("/cluster", self._get)
+        self.runtime.admin.openapi.describe("GET", "/cluster", {
+            "summary": "The cluster: every instance, the owner and lag of each partition",
+            "responses": {"200": json_answer("The cluster view", success(CLUSTER_SCHEMA))}})
         self._task = asyncio.get_running_loop().create_task(self._publish_loop(),
                                                             name="cluster-status")
 

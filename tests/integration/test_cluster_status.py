@@ -64,6 +64,7 @@ async def test_any_instance_shows_who_owns_each_partition_and_the_total_lag(
                     return len(reply["data"]["cluster"]["partitions"]) == 4 and len(owners) == 2
 
                 await until(spread_over_both)
+                assert a.admin.openapi.undescribed(a.admin.app.router) == []  # /cluster too
                 _, reply = await Admin(b).call("GET", path)
                 cluster = reply["data"]["cluster"]
                 addresses = {p["address"] for p in cluster["partitions"]}
