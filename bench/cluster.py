@@ -253,12 +253,13 @@ async def bare_loop(url: str, count: int, concurrency: int, pids: dict[str, int]
 
 
 def print_table(results: list[Result]) -> None:
-    print("| contender | records/s | runtime CPU us/record | broker us/record "
-          "| receiver us/record | seconds |")
-    print("|---|---|---|---|---|---|")
+    print("| contender | records/s | runtime CPU us/record | runtime cores busy "
+          "| broker us/record | receiver us/record | seconds |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r.name} | {r.rate:,.0f} | {r.us('runtime'):.0f} | {r.us('broker'):.0f} "
-              f"| {r.us('receiver'):.0f} | {r.seconds:.1f} |")
+        cores = r.cpu.get("runtime", 0.0) / r.seconds
+        print(f"| {r.name} | {r.rate:,.0f} | {r.us('runtime'):.0f} | {cores:.2f} "
+              f"| {r.us('broker'):.0f} | {r.us('receiver'):.0f} | {r.seconds:.1f} |")
 
 
 async def main(args: argparse.Namespace) -> None:
