@@ -137,7 +137,8 @@ class ClusterView:
             rows.append({"instance": instance, "address": status.address,
                          "state": self.shown(instance, now_ms),
                          "last_seen_ms_ago": self._age(self._seen[instance], now_ms),
-                         "partitions": sum(len(s.partitions) for s in shares)})
+                         "partitions": sum(len(s.partitions) for s in shares),
+                         "lag": sum(p.lag or 0 for s in shares for p in s.partitions)})
         return rows
 
     def as_dict(self, now_ms: int) -> dict[str, object]:

@@ -157,12 +157,13 @@ function clusterView(cluster) {
   if (!cluster) { box.hidden = true; return; }
   box.hidden = false;
   document.getElementById("cluster-lag").textContent = "total lag " + cluster.total_lag;
-  const head = el("tr", {}, ...["instance", "admin", "state", "last seen", "partitions"]
+  const head = el("tr", {}, ...["instance", "admin", "state", "last seen", "partitions", "lag"]
     .map((h) => el("th", {}, h)));
   const rows = cluster.instances.map((i) => el("tr", {"data-instance": i.instance},
     el("td", {}, i.instance), el("td", {}, el("a", {href: i.address}, i.address)),
     el("td", {}, el("span", {"class": "state " + i.state}, i.state)),
-    el("td", {}, ago(i.last_seen_ms_ago) + " ago"), el("td", {"class": "owned"}, i.partitions)));
+    el("td", {}, ago(i.last_seen_ms_ago) + " ago"), el("td", {"class": "owned"}, i.partitions),
+    el("td", {}, i.state === "running" ? i.lag : "–")));
   document.getElementById("cluster-instances").replaceChildren(el("table", {}, head, ...rows));
   const ohead = el("tr", {}, ...["subscription", "partition", "owner", "lag"]
     .map((h) => el("th", {}, h)));

@@ -44,8 +44,8 @@ def test_a_silent_instance_is_gone_after_its_intervals_and_no_longer_counted() -
     assert view.shown("b", now_ms=3000) == "running"
     assert view.shown("b", now_ms=3001) == "gone"
     assert view.subscription("s_g", now_ms=3501)["total_lag"] == 1
-    assert [(i["instance"], i["state"]) for i in view.instances(3501)] == [
-        ("a", "running"), ("b", "gone")]
+    assert [(i["instance"], i["state"], i["lag"]) for i in view.instances(3501)] == [
+        ("a", "running", 1), ("b", "gone", 7)]
 
 
 def test_an_old_record_read_at_start_up_is_judged_by_when_it_was_written() -> None:
