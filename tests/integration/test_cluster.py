@@ -16,6 +16,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from actors.delivery.cluster import SubscriptionLog
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from tests.conftest import TopicFactory
@@ -165,3 +166,29 @@ async def test_concurrent_updates_of_one_subscription_converge_on_the_last_write
     finally:
         await receiver.stop()
     assert {p.headers.get("X-Version") for p in receiver.ok} == {winner["X-Version"]}
+
+
+async def test_an_instance_starting_applies_only_the_last_record_of_each_key(
+        kafka_bootstrap: str) -> None:
+    topic = f"subs-{uuid.uuid4().hex[:8]}"
+    writer = SubscriptionLog(kafka_bootstrap, topic, lambda key, value: asyncio.sleep(0))
+    await writer.start()
+    try:
+        for key, value in (("k1", b"a"), ("k2", b"b"), ("k3", b"c"), ("k1", b"d"),
+                           ("k2", None)):
+            await writer.write(key, value)
+    finally:
+        await writer.stop()
+    applied: list[tuple[str, bytes | None]] = []
+
+    async def record(key: str, value: bytes | None) -> None:
+        applied.append((key, value))
+
+    reader = SubscriptionLog(kafka_bootstrap, topic, record)
+    await reader.start()
+    try:
+        assert applied == [("k3", b"c"), ("k1", b"d"), ("k2", None)]
+        await reader.write("k3", b"e")  # then it follows record by record
+        assert applied[-1] == ("k3", b"e")
+    finally:
+        await reader.stop()

@@ -103,7 +103,7 @@ class Instance:
             await process.wait()
 
 
-async def until(check: Any, timeout_s: float = 45) -> None:
+async def until(check: Any, timeout_s: float = 90) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if await check():
@@ -129,8 +129,11 @@ async def test_three_processes_share_a_subscription_and_a_kill_loses_nothing(
         a, b, c = instances
         await a.start()
         await b.start()
+        # three processes on two busy cores: a session long enough that a starved process
+        # is not taken for dead (each false alarm would rebalance the group again)
+        group = {**fast_group_kwargs, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
         body = subscription("cp", [{"name": topic, "config": {"concurrencyFactor": 4}}],
-                            receiver.url, fast_group=fast_group_kwargs)
+                            receiver.url, fast_group=group)
         status, reply = await a.call("POST", "/broker/subscription", body)
         assert status == 200, reply
 
