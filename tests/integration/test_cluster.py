@@ -84,10 +84,13 @@ async def test_instances_share_subscriptions_through_the_topic(
             assert status == 200, answer
             await until(lambda: delivery(a).subscriptions[key].subscriptionMethod
                         .additionalHeaders == {"X-Version": "2"})
+            # the update restarted both trees: one rebalance at a time (the embedded
+            # broker's group can take 30 s and more to re-form after overlapping ones)
+            await until(lambda: owned(a, key) + owned(b, key) == 4, timeout_s=60)
 
             async with instance(kafka_bootstrap, tmp_path, "c", log_topic) as c:
                 assert key in delivery(c).subscriptions  # read before it reported ready
-                await until(lambda: owned(c, key) > 0)
+                await until(lambda: owned(c, key) > 0, timeout_s=60)
                 await produce(kafka_bootstrap, topic, 40, partitions=4, start=40)
                 await receiver.wait_for(lambda: len(receiver.delivered()) == 80)
                 assert all(p.headers.get("X-Version") == "2" for p in receiver.ok
