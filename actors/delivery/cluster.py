@@ -7,8 +7,9 @@ resume). One partition, so every instance sees every change in the same order: t
 write of a key wins everywhere.
 
 `SubscriptionLog.start()` reads the topic from the beginning to its end (the high
-watermark at that moment), applying each record, and only then returns, so an instance
-is not ready before it knows every subscription; then an owned task follows the topic.
+watermark at that moment), applying the last record of each key, and only then returns,
+so an instance is not ready before it knows every subscription; then an owned task
+follows the topic.
 `write()` returns once the broker acknowledged the record (acks=all) *and* this instance's
 follower applied it: an admin call answers when the change is in force here.
 """
@@ -42,6 +43,7 @@ class SubscriptionLog:
         self._consumer: AIOKafkaConsumer | None = None
         self._follower: asyncio.Task[None] | None = None
         self._applied = -1  # the offset of the last record applied
+        self._read = -1  # during the catch-up: the offset of the last record read
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def start(self) -> None:
@@ -61,15 +63,41 @@ class SubscriptionLog:
 
     async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
         """Apply everything written before we started: up to the high watermark of the
-        first fetch response (the embedded broker's ListOffsets is not to be trusted)."""
+        first fetch response (the embedded broker's ListOffsets is not to be trusted).
+        Only the last record of each key is applied, as compaction would leave it (in the
+        order of those last records): a subscription posted then updated starts once with
+        its latest settings, instead of starting and restarting (a needless rebalance of
+        its group on every instance start)."""
         end: int | None = None
+        latest: dict[str, bytes | None] = {}
         for _ in range(CATCH_UP_ROUNDS):
-            await self._apply_batch(consumer, timeout_ms=200)
+            read = await self._read_batch(consumer, timeout_ms=200)
+            for key, value, offset in read:
+                latest.pop(key, None)  # re-inserted last: dicts keep insertion order
+                latest[key] = value
+                self._read = offset
             end = consumer.highwater(self._tp) if end is None else end
-            if end is not None and self._applied + 1 >= end:
-                log.info("subscription log %s read to offset %d", self.topic, end)
+            if end is not None and self._read + 1 >= end:
+                for key, value in latest.items():
+                    await self._apply_one(key, value, self._read)
+                self._applied = self._read
+                log.info("subscription log %s read to offset %d (%d keys)", self.topic, end,
+                         len(latest))
                 return
         raise TimeoutError(f"subscription log {self.topic}: could not read to its end")
+
+    async def _read_batch(self, consumer: AIOKafkaConsumer,
+                          timeout_ms: int) -> list[tuple[str, bytes | None, int]]:
+        batches = await consumer.getmany(self._tp, timeout_ms=timeout_ms)
+        return [(m.key.decode() if m.key else "", m.value, m.offset)
+                for m in batches.get(self._tp, [])]
+
+    async def _apply_one(self, key: str, value: bytes | None, offset: int) -> None:
+        try:
+            await self.apply(key, value)
+        except Exception:  # a record we cannot apply must not stop the follower
+            log.exception("subscription log %s: cannot apply %r at offset %d",
+                          self.topic, key, offset)
 
     async def _follow(self) -> None:
         consumer = self._consumer
@@ -78,15 +106,9 @@ class SubscriptionLog:
             await self._apply_batch(consumer, timeout_ms=500)
 
     async def _apply_batch(self, consumer: AIOKafkaConsumer, timeout_ms: int) -> None:
-        batches = await consumer.getmany(self._tp, timeout_ms=timeout_ms)
-        for message in batches.get(self._tp, []):
-            key = message.key.decode() if message.key else ""
-            try:
-                await self.apply(key, message.value)
-            except Exception:  # a record we cannot apply must not stop the follower
-                log.exception("subscription log %s: cannot apply %r at offset %d",
-                              self.topic, key, message.offset)
-            self._applied = message.offset
+        for key, value, offset in await self._read_batch(consumer, timeout_ms):
+            await self._apply_one(key, value, offset)
+            self._applied = offset
         self._wake()
 
     def _wake(self) -> None:

@@ -51,7 +51,11 @@ class ControlRoutes:
         return known_key(self.service.subscriptions, *pair_of(request))
 
     async def get_one(self, request: web.Request) -> web.Response:
-        return ok(self.service.status_of(self.key_of(request)))
+        key = self.key_of(request)
+        answer = self.service.status_of(key)
+        if self.service.cluster is not None:  # [cluster] status_topic: every instance
+            answer["cluster"] = self.service.cluster.subscription(key)
+        return ok(answer)
 
     async def put_one(self, request: web.Request) -> web.Response:
         key = self.key_of(request)  # 404 before reading the body

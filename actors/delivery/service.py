@@ -42,6 +42,7 @@ import msgspec
 
 from actors.delivery import inprocess
 from actors.delivery.cluster import PAUSED_PREFIX, SubscriptionLog
+from actors.delivery.cluster_status import ClusterStatus, snapshot_of
 from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
 from actors.delivery.deadletter import DeadLetterActor
 from actors.delivery.egress import EgressActor
@@ -109,6 +110,7 @@ class DeliveryService:
         self.origins = Origins()  # shared by every subscription that pushes to an origin
         self.guard = DestinationGuard()
         self._log: SubscriptionLog | None = None  # cluster mode: the subscriptions topic
+        self.cluster: ClusterStatus | None = None  # [cluster] status_topic: the whole view
         self.problems: list[str] = []
         self._runtime: Runtime | None = None
         self._store: SubscriptionStore | None = None
@@ -144,6 +146,9 @@ class DeliveryService:
             await self._log.start()  # every subscription applied before we are ready
         else:
             await self._restore()
+        if cluster.status_topic:
+            self.cluster = ClusterStatus(runtime, lambda: snapshot_of(self))
+            await self.cluster.start()
         self._keeper = asyncio.get_running_loop().create_task(self._keep(), name="keeper")
 
     @staticmethod
@@ -174,6 +179,9 @@ class DeliveryService:
 
     async def stop(self) -> None:
         """Stop the keeper, then every subscription in parallel: each drains and commits."""
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            await cluster.stop()  # publishes `stopped`: the others stop counting on us
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.cancel()

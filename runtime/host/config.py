@@ -132,6 +132,15 @@ class ClusterConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     replication_factor: Annotated[int, Meta(ge=1)] = 1
     """For the topic when the runtime creates it (aiokafka's CreateTopics cannot ask for
     the broker's default): set 3 on a production cluster, or create the topic yourself."""
+    status_topic: str = ""
+    """A compacted topic every instance publishes its status to (instance, admin address,
+    partitions owned, lag) and follows: `GET /cluster`, the status page and each
+    subscription's `GET` then show the whole cluster. Empty: each instance shows itself."""
+    status_interval_ms: Annotated[int, Meta(ge=100)] = 3_000
+    """How often each instance publishes its status."""
+    gone_after_intervals: Annotated[int, Meta(ge=2)] = 3
+    """An instance whose last status is older than this many of its intervals is shown
+    gone (killed, hung or cut off from the broker)."""
 
 
 class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -278,6 +287,10 @@ def _check_cluster(config: Config) -> None:
     if cluster.subscriptions_topic and not valid_topic(cluster.subscriptions_topic):
         raise ConfigError(f"{cluster.subscriptions_topic!r} is not a Kafka topic name",
                           "cluster.subscriptions_topic")
+    if cluster.status_topic and (not valid_topic(cluster.status_topic)
+                                 or cluster.status_topic == cluster.subscriptions_topic):
+        raise ConfigError(f"{cluster.status_topic!r} is not a Kafka topic name distinct "
+                          "from subscriptions_topic", "cluster.status_topic")
     if cluster.broker:
         try:
             config.broker(cluster.broker)

@@ -1,7 +1,8 @@
 # ruff: noqa: E501, RUF001  (an HTML document: long lines and typographic dashes are fine)
 """The status page at `GET /`: one self-contained HTML document, no build step, nothing
 loaded from the internet. It reads the same JSON APIs as any client
-(`/broker/subscription`, `/broker/subscription/{id}/{groupId}`, `/delay/levels`, `/readyz`),
+(`/broker/subscription`, `/broker/subscription/{id}/{groupId}`, `/delay/levels`, `/readyz`,
+and `/cluster` when `[cluster] status_topic` is set: the cluster panel),
 refreshes itself every few seconds, asks for the admin token when the API answers 401
 (kept in the tab's sessionStorage only), and shows only what the APIs show (they redact
 secrets)."""
@@ -42,6 +43,8 @@ PAGE: Final = """<!doctype html>
   button:hover { background: #eaeef2; }
   .failures { margin: 6px 0 0; padding-left: 18px; color: var(--bad); }
   #error { color: var(--bad); margin-bottom: 10px; }
+  .state.gone { background: var(--bad); } .state.stopped { background: var(--muted); }
+  #cluster table { background: #fff; }
 </style>
 </head>
 <body>
@@ -49,6 +52,8 @@ PAGE: Final = """<!doctype html>
 <span class="muted" id="updated"></span></header>
 <main>
 <div id="error"></div>
+<div id="cluster" hidden><h2>Cluster <span class="muted" id="cluster-lag"></span></h2>
+<div id="cluster-instances"></div><div id="cluster-owners"></div></div>
 <div id="subscriptions"><p class="muted">loading…</p></div>
 <h2>Delay levels</h2>
 <div id="delay"><p class="muted">loading…</p></div>
@@ -147,6 +152,32 @@ function delayView(levels) {
     el("td", {}, l.waiting ?? 0), el("td", {}, l.forwarded ?? 0), el("td", {}, ago(l.lateness_p99_ms)))));
 }
 
+function clusterView(cluster) {
+  const box = document.getElementById("cluster");
+  if (!cluster) { box.hidden = true; return; }
+  box.hidden = false;
+  document.getElementById("cluster-lag").textContent = "total lag " + cluster.total_lag;
+  const head = el("tr", {}, ...["instance", "admin", "state", "last seen", "partitions", "lag"]
+    .map((h) => el("th", {}, h)));
+  const rows = cluster.instances.map((i) => el("tr", {"data-instance": i.instance},
+    el("td", {}, i.instance), el("td", {}, el("a", {href: i.address}, i.address)),
+    el("td", {}, el("span", {"class": "state " + i.state}, i.state)),
+    el("td", {}, ago(i.last_seen_ms_ago) + " ago"), el("td", {"class": "owned"}, i.partitions),
+    el("td", {}, i.state === "running" ? i.lag : "–")));
+  document.getElementById("cluster-instances").replaceChildren(el("table", {}, head, ...rows));
+  const ohead = el("tr", {}, ...["subscription", "partition", "owner", "lag"]
+    .map((h) => el("th", {}, h)));
+  const owners = [];
+  for (const [key, sub] of Object.entries(cluster.subscriptions)) {
+    for (const p of sub.partitions) {
+      owners.push(el("tr", {"data-owner": key + "/" + p.topic + "-" + p.partition},
+        el("td", {}, key), el("td", {}, p.topic + "-" + p.partition),
+        el("td", {"class": "owner"}, p.instance), el("td", {}, p.lag ?? "–")));
+    }
+  }
+  document.getElementById("cluster-owners").replaceChildren(el("table", {}, ohead, ...owners));
+}
+
 function showError(e) { document.getElementById("error").textContent = e ? String(e.message || e) : ""; }
 
 async function refresh() {
@@ -164,6 +195,9 @@ async function refresh() {
     const target = document.getElementById("subscriptions");
     target.replaceChildren(...(detailed.length ? detailed.map(subscriptionView)
       : [el("p", {"class": "muted"}, "no subscriptions yet: POST /broker/subscription")]));
+    const cluster = await fetch("/cluster", {headers: token() ? {"Authorization": "Bearer " + token()} : {}})
+      .then((r) => r.ok ? r.json() : null).catch(() => null);
+    clusterView(cluster && cluster.data);
     const delay = await api("/delay/levels").catch(() => ({data: []}));
     document.getElementById("delay").replaceChildren(delayView(delay.data));
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();

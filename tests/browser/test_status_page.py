@@ -58,3 +58,36 @@ async def test_the_page_shows_a_subscription_and_its_pause_button_pauses_it(
                 assert runtime.service("delivery").status["page_g-page"].state == "paused"
     finally:
         await receiver.stop()
+
+
+async def test_the_cluster_panel_shows_each_instance_and_the_owner_of_each_partition(
+        chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    import uuid
+
+    from tests.integration.delivery_harness import Admin
+
+    topic = await topic_factory(partitions=2)
+    cluster = {"subscriptions_topic": f"subs-{uuid.uuid4().hex[:8]}",
+               "status_topic": f"status-{uuid.uuid4().hex[:8]}", "status_interval_ms": 200}
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path / "a", cluster=cluster) as a, \
+                make_runtime(kafka_bootstrap, tmp_path / "b", cluster=cluster) as b:
+            await Admin(a).subscribe(subscription("cv", [{"name": topic}], receiver.url,
+                                                  fast_group=fast_group_kwargs))
+            async with Browser(chromium) as browser:
+                await browser.goto(b.admin.url + "/")
+                owners = "[...document.querySelectorAll('#cluster td.owner')]"
+                await browser.wait_for(
+                    f"!document.getElementById('cluster').hidden && {owners}.length == 2 && "
+                    f"new Set({owners}.map(td => td.textContent)).size == 2", timeout_s=60)
+                states = await browser.evaluate(
+                    "[...document.querySelectorAll('#cluster tr[data-instance] .state')]"
+                    ".map(s => s.textContent)")
+                assert states == ["running", "running"]
+                lag = await browser.evaluate(
+                    "document.getElementById('cluster-lag').textContent")
+                assert lag == "total lag 0"
+    finally:
+        await receiver.stop()

@@ -1,0 +1,250 @@
+"""The cluster-wide view (`[cluster] status_topic`): every instance publishes what it does
+to a compacted topic every `status_interval_ms`, and follows the topic to know what the
+others do, so any instance's admin API and status page show which instance owns which
+partition and the cluster's total lag.
+
+Record: key the instance id (`<hostname>:<admin port>`), value an `InstanceStatus` (JSON):
+its admin address, state, publish time, and per subscription the partitions it delivers
+with their lag. A clean stop publishes the state `stopped`. An instance whose last record
+is older than `gone_after_intervals` of its own interval is shown `gone` (killed, hung or
+cut off); stopped and gone instances are forgotten after `FORGET_AFTER_INTERVALS`, when
+the first instance to notice writes a tombstone for them (compaction then drops them).
+
+`ClusterView` is pure (takes `now`); `ClusterStatus` performs it: one `SubscriptionLog`
+(actors/delivery/cluster.py) for the topic and one task that publishes on the clock.
+Ages use the older of the publisher's stamp and the local receive time: a record read at
+start-up is judged by when it was written, a publisher whose clock runs ahead by when it
+arrived. Clocks are assumed synchronised (NTP) to well under one interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Literal, Protocol
+
+import msgspec
+from aiohttp import web
+
+from actors.delivery.cluster import SubscriptionLog
+from actors.delivery.status import SubscriptionStatus
+from runtime.host.admin import ok
+from runtime.host.openapi import json_answer, success
+
+if TYPE_CHECKING:
+    from runtime.host.app import Runtime
+
+log = logging.getLogger(__name__)
+FORGET_AFTER_INTERVALS = 100
+CLUSTER_SCHEMA: Final[dict[str, object]] = {
+    "type": "object", "required": ["instances", "subscriptions", "total_lag"],
+    "properties": {"instances": {"type": "array"}, "subscriptions": {"type": "object"},
+                   "total_lag": {"type": "integer"}}}
+InstanceState = Literal["running", "stopped"]
+Shown = Literal["running", "stopped", "gone"]
+
+
+class OwnedPartition(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    lag: int | None = None
+    committed: int | None = None
+    highwater: int | None = None
+
+
+class Share(msgspec.Struct, frozen=True, kw_only=True):
+    """One subscription on one instance: its state there and the partitions it owns."""
+
+    state: str
+    partitions: list[OwnedPartition] = []
+
+
+class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True):
+    instance: str
+    address: str
+    state: InstanceState
+    published_ms: int
+    interval_ms: int
+    subscriptions: dict[str, Share] = {}
+
+
+class _Seen(msgspec.Struct, kw_only=True):
+    status: InstanceStatus
+    received_ms: int
+
+
+class ClusterView:
+    """The latest status of every instance, and what follows from it. Pure."""
+
+    def __init__(self, gone_after_intervals: int) -> None:
+        self.gone_after_intervals = gone_after_intervals
+        self._seen: dict[str, _Seen] = {}
+
+    def apply(self, key: str, value: bytes | None, now_ms: int) -> None:
+        if value is None:
+            self._seen.pop(key, None)
+            return
+        status = msgspec.json.decode(value, type=InstanceStatus)
+        self._seen[key] = _Seen(status=status, received_ms=now_ms)
+
+    def _age(self, seen: _Seen, now_ms: int) -> int:
+        return now_ms - min(seen.received_ms, seen.status.published_ms)
+
+    def shown(self, instance: str, now_ms: int) -> Shown:
+        seen = self._seen[instance]
+        if seen.status.state == "stopped":
+            return "stopped"
+        limit = self.gone_after_intervals * seen.status.interval_ms
+        return "gone" if self._age(seen, now_ms) > limit else "running"
+
+    def expired(self, now_ms: int) -> list[str]:
+        """Instances to forget: stopped or silent for `FORGET_AFTER_INTERVALS`."""
+        return [i for i, s in self._seen.items()
+                if self._age(s, now_ms) > FORGET_AFTER_INTERVALS * s.status.interval_ms]
+
+    def _live(self, now_ms: int) -> list[InstanceStatus]:
+        """Running instances, the freshest first (it wins a partition two claim)."""
+        live = [s.status for i, s in self._seen.items() if self.shown(i, now_ms) == "running"]
+        return sorted(live, key=lambda s: -s.published_ms)
+
+    def owners(self, key: str, now_ms: int) -> list[dict[str, object]]:
+        """Each partition of subscription `key` a live instance owns, with its owner."""
+        rows: dict[tuple[str, int], dict[str, object]] = {}
+        for status in self._live(now_ms):
+            share = status.subscriptions.get(key)
+            for p in share.partitions if share is not None else []:
+                rows.setdefault((p.topic, p.partition), {
+                    "topic": p.topic, "partition": p.partition, "instance": status.instance,
+                    "address": status.address, "lag": p.lag, "committed": p.committed,
+                    "highwater": p.highwater})
+        return [rows[k] for k in sorted(rows)]
+
+    def subscription(self, key: str, now_ms: int) -> dict[str, object]:
+        """What `GET /broker/subscription/{id}/{groupId}` shows under `cluster`."""
+        owners = self.owners(key, now_ms)
+        return {"total_lag": sum(int(str(o["lag"] or 0)) for o in owners),
+                "partitions": owners, "instances": self.instances(now_ms, key)}
+
+    def instances(self, now_ms: int, key: str | None = None) -> list[dict[str, object]]:
+        rows = []
+        for instance in sorted(self._seen):
+            status = self._seen[instance].status
+            shares = ([status.subscriptions[key]] if key in status.subscriptions else []
+                      ) if key is not None else list(status.subscriptions.values())
+            rows.append({"instance": instance, "address": status.address,
+                         "state": self.shown(instance, now_ms),
+                         "last_seen_ms_ago": self._age(self._seen[instance], now_ms),
+                         "partitions": sum(len(s.partitions) for s in shares),
+                         "lag": sum(p.lag or 0 for s in shares for p in s.partitions)})
+        return rows
+
+    def as_dict(self, now_ms: int) -> dict[str, object]:
+        """`GET /cluster`: instances, and per subscription its owners and total lag."""
+        keys = sorted({k for s in self._live(now_ms) for k in s.subscriptions})
+        subscriptions = {k: self.subscription(k, now_ms) for k in keys}
+        return {"instances": self.instances(now_ms), "subscriptions": subscriptions,
+                "total_lag": sum(int(str(s["total_lag"])) for s in subscriptions.values())}
+
+    def __repr__(self) -> str:
+        return f"<ClusterView instances={sorted(self._seen)}>"
+
+
+Snapshot = Callable[[], dict[str, Share]]
+
+
+class ClusterStatus:
+    """Publishes this instance's status and follows everyone's (see the module doc)."""
+
+    def __init__(self, runtime: Runtime, snapshot: Snapshot) -> None:
+        cluster = runtime.config.cluster
+        self.runtime, self.snapshot = runtime, snapshot
+        self.interval_ms = cluster.status_interval_ms
+        self.view = ClusterView(cluster.gone_after_intervals)
+        broker = cluster.broker or runtime.config.brokers[0].name
+        self._log = SubscriptionLog(
+            runtime.bootstrap(broker), cluster.status_topic, self._apply,
+            replication_factor=cluster.replication_factor,
+            client_settings=runtime.consumer_settings(broker))
+        self.instance = ""  # known once the admin server has its port
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._log.start()
+        self.runtime.admin.app.router.add_get("/cluster", self._get)
+        self.runtime.admin.openapi.describe("GET", "/cluster", {
+            "summary": "The cluster: every instance, the owner and lag of each partition",
+            "responses": {"200": json_answer("The cluster view", success(CLUSTER_SCHEMA))}})
+        self._task = asyncio.get_running_loop().create_task(self._publish_loop(),
+                                                            name="cluster-status")
+
+    async def _apply(self, key: str, value: bytes | None) -> None:
+        try:
+            self.view.apply(key, value, self.runtime.clock.wall_ms())
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("status topic: ignoring the record of %r: %s", key, exc)
+
+    async def _publish_loop(self) -> None:
+        clock = self.runtime.clock
+        while self.runtime.admin.port == 0:  # an ephemeral port not bound yet
+            await clock.sleep_ms(50)
+        self.instance = f"{socket.gethostname()}:{self.runtime.admin.port}"
+        while True:
+            try:
+                await self._publish("running")
+                await self._forget_expired()
+            except Exception as exc:  # the broker may be away: try again next interval
+                log.warning("status topic: cannot publish: %s", exc)
+            await clock.sleep_ms(self.interval_ms)
+
+    async def _publish(self, state: InstanceState) -> None:
+        status = InstanceStatus(
+            instance=self.instance, address=self.runtime.admin.url, state=state,
+            published_ms=self.runtime.clock.wall_ms(), interval_ms=self.interval_ms,
+            subscriptions=self.snapshot())
+        await self._log.write(self.instance, msgspec.json.encode(status))
+
+    async def _forget_expired(self) -> None:
+        for instance in self.view.expired(self.runtime.clock.wall_ms()):
+            log.info("status topic: forgetting instance %s", instance)
+            await self._log.write(instance, None)
+
+    async def _get(self, request: web.Request) -> web.Response:
+        return ok(self.view.as_dict(self.runtime.clock.wall_ms()))
+
+    def subscription(self, key: str) -> dict[str, object]:
+        return self.view.subscription(key, self.runtime.clock.wall_ms())
+
+    async def stop(self) -> None:
+        """Publish `stopped` (when we ever published), then stop following."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self.instance:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._publish("stopped"), 3)
+        await self._log.stop()
+
+    def __repr__(self) -> str:
+        return f"<ClusterStatus {self.instance or '?'} {self.view!r}>"
+
+
+class _Delivery(Protocol):
+    status: dict[str, SubscriptionStatus]
+
+    def status_of(self, key: str) -> dict[str, object]: ...
+
+
+def snapshot_of(service: _Delivery) -> dict[str, Share]:
+    """This instance's share of every subscription, from the delivery service's status."""
+    shares: dict[str, Share] = {}
+    for key, status in list(service.status.items()):
+        live = service.status_of(key)["status"]
+        parts = live.get("partitions", []) if isinstance(live, dict) else []
+        shares[key] = Share(state=status.state, partitions=[
+            msgspec.convert(p, OwnedPartition, from_attributes=False, strict=False)
+            for p in parts])
+    return shares

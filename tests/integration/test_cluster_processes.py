@@ -1,0 +1,183 @@
+"""Issue 12's done-when, with real processes: three instances from one config file share
+a subscription through the subscriptions topic. Posted to the first, it runs on all; an
+update posted to the second applies on all; the third, started later, takes its share
+without any post; after kill -9 of one instance every produced record is delivered (the
+receiver counts), and the others show it gone in the cluster view."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from asyncio.subprocess import Process
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from runtime.host.workers import LISTEN_ENV, WORKER_ENV
+from runtime.kafka.broker import free_port
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 6
+PATH = "/broker/subscription/cp/g-cp"
+
+
+def write_config(tmp: Path, bootstrap: str) -> Path:
+    path = tmp / "cluster.toml"
+    path.write_text(f"""
+[[brokers]]
+name = "Kafka"
+bootstrap_servers = "{bootstrap}"
+[admin]
+listen = "127.0.0.1:0"
+[persistence]
+dir = "{tmp / 'persist'}"
+[journal]
+enabled = false
+[cluster]
+subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
+status_topic = "status-{uuid.uuid4().hex[:8]}"
+status_interval_ms = 300
+gone_after_intervals = 3
+[runtime]
+shutdown_deadline_ms = 4000
+""")
+    return path
+
+
+class Instance:
+    """`python -m runtime CONFIG` as a process; its admin port comes from the same
+    environment variable `[runtime] workers` uses."""
+
+    def __init__(self, config: Path, index: int, log: Path) -> None:
+        self.config, self.index, self.log = config, index, log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: Process | None = None
+
+    async def start(self) -> Instance:
+        env = {**os.environ, WORKER_ENV: str(self.index),
+               LISTEN_ENV: f"127.0.0.1:{self.port}"}
+        with self.log.open("ab") as err:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "runtime", str(self.config), cwd=ROOT, env=env,
+                stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.process.returncode is None, self.log.read_text()[-3000:]
+            try:
+                if (await self.call("GET", "/healthz"))[0] == 200:
+                    return self
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"instance {self.index} did not become healthy")
+
+    async def call(self, method: str, path: str, body: object = None) -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as session, session.request(
+                method, self.url + path, json=body) as response:
+            return response.status, await response.json(content_type=None)
+
+    async def owned(self) -> int:
+        status, reply = await self.call("GET", PATH)
+        return len(reply["data"]["status"]["partitions"]) if status == 200 else 0
+
+    async def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        process = self.process
+        if process is None or process.returncode is not None:
+            return
+        process.send_signal(sig)
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def until(check: Any, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+async def test_three_processes_share_a_subscription_and_a_kill_loses_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=PARTITIONS)
+    config = write_config(tmp_path, kafka_bootstrap)
+
+    async def slow(push: Push) -> int:  # keeps records in flight when the kill comes
+        await asyncio.sleep(0.005)
+        return 200
+
+    receiver = await Receiver(slow).start()
+    logs = [tmp_path / f"instance-{i}.log" for i in range(3)]
+    instances = [Instance(config, i, logs[i]) for i in range(3)]
+    try:
+        a, b, c = instances
+        await a.start()
+        await b.start()
+        body = subscription("cp", [{"name": topic, "config": {"concurrencyFactor": 4}}],
+                            receiver.url, fast_group=fast_group_kwargs)
+        status, reply = await a.call("POST", "/broker/subscription", body)
+        assert status == 200, reply
+
+        async def on_both() -> bool:
+            owned = [await a.owned(), await b.owned()]
+            return sum(owned) == PARTITIONS and min(owned) > 0
+
+        await until(on_both)
+        body["subscriptionMethod"]["additionalHeaders"] = {"X-Version": "2"}
+        status, reply = await b.call("PUT", PATH, body)  # to another instance
+        assert status == 200, reply
+        await until(on_both)  # the update restarted both: one rebalance at a time
+
+        await c.start()  # no post to it: it reads the topic and joins the group
+
+        async def on_all_three() -> bool:
+            owned = [await i.owned() for i in instances]
+            return sum(owned) == PARTITIONS and min(owned) > 0
+
+        await until(on_all_three)
+        await produce(kafka_bootstrap, topic, 300, partitions=PARTITIONS)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 300, timeout_s=60)
+        for instance in instances:  # each delivered its share
+            _, reply = await instance.call("GET", PATH)
+            assert reply["data"]["status"]["counters"]["delivered"] > 0, instance.index
+
+        await produce(kafka_bootstrap, topic, 600, partitions=PARTITIONS, start=300)
+        await receiver.wait_for(lambda: len(receiver.delivered()) >= 400, timeout_s=60)
+        await b.stop(signal.SIGKILL)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 900, timeout_s=90)
+
+        async def b_gone() -> bool:
+            _, whole = await a.call("GET", "/cluster")
+            states = {i["address"]: i["state"] for i in whole["data"]["instances"]}
+            return states.get(b.url) == "gone"
+
+        await until(b_gone)
+        _, reply = await c.call("GET", PATH)
+        owners = {p["address"] for p in reply["data"]["cluster"]["partitions"]}
+        assert owners == {a.url, c.url}
+        assert len(reply["data"]["cluster"]["partitions"]) == PARTITIONS
+    finally:
+        for instance in instances:
+            await instance.stop()
+        await receiver.stop()
+    every = {("cp_g-cp", topic, i % PARTITIONS, i // PARTITIONS) for i in range(900)}
+    assert receiver.delivered() == every  # nothing lost (duplicates allowed: at least once)
+    assert all(p.headers.get("X-Version") == "2" for p in receiver.ok)  # the update, on all
+    assert await committed(kafka_bootstrap, "g-cp", topic, PARTITIONS) == {
+        p: 150 for p in range(PARTITIONS)}

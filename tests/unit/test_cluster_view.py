@@ -1,0 +1,73 @@
+"""The cluster view's decisions on plain times: owners per partition, total lag, gone and
+stopped instances, forgetting, and a partition two instances claim."""
+
+from __future__ import annotations
+
+import msgspec
+
+from actors.delivery.cluster_status import (
+    FORGET_AFTER_INTERVALS,
+    ClusterView,
+    InstanceStatus,
+    OwnedPartition,
+    Share,
+)
+
+INTERVAL = 1000
+
+
+def record(instance: str, at_ms: int, partitions: dict[int, int], *,
+           state: str = "running", key: str = "s_g") -> bytes:
+    share = Share(state="running", partitions=[
+        OwnedPartition(topic="t", partition=p, lag=lag) for p, lag in partitions.items()])
+    return msgspec.json.encode(InstanceStatus(
+        instance=instance, address=f"http://{instance}", state=state,  # type: ignore[arg-type]
+        published_ms=at_ms, interval_ms=INTERVAL, subscriptions={key: share}))
+
+
+def test_owners_and_total_lag_come_from_every_live_instance() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("a", record("a", 0, {0: 5, 1: 0}), now_ms=0)
+    view.apply("b", record("b", 0, {2: 7}), now_ms=0)
+    owners = view.owners("s_g", now_ms=500)
+    assert [(o["partition"], o["instance"], o["lag"]) for o in owners] == [
+        (0, "a", 5), (1, "a", 0), (2, "b", 7)]
+    assert view.subscription("s_g", now_ms=500)["total_lag"] == 12
+    assert view.as_dict(500)["total_lag"] == 12
+
+
+def test_a_silent_instance_is_gone_after_its_intervals_and_no_longer_counted() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("a", record("a", 0, {0: 5}), now_ms=0)
+    view.apply("b", record("b", 0, {1: 7}), now_ms=0)
+    view.apply("a", record("a", 3500, {0: 1}), now_ms=3500)
+    assert view.shown("b", now_ms=3000) == "running"
+    assert view.shown("b", now_ms=3001) == "gone"
+    assert view.subscription("s_g", now_ms=3501)["total_lag"] == 1
+    assert [(i["instance"], i["state"], i["lag"]) for i in view.instances(3501)] == [
+        ("a", "running", 1), ("b", "gone", 7)]
+
+
+def test_an_old_record_read_at_start_up_is_judged_by_when_it_was_written() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("old", record("old", 0, {0: 9}), now_ms=60_000)
+    assert view.shown("old", now_ms=60_000) == "gone"
+
+
+def test_a_clean_stop_shows_stopped_and_a_tombstone_forgets() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("a", record("a", 0, {0: 5}, state="stopped"), now_ms=0)
+    assert view.shown("a", 10) == "stopped"
+    assert view.owners("s_g", 10) == []
+    assert view.expired(FORGET_AFTER_INTERVALS * INTERVAL) == []
+    assert view.expired(FORGET_AFTER_INTERVALS * INTERVAL + 1) == ["a"]
+    view.apply("a", None, now_ms=0)
+    assert view.instances(0) == []
+
+
+def test_a_partition_two_instances_claim_goes_to_the_fresher_record() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("a", record("a", 0, {0: 5}), now_ms=0)
+    view.apply("b", record("b", 900, {0: 2}), now_ms=900)
+    owners = view.owners("s_g", now_ms=1000)
+    assert [(o["instance"], o["lag"]) for o in owners] == [("b", 2)]
