@@ -141,6 +141,14 @@ class GroupConsumerActor(Actor):
         """The `subscription` of this consumer's journal events (None: not a subscription)."""
         return None
 
+    def subscription_of(self, tp: TopicPartition) -> str | None:
+        """The `subscription` of `tp`'s journal events (a shared member has several)."""
+        return self.journal_subscription()
+
+    def partitions_of(self, tp: TopicPartition) -> Supervisor:
+        """The supervisor of `tp`'s partition actor (a shared member has one per rider)."""
+        return self._partitions()
+
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
         settings = {**self.wiring.broker_settings, **self.client_settings()}
@@ -211,7 +219,7 @@ class GroupConsumerActor(Actor):
             kafka.pause(tp)
 
     def partition_actor(self, tp: TopicPartition) -> Actor:
-        return self._partitions().child(child_name(tp))
+        return self.partitions_of(tp).child(child_name(tp))
 
     def _partitions(self) -> Supervisor:
         return self.wiring.partitions.actor_as(Supervisor)
@@ -264,13 +272,12 @@ class GroupConsumerActor(Actor):
 
     # -- rebalance ---------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
-        sup = self._partitions()
         new = sorted(tps - self.owned)
         if new:
             log.info("%s: partitions assigned: %s", self.path, _names(new))
         for tp in new:
             self.owned.add(tp)
-            await sup.start_child(ChildSpec(child_name(tp), self._factory(tp),
+            await self.partitions_of(tp).start_child(ChildSpec(child_name(tp), self._factory(tp),
                                             restart="transient",
                                             shutdown_ms=self.wiring.drain_ms + 2000))
             self._journal("partition_assigned", tp, actor=self.path)
@@ -295,14 +302,20 @@ class GroupConsumerActor(Actor):
         final = {tp: pos for tp, pos in zip(ordered, positions, strict=True) if pos is not None}
         await self._commit(kafka, final)
         log.info("%s: partitions revoked (drained, committed): %s", self.path, _names(ordered))
-        sup = self._partitions()
         for tp in ordered:
             self.owned.discard(tp)
             self._commits.pop(tp, None)
             self._first_fetched.pop(tp, None)
-            if sup.alive and sup.has_child(child_name(tp)):
-                await sup.stop_child(child_name(tp))
+            await self._stop_partition_actor(tp)
             self._journal("partition_revoked", tp, actor=self.path)
+
+    async def _stop_partition_actor(self, tp: TopicPartition) -> None:
+        try:
+            sup = self.partitions_of(tp)
+        except ActorDeadError:
+            return  # its supervisor is gone already (a shared member's rider left)
+        if sup.alive and sup.has_child(child_name(tp)):
+            await sup.stop_child(child_name(tp))
 
     async def _drain(self, tp: TopicPartition) -> int | None:
         done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
@@ -317,7 +330,7 @@ class GroupConsumerActor(Actor):
     def _journal(self, kind: EventType, tp: TopicPartition, *, offset: int | None = None,
                  actor: str | None = None) -> None:
         self.context.emit(Event(type=kind, ts_ms=self.context.clock.wall_ms(),
-                                subscription=self.journal_subscription(), topic=tp.topic,
+                                subscription=self.subscription_of(tp), topic=tp.topic,
                                 partition=tp.partition, offset=offset, actor=actor))
 
     def __repr__(self) -> str:
