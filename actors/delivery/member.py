@@ -43,7 +43,13 @@ from actors.delivery.consumer import fetch_size
 from actors.delivery.partition import PartitionActor, PartitionPeers
 from actors.delivery.roster import Rider, Roster
 from actors.shared.errors import UnexpectedMessage
-from actors.shared.group_consumer import ClientSettings, GroupConsumerActor, Wiring, child_name
+from actors.shared.group_consumer import (
+    POLL_MS,
+    ClientSettings,
+    GroupConsumerActor,
+    Wiring,
+    child_name,
+)
 from runtime.errors import ActorDeadError
 from runtime.host.metrics import Registry
 from runtime.kernel import Actor, ChildRef, Supervisor, within
@@ -117,6 +123,12 @@ class SharedMemberActor(GroupConsumerActor):
         await super()._apply_requests(kafka)
         if self._subscribed != self.roster.version:
             self._resubscribe(kafka)
+
+    async def _poll(self, kafka: AIOKafkaConsumer) -> None:
+        if self.roster.riders:
+            await super()._poll(kafka)
+        else:  # not subscribed: getmany would wait for an assignment, and joins with it
+            await self.context.clock.sleep_ms(POLL_MS)
 
     async def _leave(self, kafka: AIOKafkaConsumer, leave: Leave) -> None:
         """Drain and commit what the leaving subscription holds; then it is gone."""

@@ -193,12 +193,16 @@ class GroupConsumerActor(Actor):
         assert kafka is not None
         while True:
             await self._apply_requests(kafka)
-            poll_ms = PAUSED_POLL_MS if kafka.paused() else POLL_MS
-            batches = await kafka.getmany(timeout_ms=poll_ms, max_records=self.wiring.max_records)
-            now = self.context.clock.monotonic_ms()
-            for tp, messages in batches.items():
-                if messages:
-                    await self._hand_over(kafka, tp, messages, now)
+            await self._poll(kafka)
+
+    async def _poll(self, kafka: AIOKafkaConsumer) -> None:
+        """One fetch, handed over to the partition actors."""
+        poll_ms = PAUSED_POLL_MS if kafka.paused() else POLL_MS
+        batches = await kafka.getmany(timeout_ms=poll_ms, max_records=self.wiring.max_records)
+        now = self.context.clock.monotonic_ms()
+        for tp, messages in batches.items():
+            if messages:
+                await self._hand_over(kafka, tp, messages, now)
 
     async def _hand_over(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
                          messages: list[ConsumerRecord[bytes, bytes]], now_ms: int) -> None:
