@@ -209,7 +209,8 @@ class SharedMemberActor(GroupConsumerActor):
     # -- status ------------------------------------------------------------------------
     def generation(self) -> int:
         coordinator = getattr(self.kafka, "_coordinator", None)
-        return int(getattr(coordinator, "generation", -1) or -1)
+        generation = getattr(coordinator, "generation", None)
+        return int(generation) if generation is not None else -1
 
     def member_id(self) -> str:
         coordinator = getattr(self.kafka, "_coordinator", None)
