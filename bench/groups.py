@@ -115,6 +115,10 @@ class Layout:
                 "properties": {"fetch.max.wait.ms": "50"}}
 
 
+def note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def config(bootstrap: str, workdir: Path) -> Any:
     return parse_config({
         "brokers": [{"name": "Kafka", "bootstrap_servers": bootstrap}],
@@ -186,7 +190,9 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
 
 async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
                      workdir: Path) -> dict[str, float]:
+    created = time.monotonic()
     await create_topics(bootstrap, {layout.topic(i): 1 for i in range(layout.subs)})
+    note(f"{layout.name}: {layout.subs} topics created in {time.monotonic() - created:.1f} s")
     result: dict[str, float] = {}
     cfg = config(bootstrap, workdir)
     async with Runtime(cfg, services=[DeliveryService]) as runtime:
@@ -194,6 +200,8 @@ async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
         started = time.monotonic()
         for i in range(layout.subs):
             await delivery.subscribe(decode_consumer(layout.document(i)))
+            if (i + 1) % 100 == 0:
+                note(f"{layout.name}: {i + 1} subscribed at {time.monotonic() - started:.1f} s")
         result["subscribe_s"] = time.monotonic() - started
         result["ready_s"] = await until(lambda: not delivery.readiness(), args.timeout_s,
                                         f"{layout.name} ready")
@@ -239,8 +247,10 @@ def main() -> None:
     parser.add_argument("--layouts", default="shared,separate")
     parser.add_argument("--feed-ms", type=int, default=20)
     parser.add_argument("--timeout-s", type=float, default=120)
+    parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("actors").setLevel(args.log_level)
     workdir = Path(tempfile.mkdtemp(prefix="bench-groups-"))
     try:
         results = asyncio.run(bench(args, workdir))

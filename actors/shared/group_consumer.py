@@ -43,7 +43,7 @@ from actors.shared.messages import (
 )
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
-from runtime.kafka import committed_offset, compat, make_consumer
+from runtime.kafka import committed_offsets, compat, make_consumer
 from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -239,13 +239,16 @@ class GroupConsumerActor(Actor):
         if commits:
             await self._commit(kafka, commits)
         rewinds, self._rewinds = self._rewinds, {}
-        for tp, epoch in rewinds.items():
-            await self._rewind(kafka, tp, epoch)
+        current = {tp: epoch for tp, epoch in rewinds.items() if self._current(tp, epoch)}
+        if current:
+            # one request for all of them: after an assignment of hundreds of partitions
+            # (a shared member, issue 17) one request each took minutes
+            found = await committed_offsets(kafka, list(current))
+            for tp, epoch in current.items():
+                await self._rewind(kafka, tp, epoch, *found[tp])
 
-    async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int) -> None:
-        if not self._current(tp, epoch):
-            return
-        committed, metadata = await committed_offset(kafka, tp)
+    async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int,
+                      committed: int | None, metadata: str) -> None:
         if not self._current(tp, epoch):
             return  # revoked (or restarted again) while we asked the coordinator
         position = committed if committed is not None else self._first_fetched.get(tp)
