@@ -31,6 +31,7 @@ import asyncio
 import itertools
 import logging
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -222,7 +223,14 @@ async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
     return result
 
 
+def dump_tasks() -> None:
+    """On SIGUSR1: where every task waits (a stalled run says why)."""
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=6, file=sys.stderr)
+
+
 async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, dict[str, float]]:
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
     broker = EmbeddedBroker()
     await broker.start()
     receiver = Receiver()

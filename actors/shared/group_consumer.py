@@ -241,24 +241,29 @@ class GroupConsumerActor(Actor):
         rewinds, self._rewinds = self._rewinds, {}
         current = {tp: epoch for tp, epoch in rewinds.items() if self._current(tp, epoch)}
         if current:
-            # one request for all of them: after an assignment of hundreds of partitions
-            # (a shared member, issue 17) one request each took minutes
-            found = await committed_offsets(kafka, list(current))
-            for tp, epoch in current.items():
-                await self._rewind(kafka, tp, epoch, *found[tp])
+            await self._rewind(kafka, current)
 
-    async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int,
-                      committed: int | None, metadata: str) -> None:
-        if not self._current(tp, epoch):
-            return  # revoked (or restarted again) while we asked the coordinator
-        position = committed if committed is not None else self._first_fetched.get(tp)
-        if position is not None:
-            kafka.seek(tp, position)
-        elif self.reset_to_beginning():
-            await kafka.seek_to_beginning(tp)
-        kafka.resume(tp)
-        with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
-            await self.partition_actor(tp).tell(Assigned(position, epoch, metadata))
+    async def _rewind(self, kafka: AIOKafkaConsumer, rewinds: dict[TopicPartition, int]) -> None:
+        """Seek each partition to its committed offset and tell its actor. One request for
+        all of them, and one reset to the beginning: after an assignment of hundreds of
+        partitions (a shared member, issue 17) doing it per partition took minutes."""
+        found = await committed_offsets(kafka, list(rewinds))
+        rewinds = {tp: e for tp, e in rewinds.items() if self._current(tp, e)}  # not revoked
+        positions: dict[TopicPartition, int | None] = {}
+        for tp in rewinds:
+            committed = found[tp][0]
+            positions[tp] = committed if committed is not None else self._first_fetched.get(tp)
+            if positions[tp] is not None:
+                kafka.seek(tp, positions[tp])
+        beginning = [tp for tp, position in positions.items() if position is None]
+        if beginning and self.reset_to_beginning():
+            await kafka.seek_to_beginning(*beginning)
+        for tp, epoch in rewinds.items():
+            if not self._current(tp, epoch):
+                continue  # revoked while we reset
+            kafka.resume(tp)
+            with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
+                await self.partition_actor(tp).tell(Assigned(positions[tp], epoch, found[tp][1]))
 
     def _current(self, tp: TopicPartition, epoch: int) -> bool:
         return tp in self.owned and self.wiring.epochs.get(tp) == epoch
