@@ -244,9 +244,8 @@ class GroupConsumerActor(Actor):
             await self._rewind(kafka, current)
 
     async def _rewind(self, kafka: AIOKafkaConsumer, rewinds: dict[TopicPartition, int]) -> None:
-        """Seek each partition to its committed offset and tell its actor. One request for
-        all of them, and one reset to the beginning: after an assignment of hundreds of
-        partitions (a shared member, issue 17) doing it per partition took minutes."""
+        """Seek each partition to its committed offset and tell its actor; one request
+        for all of them (a shared member may have been assigned hundreds, issue 17)."""
         found = await committed_offsets(kafka, list(rewinds))
         rewinds = {tp: e for tp, e in rewinds.items() if self._current(tp, e)}  # not revoked
         positions: dict[TopicPartition, int | None] = {}
@@ -255,13 +254,13 @@ class GroupConsumerActor(Actor):
             positions[tp] = committed if committed is not None else self._first_fetched.get(tp)
             if positions[tp] is not None:
                 kafka.seek(tp, positions[tp])
-        beginning = [tp for tp, position in positions.items() if position is None]
-        if beginning and self.reset_to_beginning():
-            await kafka.seek_to_beginning(*beginning)
-        for tp, epoch in rewinds.items():
-            if not self._current(tp, epoch):
-                continue  # revoked while we reset
+        # No position: nothing committed and nothing fetched since the assignment, so the
+        # client's own reset (auto_offset_reset, `reset_to_beginning()` says which) puts
+        # it where it belongs. An explicit seek_to_beginning here waited for the client's
+        # request timeout (40 s) after an assignment of hundreds of partitions (issue 17).
+        for tp in rewinds:
             kafka.resume(tp)
+        for tp, epoch in rewinds.items():
             with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
                 await self.partition_actor(tp).tell(Assigned(positions[tp], epoch, found[tp][1]))
 
