@@ -206,10 +206,14 @@ async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
         result["subscribe_s"] = time.monotonic() - started
         result["ready_s"] = await until(lambda: not delivery.readiness(), args.timeout_s,
                                         f"{layout.name} ready")
+        note(f"{layout.name}: subscribe_s {result['subscribe_s']:.2f} ready_s "
+             f"{result['ready_s']:.2f}")
         result["probe_s"] = await probe(bootstrap, layout, args.probes, args.timeout_s)
+        note(f"{layout.name}: probe_s {result['probe_s']:.2f}")
         before, after = await join_gap(bootstrap, runtime, layout, args.feed_ms,
                                        args.timeout_s)
         result["gap_before_s"], result["gap_join_s"] = before, after
+        note(f"{layout.name}: gap_before_s {before:.2f} gap_join_s {after:.2f}")
         stopping = time.monotonic()
     result["stop_s"] = time.monotonic() - stopping
     restarted = time.monotonic()
