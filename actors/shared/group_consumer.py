@@ -309,10 +309,14 @@ class GroupConsumerActor(Actor):
         ordered = sorted(tps & self.owned)
         if not ordered:
             return
+        clock = self.context.clock
+        started = clock.monotonic_ms()
         positions = await asyncio.gather(*(self._drain(tp) for tp in ordered))
+        drained = clock.monotonic_ms()
         final = {tp: pos for tp, pos in zip(ordered, positions, strict=True) if pos is not None}
         await self._commit(kafka, final)
-        log.info("%s: partitions revoked (drained, committed): %s", self.path, _names(ordered))
+        log.info("%s: partitions revoked (drained in %d ms, committed in %d ms): %s",
+                 self.path, drained - started, clock.monotonic_ms() - drained, _names(ordered))
         for tp in ordered:
             self.owned.discard(tp)
             self._commits.pop(tp, None)
