@@ -122,6 +122,10 @@ class SharedMemberActor(GroupConsumerActor):
             await self._leave(kafka, leave)
         await super()._apply_requests(kafka)
         if self._subscribed != self.roster.version:
+            # drain and commit first: once subscribed anew, aiokafka forgets the assignment
+            # until the rejoin, and a commit in the revoke callback then fails ("No
+            # partitions assigned"): the positions reached would be delivered again
+            await self._revoke_with(kafka, set(self.owned))
             self._resubscribe(kafka)
 
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
