@@ -104,7 +104,8 @@ class SharedMemberActor(GroupConsumerActor):
                 sup = rider.partitions.actor_as(Supervisor)
                 if sup.children():
                     await sup.stop_children(sup.children())
-        self._resubscribe(kafka)
+        if not self.roster.held:
+            self._resubscribe(kafka)
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> None:
@@ -121,7 +122,7 @@ class SharedMemberActor(GroupConsumerActor):
         for leave in leaves:
             await self._leave(kafka, leave)
         await super()._apply_requests(kafka)
-        if self._subscribed != self.roster.version:
+        if self._subscribed != self.roster.version and not self.roster.held:
             # drain and commit first: once subscribed anew, aiokafka forgets the assignment
             # until the rejoin, and a commit in the revoke callback then fails ("No
             # partitions assigned"): the positions reached would be delivered again
@@ -129,7 +130,7 @@ class SharedMemberActor(GroupConsumerActor):
             self._resubscribe(kafka)
 
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
-        if self.roster.riders:
+        if self._subscribed is not None and self.roster.riders:
             await super()._poll(kafka)
         else:  # not subscribed: getmany would wait for an assignment, and joins with it
             await self.context.clock.sleep_ms(POLL_MS)

@@ -79,6 +79,9 @@ class Roster:
     version: int = 0
     """Moves on every join or leave: the member re-subscribes when it differs from the
     version it subscribed with."""
+    held: bool = False
+    """While the service restores its subscriptions: the member waits to subscribe until
+    all of them joined (one join with the whole union instead of a rejoin after it)."""
     _owners: dict[str, str | None] = field(default_factory=dict)
 
     def join(self, rider: Rider) -> None:

@@ -114,6 +114,7 @@ class DeliveryService:
         self._groups: ChildRef | None = None  # the shared group members (issue 17)
         self.rosters: dict[str, Roster] = {}  # by member name; they outlive the members
         self._member_wirings: dict[str, Wiring] = {}
+        self._restoring = False
         self._lock = asyncio.Lock()  # one change at a time (admin API, keeper)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -157,6 +158,15 @@ class DeliveryService:
         assert self._store is not None
         consumers, self.problems = await self._store.load_all()
         paused = await asyncio.to_thread(self._load_paused)
+        self._restoring = True
+        try:
+            await self._restore_all(consumers, paused)
+        finally:
+            self._restoring = False
+            for roster in self.rosters.values():
+                roster.held = False  # each member subscribes once, to the whole union
+
+    async def _restore_all(self, consumers: list[Consumer], paused: set[str]) -> None:
         for consumer in consumers:
             key = consumer.key
             self.subscriptions[key] = consumer
@@ -290,6 +300,7 @@ class DeliveryService:
         if groups.has_child(name):
             return
         roster = self.rosters.setdefault(name, Roster(consumer.group_id))
+        roster.held = self._restoring
         runtime = self._runtime
         wiring = self._member_wirings.setdefault(name, Wiring(
             ChildRef(groups, name), self._bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
