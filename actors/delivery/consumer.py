@@ -1,4 +1,7 @@
-"""ConsumerActor: one per subscription, the only owner of its `AIOKafkaConsumer`.
+"""ConsumerActor: the `AIOKafkaConsumer` of a subscription with pinned `partitions[]`.
+
+Subscriptions that the group assigns partitions to ride a shared member instead (one per
+group, actors/delivery/member.py); this actor keeps manual assignment.
 
 The fetch loop, positions, commits and rebalance handling are `GroupConsumerActor`'s;
 this class says how a subscription subscribes and builds its `PartitionActor`s.
@@ -53,6 +56,24 @@ def fetch_size(sub: Consumer) -> int:
     return min(MAX_FETCH_RECORDS, max(largest_buffer, MIN_FETCH_RECORDS))
 
 
+def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSettings:
+    """The client settings a subscription asks for: its `properties` over our defaults.
+    Subscriptions of one group whose settings are equal share a group member
+    (actors/delivery/member.py)."""
+    uses_pattern = any(t.pattern for t in sub.topics)
+    settings = group_client_settings(sub.group_id, client_id,
+                                     auto_offset_reset=sub.properties.get(
+                                         "auto.offset.reset", "earliest"),
+                                     session_timeout_ms=SESSION_TIMEOUT_MS)
+    # a pattern picks up topics created later: refresh metadata often
+    settings["metadata_max_age_ms"] = (PATTERN_METADATA_MAX_AGE_MS if uses_pattern
+                                       else METADATA_MAX_AGE_MS)
+    for name, value in sub.properties.items():
+        if name in INT_PROPERTIES:
+            settings[INT_PROPERTIES[name]] = int(value)
+    return settings
+
+
 class ConsumerActor(GroupConsumerActor):
     def __init__(self, name: str, sub: Consumer, wiring: Wiring, deps: ConsumerDeps) -> None:
         super().__init__(name, wiring)
@@ -61,17 +82,7 @@ class ConsumerActor(GroupConsumerActor):
         self._reset = sub.properties.get("auto.offset.reset", "earliest")
 
     def client_settings(self) -> ClientSettings:
-        uses_pattern = any(t.pattern for t in self.sub.topics)
-        settings = group_client_settings(self.sub.group_id, f"hookstream-{self.sub.key}",
-                                         auto_offset_reset=self._reset,
-                                         session_timeout_ms=SESSION_TIMEOUT_MS)
-        # a pattern picks up topics created later: refresh metadata often
-        settings["metadata_max_age_ms"] = (PATTERN_METADATA_MAX_AGE_MS if uses_pattern
-                                           else METADATA_MAX_AGE_MS)
-        for name, value in self.sub.properties.items():
-            if name in INT_PROPERTIES:
-                settings[INT_PROPERTIES[name]] = int(value)
-        return settings
+        return subscription_client_settings(self.sub, f"hookstream-{self.sub.key}")
 
     async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
         if any(t.partitions for t in self.sub.topics):

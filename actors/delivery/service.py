@@ -32,6 +32,7 @@ them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -43,7 +44,12 @@ import msgspec
 from actors.delivery import inprocess
 from actors.delivery.cluster import PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.cluster_status import ClusterStatus, snapshot_of
-from actors.delivery.consumer import ConsumerActor, ConsumerDeps, fetch_size
+from actors.delivery.consumer import (
+    ConsumerActor,
+    ConsumerDeps,
+    fetch_size,
+    subscription_client_settings,
+)
 from actors.delivery.deadletter import DeadLetterActor
 from actors.delivery.egress import EgressActor
 from actors.delivery.errors import (
@@ -56,11 +62,13 @@ from actors.delivery.errors import (
 from actors.delivery.guard import DEFAULT_DENY, DestinationGuard
 from actors.delivery.handler import Handler
 from actors.delivery.inprocess import InProcessSubscription
+from actors.delivery.member import RiderActor, SharedMemberActor
 from actors.delivery.origin import BreakerSettings, Origin, Origins
 from actors.delivery.outlet import OutletActor
 from actors.delivery.partition import PartitionActor
 from actors.delivery.replay import ReplayActor, ReplayProgress, ReplayRequest
 from actors.delivery.retrytopic import RetryTopicActor, check_levels, with_retry_topic
+from actors.delivery.roster import Rider, Roster, conflict
 from actors.delivery.routes import SubscriptionRoutes
 from actors.delivery.status import SubscriptionStatus
 from actors.delivery.store import SubscriptionStore, encode
@@ -116,6 +124,10 @@ class DeliveryService:
         self._store: SubscriptionStore | None = None
         self._root: ChildRef | None = None
         self._keeper: asyncio.Task[None] | None = None
+        self._groups: ChildRef | None = None  # the shared group members (issue 17)
+        self.rosters: dict[str, Roster] = {}  # by member name; they outlive the members
+        self._member_wirings: dict[str, Wiring] = {}
+        self._restoring = False
         self._lock = asyncio.Lock()  # one change at a time (admin API, keeper)
         self._disabling: set[asyncio.Task[None]] = set()  # 410 Gone: owned, awaited on stop
 
@@ -131,6 +143,10 @@ class DeliveryService:
         self._store = SubscriptionStore(runtime.config.persistence.dir)
         self._root = await runtime.system.spawn(ChildSpec(
             "delivery", self._delivery_supervisor, shutdown_ms=SUBSCRIPTION_STOP_MS + 500))
+        self._groups = await runtime.system.spawn(ChildSpec(
+            "groups", lambda: Supervisor("groups", "one_for_one", intensity=10,
+                                         period_ms=60_000),
+            shutdown_ms=SUBSCRIPTION_STOP_MS + 500))
         SubscriptionRoutes(self).add_to(runtime.admin.app)
         from actors.delivery.control import ControlRoutes  # the routes import this module
 
@@ -162,6 +178,16 @@ class DeliveryService:
         consumers, self.problems = await self._store.load_all()
         paused = await asyncio.to_thread(self._load_paused)
         disabled = await asyncio.to_thread(self._load_disabled)
+        self._restoring = True
+        try:
+            await self._restore_all(consumers, paused, disabled)
+        finally:
+            self._restoring = False
+            for roster in self.rosters.values():
+                roster.held = False  # each member subscribes once, to the whole union
+
+    async def _restore_all(self, consumers: list[Consumer], paused: set[str],
+                           disabled: dict[str, str]) -> None:
         for consumer in consumers:
             key = consumer.key
             self.subscriptions[key] = consumer
@@ -197,6 +223,11 @@ class DeliveryService:
         for key in sup.children():
             if key in self.status:
                 self.status[key].move("stopping", self._now())
+        # the shared members first: each drains and commits every partition of its group
+        # and leaves the group once, instead of re-subscribing as each rider leaves
+        if self._groups is not None:
+            groups = self._groups.actor_as(Supervisor)
+            await groups.stop_children(groups.children())
         await sup.stop_children([n for n in sup.children() if n in self.subscriptions])
 
     def _supervisor(self) -> Supervisor:
@@ -257,6 +288,7 @@ class DeliveryService:
             self._store.path(consumer.key)  # `<id>_<group.id>` may be too long for a file
         self._bootstrap(consumer)
         self._check_retry_topics(consumer)
+        self._refuse_shared_topic(consumer)
 
     def _check_retry_topics(self, consumer: Consumer) -> str | None:
         """With `retryTopics`: the delay queue's bootstrap, after checking that its delays
@@ -277,12 +309,71 @@ class DeliveryService:
                 f"{consumer.broker!r}: retry topics need them to be the same")
         return self._runtime.bootstrap(delay_broker)
 
+    def _refuse_shared_topic(self, consumer: Consumer) -> None:
+        """Two subscriptions of one group may not consume one topic: Kafka would split its
+        partitions between them (actors/delivery/roster.py says how overlap is decided)."""
+        found = conflict(consumer, self.subscriptions.values())
+        if found is not None:
+            other, topic = found
+            raise InvalidSubscription(
+                "topic already consumed in this group",
+                f"{topic} is consumed by subscription {other.key} of group "
+                f"{consumer.group_id}: use another group.id or unsubscribe {other.key}")
+
     async def _start_tree(self, consumer: Consumer) -> None:
         try:
+            if _rides(consumer):
+                await self._ensure_member(consumer)
             await self._supervisor().start_child(self._spec(consumer))
         except ActorStartError as exc:
+            await self._release_member(consumer)
             raise SubscriptionStartFailed("subscription failed to start",
                                           str(exc.__cause__ or exc)) from exc
+
+    # -- shared group members (actors/delivery/member.py) ---------------------------------
+    def _member_name(self, consumer: Consumer) -> str:
+        """One member per broker, group and client settings (equal for most)."""
+        settings = subscription_client_settings(consumer, "")
+        digest = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:8]
+        return f"{consumer.broker}:{consumer.group_id}:{digest}"
+
+    def _groups_supervisor(self) -> Supervisor:
+        assert self._groups is not None
+        return self._groups.actor_as(Supervisor)
+
+    def _member_ref(self, consumer: Consumer) -> ChildRef:
+        return ChildRef(self._groups_supervisor(), self._member_name(consumer))
+
+    async def _ensure_member(self, consumer: Consumer) -> None:
+        assert self._runtime is not None
+        name, groups = self._member_name(consumer), self._groups_supervisor()
+        if groups.has_child(name):
+            return
+        roster = self.rosters.setdefault(name, Roster(consumer.group_id))
+        roster.held = self._restoring
+        runtime = self._runtime
+        wiring = self._member_wirings.setdefault(name, Wiring(
+            ChildRef(groups, name), self._bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
+            runtime.consumer_settings(consumer.broker)))
+        settings = subscription_client_settings(consumer, f"hookstream-{consumer.group_id}")
+        await groups.start_child(ChildSpec(
+            name, lambda: SharedMemberActor(name, roster, wiring, settings, runtime.metrics),
+            shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000))
+        log.info("group member %s started", name)
+
+    async def _release_member(self, consumer: Consumer) -> None:
+        """Stop a member no subscription rides any more (it leaves the group)."""
+        name = self._member_name(consumer)
+        roster = self.rosters.get(name)
+        if not _rides(consumer) or roster is None or len(roster) > 0:
+            return
+        groups = self._groups_supervisor()
+        if groups.has_child(name):
+            await groups.stop_child(name)
+            log.info("group member %s stopped: no subscription rides it", name)
+        if not roster.riders:
+            del self.rosters[name]
+            self._member_wirings.pop(name, None)
 
     async def _try_start(self, consumer: Consumer, what: str) -> bool:
         """Start a listed subscription's tree (lock held); on failure, schedule a retry."""
@@ -451,6 +542,7 @@ class DeliveryService:
                                       "its program owns it: stop and consume again")
         self._bootstrap(consumer)
         self._check_retry_topics(consumer)
+        self._refuse_shared_topic(consumer)
         if self._log is not None:
             await self._log.write(key, encode(consumer))
             return
@@ -475,6 +567,9 @@ class DeliveryService:
         if sup.has_child(key):
             self.status[key].move("stopping", self._now())
             await sup.stop_child(key)
+        consumer = self.subscriptions.get(key)
+        if consumer is not None:
+            await self._release_member(consumer)
 
     def _load_paused(self) -> set[str]:
         assert self._runtime is not None
@@ -558,7 +653,7 @@ class DeliveryService:
     def _live(self, key: str) -> dict[str, object]:
         sup = self._supervisor()
         if not sup.has_child(key):
-            return {"partitions": [], "endpoint": None, "counters": None}
+            return {"partitions": [], "endpoint": None, "counters": None, "member": None}
         tree = self.tree(key)
         partitions: list[dict[str, object]] = []
         if tree.has_child("partitions"):
@@ -576,7 +671,14 @@ class DeliveryService:
             counters = {**outlet.counters(), "dead_lettered": dead}
         return {"partitions": sorted(partitions, key=lambda p: (str(p["topic"]),
                                                                  str(p["partition"]))),
-                "endpoint": endpoint, "counters": counters}
+                "endpoint": endpoint, "counters": counters, "member": self._member_of(key)}
+
+    def _member_of(self, key: str) -> dict[str, object] | None:
+        """The shared group member the subscription rides on (None: its own consumer)."""
+        tree = self.tree(key)
+        rider = tree.child("consumer") if tree.has_child("consumer") else None
+        member = rider.shared_member() if isinstance(rider, RiderActor) else None
+        return member.describe(key) if member is not None else None
 
     def summary(self) -> str:
         """For the runtime's stop line: subscriptions and what they delivered this run."""
@@ -622,7 +724,7 @@ class DeliveryService:
             return False
         tree = self.tree(key)
         consumer = tree.child("consumer") if tree.has_child("consumer") else None
-        return isinstance(consumer, GroupConsumerActor) and bool(consumer.owned)
+        return isinstance(consumer, GroupConsumerActor | RiderActor) and bool(consumer.owned)
 
     async def unsubscribe(self, key: str) -> Consumer:
         """Stop subscription `key` (`<id>_<group.id>`): it drains and commits, then its
@@ -702,10 +804,7 @@ class DeliveryService:
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
             shutdown_ms=500))
-        specs.append(ChildSpec(
-            "consumer", lambda: ConsumerActor("consumer", with_retry_topic(consumer), wiring,
-                                              deps),
-            shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000))
+        specs.append(self._consumer_spec(with_retry_topic(consumer), wiring, deps))
         return specs
 
     def _configure_origin(self, consumer: Consumer) -> Origin:
@@ -720,9 +819,29 @@ class DeliveryService:
                          (_breaker_settings(m.circuitBreaker) for m in methods))
         return origin
 
+    def _consumer_spec(self, consumer: Consumer, wiring: Wiring,
+                       deps: ConsumerDeps) -> ChildSpec:
+        """The subscription's seat on its group's shared member, or its own consumer for
+        pinned partitions (manual assignment: no group membership to share)."""
+        if not _rides(consumer):
+            return ChildSpec("consumer", lambda: ConsumerActor("consumer", consumer, wiring,
+                                                               deps),
+                             shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+        member, rider = self._member_ref(consumer), Rider(consumer, wiring.partitions, deps)
+        roster = self.rosters[self._member_name(consumer)]
+        return ChildSpec("consumer", lambda: RiderActor("consumer", rider, member, roster,
+                                                        DRAIN_MS),
+                         shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+
     def __repr__(self) -> str:
         states = {k: s.state for k, s in self.status.items()}
         return f"<DeliveryService {states}>"
+
+
+def _rides(consumer: Consumer) -> bool:
+    """Whether the group assigns the subscription's partitions (then it rides a shared
+    member); pinned partitions keep their own consumer."""
+    return not any(t.partitions for t in consumer.topics)
 
 
 def _summary(consumer: Consumer) -> str:

@@ -43,7 +43,7 @@ from actors.shared.messages import (
 )
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
-from runtime.kafka import committed_offset, compat, make_consumer
+from runtime.kafka import committed_offsets, compat, make_consumer
 from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,14 @@ class GroupConsumerActor(Actor):
         """The `subscription` of this consumer's journal events (None: not a subscription)."""
         return None
 
+    def subscription_of(self, tp: TopicPartition) -> str | None:
+        """The `subscription` of `tp`'s journal events (a shared member has several)."""
+        return self.journal_subscription()
+
+    def partitions_of(self, tp: TopicPartition) -> Supervisor:
+        """The supervisor of `tp`'s partition actor (a shared member has one per rider)."""
+        return self._partitions()
+
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
         settings = {**self.wiring.broker_settings, **self.client_settings()}
@@ -185,12 +193,16 @@ class GroupConsumerActor(Actor):
         assert kafka is not None
         while True:
             await self._apply_requests(kafka)
-            poll_ms = PAUSED_POLL_MS if kafka.paused() else POLL_MS
-            batches = await kafka.getmany(timeout_ms=poll_ms, max_records=self.wiring.max_records)
-            now = self.context.clock.monotonic_ms()
-            for tp, messages in batches.items():
-                if messages:
-                    await self._hand_over(kafka, tp, messages, now)
+            await self._poll(kafka)
+
+    async def _poll(self, kafka: AIOKafkaConsumer) -> None:
+        """One fetch, handed over to the partition actors."""
+        poll_ms = PAUSED_POLL_MS if kafka.paused() else POLL_MS
+        batches = await kafka.getmany(timeout_ms=poll_ms, max_records=self.wiring.max_records)
+        now = self.context.clock.monotonic_ms()
+        for tp, messages in batches.items():
+            if messages:
+                await self._hand_over(kafka, tp, messages, now)
 
     async def _hand_over(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
                          messages: list[ConsumerRecord[bytes, bytes]], now_ms: int) -> None:
@@ -211,7 +223,7 @@ class GroupConsumerActor(Actor):
             kafka.pause(tp)
 
     def partition_actor(self, tp: TopicPartition) -> Actor:
-        return self._partitions().child(child_name(tp))
+        return self.partitions_of(tp).child(child_name(tp))
 
     def _partitions(self) -> Supervisor:
         return self.wiring.partitions.actor_as(Supervisor)
@@ -227,23 +239,30 @@ class GroupConsumerActor(Actor):
         if commits:
             await self._commit(kafka, commits)
         rewinds, self._rewinds = self._rewinds, {}
-        for tp, epoch in rewinds.items():
-            await self._rewind(kafka, tp, epoch)
+        current = {tp: epoch for tp, epoch in rewinds.items() if self._current(tp, epoch)}
+        if current:
+            await self._rewind(kafka, current)
 
-    async def _rewind(self, kafka: AIOKafkaConsumer, tp: TopicPartition, epoch: int) -> None:
-        if not self._current(tp, epoch):
-            return
-        committed, metadata = await committed_offset(kafka, tp)
-        if not self._current(tp, epoch):
-            return  # revoked (or restarted again) while we asked the coordinator
-        position = committed if committed is not None else self._first_fetched.get(tp)
-        if position is not None:
-            kafka.seek(tp, position)
-        elif self.reset_to_beginning():
-            await kafka.seek_to_beginning(tp)
-        kafka.resume(tp)
-        with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
-            await self.partition_actor(tp).tell(Assigned(position, epoch, metadata))
+    async def _rewind(self, kafka: AIOKafkaConsumer, rewinds: dict[TopicPartition, int]) -> None:
+        """Seek each partition to its committed offset and tell its actor; one request
+        for all of them (a shared member may have been assigned hundreds, issue 17)."""
+        found = await committed_offsets(kafka, list(rewinds))
+        rewinds = {tp: e for tp, e in rewinds.items() if self._current(tp, e)}  # not revoked
+        positions: dict[TopicPartition, int | None] = {}
+        for tp in rewinds:
+            committed = found[tp][0]
+            positions[tp] = committed if committed is not None else self._first_fetched.get(tp)
+            if positions[tp] is not None:
+                kafka.seek(tp, positions[tp])
+        # No position: nothing committed and nothing fetched since the assignment, so the
+        # client's own reset (auto_offset_reset, `reset_to_beginning()` says which) puts
+        # it where it belongs. An explicit seek_to_beginning here waited for the client's
+        # request timeout (40 s) after an assignment of hundreds of partitions (issue 17).
+        for tp in rewinds:
+            kafka.resume(tp)
+        for tp, epoch in rewinds.items():
+            with contextlib.suppress(ActorDeadError):  # died again: its successor asks anew
+                await self.partition_actor(tp).tell(Assigned(positions[tp], epoch, found[tp][1]))
 
     def _current(self, tp: TopicPartition, epoch: int) -> bool:
         return tp in self.owned and self.wiring.epochs.get(tp) == epoch
@@ -264,13 +283,12 @@ class GroupConsumerActor(Actor):
 
     # -- rebalance ---------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
-        sup = self._partitions()
         new = sorted(tps - self.owned)
         if new:
             log.info("%s: partitions assigned: %s", self.path, _names(new))
         for tp in new:
             self.owned.add(tp)
-            await sup.start_child(ChildSpec(child_name(tp), self._factory(tp),
+            await self.partitions_of(tp).start_child(ChildSpec(child_name(tp), self._factory(tp),
                                             restart="transient",
                                             shutdown_ms=self.wiring.drain_ms + 2000))
             self._journal("partition_assigned", tp, actor=self.path)
@@ -291,18 +309,28 @@ class GroupConsumerActor(Actor):
         ordered = sorted(tps & self.owned)
         if not ordered:
             return
+        clock = self.context.clock
+        started = clock.monotonic_ms()
         positions = await asyncio.gather(*(self._drain(tp) for tp in ordered))
+        drained = clock.monotonic_ms()
         final = {tp: pos for tp, pos in zip(ordered, positions, strict=True) if pos is not None}
         await self._commit(kafka, final)
-        log.info("%s: partitions revoked (drained, committed): %s", self.path, _names(ordered))
-        sup = self._partitions()
+        log.info("%s: partitions revoked (drained in %d ms, committed in %d ms): %s",
+                 self.path, drained - started, clock.monotonic_ms() - drained, _names(ordered))
         for tp in ordered:
             self.owned.discard(tp)
             self._commits.pop(tp, None)
             self._first_fetched.pop(tp, None)
-            if sup.alive and sup.has_child(child_name(tp)):
-                await sup.stop_child(child_name(tp))
+            await self._stop_partition_actor(tp)
             self._journal("partition_revoked", tp, actor=self.path)
+
+    async def _stop_partition_actor(self, tp: TopicPartition) -> None:
+        try:
+            sup = self.partitions_of(tp)
+        except ActorDeadError:
+            return  # its supervisor is gone already (a shared member's rider left)
+        if sup.alive and sup.has_child(child_name(tp)):
+            await sup.stop_child(child_name(tp))
 
     async def _drain(self, tp: TopicPartition) -> int | None:
         done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
@@ -317,7 +345,7 @@ class GroupConsumerActor(Actor):
     def _journal(self, kind: EventType, tp: TopicPartition, *, offset: int | None = None,
                  actor: str | None = None) -> None:
         self.context.emit(Event(type=kind, ts_ms=self.context.clock.wall_ms(),
-                                subscription=self.journal_subscription(), topic=tp.topic,
+                                subscription=self.subscription_of(tp), topic=tp.topic,
                                 partition=tp.partition, offset=offset, actor=actor))
 
     def __repr__(self) -> str:

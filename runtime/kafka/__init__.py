@@ -9,6 +9,7 @@ about actors.
 
 from runtime.kafka.client import (
     committed_offset,
+    committed_offsets,
     create_topics,
     make_admin,
     make_consumer,
@@ -16,5 +17,5 @@ from runtime.kafka.client import (
     valid_topic,
 )
 
-__all__ = ["committed_offset", "create_topics", "make_admin", "make_consumer", "make_producer",
-           "valid_topic"]
+__all__ = ["committed_offset", "committed_offsets", "create_topics", "make_admin",
+           "make_consumer", "make_producer", "valid_topic"]

@@ -128,6 +128,19 @@ def _secured(bootstrap: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**security.client_kwargs(bootstrap), **kwargs}
 
 
+async def committed_offsets(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+                            ) -> dict[TopicPartition, tuple[int | None, str]]:
+    """`committed_offset` of several partitions in one request (a member that owns
+    hundreds of partitions would otherwise ask once per partition)."""
+    offsets = await consumer._coordinator.fetch_committed_offsets(tps)
+    result: dict[TopicPartition, tuple[int | None, str]] = {}
+    for tp in tps:
+        found = offsets.get(tp)
+        result[tp] = ((None, "") if found is None or found.offset < 0
+                      else (found.offset, found.metadata or ""))
+    return result
+
+
 async def committed_offset(consumer: AIOKafkaConsumer,
                            tp: TopicPartition) -> tuple[int | None, str]:
     """The group's committed offset of `tp` and its metadata string.

@@ -1,0 +1,143 @@
+"""Roster: the subscriptions riding one shared group member, and which of them owns a topic.
+
+Pure logic (no I/O): the `SharedMemberActor` (actors/delivery/member.py) asks it what to
+subscribe to and whose partition actors a topic's records go to; the delivery service asks
+`conflict` before a subscription joins a group.
+
+Two subscriptions of one group may not consume the same topic (issue 17): Kafka would split
+its partitions between them, each seeing only part of the topic. How overlap is decided:
+
+- a topic name against a topic name: equal names overlap;
+- a pattern against a topic name: the pattern matches the whole name (`re.fullmatch`);
+- a pattern against a pattern: only identical patterns are refused, since whether two
+  regular expressions can match a common name is not decidable here. A topic that matches
+  several riders' patterns at run time goes to the rider that joined first (a warning is
+  logged once per topic).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from actors.delivery.consumer import ConsumerDeps
+    from actors.delivery.subscription import Consumer, TopicSpec
+    from runtime.kernel import ChildRef
+
+
+def specs_overlap(a: TopicSpec, b: TopicSpec) -> bool:
+    """True when a record of one topic spec could also be a record of the other."""
+    if a.pattern and b.pattern:
+        return a.pattern == b.pattern
+    if a.pattern or b.pattern:
+        pattern, name = (a.pattern, b.name) if a.pattern else (b.pattern, a.name)
+        return bool(pattern and name and _matches(pattern, name))
+    return a.name == b.name
+
+
+def overlapping_topic(new: Consumer, other: Consumer) -> str | None:
+    """The first topic (or pattern) of `new` that `other` consumes too, else None."""
+    for spec in new.topics:
+        if any(specs_overlap(spec, theirs) for theirs in other.topics):
+            return spec.name or f"/{spec.pattern}/"
+    return None
+
+
+def conflict(new: Consumer, others: Iterable[Consumer]) -> tuple[Consumer, str] | None:
+    """The first subscription of `new`'s broker and group that consumes one of its topics
+    (and that topic), else None. `new` itself (same key) never conflicts."""
+    for other in others:
+        if (other.key == new.key or other.broker != new.broker
+                or other.group_id != new.group_id):
+            continue
+        topic = overlapping_topic(new, other)
+        if topic is not None:
+            return other, topic
+    return None
+
+
+@dataclass(slots=True)
+class Rider:
+    """One subscription on a shared member: what its partition actors need."""
+
+    sub: Consumer
+    partitions: ChildRef
+    """The Supervisor of this subscription's partition actors (follows its restarts)."""
+    deps: ConsumerDeps
+
+
+@dataclass(slots=True)
+class Roster:
+    """The riders of one member, in the order they joined. It lives in the delivery
+    service, not in the member, so a restarted member finds its riders again."""
+
+    group_id: str
+    riders: dict[str, Rider] = field(default_factory=dict)
+    version: int = 0
+    """Moves on every join or leave: the member re-subscribes when it differs from the
+    version it subscribed with."""
+    held: bool = False
+    """While the service restores its subscriptions: the member waits to subscribe until
+    all of them joined (one join with the whole union instead of a rejoin after it)."""
+    _owners: dict[str, str | None] = field(default_factory=dict)
+
+    def join(self, rider: Rider) -> None:
+        self.riders.pop(rider.sub.key, None)
+        self.riders[rider.sub.key] = rider
+        self._changed()
+
+    def leave(self, key: str) -> Rider | None:
+        rider = self.riders.pop(key, None)
+        if rider is not None:
+            self._changed()
+        return rider
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._owners.clear()
+
+    def owner_of(self, topic: str) -> Rider | None:
+        """The rider whose subscription owns `topic` (None: no one, any more)."""
+        if topic not in self._owners:
+            self._owners[topic] = self._find_owner(topic)
+        key = self._owners[topic]
+        return self.riders.get(key) if key is not None else None
+
+    def _find_owner(self, topic: str) -> str | None:
+        owners = [key for key, rider in self.riders.items() if _consumes(rider.sub, topic)]
+        return owners[0] if owners else None
+
+    def claimants(self, topic: str) -> list[str]:
+        """Every rider that consumes `topic` (more than one only through patterns)."""
+        return [key for key, rider in self.riders.items() if _consumes(rider.sub, topic)]
+
+    def topics(self) -> list[str]:
+        """The names to subscribe to when no rider uses a pattern."""
+        return sorted({t.name for r in self.riders.values() for t in r.sub.topics if t.name})
+
+    def uses_pattern(self) -> bool:
+        return any(t.pattern for r in self.riders.values() for t in r.sub.topics)
+
+    def pattern(self) -> str:
+        """One regex for the union of every rider's topics and patterns."""
+        parts = [t.pattern if t.pattern else re.escape(t.name or "")
+                 for r in self.riders.values() for t in r.sub.topics]
+        return "^(?:" + "|".join(f"(?:{p})" for p in parts) + ")$"
+
+    def __len__(self) -> int:
+        return len(self.riders)
+
+
+def _consumes(sub: Consumer, topic: str) -> bool:
+    return any(t.name == topic if not t.pattern else _matches(t.pattern, topic)
+               for t in sub.topics)
+
+
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.fullmatch(pattern, name) is not None
+    except re.error:
+        return False

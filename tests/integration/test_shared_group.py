@@ -1,0 +1,230 @@
+"""Subscriptions sharing a `group.id` ride one Kafka group member (issue 17): each gets
+every record of its own topics, a topic is refused to a second subscription of the group,
+and joining, leaving, crashing and killing lose nothing (real broker, real receivers)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.delivery.member import SharedMemberActor
+from runtime.host.app import Runtime
+from runtime.kafka.broker import free_port
+from runtime.kernel.supervisor import Supervisor
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Push,
+    Receiver,
+    committed,
+    make_runtime,
+    produce,
+    subscription,
+)
+from tests.integration.test_process_restart import (
+    admin,
+    start_process,
+    terminate,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+GROUP = "team-orders"
+
+
+def sub_in_group(sub_id: str, topic: str, url: str, fast: dict[str, int],
+                 **topic_extra: Any) -> dict[str, Any]:
+    return subscription(sub_id, [{"name": topic, "config": {"concurrencyFactor": 4},
+                                  **topic_extra}], url, group=GROUP, fast_group=fast)
+
+
+def members(runtime: Runtime) -> list[SharedMemberActor]:
+    groups = runtime.system.root.child("groups")
+    assert isinstance(groups, Supervisor)
+    return [a for n in groups.children()
+            if isinstance(a := groups.child(n), SharedMemberActor)]
+
+
+def delivered_of(receiver: Receiver, key: str) -> set[tuple[str, int, int]]:
+    return {(t, p, o) for c, t, p, o in receiver.delivered() if c == key}
+
+
+async def slow_ok(push: Push) -> int:
+    await asyncio.sleep(0.002)
+    return 200
+
+
+async def test_two_subscriptions_of_one_group_share_one_member_and_both_deliver_everything(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    first, second = await topic_factory(partitions=2), await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, first, 120, partitions=2)
+    await produce(kafka_bootstrap, second, 80)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            for sub_id, topic in (("a", first), ("b", second)):
+                status, body = await api.call("POST", "/broker/subscription",
+                                              sub_in_group(sub_id, topic, receiver.url,
+                                                           fast_group_kwargs))
+                assert status == 200, body
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 200)
+            assert len(members(runtime)) == 1
+            _, a = await api.call("GET", f"/broker/subscription/a/{GROUP}")
+            _, b = await api.call("GET", f"/broker/subscription/b/{GROUP}")
+            member_a, member_b = a["data"]["status"]["member"], b["data"]["status"]["member"]
+            assert member_a["memberId"] == member_b["memberId"] != ""
+            assert member_a["group"] == GROUP and member_a["generation"] >= 0
+            assert sorted(member_a["assigned"]) == [f"{first}-0", f"{first}-1"]
+            assert member_b["assigned"] == [f"{second}-0"]
+            metrics = runtime.metrics.render()
+            assert f'hookstream_group_subscriptions{{group="{GROUP}"' in metrics
+    finally:
+        await receiver.stop()
+    assert len(delivered_of(receiver, f"a_{GROUP}")) == 120
+    assert len(delivered_of(receiver, f"b_{GROUP}")) == 80
+    assert await committed(kafka_bootstrap, GROUP, first, 2) == {0: 60, 1: 60}
+    assert await committed(kafka_bootstrap, GROUP, second, 1) == {0: 80}
+
+
+async def test_a_second_subscription_of_the_group_on_the_same_topic_is_refused_naming_the_first(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            status, _ = await api.call("POST", "/broker/subscription",
+                                       sub_in_group("owner", topic, receiver.url,
+                                                    fast_group_kwargs))
+            assert status == 200
+            status, body = await api.call("POST", "/broker/subscription",
+                                          sub_in_group("thief", topic, receiver.url,
+                                                       fast_group_kwargs))
+            assert status == 400, body
+            assert f"owner_{GROUP}" in body["details"] and topic in body["details"]
+            pattern = subscription("regex", [{"name": topic[:4] + ".*", "pattern": True}],
+                                   receiver.url, group=GROUP, fast_group=fast_group_kwargs)
+            status, body = await api.call("POST", "/broker/subscription", pattern)
+            assert status == 400 and f"owner_{GROUP}" in body["details"], body
+            other_group = subscription("elsewhere", [{"name": topic}], receiver.url,
+                                       fast_group=fast_group_kwargs)
+            status, body = await api.call("POST", "/broker/subscription", other_group)
+            assert status == 200, body
+            _, listed = await api.call("GET", "/broker/subscription")
+            assert sorted(s["id"] for s in listed["data"]) == ["elsewhere", "owner"]
+    finally:
+        await receiver.stop()
+
+
+async def test_adding_and_removing_a_subscription_while_another_is_fed_loses_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    fed, visitor = await topic_factory(partitions=2), await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, visitor, 60)
+    receiver = await Receiver(slow_ok).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            status, _ = await api.call("POST", "/broker/subscription",
+                                       sub_in_group("steady", fed, receiver.url,
+                                                    fast_group_kwargs))
+            assert status == 200
+            feeding = asyncio.create_task(feed(kafka_bootstrap, fed, batches=30, size=10))
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 20)
+            status, _ = await api.call("POST", "/broker/subscription",
+                                       sub_in_group("visitor", visitor, receiver.url,
+                                                    fast_group_kwargs))
+            assert status == 200
+            await receiver.wait_for(
+                lambda: len(delivered_of(receiver, f"visitor_{GROUP}")) == 60)
+            status, _ = await api.call("POST", "/broker/unsubscribe",
+                                       {"id": "visitor", "group.id": GROUP})
+            assert status == 200
+            await feeding
+            await receiver.wait_for(
+                lambda: len(delivered_of(receiver, f"steady_{GROUP}")) == 300, timeout_s=60)
+            [member] = members(runtime)
+            assert set(member.roster.riders) == {f"steady_{GROUP}"}
+    finally:
+        await receiver.stop()
+    assert await committed(kafka_bootstrap, GROUP, fed, 2) == {0: 150, 1: 150}
+    assert await committed(kafka_bootstrap, GROUP, visitor, 1) == {0: 60}
+
+
+async def feed(bootstrap: str, topic: str, *, batches: int, size: int) -> None:
+    """Produce `batches * size` records, a batch every 100 ms (bounded)."""
+    for n in range(batches):
+        await produce(bootstrap, topic, size, partitions=2, start=n * size)
+        await asyncio.sleep(0.1)
+
+
+async def test_a_killed_member_is_rebuilt_and_both_subscriptions_deliver_everything(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    first, second = await topic_factory(partitions=2), await topic_factory(partitions=2)
+    await produce(kafka_bootstrap, first, 300, partitions=2)
+    await produce(kafka_bootstrap, second, 300, partitions=2)
+    receiver = await Receiver(slow_ok).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            for sub_id, topic in (("x", first), ("y", second)):
+                status, _ = await api.call("POST", "/broker/subscription",
+                                           sub_in_group(sub_id, topic, receiver.url,
+                                                        fast_group_kwargs))
+                assert status == 200
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 100)
+            [victim] = members(runtime)
+            victim.kill("chaos test")
+            await receiver.wait_for(lambda: victim.state == "crashed", timeout_s=5)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 600, timeout_s=60)
+            [replacement] = members(runtime)
+            assert replacement is not victim and replacement.alive
+    finally:
+        await receiver.stop()
+    assert await committed(kafka_bootstrap, GROUP, first, 2) == {0: 150, 1: 150}
+    assert await committed(kafka_bootstrap, GROUP, second, 2) == {0: 150, 1: 150}
+
+
+async def test_sigkill_of_the_process_then_restart_delivers_every_record_of_the_group(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    first, second = await topic_factory(partitions=2), await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, first, 200, partitions=2)
+    await produce(kafka_bootstrap, second, 100)
+    receiver = await Receiver(slow_ok).start()
+    port = free_port()
+    config = write_config(tmp_path, kafka_bootstrap, port)
+    process = await start_process(config, port)
+    try:
+        for sub_id, topic in (("p", first), ("q", second)):
+            status, reply = await admin(port, "POST", "/broker/subscription",
+                                        sub_in_group(sub_id, topic, receiver.url,
+                                                     fast_group_kwargs))
+            assert status == 200, reply
+        await receiver.wait_for(lambda: len(receiver.delivered()) >= 60)
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        await produce(kafka_bootstrap, first, 100, partitions=2, start=200)
+        process = await start_process(config, port)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 400, timeout_s=60)
+        code, _ = await terminate(process)
+        assert code == 0
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        await receiver.stop()
+    assert len(delivered_of(receiver, f"p_{GROUP}")) == 300
+    assert len(delivered_of(receiver, f"q_{GROUP}")) == 100
+    assert await committed(kafka_bootstrap, GROUP, first, 2) == {0: 150, 1: 150}
+    assert await committed(kafka_bootstrap, GROUP, second, 1) == {0: 100}

@@ -1,0 +1,77 @@
+"""The roster of a shared group member: who owns a topic, what to subscribe to, and which
+subscription of a group a new one would collide with (actors/delivery/roster.py)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from actors.delivery.roster import Rider, Roster, conflict
+from actors.delivery.subscription import Consumer, decode_consumer
+
+
+def consumer(sub_id: str, *topics: dict[str, Any], group: str = "team",
+             broker: str = "Kafka") -> Consumer:
+    return decode_consumer({"id": sub_id, "group.id": group, "broker": broker,
+                            "topics": list(topics),
+                            "subscriptionMethod": {"type": "http",
+                                                   "uri": "http://127.0.0.1:1/hook"}})
+
+
+def rider(sub: Consumer) -> Rider:
+    return Rider(sub, cast(Any, None), cast(Any, None))
+
+
+def test_a_topic_already_consumed_in_the_group_conflicts_with_the_first_subscription() -> None:
+    first = consumer("first", {"name": "orders"})
+    second = consumer("second", {"name": "payments"}, {"name": "orders"})
+    found = conflict(second, [first])
+    assert found is not None and found[0].key == "first_team" and found[1] == "orders"
+
+
+def test_other_groups_other_brokers_and_the_subscription_itself_never_conflict() -> None:
+    mine = consumer("s", {"name": "orders"})
+    others = [consumer("s", {"name": "orders"}), consumer("o", {"name": "orders"}, group="x"),
+              consumer("b", {"name": "orders"}, broker="Other")]
+    assert conflict(mine, others) is None
+
+
+def test_a_pattern_conflicts_with_a_name_it_matches_and_with_the_same_pattern_only() -> None:
+    named = consumer("named", {"name": "orders.eu"})
+    broad = consumer("broad", {"name": r"orders\..*", "pattern": True})
+    same = consumer("same", {"name": r"orders\..*", "pattern": True})
+    different = consumer("different", {"name": r"orders\.(eu|us)", "pattern": True})
+    assert conflict(broad, [named]) is not None
+    assert conflict(named, [broad]) is not None
+    assert conflict(same, [broad]) is not None
+    assert conflict(different, [broad]) is None  # undecidable: routed to the first at run time
+    assert conflict(consumer("n", {"name": "orders-eu"}), [broad]) is None  # full match only
+
+
+def test_records_of_a_topic_go_to_its_owner_and_a_shared_pattern_match_to_the_first() -> None:
+    roster = Roster("team")
+    roster.join(rider(consumer("a", {"name": "orders"})))
+    roster.join(rider(consumer("b", {"name": "pay.*", "pattern": True})))
+    roster.join(rider(consumer("c", {"name": "payments|refunds", "pattern": True})))
+    assert owner(roster, "orders") == "a_team"
+    assert owner(roster, "payments") == "b_team"
+    assert roster.claimants("payments") == ["b_team", "c_team"]
+    assert owner(roster, "refunds") == "c_team"
+    assert owner(roster, "unknown") is None
+
+
+def owner(roster: Roster, topic: str) -> str | None:
+    found = roster.owner_of(topic)
+    return found.sub.key if found is not None else None
+
+
+def test_the_roster_subscribes_to_the_union_and_moves_its_version_on_each_change() -> None:
+    roster = Roster("team")
+    roster.join(rider(consumer("a", {"name": "orders"})))
+    roster.join(rider(consumer("b", {"name": "payments"})))
+    assert roster.topics() == ["orders", "payments"] and not roster.uses_pattern()
+    version = roster.version
+    assert roster.leave("a_team") is not None and roster.version == version + 1
+    assert roster.leave("a_team") is None and roster.version == version + 1
+    assert roster.owner_of("orders") is None and roster.topics() == ["payments"]
+    roster.join(rider(consumer("p", {"name": "x.+", "pattern": True})))
+    assert roster.uses_pattern() and roster.pattern() == "^(?:(?:payments)|(?:x.+))$"
