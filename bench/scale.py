@@ -122,13 +122,20 @@ def receiver(timeout_s: float = 10.0) -> Iterator[str]:
             process.wait()
 
 
+FETCH_MAX_WAIT_MS = 100
+
+
 def subscription(sub_id: str, group: str, topic: str, url: str) -> dict[str, Any]:
     # Tansu answers a JoinGroup after about half the session timeout: keep joins quick.
+    # Tansu also holds every fetch for the whole fetch.max.wait.ms even when records are
+    # there (bench/delivery.py's docstring): with aiokafka's 500 ms, a partition fed while
+    # it is consumed gets one fetch (at most one prefetch buffer) per half second.
     return {
         "id": sub_id, "group": {"id": group, "name": group}, "broker": "Kafka",
         "topics": [{"name": topic, "config": {"concurrencyFactor": 100}}],
         "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100},
-        "properties": {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300"},
+        "properties": {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300",
+                       "fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS)},
     }
 
 
@@ -200,7 +207,8 @@ async def produce(bootstrap: str, topics: dict[str, int], count: int, go: Any,
     producer = make_producer(bootstrap, acks=1, linger_ms=20, max_batch_size=256 * 1024)
     await producer.start()
     try:
-        await producer.partitions_for(spots[0][0])
+        for topic in topics:  # metadata before the clock starts
+            await producer.partitions_for(topic)
         ready.set()
         await asyncio.to_thread(go.wait, 120)
         for first in range(0, count, 5000):
