@@ -204,7 +204,8 @@ def targets(topics: dict[str, int]) -> list[tuple[str, int]]:
 async def produce(bootstrap: str, topics: dict[str, int], count: int, go: Any,
                   ready: Any) -> None:
     spots = targets(topics)
-    producer = make_producer(bootstrap, acks=1, linger_ms=20, max_batch_size=256 * 1024)
+    # a long linger: full batches, as a backlog would have (Tansu hands out few per fetch)
+    producer = make_producer(bootstrap, acks=1, linger_ms=500, max_batch_size=1024 * 1024)
     await producer.start()
     try:
         for topic in topics:  # metadata before the clock starts
