@@ -25,10 +25,12 @@ Per case:
    top allocation sites (slow: for profiling only).
 2. Throughput. `--records` records of 100 B, spread evenly over the case's partitions, are
    produced by a separate process (spawned, so its CPU is not ours) while the
-   subscriptions run; records/s from the first delivery to the last, CPU of this process
-   (all threads) per delivered record over the same window. The producing time is
-   printed: when it is close to the delivery time the producer, not the runtime, set the
-   rate.
+   subscriptions run (linger 500 ms: full batches, as a backlog has); records/s from the
+   first delivery to the last, CPU of this process (all threads) per delivered record over
+   the same window. The subscriptions set fetch.max.wait.ms to 100 ms (`subscription()`).
+   The producing time is printed: when it is close to the delivery time the producer, not
+   the runtime, set the rate. On a shared machine records/s follows the CPU this process
+   gets; the CPU per record is the steadier number.
 3. Subscribe latency (case c): `--extra-subscribes` more subscriptions, one after the
    other, through the admin API, with the others present: p50 and max.
 4. Start-up (case c): the case's subscriptions are written to the persistence directory
