@@ -170,6 +170,11 @@ def partition_actors(runtime: Runtime) -> int:
     return len(runtime.metrics.gauge("hookstream_inflight", "").children)
 
 
+def note(*parts: object) -> None:
+    """Progress of a worker, on stderr as it happens (a case may outlive its bound)."""
+    print(*parts, file=sys.stderr, flush=True)
+
+
 async def wait_for(what: str, check: Any, timeout_s: float, poll_s: float = POLL_S) -> float:
     """Poll `check()` until true; the seconds it took."""
     start = time.perf_counter()
@@ -261,6 +266,8 @@ async def memory(result: CaseResult, runtime: Runtime, rss_before: int, expected
     await asyncio.sleep(1.0)  # let the first fetches and commit ticks settle
     result.rss_growth_kib = (settled_rss() - rss_before) / 1024
     result.rss_per_partition_kib = result.rss_growth_kib / expected
+    note("memory: RSS growth KiB", result.rss_growth_kib, "per partition",
+         result.rss_per_partition_kib)
     if traced:
         snapshot = tracemalloc.take_snapshot()
         stats = snapshot.statistics("lineno")
@@ -302,6 +309,8 @@ async def throughput(result: CaseResult, runtime: Runtime, bootstrap: str,
         result.seconds = time.perf_counter() - first_t
         result.records = int(delivered - first_count)
         result.cpu_us = (time.process_time() - first_cpu) / max(result.records, 1) * 1e6
+        note("throughput:", result.records, "records in", result.seconds, "s, CPU us/record",
+             result.cpu_us)
     finally:
         await asyncio.to_thread(process.join, 30)
         if process.is_alive():
@@ -355,16 +364,20 @@ async def many_subscriptions_case(count: int, bootstrap: str, url: str, workdir:
     await runtime.start()
     try:
         result.startup["start() returned"] = time.perf_counter() - begin
+        note("start-up: start() returned", result.startup["start() returned"])
         service = runtime.service(DeliveryService)
         await wait_for("every subscription running", lambda: all(
             s.state == "running" for s in service.status.values()), args.timeout_s)
         result.startup["all running"] = time.perf_counter() - begin
+        note("start-up: all running", result.startup["all running"])
         await wait_for("every partition actor", lambda: partition_actors(runtime) >= count,
                        args.timeout_s)
         result.startup["all partition actors"] = time.perf_counter() - begin
+        note("start-up: all partition actors", result.startup["all partition actors"])
         async with aiohttp.ClientSession() as session:
             await readyz(session, runtime, args.timeout_s)
             result.startup["/readyz 200"] = time.perf_counter() - begin
+            note("start-up: /readyz 200", result.startup["/readyz 200"])
             await memory(result, runtime, rss_before, count, args, traced)
             await throughput(result, runtime, bootstrap,
                              {n: 1 for n in names[:count]}, args)
@@ -419,7 +432,7 @@ async def broker_and_cases(argv: list[str], args: argparse.Namespace, url: str,
             process = await asyncio.create_subprocess_exec(*command,
                                                            stdout=asyncio.subprocess.PIPE)
             try:
-                out, _ = await asyncio.wait_for(process.communicate(), args.timeout_s * 4)
+                out, _ = await asyncio.wait_for(process.communicate(), args.timeout_s * 8)
             finally:
                 if process.returncode is None:
                     process.kill()
