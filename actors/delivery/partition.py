@@ -46,7 +46,7 @@ from actors.shared.messages import (
 )
 from runtime.host.journal import Event, EventType
 from runtime.host.logs import Throttle
-from runtime.host.metrics import Registry
+from runtime.host.metrics import Counter, Labels, Registry, label_key
 from runtime.kernel import Actor, Ref
 
 log = logging.getLogger(__name__)
@@ -93,27 +93,31 @@ class PartitionActor(Actor):
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
-        labels = self._labels = {"subscription": self.sub.key, "topic": self.topic,
-                                 "partition": str(self.partition)}
-        self._families = [metrics.counter(name, "") if name.endswith("_total") else
-                          metrics.gauge(name, "") for name in PARTITION_SERIES]
+        # One label key shared by the eight families, and one attribute for what `on_stop`
+        # removes: with 30 instance attributes or more CPython stops sharing the class's
+        # key table and every instance gets a dict of its own, 1.3 KiB more per partition
+        # (bench/RESULTS.md, "Scale"; tests/unit/test_partition_footprint.py).
+        key = label_key(subscription=self.sub_key, topic=self.topic, partition=self.partition)
+        self._series: tuple[list[Counter], Labels] = (
+            [metrics.counter(name, "") if name.endswith("_total") else
+             metrics.gauge(name, "") for name in PARTITION_SERIES], key)
         self.m_delivered = metrics.counter(
-            "hookstream_delivered_total", "Records delivered (2xx)").labels(**labels)
+            "hookstream_delivered_total", "Records delivered (2xx)").child(key)
         self.m_failed = metrics.counter(
-            "hookstream_failed_attempts_total", "Delivery attempts that failed").labels(**labels)
+            "hookstream_failed_attempts_total", "Delivery attempts that failed").child(key)
         self.m_retries = metrics.counter(
-            "hookstream_retries_total", "Retries scheduled").labels(**labels)
+            "hookstream_retries_total", "Retries scheduled").child(key)
         self.m_dead = metrics.counter(
-            "hookstream_dead_lettered_total", "Records given up after retries").labels(**labels)
+            "hookstream_dead_lettered_total", "Records given up after retries").child(key)
         self.m_inflight = metrics.gauge(
-            "hookstream_inflight", "Records being delivered").labels(**labels)
+            "hookstream_inflight", "Records being delivered").child(key)
         self.m_committed = metrics.gauge(
-            "hookstream_committed_offset", "Last committed position").labels(**labels)
+            "hookstream_committed_offset", "Last committed position").child(key)
         self.m_lag = metrics.gauge(
-            "hookstream_lag", "Fetch high watermark minus committed position").labels(**labels)
+            "hookstream_lag", "Fetch high watermark minus committed position").child(key)
         self.m_oldest = metrics.gauge(
             "hookstream_oldest_pending_seconds",
-            "Age of the oldest record not yet finished").labels(**labels)
+            "Age of the oldest record not yet finished").child(key)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -122,8 +126,9 @@ class PartitionActor(Actor):
 
     async def on_stop(self) -> None:
         self.book.close()
-        for family in self._families:  # revoked or unsubscribed: its series go too
-            family.remove(**self._labels)
+        families, key = self._series
+        for family in families:  # revoked or unsubscribed: its series go too
+            family.discard(key)
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> bool | None:

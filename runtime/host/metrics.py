@@ -2,6 +2,11 @@
 
 Hot paths call `inc`/`set`/`observe` on a child bound to its labels once, so an
 update is a dict-free attribute change.
+
+An actor with series in several families (a partition actor has eight) computes its label
+key once with `label_key` and binds with `child(key)`: the families then share one key
+tuple instead of building one each (about 1.6 KiB per partition actor otherwise: 1,024
+partitions, bench/scale.py).
 """
 
 from __future__ import annotations
@@ -96,8 +101,20 @@ class _Labelled(_Family, Generic[C]):
             child = self.children[key] = self._new_child()
         return child
 
+    def child(self, key: Labels) -> C:
+        """The series of a key from `label_key` (made on first use); the family keeps that
+        very tuple, so families bound with one key share it."""
+        child = self.children.get(key)
+        if child is None:
+            child = self.children[key] = self._new_child()
+        return child
+
     def remove(self, **labels: str | int) -> None:
         self.children.pop(_key(labels), None)
+
+    def discard(self, key: Labels) -> None:
+        """Remove the series of a key from `label_key`, if present."""
+        self.children.pop(key, None)
 
     def forget(self, pairs: set[tuple[str, str]]) -> None:
         """Remove every series whose labels include all of `pairs`."""
@@ -110,6 +127,11 @@ class _Labelled(_Family, Generic[C]):
 
 def _key(labels: dict[str, str | int]) -> Labels:
     return tuple((k, str(v)) for k, v in labels.items())
+
+
+def label_key(**labels: str | int) -> Labels:
+    """The key of a label set, to bind the series of several families with `child`."""
+    return _key(labels)
 
 
 class Counter(_Labelled[Value]):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -212,7 +212,7 @@ class Actor:
         self._state = "new"
         self._stopping = False
         self._timers: TimerWheel[Any] | None = None
-        self._timer_wakeup: asyncio.Event | None = None
+        self._timer_sleep: asyncio.Future[Any] | None = None  # the timer loop's current wait
 
     # -- overridable -------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -297,27 +297,36 @@ class Actor:
         """Deliver `message` to this actor at monotonic time `deadline_ms`."""
         if self._timers is None:
             self._timers = TimerWheel(start_ms=self.context.clock.monotonic_ms())
-            self._timer_wakeup = asyncio.Event()
             self.spawn(self._timer_loop(), name=f"{self.path}:timers")
         earliest = self._timers.next_deadline()
         handle = self._timers.schedule(deadline_ms, message)
-        if earliest is None or deadline_ms < earliest:
-            assert self._timer_wakeup is not None
-            self._timer_wakeup.set()
+        if (earliest is None or deadline_ms < earliest) and self._timer_sleep is not None:
+            self._timer_sleep.cancel()  # the loop wakes and sleeps until the new deadline
         return handle
 
     async def _timer_loop(self) -> None:
-        assert self._timers is not None and self._timer_wakeup is not None
-        clock, wheel, wakeup = self.context.clock, self._timers, self._timer_wakeup
+        """Tell each due message, then wait for the next deadline. One wait per turn, cut
+        short by `schedule` when an earlier deadline comes: every partition actor has a
+        commit tick, and waiting on a sleep and a wake-up event at once (two tasks, a
+        `wait` and a `gather` per turn) was a fifth of the CPU of 1,024 idle partitions
+        (bench/RESULTS.md, "Scale")."""
+        assert self._timers is not None
+        clock, wheel, loop = self.context.clock, self._timers, asyncio.get_running_loop()
         while True:
             for message in wheel.advance(clock.monotonic_ms()):
                 self.tell_system(message)
-            wakeup.clear()
             deadline = wheel.next_deadline()
-            if deadline is None:
-                await wakeup.wait()
-            else:
-                await _first(clock.sleep_ms(deadline - clock.monotonic_ms()), wakeup.wait())
+            sleep = self._timer_sleep = (
+                loop.create_future() if deadline is None else
+                loop.create_task(clock.sleep_ms(deadline - clock.monotonic_ms())))
+            try:
+                await sleep
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not sleep.cancelled() or (current is not None and current.cancelling()):
+                    raise  # this loop is cancelled (the actor stops), not just woken
+            finally:
+                self._timer_sleep = None
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self, ready: asyncio.Future[None]) -> None:
@@ -388,14 +397,3 @@ class Actor:
             f"<{type(self).__name__} {self.path} {self._state} "
             f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>"
         )
-
-
-async def _first(*aws: Awaitable[Any]) -> None:
-    """Wait until the first of `aws` finishes; cancel and await the rest."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

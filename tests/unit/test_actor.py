@@ -179,3 +179,34 @@ async def test_a_sender_waiting_for_room_fails_when_the_actor_dies() -> None:
     with pytest.raises(ActorDeadError):
         await asyncio.wait_for(blocked, 2)
     await system.stop()
+
+
+async def test_an_earlier_timer_cuts_the_wait_for_a_later_one_short() -> None:
+    clock = FakeClock()
+    actor = Recorder()
+    system = await start(actor, clock)
+    actor.schedule(1000, "late")
+    await clock.settle()  # the timer loop now waits for 1000
+    actor.schedule(10, "early")
+    await clock.advance_settled(10)
+    assert actor.seen == ["early"]
+    await clock.advance_settled(990)
+    assert actor.seen == ["early", "late"]
+    await clock.advance_settled(5000)  # nothing left: the loop waits without a deadline
+    actor.schedule(clock.monotonic_ms() + 5, "after idle")
+    await clock.advance_settled(5)
+    assert actor.seen == ["early", "late", "after idle"]
+    await system.stop()
+
+
+async def test_stopping_an_actor_ends_its_timer_loop() -> None:
+    clock = FakeClock()
+    actor = Recorder()
+    system = await start(actor, clock)
+    actor.schedule(1000, "never")
+    await clock.settle()
+    timers = [t for t in actor._tasks if t.get_name().endswith(":timers")]
+    assert len(timers) == 1
+    await system.stop()
+    assert timers[0].cancelled()
+    assert actor.seen == []

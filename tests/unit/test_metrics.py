@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.host.metrics import Counter, Gauge, Histogram, HistogramValue, Registry
+from runtime.host.metrics import (
+    Counter,
+    Gauge,
+    Histogram,
+    HistogramValue,
+    Registry,
+    label_key,
+)
 
 
 @pytest.mark.parametrize("family", [
@@ -98,3 +105,27 @@ def test_series_picks_the_children_whose_labels_include_the_given_ones() -> None
     waiting.labels(level="b", partition="0").set(5)
     assert sorted(s.value for s in registry.series("waiting", level="a")) == [3, 4]
     assert registry.series("absent", level="a") == []
+
+
+@pytest.mark.parametrize("family", [
+    Counter("c_total", "c"), Gauge("g", "g"), Histogram("h_ms", "h", (1, 10)),
+])
+def test_child_by_label_key_is_the_child_by_labels(family: Counter | Histogram) -> None:
+    key = label_key(subscription="s", partition=3)
+    child = family.child(key)
+    assert family.child(key) is child
+    assert family.labels(subscription="s", partition="3") is child
+    family.discard(key)
+    family.discard(key)  # already gone: nothing to do
+    assert family.children == {}
+
+
+def test_families_bound_with_one_label_key_share_the_key_tuple() -> None:
+    registry = Registry()
+    key = label_key(subscription="s", topic="t", partition=0)
+    registry.counter("a_total", "a").child(key).inc()
+    registry.gauge("b", "b").child(key).set(7)
+    stored = [next(iter(f.children)) for f in (registry.counter("a_total", ""),
+                                                registry.gauge("b", ""))]
+    assert all(k is key for k in stored)
+    assert 'b{subscription="s",topic="t",partition="0"} 7' in registry.render()
