@@ -42,21 +42,24 @@ instead of being read to the end.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import logging
-from typing import Final
+import time
+from typing import Any, Final
 
 import aiohttp
 from yarl import URL
 
+from actors.delivery.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
 from actors.delivery.guard import DestinationDenied, DestinationGuard
 from actors.delivery.origin import Origin, origin_of
-from actors.delivery.outlet import Answer, OutletActor, describe_error
+from actors.delivery.outlet import Answer, OutletActor, describe_error, status_class
 from actors.delivery.signing import sign as sign_payload
 from actors.delivery.signing import signing_key, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
-from actors.shared.messages import Record
+from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.host.metrics import Registry
 from runtime.kernel.backoff import parse_retry_after
 
@@ -186,6 +189,9 @@ class EgressActor(OutletActor):
         self._url: URL | str = method.uri
         self._key: bytes | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._batch_size = method.batchSize
+        self._linger_ms = method.batchLingerMs
+        self._batches: PartitionQueues[Deliver] = PartitionQueues()
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -208,12 +214,83 @@ class EgressActor(OutletActor):
             auto_decompress=False,  # bodies are discarded
         )
 
+    # -- batches (batchSize > 1) ------------------------------------------------------
+    async def handle(self, message: Any) -> Any:
+        if self._batch_size == 1 or not isinstance(message, Deliver):
+            return await super().handle(message)
+        record = message.record
+        self._batches.append((record.topic, record.partition), message)
+        self._wake_or_grow()
+        return None
+
+    async def _worker(self) -> None:
+        if self._batch_size == 1:
+            await super()._worker()
+            return
+        loop, batches = asyncio.get_running_loop(), self._batches
+        while True:
+            if not batches:
+                parked: asyncio.Future[None] = loop.create_future()
+                self._parked.append(parked)
+                await parked
+                continue
+            delivers = await self._next_batch()
+            for deliver, outcome in zip(delivers, await self._attempt_batch(delivers),
+                                        strict=True):
+                deliver.reply_to.tell_system(outcome)
+
+    async def _next_batch(self) -> list[Deliver]:
+        """Up to `batchSize` records of one partition; a short batch waits `batchLingerMs`
+        for more of its partition."""
+        delivers = self._batches.take(self._batch_size)
+        if len(delivers) < self._batch_size and self._linger_ms:
+            await self.context.clock.sleep_ms(self._linger_ms)
+            record = delivers[0].record
+            delivers += self._batches.take_more((record.topic, record.partition),
+                                                self._batch_size - len(delivers))
+        return delivers
+
+    async def _attempt_batch(self, delivers: list[Deliver]) -> list[Delivered | Failed]:
+        """One request for the batch; its answer is every record's outcome."""
+        records = [deliver.record for deliver in delivers]
+        for record in records:
+            self._journal_sent(record)
+        self._inflight += 1
+        self._inflight_gauge.inc()
+        start = time.perf_counter()
+        try:
+            answer = await self.push(records)
+        except Exception as exc:  # CancelledError is not an Exception: it propagates
+            answer = Answer(None, self.describe(exc))
+        finally:
+            self._inflight -= 1
+            self._inflight_gauge.inc(-1)
+        latency_ms = (time.perf_counter() - start) * 1000
+        self._duration.observe(latency_ms)
+        return [self._outcome(deliver, answer, latency_ms) for deliver in delivers]
+
+    def _outcome(self, deliver: Deliver, answer: Answer, latency_ms: float,
+                 ) -> Delivered | Failed:
+        """A batch's answer for one of its records: counted, journaled, told."""
+        status, error, record = answer.status, answer.error, deliver.record
+        self._requests[status_class(status) if status is not None else
+                       ("error" if error else "2xx")].inc()
+        self._observe(error is None, status, error)
+        if error is None or answer.action == "skip":
+            reason = f"skipped: {answer.reason}" if answer.action == "skip" else None
+            self._journal_outcome("delivered", record, status, latency_ms, reason)
+            return Delivered(record, deliver.epoch, status or 0, latency_ms)
+        self._journal_outcome("failed", record, status, latency_ms, error)
+        return Failed(record, deliver.epoch, status, error, latency_ms,
+                      answer.retry_after_ms, give_up=answer.action == "dead-letter")
+
     async def on_stop(self) -> None:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
 
-    async def push(self, record: Record) -> Answer:
+    async def push(self, record: Record | list[Record]) -> Answer:
+        """One record, or a batch of one partition's records (`batchSize` > 1)."""
         await self._wait_for_origin()
         try:
             answer = await self._push(record)
@@ -225,7 +302,7 @@ class EgressActor(OutletActor):
             self.origin.throttle(self.context.clock.monotonic_ms() + answer.retry_after_ms)
         return answer
 
-    async def _push(self, record: Record) -> Answer:
+    async def _push(self, record: Record | list[Record]) -> Answer:
         status, retry_after, action = await self._request(record)
         decided = receiver_action(status, action) if action is not None else None
         if decided is not None:
@@ -255,10 +332,12 @@ class EgressActor(OutletActor):
     def describe(self, exc: BaseException) -> str:
         return describe(exc, self._timeout_ms)
 
-    async def _request(self, record: Record) -> tuple[int, str | None, str | None]:
+    async def _request(self, record: Record | list[Record],
+                       ) -> tuple[int, str | None, str | None]:
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
-        headers, body, params = self._build(record)
+        headers, body, params = (self._build_batch(record) if isinstance(record, list) else
+                                 self._build(record))
         async with self._session.request(
             self._method, self._url, data=body, params=params, headers=headers,
             allow_redirects=False,
@@ -293,3 +372,26 @@ class EgressActor(OutletActor):
         if self._key is not None:
             headers["webhook-signature"] = sign_payload(self._key, msg_id, timestamp_s, payload)
         return headers, body, params
+
+    def _build_batch(self, records: list[Record],
+                     ) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
+        """A batch's headers and JSON body (actors/delivery/batching.py). `webhook-id`
+        names the first and last record, so a batch grouped the same way again keeps it."""
+        first, last = records[0], records[-1]
+        msg_id = f"{webhook_id(first.topic, first.partition, first.offset)}-{last.offset}"
+        timestamp_s = self.context.clock.wall_ms() // 1000
+        body = batch_body(records)
+        headers = {
+            "Content-Type": BATCH_CONTENT_TYPE,
+            "QOH-Topic": first.topic,
+            "QOH-Partition": str(first.partition),
+            "QOH-Message-Number": str(first.offset),
+            "QOH-Batch-Size": str(len(records)),
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(timestamp_s),
+        }
+        if first.replay is not None:
+            headers["QOH-Replay"] = first.replay
+        if self._key is not None:
+            headers["webhook-signature"] = sign_payload(self._key, msg_id, timestamp_s, body)
+        return headers, body, None

@@ -81,6 +81,8 @@ MAX_HEADER_VALUE: Final = 8192
 MAX_SECRET: Final = 1024
 MAX_MS: Final = 86_400_000
 """One day: the longest delay, period or timeout a subscription may ask for."""
+MAX_BATCH: Final = 10_000
+MAX_LINGER_MS: Final = 60_000
 # Kafka consumer properties a subscription may set, mapped to aiokafka's names.
 INT_PROPERTIES: Final = {
     "session.timeout.ms": "session_timeout_ms",
@@ -147,6 +149,11 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     connectTimeoutMs: Annotated[int, Meta(ge=1, le=600_000)] = 5_000
     maxConnections: Annotated[int, Meta(ge=0, le=10_000)] = 0
     """HTTP pool size for this endpoint; 0 sizes it to the subscription's concurrency."""
+    batchSize: Annotated[int, Meta(ge=1, le=MAX_BATCH)] = 1
+    """Records of one partition per request (actors/delivery/batching.py); 1: one record,
+    its value as the body (the Queue-Over-Http request)."""
+    batchLingerMs: Annotated[int, Meta(ge=0, le=MAX_LINGER_MS)] = 0
+    """How long a batch that is not full waits for more records of its partition."""
 
 
 # -- the wire format: what clients send (both forms) -----------------------------------
@@ -410,6 +417,10 @@ def _validate_method(method: SubscriptionMethod) -> None:
                                   f"{method.deadLetterTopic!r} is not a Kafka topic name")
     _validate_charset(method.charset)
     _validate_headers(method.additionalHeaders)
+    if method.batchSize > 1 and method.method.upper() in BODYLESS_METHODS:
+        raise InvalidSubscription("invalid subscriptionMethod.batchSize",
+                                  f"{method.method.upper()} has no body: batches need "
+                                  "POST, PUT or PATCH")
     if method.signingSecret is not None:
         try:
             signing_key(method.signingSecret)
