@@ -87,6 +87,7 @@ import msgspec
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from actors.delivery import transport
 from actors.delivery.egress import pool_size
 from actors.delivery.service import DeliveryService
 from actors.delivery.subscription import decode_consumer
@@ -591,7 +592,8 @@ def print_header(args: argparse.Namespace, recv: Receiver, window: int, pool: in
     fetch_wait = f"{args.fetch_max_wait_ms} ms" if args.fetch_max_wait_ms else "500 ms (default)"
     print(f"subscription: fetch.max.wait.ms {fetch_wait}, loadFactor "
           f"{args.load_factor or 'default'}, batchSize {args.batch_size}, batchLingerMs "
-          f"{args.batch_linger_ms}; garbage collector tuned: {args.gc_tune}")
+          f"{args.batch_linger_ms}; garbage collector tuned: {args.gc_tune}; egress "
+          f"transport: {transport.DEFAULT_TRANSPORT}")
     print(f"runtime in flight at most min({args.partitions} partitions x "
           f"{args.concurrency}, HTTP pool {pool}) = {window}; bare loop concurrency: "
           f"{concurrency}")
@@ -659,6 +661,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         f"of {GC_TUNED_THRESHOLD[0]} for the runtime runs (or all runs)")
     parser.add_argument("--max-connections", type=int, default=0,
                         help="subscriptionMethod.maxConnections; 0: the default pool")
+    parser.add_argument("--transport", choices=("aiohttp", "lean"), default="",
+                        help="the egress transport of the runtime runs (default: the "
+                             "product's default, actors/delivery/transport.py)")
     parser.add_argument("--batch-size", type=int, default=1,
                         help="subscriptionMethod.batchSize (records per request)")
     parser.add_argument("--batch-linger-ms", type=int, default=0,
@@ -687,6 +692,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
+    if args.transport:
+        transport.DEFAULT_TRANSPORT = args.transport
     logging.basicConfig(level=logging.WARNING)
     workdir = Path(tempfile.mkdtemp(prefix="bench-delivery-"))
     workdir.chmod(0o755)  # nginx workers may run as another user

@@ -59,18 +59,22 @@ from actors.delivery.outlet import Answer, OutletActor, describe_error, status_c
 from actors.delivery.signing import sign as sign_payload
 from actors.delivery.signing import signing_key, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
-from actors.shared.messages import Deliver, Delivered, Failed, Record
+from actors.delivery.transport import (
+    Transport,
+    TransportName,
+    TransportSettings,
+    make_transport,
+)
+from actors.shared.messages import Deliver, Delivered, Failed, Outcomes, Record
 from runtime.host.metrics import Registry
+from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
 
 log = logging.getLogger(__name__)
-RESPONSE_BODY_CAP: Final = 64 * 1024
 USER_AGENT: Final = "hookstream/0.1"
 MIN_POOL: Final = 10
 MAX_POOL: Final = 1000
 POOL_PER_WINDOW: Final = 4
-KEEPALIVE_S: Final = 30
-DNS_CACHE_S: Final = 300
 _RESERVED_PREFIXES: Final = ("qoh-", "webhook-", "proxy-")
 RESERVED_HEADERS: Final = frozenset({
     "content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer",
@@ -155,23 +159,12 @@ def receiver_action(status: int, action: str) -> Answer | None:
     return None
 
 
-async def discard_body(response: aiohttp.ClientResponse) -> None:
-    """Read at most `RESPONSE_BODY_CAP` bytes; close the connection if more is coming."""
-    remaining = RESPONSE_BODY_CAP
-    while remaining > 0:
-        chunk = await response.content.read(remaining)
-        if not chunk:
-            return
-        remaining -= len(chunk)
-    if not response.content.at_eof():
-        response.close()  # unread bytes make the connection unusable for the next request
-
-
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
     def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry,
-                 guard: DestinationGuard | None = None, origin: Origin | None = None) -> None:
+                 guard: DestinationGuard | None = None, origin: Origin | None = None,
+                 transport: TransportName | None = None) -> None:
         method = consumer.subscriptionMethod
         # the endpoint label (journal, status, logs) never shows user-info or query values
         super().__init__(name, consumer.key, redact_uri(method.uri), pool_size(consumer),
@@ -188,7 +181,8 @@ class EgressActor(OutletActor):
         self._headers = static_headers(consumer, broker_name, self._has_body)
         self._url: URL | str = method.uri
         self._key: bytes | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Transport | None = None
+        self.transport_name = transport  # None: the default (actors/delivery/transport.py)
         self._batch_size = method.batchSize
         self._linger_ms = method.batchLingerMs
         self._batches: PartitionQueues[Deliver] = PartitionQueues()
@@ -202,17 +196,9 @@ class EgressActor(OutletActor):
         with contextlib.suppress(ValueError):
             self._url = URL(self.consumer.subscriptionMethod.uri)
         method = self.consumer.subscriptionMethod
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=self.pool, limit_per_host=self.pool,
-                keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S,
-                socket_factory=self.guard.socket_factory),
-            timeout=aiohttp.ClientTimeout(
-                total=method.timeoutMs / 1000, sock_connect=method.connectTimeoutMs / 1000),
-            headers=self._headers,  # aiohttp merges these per request, in C (multidict)
-            cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
-            auto_decompress=False,  # bodies are discarded
-        )
+        self._session = make_transport(TransportSettings(
+            self._url, self._headers, self.pool, method.timeoutMs / 1000,
+            method.connectTimeoutMs / 1000, self.guard.socket_factory), self.transport_name)
 
     # -- batches (batchSize > 1) ------------------------------------------------------
     async def handle(self, message: Any) -> Any:
@@ -235,9 +221,17 @@ class EgressActor(OutletActor):
                 await parked
                 continue
             delivers = await self._next_batch()
-            for deliver, outcome in zip(delivers, await self._attempt_batch(delivers),
-                                        strict=True):
-                deliver.reply_to.tell_system(outcome)
+            self._reply(delivers, await self._attempt_batch(delivers))
+
+    @staticmethod
+    def _reply(delivers: list[Deliver], outcomes: list[Delivered | Failed]) -> None:
+        """One `Outcomes` per partition actor (a batch is one partition's records; two
+        incarnations of it may share one across a restart)."""
+        by_actor: dict[int, tuple[Ref, list[Delivered | Failed]]] = {}
+        for deliver, outcome in zip(delivers, outcomes, strict=True):
+            by_actor.setdefault(id(deliver.reply_to), (deliver.reply_to, []))[1].append(outcome)
+        for reply_to, told in by_actor.values():
+            reply_to.tell_system(Outcomes(told))
 
     async def _next_batch(self) -> list[Deliver]:
         """Up to `batchSize` records of one partition; a short batch waits `batchLingerMs`
@@ -338,13 +332,7 @@ class EgressActor(OutletActor):
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
         headers, body, params = (self._build_batch(record) if isinstance(record, list) else
                                  self._build(record))
-        async with self._session.request(
-            self._method, self._url, data=body, params=params, headers=headers,
-            allow_redirects=False,
-        ) as response:
-            await discard_body(response)
-            answer = response.headers
-            return response.status, answer.get("Retry-After"), answer.get("QOH-Action")
+        return await self._session.send(self._method, headers, body, params)
 
     def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
         """The per-record headers (the static ones are the session's defaults), body, query."""

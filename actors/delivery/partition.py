@@ -39,6 +39,7 @@ from actors.shared.messages import (
     DrainDeadline,
     Failed,
     FlowControl,
+    Outcomes,
     Record,
     RetryDue,
     Rewind,
@@ -86,6 +87,7 @@ class PartitionActor(Actor):
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
+        self._batching = False  # handling a batch's Outcomes: dispatch once at the end
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
@@ -129,6 +131,8 @@ class PartitionActor(Actor):
             await self._on_delivered(message)
         elif isinstance(message, Failed):
             await self._on_failed(message)
+        elif isinstance(message, Outcomes):
+            await self._on_outcomes(message)
         elif isinstance(message, RetryDue):
             await self._on_retry_due(message)
         elif isinstance(message, DeadLettered):
@@ -186,6 +190,21 @@ class PartitionActor(Actor):
             return
         self.m_delivered.inc()
         await self._finish(outcome.record)
+
+    async def _on_outcomes(self, message: Outcomes) -> None:
+        """A batch's outcomes: each as if alone, but one dispatch for them all."""
+        self._batching = True
+        try:
+            for outcome in message.outcomes:
+                if isinstance(outcome, Delivered):
+                    await self._on_delivered(outcome)
+                else:
+                    await self._on_failed(outcome)
+        finally:
+            self._batching = False
+        if not self.book.draining:
+            await self._pump()
+            self._flow(self.book.flow())
 
     async def _on_failed(self, outcome: Failed) -> None:
         if outcome.epoch != self.epoch:
@@ -252,6 +271,8 @@ class PartitionActor(Actor):
             if book.drained:
                 self._finish_drain()
             return
+        if self._batching:
+            return  # _on_outcomes dispatches once for the whole batch
         await self._pump()
         paused = book.flow()
         if paused is not None:

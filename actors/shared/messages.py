@@ -67,6 +67,14 @@ class Failed:
 
 
 @dataclass(frozen=True, slots=True)
+class Outcomes:
+    """Egress -> partition: the outcomes of one batched request, in one message (the
+    partition handles each as if it came alone, then dispatches once)."""
+
+    outcomes: list[Delivered | Failed]
+
+
+@dataclass(frozen=True, slots=True)
 class RetryDue:
     """Timer -> partition: time to try `record` again."""
 
