@@ -65,12 +65,15 @@ from actors.delivery.transport import (
     TransportSettings,
     make_transport,
 )
-from actors.shared.messages import Deliver, Delivered, Failed, Outcomes, Record
+from actors.shared.messages import BatchOutcome, Deliver, DeliverMany, Record
+from runtime.host.journal import EventType
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
 
 log = logging.getLogger(__name__)
+Queued = tuple[Record, int, Ref]
+"""A record waiting for its batch, with its epoch and partition actor."""
 USER_AGENT: Final = "hookstream/0.1"
 MIN_POOL: Final = 10
 MAX_POOL: Final = 1000
@@ -185,7 +188,7 @@ class EgressActor(OutletActor):
         self.transport_name = transport  # None: the default (actors/delivery/transport.py)
         self._batch_size = method.batchSize
         self._linger_ms = method.batchLingerMs
-        self._batches: PartitionQueues[Deliver] = PartitionQueues()
+        self._batches: PartitionQueues[Queued] = PartitionQueues()
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -202,12 +205,22 @@ class EgressActor(OutletActor):
 
     # -- batches (batchSize > 1) ------------------------------------------------------
     async def handle(self, message: Any) -> Any:
-        if self._batch_size == 1 or not isinstance(message, Deliver):
+        if self._batch_size == 1:
             return await super().handle(message)
-        record = message.record
-        self._batches.append((record.topic, record.partition), message)
-        self._wake_or_grow()
+        if isinstance(message, DeliverMany):
+            self._queue(message.records, message.epoch, message.reply_to)
+        elif isinstance(message, Deliver):  # a retry
+            self._queue([message.record], message.epoch, message.reply_to)
+        else:
+            return await super().handle(message)  # refuses it
         return None
+
+    def _queue(self, records: list[Record], epoch: int, reply_to: Ref) -> None:
+        batches = self._batches
+        for record in records:
+            batches.append((record.topic, record.partition), (record, epoch, reply_to))
+        for _ in range(min(len(records) // self._batch_size + 1, self.pool)):
+            self._wake_or_grow()
 
     async def _worker(self) -> None:
         if self._batch_size == 1:
@@ -220,33 +233,22 @@ class EgressActor(OutletActor):
                 self._parked.append(parked)
                 await parked
                 continue
-            delivers = await self._next_batch()
-            self._reply(delivers, await self._attempt_batch(delivers))
+            await self._attempt_batch(await self._next_batch())
 
-    @staticmethod
-    def _reply(delivers: list[Deliver], outcomes: list[Delivered | Failed]) -> None:
-        """One `Outcomes` per partition actor (a batch is one partition's records; two
-        incarnations of it may share one across a restart)."""
-        by_actor: dict[int, tuple[Ref, list[Delivered | Failed]]] = {}
-        for deliver, outcome in zip(delivers, outcomes, strict=True):
-            by_actor.setdefault(id(deliver.reply_to), (deliver.reply_to, []))[1].append(outcome)
-        for reply_to, told in by_actor.values():
-            reply_to.tell_system(Outcomes(told))
-
-    async def _next_batch(self) -> list[Deliver]:
+    async def _next_batch(self) -> list[Queued]:
         """Up to `batchSize` records of one partition; a short batch waits `batchLingerMs`
         for more of its partition."""
-        delivers = self._batches.take(self._batch_size)
-        if len(delivers) < self._batch_size and self._linger_ms:
+        batch = self._batches.take(self._batch_size)
+        if len(batch) < self._batch_size and self._linger_ms:
             await self.context.clock.sleep_ms(self._linger_ms)
-            record = delivers[0].record
-            delivers += self._batches.take_more((record.topic, record.partition),
-                                                self._batch_size - len(delivers))
-        return delivers
+            record = batch[0][0]
+            batch += self._batches.take_more((record.topic, record.partition),
+                                             self._batch_size - len(batch))
+        return batch
 
-    async def _attempt_batch(self, delivers: list[Deliver]) -> list[Delivered | Failed]:
+    async def _attempt_batch(self, batch: list[Queued]) -> None:
         """One request for the batch; its answer is every record's outcome."""
-        records = [deliver.record for deliver in delivers]
+        records = [queued[0] for queued in batch]
         for record in records:
             self._journal_sent(record)
         self._inflight += 1
@@ -261,22 +263,34 @@ class EgressActor(OutletActor):
             self._inflight_gauge.inc(-1)
         latency_ms = (time.perf_counter() - start) * 1000
         self._duration.observe(latency_ms)
-        return [self._outcome(deliver, answer, latency_ms) for deliver in delivers]
+        self._count_batch(records, answer, latency_ms)
+        self._reply(batch, answer, latency_ms)
 
-    def _outcome(self, deliver: Deliver, answer: Answer, latency_ms: float,
-                 ) -> Delivered | Failed:
-        """A batch's answer for one of its records: counted, journaled, told."""
-        status, error, record = answer.status, answer.error, deliver.record
+    def _count_batch(self, records: list[Record], answer: Answer, latency_ms: float) -> None:
+        """Metrics, health and journal: per record, like single pushes."""
+        status, error = answer.status, answer.error
         self._requests[status_class(status) if status is not None else
-                       ("error" if error else "2xx")].inc()
+                       ("error" if error else "2xx")].inc(len(records))
         self._observe(error is None, status, error)
-        if error is None or answer.action == "skip":
-            reason = f"skipped: {answer.reason}" if answer.action == "skip" else None
-            self._journal_outcome("delivered", record, status, latency_ms, reason)
-            return Delivered(record, deliver.epoch, status or 0, latency_ms)
-        self._journal_outcome("failed", record, status, latency_ms, error)
-        return Failed(record, deliver.epoch, status, error, latency_ms,
-                      answer.retry_after_ms, give_up=answer.action == "dead-letter")
+        finished = error is None or answer.action == "skip"
+        kind: EventType = "delivered" if finished else "failed"
+        reason = (f"skipped: {answer.reason}" if answer.action == "skip" else
+                  None if finished else error)
+        for record in records:
+            self._journal_outcome(kind, record, status, latency_ms, reason)
+
+    @staticmethod
+    def _reply(batch: list[Queued], answer: Answer, latency_ms: float) -> None:
+        """One `BatchOutcome` per partition incarnation (a batch is one partition's
+        records; two incarnations of it may share one across a restart)."""
+        error = None if answer.action == "skip" else answer.error  # a skip is finished
+        by_actor: dict[tuple[int, int], tuple[Ref, int, list[Record]]] = {}
+        for record, epoch, reply_to in batch:
+            by_actor.setdefault((id(reply_to), epoch), (reply_to, epoch, []))[2].append(record)
+        for reply_to, epoch, records in by_actor.values():
+            reply_to.tell_system(BatchOutcome(
+                records, epoch, answer.status, error, latency_ms, answer.retry_after_ms,
+                give_up=answer.action == "dead-letter"))
 
     async def on_stop(self) -> None:
         session, self._session = self._session, None
