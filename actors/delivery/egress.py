@@ -34,6 +34,11 @@ never exceeds, and 1000 bounds the file descriptors. There are at most as many w
 as pooled connections, so `timeoutMs` (aiohttp's `total`, which would otherwise include
 waiting for a pooled connection) measures the endpoint, not our queue.
 
+How a request is sent is the transport's (actors/delivery/transport.py: aiohttp, or the
+lean HTTP/1.1 client, the default for `http://`); both keep what this docstring says.
+With `batchSize` > 1 the egress queues records per partition and pushes them as one JSON
+request (actors/delivery/batching.py), answering the partition with one `BatchOutcome`.
+
 Redirects are not followed: a 3xx is a failure like any non-2xx (as most webhook senders
 do; following would turn a POST into a GET on 303 and let an endpoint point us anywhere).
 Responses are read up to 64 KiB and discarded; a longer body closes the connection
