@@ -28,6 +28,7 @@ import asyncio
 import socket
 import time
 from collections import deque
+from ssl import SSLContext
 from collections.abc import Callable, Mapping
 from typing import Final, Literal, Protocol, cast
 from urllib.parse import quote, urlencode
@@ -61,12 +62,16 @@ class Transport(Protocol):
 class TransportSettings:
     """What every transport needs; `headers` are sent on every request."""
 
-    __slots__ = ("connect_s", "headers", "pool", "socket_factory", "total_s", "url")
+    __slots__ = ("connect_s", "headers", "pool", "socket_factory", "ssl", "total_s", "url")
 
     def __init__(self, url: URL | str, headers: Mapping[str, str], pool: int, total_s: float,
-                 connect_s: float, socket_factory: SocketFactory) -> None:
+                 connect_s: float, socket_factory: SocketFactory,
+                 ssl: SSLContext | bool = True) -> None:
         self.url, self.headers, self.pool = url, dict(headers), pool
         self.total_s, self.connect_s, self.socket_factory = total_s, connect_s, socket_factory
+        self.ssl = ssl
+        """For https (aiohttp's `ssl`): True verifies with the system CAs; a context
+        carries the subscription's CA and client certificate."""
 
 
 def make_transport(settings: TransportSettings, name: TransportName | None = None,
@@ -86,7 +91,7 @@ class AiohttpTransport:
         self._url = settings.url
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                limit=settings.pool, limit_per_host=settings.pool,
+                limit=settings.pool, limit_per_host=settings.pool, ssl=settings.ssl,
                 keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S,
                 socket_factory=settings.socket_factory),
             timeout=aiohttp.ClientTimeout(total=settings.total_s,
