@@ -28,8 +28,8 @@ import asyncio
 import socket
 import time
 from collections import deque
-from ssl import SSLContext
 from collections.abc import Callable, Mapping
+from ssl import SSLContext
 from typing import Final, Literal, Protocol, cast
 from urllib.parse import quote, urlencode
 
