@@ -70,15 +70,23 @@ from actors.delivery.transport import (
     TransportSettings,
     make_transport,
 )
-from actors.shared.messages import BatchOutcome, Deliver, DeliverMany, Record
+from actors.shared.messages import (
+    BatchOutcome,
+    Deliver,
+    Delivered,
+    DeliverMany,
+    Failed,
+    Record,
+)
 from runtime.host.journal import EventType
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
 
 log = logging.getLogger(__name__)
-Queued = tuple[Record, int, Ref]
-"""A record waiting for its batch, with its epoch and partition actor."""
+Queued = tuple[Record, int, Ref, bool]
+"""A record waiting for its batch: its epoch, who to answer, and whether it came alone
+(a `Deliver`: a retry, or a replay, answered `Delivered`/`Failed` as it expects)."""
 USER_AGENT: Final = "hookstream/0.1"
 MIN_POOL: Final = 10
 MAX_POOL: Final = 1000
@@ -167,6 +175,15 @@ def receiver_action(status: int, action: str) -> Answer | None:
     return None
 
 
+def alone_outcome(record: Record, epoch: int, answer: Answer, error: str | None,
+                  latency_ms: float) -> Delivered | Failed:
+    """A batch's answer for a record that came in its own `Deliver`."""
+    if error is None:
+        return Delivered(record, epoch, answer.status or 0, latency_ms)
+    return Failed(record, epoch, answer.status, error, latency_ms, answer.retry_after_ms,
+                  give_up=answer.action == "dead-letter")
+
+
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
@@ -213,17 +230,17 @@ class EgressActor(OutletActor):
         if self._batch_size == 1:
             return await super().handle(message)
         if isinstance(message, DeliverMany):
-            self._queue(message.records, message.epoch, message.reply_to)
-        elif isinstance(message, Deliver):  # a retry
-            self._queue([message.record], message.epoch, message.reply_to)
+            self._queue(message.records, message.epoch, message.reply_to, False)
+        elif isinstance(message, Deliver):  # a retry, or a replay
+            self._queue([message.record], message.epoch, message.reply_to, True)
         else:
             return await super().handle(message)  # refuses it
         return None
 
-    def _queue(self, records: list[Record], epoch: int, reply_to: Ref) -> None:
+    def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
         batches = self._batches
         for record in records:
-            batches.append((record.topic, record.partition), (record, epoch, reply_to))
+            batches.append((record.topic, record.partition), (record, epoch, reply_to, alone))
         for _ in range(min(len(records) // self._batch_size + 1, self.pool)):
             self._wake_or_grow()
 
@@ -290,7 +307,10 @@ class EgressActor(OutletActor):
         records; two incarnations of it may share one across a restart)."""
         error = None if answer.action == "skip" else answer.error  # a skip is finished
         by_actor: dict[tuple[int, int], tuple[Ref, int, list[Record]]] = {}
-        for record, epoch, reply_to in batch:
+        for record, epoch, reply_to, alone in batch:
+            if alone:
+                reply_to.tell_system(alone_outcome(record, epoch, answer, error, latency_ms))
+                continue
             by_actor.setdefault((id(reply_to), epoch), (reply_to, epoch, []))[2].append(record)
         for reply_to, epoch, records in by_actor.values():
             reply_to.tell_system(BatchOutcome(

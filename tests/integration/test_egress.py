@@ -11,6 +11,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -532,3 +533,27 @@ async def test_the_session_is_closed_on_stop(harness: Harness) -> None:
     await harness.system.root.stop_child("egress")
 
     assert session.closed
+
+
+async def test_records_delivered_alone_to_a_batching_egress_are_answered_alone(
+        harness: Harness) -> None:
+    # retries and replays reach a batching egress as single Delivers: they travel in
+    # the batch body and each is answered with its own Delivered or Failed
+    egress = await harness.egress(batchSize=10, signingSecret=SECRET)
+    outcomes = await harness.push(egress, make_record(offset=1), make_record(offset=2))
+    assert sorted(o.record.offset for o in outcomes if isinstance(o, Delivered)) == [1, 2]
+    seen = harness.endpoint.seen
+    offsets = [r["offset"] for s in seen for r in json.loads(s.body)["records"]]
+    assert sorted(offsets) == [1, 2]
+    assert all(s.headers["Content-Type"] == "application/json" for s in seen)
+    first = seen[0]
+    assert first.headers["webhook-signature"] == expected_signature(
+        first.headers["webhook-id"], first.headers["webhook-timestamp"], first.body)
+
+
+async def test_a_failed_batch_fails_each_record_with_the_status(harness: Harness) -> None:
+    egress = await harness.egress("/status/503?retry_after=2", batchSize=10)
+    outcomes = await harness.push(egress, make_record(offset=1), make_record(offset=2))
+    assert all(isinstance(o, Failed) and o.status == 503 and o.retry_after_ms == 2000
+               for o in outcomes)
+    assert len(outcomes) == 2
