@@ -248,6 +248,7 @@ class LeanTransport:
         # by lower-case name, the name as given (receivers may compare case-sensitively)
         self._fixed = {"host": ("Host", authority)}
         self._fixed.update({k.lower(): (k, v) for k, v in settings.headers.items()})
+        self._fixed_block = "".join(f"{k}: {v}\r\n" for k, v in self._fixed.values())
         self._idle: deque[_Connection] = deque()
         self._busy = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
@@ -316,14 +317,17 @@ class LeanTransport:
         if params:
             query = urlencode(params, quote_via=quote)
             target = f"{target}&{query}" if self._query else f"{target}?{query}"
-        merged = dict(self._fixed)
-        for name, value in headers.items():
-            merged[name.lower()] = (name, value)
-        lines = [f"{method} {target} HTTP/1.1"]
-        lines.extend(f"{name}: {value}" for name, value in merged.values())
-        if body is not None:
-            lines.append(f"Content-Length: {len(body)}")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode()
+        fixed = self._fixed
+        if any(name.lower() in fixed for name in headers):  # overrides (a batch's type)
+            merged = dict(fixed)
+            for name, value in headers.items():
+                merged[name.lower()] = (name, value)
+            block = "".join(f"{name}: {value}\r\n" for name, value in merged.values())
+        else:  # the usual case: the fixed block was encoded once
+            block = self._fixed_block + "".join(f"{name}: {value}\r\n"
+                                                for name, value in headers.items())
+        length = "" if body is None else f"Content-Length: {len(body)}\r\n"
+        head = f"{method} {target} HTTP/1.1\r\n{block}{length}\r\n".encode()
         return head + body if body else head
 
     def _idle_connection(self) -> _Connection | None:
