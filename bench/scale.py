@@ -41,6 +41,7 @@ from delivery import (
     CpuMeter,
     metric_total,
     produce_backlog,
+    py_spy,
     receiver,
     running,
     subscribe,
@@ -67,7 +68,7 @@ async def wait_total(runtime: object, count: int, timeout_s: float) -> float:
 
 
 async def one_topic(bootstrap: str, url: str, partitions: int, records: int, workdir: Path,
-                    pids: dict[str, int], timeout_s: float) -> None:
+                    pids: dict[str, int], timeout_s: float, profile: str = "") -> None:
     topic = f"scale-{partitions}-{uuid.uuid4().hex[:6]}"
     await create_topics(bootstrap, {topic: partitions})
     await produce_backlog(bootstrap, topic, records, partitions, 100)
@@ -77,7 +78,8 @@ async def one_topic(bootstrap: str, url: str, partitions: int, records: int, wor
         started = time.perf_counter()
         await subscribe(runtime, subscription(f"scale-{uuid.uuid4().hex[:8]}", topic, url, 100,
                                               fetch_max_wait_ms=10))
-        await wait_total(runtime, records, timeout_s)
+        with py_spy(profile or None):
+            await wait_total(runtime, records, timeout_s)
         seconds = time.perf_counter() - started
         cpu = meter.used()
         after = rss_mb()
@@ -120,9 +122,10 @@ async def bench(args: argparse.Namespace, url: str, pid: int, workdir: Path) -> 
         assert broker.pid is not None
         pids = {"broker": broker.pid, "receiver": pid}
         records = args.records_per_partition * args.partitions
-        for partitions in (4, args.partitions):
+        for partitions in ((4,) if args.with_baseline else ()) + (args.partitions,):
             await one_topic(broker.bootstrap, url, partitions, records,
-                            workdir / f"p{partitions}", pids, args.timeout_s)
+                            workdir / f"p{partitions}", pids, args.timeout_s,
+                            args.py_spy if partitions == args.partitions else "")
         if args.subscriptions:
             await many_subscriptions(broker.bootstrap, url, args.subscriptions,
                                      workdir / "subs", args.timeout_s)
@@ -134,6 +137,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--subscriptions", type=int, default=500)
     parser.add_argument("--records-per-partition", type=int, default=20)
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--with-baseline", action=argparse.BooleanOptionalAction,
+                        default=True, help="the 4-partition case first")
+    parser.add_argument("--py-spy", default="",
+                        help="sample the many-partitions case into this file")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     with receiver("auto", workdir) as recv:
