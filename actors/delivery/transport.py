@@ -25,6 +25,7 @@ anything unexpected closes its connection, never reuses it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import time
 from collections import deque
@@ -248,6 +249,11 @@ class LeanTransport:
         # by lower-case name, the name as given (receivers may compare case-sensitively)
         self._fixed = {"host": ("Host", authority)}
         self._fixed.update({k.lower(): (k, v) for k, v in settings.headers.items()})
+        if url.user is not None and "authorization" not in self._fixed:
+            # user-info in the URI is Basic auth, as aiohttp sends it
+            credentials = f"{url.user}:{url.password or ''}".encode("latin-1", "replace")
+            self._fixed["authorization"] = ("Authorization",
+                                            "Basic " + base64.b64encode(credentials).decode())
         self._fixed_block = "".join(f"{k}: {v}\r\n" for k, v in self._fixed.values())
         self._idle: deque[_Connection] = deque()
         self._busy = 0
