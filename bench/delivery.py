@@ -70,6 +70,7 @@ import multiprocessing
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -86,6 +87,7 @@ import msgspec
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from actors.delivery import transport
 from actors.delivery.egress import pool_size
 from actors.delivery.service import DeliveryService
 from actors.delivery.subscription import decode_consumer
@@ -322,7 +324,8 @@ async def bare_loop(url: str, count: int, concurrency: int, size: int,
 # -- the runtime ---------------------------------------------------------------------------
 def subscription(group: str, topic: str, url: str, concurrency: int,
                  load_factor: float = 0.0, fetch_max_wait_ms: int = 0,
-                 max_connections: int = 0) -> dict[str, Any]:
+                 max_connections: int = 0, batch_size: int = 1,
+                 batch_linger_ms: int = 0) -> dict[str, Any]:
     config: dict[str, Any] = {"concurrencyFactor": concurrency}
     if load_factor:
         config["loadFactor"] = load_factor
@@ -336,7 +339,8 @@ def subscription(group: str, topic: str, url: str, concurrency: int,
         "broker": "Kafka",
         "topics": [{"name": topic, "config": config}],
         "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100,
-                               "maxConnections": max_connections},
+                               "maxConnections": max_connections, "batchSize": batch_size,
+                               "batchLingerMs": batch_linger_ms},
         "properties": properties,
     }
 
@@ -404,8 +408,10 @@ async def runtime_throughput(bootstrap: str, url: str, topic: str, args: argpars
     async with running(bootstrap, workdir, journal) as runtime:
         await subscribe(runtime, subscription(f"bench-{uuid.uuid4().hex[:8]}", topic, url,
                                               args.concurrency, args.load_factor,
-                                              args.fetch_max_wait_ms, args.max_connections))
-        progress = await wait_delivered(runtime, args.records, args.timeout_s, pids)
+                                              args.fetch_max_wait_ms, args.max_connections,
+                                              args.batch_size, args.batch_linger_ms))
+        with py_spy(args.py_spy if journal else None):
+            progress = await wait_delivered(runtime, args.records, args.timeout_s, pids)
         seconds = time.perf_counter() - progress.first_t
         assert progress.cpu is not None
         cpu = progress.cpu.used()
@@ -418,6 +424,31 @@ async def runtime_throughput(bootstrap: str, url: str, topic: str, args: argpars
     name = f"runtime, journal {'on' if journal else 'off'}"
     return RunResult(name, int(delivered), seconds, int(max(inflight)),
                      statistics.fmean(inflight), cpu, notes)
+
+
+@contextlib.contextmanager
+def py_spy(output: str | None) -> Iterator[None]:
+    """Sample this process (all threads) with py-spy while the block runs: collapsed
+    stacks in `output` (bench/profile_summary.py reads them). py-spy is not a dependency:
+    `pip install --target DIR py-spy` and put DIR/bin on PATH."""
+    if not output:
+        yield
+        return
+    binary = shutil.which("py-spy")
+    if binary is None:
+        raise SystemExit("--py-spy: py-spy is not on PATH")
+    sampler = subprocess.Popen([binary, "record", "--pid", str(os.getpid()), "--format", "raw",
+                                "--rate", "250", "--threads", "--nonblocking", "-o", output],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        sampler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        try:
+            sampler.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sampler.kill()
+            sampler.wait()
 
 
 def journal_stats(runtime: Runtime) -> str:
@@ -560,7 +591,9 @@ def print_header(args: argparse.Namespace, recv: Receiver, window: int, pool: in
           f"concurrencyFactor {args.concurrency} (per partition)")
     fetch_wait = f"{args.fetch_max_wait_ms} ms" if args.fetch_max_wait_ms else "500 ms (default)"
     print(f"subscription: fetch.max.wait.ms {fetch_wait}, loadFactor "
-          f"{args.load_factor or 'default'}; garbage collector tuned: {args.gc_tune}")
+          f"{args.load_factor or 'default'}, batchSize {args.batch_size}, batchLingerMs "
+          f"{args.batch_linger_ms}; garbage collector tuned: {args.gc_tune}; egress "
+          f"transport: {transport.DEFAULT_TRANSPORT}")
     print(f"runtime in flight at most min({args.partitions} partitions x "
           f"{args.concurrency}, HTTP pool {pool}) = {window}; bare loop concurrency: "
           f"{concurrency}")
@@ -628,6 +661,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         f"of {GC_TUNED_THRESHOLD[0]} for the runtime runs (or all runs)")
     parser.add_argument("--max-connections", type=int, default=0,
                         help="subscriptionMethod.maxConnections; 0: the default pool")
+    parser.add_argument("--transport", choices=("aiohttp", "lean"), default="",
+                        help="the egress transport of the runtime runs (default: the "
+                             "product's default, actors/delivery/transport.py)")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="subscriptionMethod.batchSize (records per request)")
+    parser.add_argument("--batch-linger-ms", type=int, default=0,
+                        help="subscriptionMethod.batchLingerMs")
+    parser.add_argument("--py-spy", default="",
+                        help="sample the runtime run (journal on) with py-spy into this "
+                             "file (collapsed stacks; see bench/profile_summary.py)")
     parser.add_argument("--load-factor", type=float, default=0.0,
                         help="topics[].config.loadFactor; 0: the default (2.0)")
     parser.add_argument("--fetch-max-wait-ms", type=int, default=10,
@@ -649,6 +692,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
+    if args.transport:
+        transport.DEFAULT_TRANSPORT = args.transport
     logging.basicConfig(level=logging.WARNING)
     workdir = Path(tempfile.mkdtemp(prefix="bench-delivery-"))
     workdir.chmod(0o755)  # nginx workers may run as another user

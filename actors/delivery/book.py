@@ -99,8 +99,11 @@ class PartitionBook:
 
     @classmethod
     def for_topic(cls, cfg: TopicConfig, method: SubscriptionMethod) -> PartitionBook:
-        return cls(cfg.ordering, window(cfg), cfg.lanes or cfg.concurrencyFactor,
-                   buffer_limit(cfg), retry_backoff(method), method.retryBeforeCommit,
+        # batches: concurrencyFactor counts requests, so the window holds that many
+        # batches of records (partition order stays one record at a time)
+        scale = method.batchSize if cfg.ordering != "partition" else 1
+        return cls(cfg.ordering, window(cfg) * scale, cfg.lanes or cfg.concurrencyFactor,
+                   buffer_limit(cfg) * scale, retry_backoff(method), method.retryBeforeCommit,
                    retry_topics=method.retryTopics)
 
     # -- intake ------------------------------------------------------------------------

@@ -42,6 +42,11 @@ never exceeds, and 1000 bounds the file descriptors. There are at most as many w
 as pooled connections, so `timeoutMs` (aiohttp's `total`, which would otherwise include
 waiting for a pooled connection) measures the endpoint, not our queue.
 
+How a request is sent is the transport's (actors/delivery/transport.py: aiohttp, or the
+lean HTTP/1.1 client, the default for `http://`); both keep what this docstring says.
+With `batchSize` > 1 the egress queues records per partition and pushes them as one JSON
+request (actors/delivery/batching.py), answering the partition with one `BatchOutcome`.
+
 Redirects are not followed: a 3xx is a failure like any non-2xx (as most webhook senders
 do; following would turn a POST into a GET on 303 and let an endpoint point us anywhere).
 Responses are read up to 64 KiB and discarded; a longer body closes the connection
@@ -50,36 +55,53 @@ instead of being read to the end.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import logging
+import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 import msgspec
 from yarl import URL
 
+from actors.delivery.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
 from actors.delivery.guard import DestinationDenied, DestinationGuard
 from actors.delivery.origin import STATE_VALUES, Origin, origin_of
-from actors.delivery.outlet import Answer, OutletActor, describe_error
+from actors.delivery.outlet import Answer, OutletActor, describe_error, status_class
 from actors.delivery.secrets import resolved
 from actors.delivery.signing import sign_all, signing_keys, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
 from actors.delivery.tls import client_context
-from actors.shared.messages import Record
-from runtime.host.journal import Event
+from actors.delivery.transport import (
+    Transport,
+    TransportName,
+    TransportSettings,
+    make_transport,
+)
+from actors.shared.messages import (
+    BatchOutcome,
+    Deliver,
+    Delivered,
+    DeliverMany,
+    Failed,
+    Record,
+)
+from runtime.host.journal import Event, EventType
 from runtime.host.metrics import Registry
+from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
 
 log = logging.getLogger(__name__)
-RESPONSE_BODY_CAP: Final = 64 * 1024
+Queued = tuple[Record, int, Ref, bool]
+"""A record waiting for its batch: its epoch, who to answer, and whether it came alone
+(a `Deliver`: a retry, or a replay, answered `Delivered`/`Failed` as it expects)."""
 USER_AGENT: Final = "hookstream/0.1"
 MIN_POOL: Final = 10
 MAX_POOL: Final = 1000
 POOL_PER_WINDOW: Final = 4
-KEEPALIVE_S: Final = 30
-DNS_CACHE_S: Final = 300
 _RESERVED_PREFIXES: Final = ("qoh-", "webhook-", "proxy-")
 RESERVED_HEADERS: Final = frozenset({
     "content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer",
@@ -164,16 +186,14 @@ def receiver_action(status: int, action: str) -> Answer | None:
     return None
 
 
-async def discard_body(response: aiohttp.ClientResponse) -> None:
-    """Read at most `RESPONSE_BODY_CAP` bytes; close the connection if more is coming."""
-    remaining = RESPONSE_BODY_CAP
-    while remaining > 0:
-        chunk = await response.content.read(remaining)
-        if not chunk:
-            return
-        remaining -= len(chunk)
-    if not response.content.at_eof():
-        response.close()  # unread bytes make the connection unusable for the next request
+def alone_outcome(record: Record, epoch: int, answer: Answer, error: str | None,
+                  latency_ms: float) -> Delivered | Failed:
+    """A batch's answer for a record that came in its own `Deliver`."""
+    if error is None:
+        return Delivered(record, epoch, answer.status or 0, latency_ms)
+    return Failed(record, epoch, answer.status, error, latency_ms, answer.retry_after_ms,
+                  give_up=answer.action == "dead-letter",
+                  disable=answer.action == "disable", local=answer.local)
 
 
 GoneCallback = Callable[[str, str], None]
@@ -185,7 +205,8 @@ class EgressActor(OutletActor):
 
     def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
-                 on_gone: GoneCallback | None = None) -> None:
+                 on_gone: GoneCallback | None = None,
+                 transport: TransportName | None = None) -> None:
         method = consumer.subscriptionMethod
         # the endpoint label (journal, status, logs) never shows user-info or query values
         super().__init__(name, consumer.key, redact_uri(method.uri), pool_size(consumer),
@@ -203,13 +224,17 @@ class EgressActor(OutletActor):
         self._headers = static_headers(consumer, broker_name, self._has_body)
         self._url: URL | str = method.uri
         self._keys: list[bytes] = []
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Transport | None = None
         self.on_gone = on_gone
         self._gone = False
         # bounded retries: attempts while the breaker is open fail at once and count
         # (actors/delivery/origin.py); retrying forever: they wait for the probe
         self._fail_fast = method.retryBeforeCommit > 0 or method.retryTopics is not None
         self._bind_origin_metrics(metrics)
+        self.transport_name = transport  # None: the default (actors/delivery/transport.py)
+        self._batch_size = method.batchSize
+        self._linger_ms = method.batchLingerMs
+        self._batches: PartitionQueues[Queued] = PartitionQueues()
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
         name = self.origin.name
@@ -235,24 +260,111 @@ class EgressActor(OutletActor):
         # error and is retried or dead-lettered like any failure, never dropped.
         with contextlib.suppress(ValueError):
             self._url = URL(self.consumer.subscriptionMethod.uri)
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=self.pool, limit_per_host=self.pool,
-                keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S,
-                socket_factory=self.guard.socket_factory, ssl=ssl_setting),
-            timeout=aiohttp.ClientTimeout(
-                total=method.timeoutMs / 1000, sock_connect=method.connectTimeoutMs / 1000),
-            headers=self._headers,  # aiohttp merges these per request, in C (multidict)
-            cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
-            auto_decompress=False,  # bodies are discarded
-        )
+        self._session = make_transport(TransportSettings(
+            self._url, self._headers, self.pool, method.timeoutMs / 1000,
+            method.connectTimeoutMs / 1000, self.guard.socket_factory, ssl_setting),
+            self.transport_name)
+
+    # -- batches (batchSize > 1) ------------------------------------------------------
+    async def handle(self, message: Any) -> Any:
+        if self._batch_size == 1:
+            return await super().handle(message)
+        if isinstance(message, DeliverMany):
+            self._queue(message.records, message.epoch, message.reply_to, False)
+        elif isinstance(message, Deliver):  # a retry, or a replay
+            self._queue([message.record], message.epoch, message.reply_to, True)
+        else:
+            return await super().handle(message)  # refuses it
+        return None
+
+    def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
+        batches = self._batches
+        for record in records:
+            batches.append((record.topic, record.partition), (record, epoch, reply_to, alone))
+        for _ in range(min(len(records) // self._batch_size + 1, self.pool)):
+            self._wake_or_grow()
+
+    async def _worker(self) -> None:
+        if self._batch_size == 1:
+            await super()._worker()
+            return
+        loop, batches = asyncio.get_running_loop(), self._batches
+        while True:
+            if not batches:
+                parked: asyncio.Future[None] = loop.create_future()
+                self._parked.append(parked)
+                await parked
+                continue
+            await self._attempt_batch(await self._next_batch())
+
+    async def _next_batch(self) -> list[Queued]:
+        """Up to `batchSize` records of one partition; a short batch waits `batchLingerMs`
+        for more of its partition."""
+        batch = self._batches.take(self._batch_size)
+        if len(batch) < self._batch_size and self._linger_ms:
+            await self.context.clock.sleep_ms(self._linger_ms)
+            record = batch[0][0]
+            batch += self._batches.take_more((record.topic, record.partition),
+                                             self._batch_size - len(batch))
+        return batch
+
+    async def _attempt_batch(self, batch: list[Queued]) -> None:
+        """One request for the batch; its answer is every record's outcome."""
+        records = [queued[0] for queued in batch]
+        for record in records:
+            self._journal_sent(record)
+        self._inflight += 1
+        self._inflight_gauge.inc()
+        start = time.perf_counter()
+        try:
+            answer = await self.push(records)
+        except Exception as exc:  # CancelledError is not an Exception: it propagates
+            answer = Answer(None, self.describe(exc))
+        finally:
+            self._inflight -= 1
+            self._inflight_gauge.inc(-1)
+        latency_ms = (time.perf_counter() - start) * 1000
+        self._duration.observe(latency_ms)
+        self._count_batch(records, answer, latency_ms)
+        self._reply(batch, answer, latency_ms)
+
+    def _count_batch(self, records: list[Record], answer: Answer, latency_ms: float) -> None:
+        """Metrics, health and journal: per record, like single pushes."""
+        status, error = answer.status, answer.error
+        self._requests[status_class(status) if status is not None else
+                       ("error" if error else "2xx")].inc(len(records))
+        self._observe(error is None, status, error)
+        finished = error is None or answer.action == "skip"
+        kind: EventType = "delivered" if finished else "failed"
+        reason = (f"skipped: {answer.reason}" if answer.action == "skip" else
+                  None if finished else error)
+        for record in records:
+            self._journal_outcome(kind, record, status, latency_ms, reason)
+
+    @staticmethod
+    def _reply(batch: list[Queued], answer: Answer, latency_ms: float) -> None:
+        """One `BatchOutcome` per partition incarnation (a batch is one partition's
+        records; two incarnations of it may share one across a restart)."""
+        error = None if answer.action == "skip" else answer.error  # a skip is finished
+        by_actor: dict[tuple[int, int], tuple[Ref, int, list[Record]]] = {}
+        for record, epoch, reply_to, alone in batch:
+            if alone:
+                reply_to.tell_system(alone_outcome(record, epoch, answer, error, latency_ms))
+                continue
+            by_actor.setdefault((id(reply_to), epoch), (reply_to, epoch, []))[2].append(record)
+        for reply_to, epoch, records in by_actor.values():
+            reply_to.tell_system(BatchOutcome(
+                records, epoch, answer.status, error, latency_ms, answer.retry_after_ms,
+                give_up=answer.action == "dead-letter",
+                disable=answer.action == "disable", local=answer.local))
 
     async def on_stop(self) -> None:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
 
-    async def push(self, record: Record) -> Answer:
+    async def push(self, record: Record | list[Record]) -> Answer:
+        """One record, or a batch of one partition's records (`batchSize` > 1)."""
         if not await self._wait_for_origin():
             return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
                           local=True)
@@ -269,7 +381,7 @@ class EgressActor(OutletActor):
             self._disable()
         return answer
 
-    async def _push(self, record: Record) -> Answer:
+    async def _push(self, record: Record | list[Record]) -> Answer:
         status, retry_after, action = await self._request(record)
         decided = receiver_action(status, action) if action is not None else None
         if decided is not None:
@@ -329,17 +441,13 @@ class EgressActor(OutletActor):
     def describe(self, exc: BaseException) -> str:
         return describe(exc, self._timeout_ms)
 
-    async def _request(self, record: Record) -> tuple[int, str | None, str | None]:
+    async def _request(self, record: Record | list[Record],
+                       ) -> tuple[int, str | None, str | None]:
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
-        headers, body, params = self._build(record)
-        async with self._session.request(
-            self._method, self._url, data=body, params=params, headers=headers,
-            allow_redirects=False,
-        ) as response:
-            await discard_body(response)
-            answer = response.headers
-            return response.status, answer.get("Retry-After"), answer.get("QOH-Action")
+        headers, body, params = (self._build_batch(record) if isinstance(record, list) else
+                                 self._build(record))
+        return await self._session.send(self._method, headers, body, params)
 
     def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
         """The per-record headers (the static ones are the session's defaults), body, query."""
@@ -368,3 +476,26 @@ class EgressActor(OutletActor):
         if self._keys:
             headers["webhook-signature"] = sign_all(self._keys, msg_id, timestamp_s, payload)
         return headers, body, params
+
+    def _build_batch(self, records: list[Record],
+                     ) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
+        """A batch's headers and JSON body (actors/delivery/batching.py). `webhook-id`
+        names the first and last record, so a batch grouped the same way again keeps it."""
+        first, last = records[0], records[-1]
+        msg_id = f"{webhook_id(first.topic, first.partition, first.offset)}-{last.offset}"
+        timestamp_s = self.context.clock.wall_ms() // 1000
+        body = batch_body(records)
+        headers = {
+            "Content-Type": BATCH_CONTENT_TYPE,
+            "QOH-Topic": first.topic,
+            "QOH-Partition": str(first.partition),
+            "QOH-Message-Number": str(first.offset),
+            "QOH-Batch-Size": str(len(records)),
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(timestamp_s),
+        }
+        if first.replay is not None:
+            headers["QOH-Replay"] = first.replay
+        if self._keys:
+            headers["webhook-signature"] = sign_all(self._keys, msg_id, timestamp_s, body)
+        return headers, body, None

@@ -31,11 +31,13 @@ from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import (
     Assigned,
     Batch,
+    BatchOutcome,
     CommitRequest,
     CommitTick,
     DeadLettered,
     Deliver,
     Delivered,
+    DeliverMany,
     Drain,
     DrainDeadline,
     Failed,
@@ -90,6 +92,8 @@ class PartitionActor(Actor):
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
+        self._batching = False  # handling a BatchOutcome: dispatch once at the end
+        self._batched = sub.subscriptionMethod.batchSize > 1  # DeliverMany to the egress
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
@@ -138,6 +142,8 @@ class PartitionActor(Actor):
             await self._on_delivered(message)
         elif isinstance(message, Failed):
             await self._on_failed(message)
+        elif isinstance(message, BatchOutcome):
+            await self._on_batch_outcome(message)
         elif isinstance(message, RetryDue):
             await self._on_retry_due(message)
         elif isinstance(message, DeadLettered):
@@ -187,6 +193,12 @@ class PartitionActor(Actor):
 
     async def _pump(self) -> None:
         egress, epoch = self.peers.egress, self.epoch
+        if self._batched:
+            records = self.book.dispatch()
+            if records:
+                await egress.tell(DeliverMany(records, epoch, self))
+            self.m_inflight.set(self.book.inflight)
+            return
         for record in self.book.dispatch():
             await egress.tell(Deliver(record, epoch, self))
         self.m_inflight.set(self.book.inflight)
@@ -202,6 +214,28 @@ class PartitionActor(Actor):
             return
         self.m_delivered.inc()
         await self._finish(outcome.record)
+
+    async def _on_batch_outcome(self, outcome: BatchOutcome) -> None:
+        """A batch's answer: each record as if alone, but one dispatch for them all."""
+        if outcome.epoch != self.epoch:
+            return
+        self._batching = True
+        try:
+            if outcome.error is None:
+                self.m_delivered.inc(len(outcome.records))
+                for record in outcome.records:
+                    await self._finish(record)
+            else:
+                for record in outcome.records:
+                    await self._on_failed(Failed(
+                        record, outcome.epoch, outcome.status, outcome.error,
+                        outcome.latency_ms, outcome.retry_after_ms, outcome.give_up,
+                        outcome.disable, outcome.local))
+        finally:
+            self._batching = False
+        if not self.book.draining:
+            await self._pump()
+            self._flow(self.book.flow())
 
     async def _on_failed(self, outcome: Failed) -> None:
         if outcome.epoch != self.epoch:
@@ -290,6 +324,8 @@ class PartitionActor(Actor):
             if book.drained:
                 self._finish_drain()
             return
+        if self._batching:
+            return  # _on_outcomes dispatches once for the whole batch
         await self._pump()
         paused = book.flow()
         if paused is not None:

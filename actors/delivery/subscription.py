@@ -83,6 +83,8 @@ MAX_SECRET: Final = 1024
 MAX_PATH: Final = 4096
 MAX_MS: Final = 86_400_000
 """One day: the longest delay, period or timeout a subscription may ask for."""
+MAX_BATCH: Final = 10_000
+MAX_LINGER_MS: Final = 60_000
 # Kafka consumer properties a subscription may set, mapped to aiokafka's names.
 INT_PROPERTIES: Final = {
     "session.timeout.ms": "session_timeout_ms",
@@ -198,6 +200,11 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     """The origin's circuit breaker settings; None: the defaults."""
     retryTopics: RetryTopics | None = None
     """After the local retries, move a failing record aside through the delay queue."""
+    batchSize: Annotated[int, Meta(ge=1, le=MAX_BATCH)] = 1
+    """Records of one partition per request (actors/delivery/batching.py); 1: one record,
+    its value as the body (the Queue-Over-Http request)."""
+    batchLingerMs: Annotated[int, Meta(ge=0, le=MAX_LINGER_MS)] = 0
+    """How long a batch that is not full waits for more records of its partition."""
 
 
 # -- the wire format: what clients send (both forms) -----------------------------------
@@ -463,6 +470,10 @@ def _validate_method(method: SubscriptionMethod) -> None:
     _validate_retry_topics(method)
     _validate_charset(method.charset)
     _validate_headers(method.additionalHeaders)
+    if method.batchSize > 1 and method.method.upper() in BODYLESS_METHODS:
+        raise InvalidSubscription("invalid subscriptionMethod.batchSize",
+                                  f"{method.method.upper()} has no body: batches need "
+                                  "POST, PUT or PATCH")
     if method.signingSecret is not None:
         _validate_secret(method.signingSecret)
     if method.tls is not None:

@@ -98,6 +98,33 @@ class Failed:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliverMany:
+    """Partition -> egress with `batchSize` > 1: push these records (one partition's) in
+    batches; one message for all the records a dispatch starts."""
+
+    records: list[Record]
+    epoch: int
+    reply_to: Ref
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """Egress -> partition: one batched request's answer, for each of its records (the
+    partition handles each as if it came alone, then dispatches once). `error` None is
+    finished (2xx, or the receiver said skip)."""
+
+    records: list[Record]
+    epoch: int
+    status: int | None
+    error: str | None
+    latency_ms: float
+    retry_after_ms: int | None = None
+    give_up: bool = False
+    disable: bool = False  # as in `Failed`
+    local: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class RetryDue:
     """Timer -> partition: time to try `record` again."""
 

@@ -11,19 +11,20 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from actors.delivery.egress import RESPONSE_BODY_CAP, EgressActor
+from actors.delivery.egress import EgressActor
 from actors.delivery.subscription import Consumer
+from actors.delivery.transport import RESPONSE_BODY_CAP, TransportName
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
@@ -32,6 +33,8 @@ from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
+
+TRANSPORTS: tuple[TransportName, ...] = ("aiohttp", "lean")
 
 WALL_OFFSET_MS = 1_700_000_000_000
 START_MS = 1_000
@@ -153,10 +156,12 @@ class Harness:
     collector: Collector
     events: list[Event]
     metrics: Registry
+    transport: TransportName = "aiohttp"
 
     async def egress(self, path: str = "/hook", **method: Any) -> EgressActor:
         consumer = make_consumer(self.endpoint.url + path, **method)
-        actor = EgressActor("egress", consumer, "Kafka", self.metrics)
+        actor = EgressActor("egress", consumer, "Kafka", self.metrics,
+                            transport=self.transport)
         await self.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
         return actor
 
@@ -193,8 +198,9 @@ def expected_signature(msg_id: str, timestamp: str, payload: bytes) -> str:
     return "v1," + base64.b64encode(mac.digest()).decode()
 
 
-@pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
+@pytest.fixture(params=TRANSPORTS)
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """Every egress test runs on every transport (actors/delivery/transport.py)."""
     endpoint = Endpoint()
     await endpoint.start()
     events: list[Event] = []
@@ -203,7 +209,7 @@ async def harness() -> AsyncIterator[Harness]:
     collector = Collector()
     await system.spawn(ChildSpec("collector", lambda: collector))
     try:
-        yield Harness(system, endpoint, collector, events, Registry())
+        yield Harness(system, endpoint, collector, events, Registry(), request.param)
     finally:
         await system.stop(deadline_ms=3000)
         await endpoint.stop()
@@ -399,7 +405,8 @@ async def test_a_slow_endpoint_fails_without_status_within_the_timeout(harness: 
 
 async def test_connection_refused_fails_and_the_actor_keeps_working(harness: Harness) -> None:
     consumer = make_consumer(f"http://127.0.0.1:{free_port()}/hook", connectTimeoutMs=1000)
-    refused = EgressActor("refused", consumer, "Kafka", harness.metrics)
+    refused = EgressActor("refused", consumer, "Kafka", harness.metrics,
+                          transport=harness.transport)
     await harness.system.spawn(ChildSpec("refused", lambda: refused, restart="temporary"))
 
     outcomes = await harness.push(refused, make_record(1), make_record(2))
@@ -411,7 +418,7 @@ async def test_connection_refused_fails_and_the_actor_keeps_working(harness: Har
 
 async def test_a_bad_url_fails_the_request_not_the_actor(harness: Harness) -> None:
     consumer = make_consumer("http://127.0.0.1:99999/hook")
-    bad = EgressActor("bad", consumer, "Kafka", harness.metrics)
+    bad = EgressActor("bad", consumer, "Kafka", harness.metrics, transport=harness.transport)
     await harness.system.spawn(ChildSpec("bad", lambda: bad, restart="temporary"))
 
     [outcome] = await harness.push(bad, make_record())
@@ -519,8 +526,34 @@ async def test_a_bad_signing_secret_fails_the_start(harness: Harness) -> None:
 async def test_the_session_is_closed_on_stop(harness: Harness) -> None:
     egress = await harness.egress()
     session = egress._session
-    assert isinstance(session, aiohttp.ClientSession)
+    assert session is not None and not session.closed
+    kinds = {"aiohttp": "AiohttpTransport", "lean": "LeanTransport"}
+    assert type(session).__name__ == kinds[harness.transport]
 
     await harness.system.root.stop_child("egress")
 
     assert session.closed
+
+
+async def test_records_delivered_alone_to_a_batching_egress_are_answered_alone(
+        harness: Harness) -> None:
+    # retries and replays reach a batching egress as single Delivers: they travel in
+    # the batch body and each is answered with its own Delivered or Failed
+    egress = await harness.egress(batchSize=10, signingSecret=SECRET)
+    outcomes = await harness.push(egress, make_record(offset=1), make_record(offset=2))
+    assert sorted(o.record.offset for o in outcomes if isinstance(o, Delivered)) == [1, 2]
+    seen = harness.endpoint.seen
+    offsets = [r["offset"] for s in seen for r in json.loads(s.body)["records"]]
+    assert sorted(offsets) == [1, 2]
+    assert all(s.headers["Content-Type"] == "application/json" for s in seen)
+    first = seen[0]
+    assert first.headers["webhook-signature"] == expected_signature(
+        first.headers["webhook-id"], first.headers["webhook-timestamp"], first.body)
+
+
+async def test_a_failed_batch_fails_each_record_with_the_status(harness: Harness) -> None:
+    egress = await harness.egress("/status/503?retry_after=2", batchSize=10)
+    outcomes = await harness.push(egress, make_record(offset=1), make_record(offset=2))
+    assert all(isinstance(o, Failed) and o.status == 503 and o.retry_after_ms == 2000
+               for o in outcomes)
+    assert len(outcomes) == 2

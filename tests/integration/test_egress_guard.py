@@ -15,7 +15,8 @@ __all__ = ["harness"]  # the fixture, imported for pytest
 async def _egress(harness: Harness, guard: DestinationGuard | None = None,
                   **method: object) -> EgressActor:
     consumer = make_consumer(harness.endpoint.url + "/hook", **method)
-    actor = EgressActor("egress", consumer, "Kafka", harness.metrics, guard)
+    actor = EgressActor("egress", consumer, "Kafka", harness.metrics, guard,
+                        transport=harness.transport)
     await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
     return actor
 

@@ -36,7 +36,8 @@ async def receiver() -> AsyncIterator[str]:
 
 
 async def _answer(harness: Harness, url: str) -> Delivered | Failed:
-    actor = EgressActor("egress", make_consumer(url), "Kafka", harness.metrics)
+    actor = EgressActor("egress", make_consumer(url), "Kafka", harness.metrics,
+                        transport=harness.transport)
     await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
     [outcome] = await harness.push(actor, make_record())
     return outcome

@@ -1,0 +1,96 @@
+"""The lean egress transport's connection handling, against a real aiohttp server (the
+request semantics are in test_egress.py, which runs on every transport)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from yarl import URL
+
+from actors.delivery.guard import DestinationGuard
+from actors.delivery.transport import (
+    LeanTransport,
+    TransportSettings,
+    make_transport,
+)
+
+
+class Server:
+    def __init__(self) -> None:
+        self.peers: list[tuple[str, int]] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/keep", self._keep)
+        app.router.add_route("*", "/close", self._close)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+    def _peer(self, request: web.Request) -> None:
+        assert request.transport is not None
+        self.peers.append(request.transport.get_extra_info("peername"))
+
+    async def _keep(self, request: web.Request) -> web.Response:
+        self._peer(request)
+        return web.Response(text="ok", headers={"Retry-After": "3", "QOH-Action": "skip"})
+
+    async def _close(self, request: web.Request) -> web.Response:
+        self._peer(request)
+        return web.Response(text="bye", headers={"Connection": "close"})
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    server = Server()
+    await server.start()
+    try:
+        yield server
+    finally:
+        assert server.runner is not None
+        await server.runner.cleanup()
+
+
+def lean(url: str, pool: int = 2) -> LeanTransport:
+    settings = TransportSettings(URL(url), {"User-Agent": "t"}, pool, 5.0, 5.0,
+                                 DestinationGuard().socket_factory)
+    transport = make_transport(settings, "lean")
+    assert isinstance(transport, LeanTransport)
+    return transport
+
+
+async def test_keep_alive_reuses_one_connection_and_reads_the_answer_headers(
+        server: Server) -> None:
+    transport = lean(server.url + "/keep")
+    try:
+        replies = [await transport.send("POST", {}, b"x", None) for _ in range(3)]
+    finally:
+        await transport.close()
+    assert replies == [(200, "3", "skip")] * 3
+    assert len(set(server.peers)) == 1
+
+
+async def test_connection_close_is_honoured_with_a_new_connection_per_request(
+        server: Server) -> None:
+    transport = lean(server.url + "/close")
+    try:
+        replies = [await transport.send("POST", {}, b"x", None) for _ in range(3)]
+    finally:
+        await transport.close()
+    assert [r[0] for r in replies] == [200] * 3
+    assert len(set(server.peers)) == 3
+
+
+async def test_https_endpoints_use_aiohttp_whatever_the_default() -> None:
+    settings = TransportSettings(URL("https://example.invalid/x"), {}, 1, 1.0, 1.0,
+                                 DestinationGuard().socket_factory)
+    transport = make_transport(settings, "lean")
+    try:
+        assert type(transport).__name__ == "AiohttpTransport"
+    finally:
+        await transport.close()
