@@ -52,6 +52,7 @@ from actors.shared.group_consumer import (
 )
 from runtime.errors import ActorDeadError
 from runtime.host.metrics import Registry
+from runtime.kafka import topic_creation
 from runtime.kernel import Actor, ChildRef, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ class SharedMemberActor(GroupConsumerActor):
         self.roster = roster
         self.settings = settings
         self._subscribed: int | None = None  # the roster version subscribed with
+        self._listening = False  # subscribed to at least one topic or pattern
+        self._missing: set[str] = set()  # named topics not on the broker yet (watched)
         self._leaves: list[Leave] = []
         self._warned: set[str] = set()
         self.rebalances = 0
@@ -105,7 +108,7 @@ class SharedMemberActor(GroupConsumerActor):
                 if sup.children():
                     await sup.stop_children(sup.children())
         if not self.roster.held:
-            self._resubscribe(kafka)
+            await self._resubscribe(kafka)
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> None:
@@ -122,15 +125,18 @@ class SharedMemberActor(GroupConsumerActor):
         for leave in leaves:
             await self._leave(kafka, leave)
         await super()._apply_requests(kafka)
-        if self._subscribed != self.roster.version and not self.roster.held:
+        changed = self._subscribed != self.roster.version
+        appeared = bool(self._missing) and topic_creation.missing(kafka,
+                                                                  self._missing) != self._missing
+        if (changed or appeared) and not self.roster.held:
             # drain and commit first: once subscribed anew, aiokafka forgets the assignment
             # until the rejoin, and a commit in the revoke callback then fails ("No
             # partitions assigned"): the positions reached would be delivered again
             await self._revoke_with(kafka, set(self.owned))
-            self._resubscribe(kafka)
+            await self._resubscribe(kafka)
 
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
-        if self._subscribed is not None and self.roster.riders:
+        if self._listening:
             await super()._poll(kafka)
         else:  # not subscribed: getmany would wait for an assignment, and joins with it
             await self.context.clock.sleep_ms(POLL_MS)
@@ -147,18 +153,31 @@ class SharedMemberActor(GroupConsumerActor):
             if not leave.done.done():
                 leave.done.set_result(None)
 
-    def _resubscribe(self, kafka: AIOKafkaConsumer) -> None:
+    async def _resubscribe(self, kafka: AIOKafkaConsumer) -> None:
+        """Subscribe to the roster's union; named topics not on the broker yet are
+        watched instead, and joined when they appear (runtime/kafka/topic_creation.py)."""
         roster = self.roster
         self._subscribed = roster.version
         self.m_riders.set(len(roster))
+        self._listening, self._missing = False, set()
         if not roster.riders:
             kafka.unsubscribe()
             return
         self.wiring.max_records = max(fetch_size(r.sub) for r in roster.riders.values())
         if roster.uses_pattern():
             kafka.subscribe(pattern=roster.pattern(), listener=self.listener)
+            self._listening = True
         else:
-            kafka.subscribe(topics=roster.topics(), listener=self.listener)
+            present, self._missing = await topic_creation.split(kafka, roster.topics())
+            if present:
+                kafka.subscribe(topics=present, listener=self.listener)
+                self._listening = True
+            else:
+                kafka.unsubscribe()
+            topic_creation.watch(kafka, self._missing)
+        if self._missing:
+            log.warning("%s: waiting for topics that do not exist yet: %s", self.path,
+                        ", ".join(sorted(self._missing)))
         log.info("%s: subscribed for %d subscriptions (roster version %d)", self.path,
                  len(roster), roster.version)
 
@@ -180,7 +199,7 @@ class SharedMemberActor(GroupConsumerActor):
         rider = self.roster.owner_of(tp.topic)
         assert rider is not None  # assign() starts actors only for owned topics
         deps = rider.deps
-        peers = PartitionPeers(self, deps.egress, deps.deadletter)
+        peers = PartitionPeers(self, deps.egress, deps.deadletter, deps.retrytopic)
         return PartitionActor(child_name(tp), rider.sub, tp.topic, tp.partition, epoch, peers,
                               deps.metrics, deps.stall_after_ms)
 
@@ -230,6 +249,7 @@ class SharedMemberActor(GroupConsumerActor):
                 "memberId": self.member_id(), "generation": self.generation(),
                 "subscriptions": len(self.roster), "rebalances": self.rebalances,
                 "assigned": [child_name(tp) for tp in mine],
+                "waitingForTopics": sorted(self._missing),
                 "groupPartitions": len(self.owned)}
 
     def __repr__(self) -> str:

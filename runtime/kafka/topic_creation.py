@@ -14,15 +14,24 @@ A topic that is not there yet is then simply absent from the metadata, and aioka
 look again only after `metadata_max_age_ms` (a minute for named topics): while a topic the
 client asks for is missing, or listed without partitions (a topic being created has no
 leader yet), it looks again every `MISSING_TOPIC_RECHECK_MS`.
+
+A group member should not subscribe to a topic that is missing: once the group has
+assigned an empty set for it, the topic's later appearance only makes the member rejoin
+with the same subscription, and Tansu then keeps the old (empty) assignment. `split`
+says which of a member's topics exist; the missing ones are `watch`ed (kept in the
+metadata requests, rechecked every 2 s) until they appear, and the member subscribes
+anew with them: a changed subscription, which every broker rebalances.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any
 
 import aiokafka.client
+from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.metadata import MetadataRequest
 
@@ -56,3 +65,23 @@ def forbid(client: AIOKafkaClient) -> None:
                                            if waiting else max_age_ms)
 
     client._metadata_update = without_creation
+
+
+def missing(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> set[str]:
+    """The `topics` this consumer's metadata does not list with partitions."""
+    cluster = consumer._client.cluster
+    return {topic for topic in topics if not cluster.partitions_for_topic(topic)}
+
+
+def watch(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> None:
+    """Keep `topics` in this consumer's metadata requests without subscribing to them
+    (call again after each subscribe: it replaces the list)."""
+    for topic in topics:
+        consumer._client.add_topic(topic)
+
+
+async def split(consumer: AIOKafkaConsumer, topics: list[str]) -> tuple[list[str], set[str]]:
+    """`topics` as (present, missing), from metadata asked for them now."""
+    await asyncio.gather(*(consumer._client.add_topic(topic) for topic in topics))
+    absent = missing(consumer, topics)
+    return [topic for topic in topics if topic not in absent], absent

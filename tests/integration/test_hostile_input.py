@@ -240,8 +240,13 @@ async def test_a_subscription_waits_for_its_topic_and_delivers_once_it_exists(
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             await Admin(runtime).subscribe(subscription("late", [{"name": topic}],
                                                         receiver.url))
-            await asyncio.sleep(1.5)
+            # long enough for the group to form (with nothing to assign) before the topic
+            # exists: its appearance must still bring an assignment
+            await asyncio.sleep(6)
             assert topic not in await _topics(kafka_bootstrap)
+            status, reply = await Admin(runtime).call("GET", "/broker/subscription/late/g-late")
+            assert status == 200, reply
+            assert reply["data"]["status"]["member"]["waitingForTopics"] == [topic]
             await produce(kafka_bootstrap, topic, 5)
             await receiver.wait_for(lambda: len(receiver.ok) >= 5)
             assert sorted(p.offset for p in receiver.ok) == [0, 1, 2, 3, 4]
