@@ -66,6 +66,17 @@ class PartitionPeers:
     retrytopic: Ref | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionTraits:
+    """What a partition actor settles once, at start: one attribute (see `_bind_metrics`
+    on why a partition actor keeps few)."""
+
+    cfg: TopicConfig
+    stall_after_ms: int
+    reads_retries: bool  # a partition of the subscription's retry topic
+    batched: bool  # batchSize > 1: records go to the egress as `DeliverMany`
+
+
 PARTITION_SERIES = (
     "hookstream_delivered_total", "hookstream_failed_attempts_total", "hookstream_retries_total",
     "hookstream_dead_lettered_total", "hookstream_inflight", "hookstream_committed_offset",
@@ -80,20 +91,19 @@ class PartitionActor(Actor):
                  peers: PartitionPeers, metrics: Registry,
                  stall_after_ms: int = STALL_AFTER_MS) -> None:
         super().__init__(name)
-        self.stall_after_ms = stall_after_ms
         self.sub, self.topic, self.partition, self.epoch = sub, topic, partition, epoch
         self.sub_key = sub.key  # a property that formats: once, not per record
         self.peers = peers
         cfg: TopicConfig = sub.topic_config(topic)
-        self.cfg = cfg
         self.book = PartitionBook.for_topic(cfg, sub.subscriptionMethod)
         retry = sub.subscriptionMethod.retryTopics
-        self.reads_retries = retry is not None and topic == retry.topic
+        self.traits = PartitionTraits(cfg, stall_after_ms,
+                                      retry is not None and topic == retry.topic,
+                                      sub.subscriptionMethod.batchSize > 1)
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
         self._batching = False  # handling a BatchOutcome: dispatch once at the end
-        self._batched = sub.subscriptionMethod.batchSize > 1  # DeliverMany to the egress
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
@@ -173,7 +183,7 @@ class PartitionActor(Actor):
         if restarted is not None:
             log.warning("%s: committed position %d is past the log; restarting at %d",
                         self.path, restarted, batch.records[0].offset)
-        if self.reads_retries:
+        if self.traits.reads_retries:
             for record in batch.records:
                 record.retry = read_retry(record.headers)
         emit, now, sub = self.context.emit, self.context.clock.wall_ms(), self.sub_key
@@ -193,7 +203,7 @@ class PartitionActor(Actor):
 
     async def _pump(self) -> None:
         egress, epoch = self.peers.egress, self.epoch
-        if self._batched:
+        if self.traits.batched:
             records = self.book.dispatch()
             if records:
                 await egress.tell(DeliverMany(records, epoch, self))
@@ -348,17 +358,17 @@ class PartitionActor(Actor):
         book, now = self.book, self.context.clock.monotonic_ms()
         oldest = book.oldest_pending_ms(now)
         self.m_oldest.set(0 if oldest is None else oldest / 1000)
-        if book.watch(now, self.stall_after_ms):
+        if book.watch(now, self.traits.stall_after_ms):
             log.warning("%s: stalled: commit position %s has not moved for %d s while "
                         "%d records wait (oldest %.1f s)", self.path, book.position(),
-                        self.stall_after_ms // 1000, book.pending, (oldest or 0) / 1000)
+                        self.traits.stall_after_ms // 1000, book.pending, (oldest or 0) / 1000)
             self.context.emit(Event(
                 type="stalled", ts_ms=self.context.clock.wall_ms(), subscription=self.sub_key,
                 topic=self.topic, partition=self.partition, offset=book.position(),
-                reason=f"commit position unchanged for {self.stall_after_ms} ms"))
+                reason=f"commit position unchanged for {self.traits.stall_after_ms} ms"))
 
     def _schedule_commit_tick(self) -> None:
-        period = self.cfg.autoCommitPeriodMs or IDLE_COMMIT_PERIOD_MS
+        period = self.traits.cfg.autoCommitPeriodMs or IDLE_COMMIT_PERIOD_MS
         self.schedule(self.context.clock.monotonic_ms() + period, CommitTick())
 
     # -- drain (revoke, unsubscribe, shutdown) -----------------------------------------

@@ -716,7 +716,7 @@ class DeliveryService:
                    and a.book.stalled_since is not None]
         return [f"subscription {key} partition {a.topic}-{a.partition} stalled: commit "
                 f"position {a.book.position()} has not moved for over "
-                f"{a.stall_after_ms // 1000} s" for a in stalled]
+                f"{a.traits.stall_after_ms // 1000} s" for a in stalled]
 
     def _has_partitions(self, key: str) -> bool:
         sup = self._supervisor()
