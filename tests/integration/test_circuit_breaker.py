@@ -159,9 +159,9 @@ async def test_subscriptions_of_one_origin_share_the_strictest_rate_limit(
     assert max(arrivals) - min(arrivals) >= 2.5
 
 
-async def test_subscriptions_of_one_origin_share_its_connection_limit(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
+async def _most_in_flight(kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+                          fast_group_kwargs: dict[str, int], origin_limit: int) -> int:
+    """The most requests two subscriptions of one origin had in flight at once."""
     topic = await topic_factory(partitions=1)
     inflight = {"now": 0, "most": 0}
 
@@ -175,7 +175,7 @@ async def test_subscriptions_of_one_origin_share_its_connection_limit(
     receiver = await Receiver(slow).start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path,
-                                egress={"origin_max_connections": 3}) as runtime:
+                                egress={"origin_max_connections": origin_limit}) as runtime:
             admin = Admin(runtime)
             for name in ("one", "two"):
                 await admin.subscribe(subscription(
@@ -185,7 +185,19 @@ async def test_subscriptions_of_one_origin_share_its_connection_limit(
             await receiver.wait_for(lambda: len(receiver.delivered()) == 120)
     finally:
         await receiver.stop()
-    assert 1 <= inflight["most"] <= 3  # 2 subscriptions x 10 would allow 20
+    return inflight["most"]
+
+
+async def test_subscriptions_of_one_origin_share_its_connection_limit(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    # the control: with a wide limit the two subscriptions (10 each) go past 3 at once
+    unlimited = await _most_in_flight(kafka_bootstrap, topic_factory, tmp_path / "wide",
+                                      fast_group_kwargs, origin_limit=1000)
+    assert unlimited > 3, unlimited
+    limited = await _most_in_flight(kafka_bootstrap, topic_factory, tmp_path / "narrow",
+                                    fast_group_kwargs, origin_limit=3)
+    assert limited == 3, limited  # the limit is used, and never passed
 
 
 async def test_a_503_with_retry_after_holds_every_subscription_of_the_origin(
