@@ -59,7 +59,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -70,7 +69,7 @@ from yarl import URL
 from actors.delivery.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
 from actors.delivery.guard import DestinationDenied, DestinationGuard
 from actors.delivery.origin import STATE_VALUES, Origin, origin_of
-from actors.delivery.outlet import Answer, OutletActor, describe_error, status_class
+from actors.delivery.outlet import Answer, OutletActor, describe_error, outcome_of
 from actors.delivery.secrets import resolved
 from actors.delivery.signing import sign_all, signing_keys, webhook_id
 from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
@@ -84,12 +83,10 @@ from actors.delivery.transport import (
 from actors.shared.messages import (
     BatchOutcome,
     Deliver,
-    Delivered,
     DeliverMany,
-    Failed,
     Record,
 )
-from runtime.host.journal import Event, EventType
+from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
@@ -184,16 +181,6 @@ def receiver_action(status: int, action: str) -> Answer | None:
         return Answer(status, f"HTTP {status}, QOH-Action: retry-after={value.strip()}",
                       retry_after_ms=int(value))
     return None
-
-
-def alone_outcome(record: Record, epoch: int, answer: Answer, error: str | None,
-                  latency_ms: float) -> Delivered | Failed:
-    """A batch's answer for a record that came in its own `Deliver`."""
-    if error is None:
-        return Delivered(record, epoch, answer.status or 0, latency_ms)
-    return Failed(record, epoch, answer.status, error, latency_ms, answer.retry_after_ms,
-                  give_up=answer.action == "dead-letter",
-                  disable=answer.action == "disable", local=answer.local)
 
 
 GoneCallback = Callable[[str, str], None]
@@ -313,33 +300,9 @@ class EgressActor(OutletActor):
         records = [queued[0] for queued in batch]
         for record in records:
             self._journal_sent(record)
-        self._inflight += 1
-        self._inflight_gauge.inc()
-        start = time.perf_counter()
-        try:
-            answer = await self.push(records)
-        except Exception as exc:  # CancelledError is not an Exception: it propagates
-            answer = Answer(None, self.describe(exc))
-        finally:
-            self._inflight -= 1
-            self._inflight_gauge.inc(-1)
-        latency_ms = (time.perf_counter() - start) * 1000
-        self._duration.observe(latency_ms)
-        self._count_batch(records, answer, latency_ms)
+        answer, latency_ms = await self._timed(self.push(records))
+        self._account(records, answer, latency_ms)
         self._reply(batch, answer, latency_ms)
-
-    def _count_batch(self, records: list[Record], answer: Answer, latency_ms: float) -> None:
-        """Metrics, health and journal: per record, like single pushes."""
-        status, error = answer.status, answer.error
-        self._requests[status_class(status) if status is not None else
-                       ("error" if error else "2xx")].inc(len(records))
-        self._observe(error is None, status, error)
-        finished = error is None or answer.action == "skip"
-        kind: EventType = "delivered" if finished else "failed"
-        reason = (f"skipped: {answer.reason}" if answer.action == "skip" else
-                  None if finished else error)
-        for record in records:
-            self._journal_outcome(kind, record, status, latency_ms, reason)
 
     @staticmethod
     def _reply(batch: list[Queued], answer: Answer, latency_ms: float) -> None:
@@ -349,7 +312,7 @@ class EgressActor(OutletActor):
         by_actor: dict[tuple[int, int], tuple[Ref, int, list[Record]]] = {}
         for record, epoch, reply_to, alone in batch:
             if alone:
-                reply_to.tell_system(alone_outcome(record, epoch, answer, error, latency_ms))
+                reply_to.tell_system(outcome_of(record, epoch, answer, latency_ms))
                 continue
             by_actor.setdefault((id(reply_to), epoch), (reply_to, epoch, []))[2].append(record)
         for reply_to, epoch, records in by_actor.values():

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -108,6 +109,16 @@ def describe_error(exc: BaseException, text: str | None = None) -> str:
     return described[:ERROR_TEXT_LIMIT]
 
 
+def outcome_of(record: Record, epoch: int, answer: Answer,
+               latency_ms: float) -> Delivered | Failed:
+    """What the partition is told of `record` after `answer` (a skip is finished)."""
+    if answer.error is None or answer.action == "skip":
+        return Delivered(record, epoch, answer.status or 0, latency_ms)
+    return Failed(record, epoch, answer.status, answer.error, latency_ms,
+                  answer.retry_after_ms, give_up=answer.action == "dead-letter",
+                  disable=answer.action == "disable", local=answer.local)
+
+
 class OutletActor(Actor):
     """Base: subclasses set `endpoint` and implement `push(record) -> Answer`."""
 
@@ -186,12 +197,19 @@ class OutletActor(Actor):
     async def _attempt(self, deliver: Deliver) -> Delivered | Failed:
         record = deliver.record
         self._journal_sent(record)
+        answer, latency_ms = await self._timed(self.push(record))
+        self._account((record,), answer, latency_ms)
+        return outcome_of(record, deliver.epoch, answer, latency_ms)
+
+    async def _timed(self, push: Awaitable[Answer]) -> tuple[Answer, float]:
+        """One request in flight: its answer (an exception becomes a failed answer) and
+        its duration in ms."""
         self._inflight += 1
         self._inflight_gauge.inc()
         # A real duration of real I/O: perf_counter, not the injected (maybe fake) clock.
         start = time.perf_counter()
         try:
-            answer = await self.push(record)
+            answer = await push
         except Exception as exc:  # CancelledError is not an Exception: it propagates
             answer = Answer(None, self.describe(exc))
         finally:
@@ -199,20 +217,21 @@ class OutletActor(Actor):
             self._inflight_gauge.inc(-1)
         latency_ms = (time.perf_counter() - start) * 1000
         self._duration.observe(latency_ms)
-        status = answer.status
+        return answer, latency_ms
+
+    def _account(self, records: Sequence[Record], answer: Answer, latency_ms: float) -> None:
+        """Metrics, endpoint health and journal for one request carrying `records`."""
+        status, error = answer.status, answer.error
         self._requests[status_class(status) if status is not None else
-                       ("error" if answer.error else "2xx")].inc()
-        error = answer.error
+                       ("error" if error else "2xx")].inc(len(records))
         self._observe(error is None, status, error)
-        if error is None or answer.action == "skip":
-            # a skip is finished like a delivery: the receiver has decided, nothing is lost
-            reason = f"skipped: {answer.reason}" if answer.action == "skip" else None
-            self._journal_outcome("delivered", record, status, latency_ms, reason)
-            return Delivered(record, deliver.epoch, status or 0, latency_ms)
-        self._journal_outcome("failed", record, status, latency_ms, error)
-        return Failed(record, deliver.epoch, status, error, latency_ms,
-                      answer.retry_after_ms, give_up=answer.action == "dead-letter",
-                      disable=answer.action == "disable", local=answer.local)
+        # a skip is finished like a delivery: the receiver has decided, nothing is lost
+        skipped = answer.action == "skip"
+        finished = error is None or skipped
+        reason = f"skipped: {answer.reason}" if skipped else error
+        for record in records:
+            self._journal_outcome("delivered" if finished else "failed", record, status,
+                                  latency_ms, reason)
 
     def _observe(self, ok: bool, status: int | None, error: str | None) -> None:
         """Track the endpoint's health; log when it starts failing and when it recovered
