@@ -126,9 +126,9 @@ class SharedMemberActor(GroupConsumerActor):
             await self._leave(kafka, leave)
         await super()._apply_requests(kafka)
         changed = self._subscribed != self.roster.version
-        appeared = bool(self._missing) and topic_creation.missing(kafka,
-                                                                  self._missing) != self._missing
-        if (changed or appeared) and not self.roster.held:
+        if not changed and self._missing:  # a watched topic appeared?
+            changed = topic_creation.missing(kafka, self._missing) != self._missing
+        if changed and not self.roster.held:
             # drain and commit first: once subscribed anew, aiokafka forgets the assignment
             # until the rejoin, and a commit in the revoke callback then fails ("No
             # partitions assigned"): the positions reached would be delivered again

@@ -202,15 +202,13 @@ class PartitionActor(Actor):
         return book.paused
 
     async def _pump(self) -> None:
-        egress, epoch = self.peers.egress, self.epoch
+        egress, epoch, records = self.peers.egress, self.epoch, self.book.dispatch()
         if self.traits.batched:
-            records = self.book.dispatch()
             if records:
                 await egress.tell(DeliverMany(records, epoch, self))
-            self.m_inflight.set(self.book.inflight)
-            return
-        for record in self.book.dispatch():
-            await egress.tell(Deliver(record, epoch, self))
+        else:
+            for record in records:
+                await egress.tell(Deliver(record, epoch, self))
         self.m_inflight.set(self.book.inflight)
 
     def _flow(self, paused: bool | None) -> None:
@@ -335,7 +333,7 @@ class PartitionActor(Actor):
                 self._finish_drain()
             return
         if self._batching:
-            return  # _on_outcomes dispatches once for the whole batch
+            return  # _on_batch_outcome dispatches once for the whole batch
         await self._pump()
         paused = book.flow()
         if paused is not None:
