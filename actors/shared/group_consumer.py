@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from actors.shared.errors import UnexpectedMessage
+from actors.shared.idle_pace import PROCESS_PACE
 from actors.shared.messages import (
     Assigned,
     Batch,
@@ -51,6 +52,8 @@ POLL_MS = 100
 # While a partition is paused its resume request waits for the poll to return: a long poll
 # on the other partitions (or on none: all paused) would starve it for up to POLL_MS.
 PAUSED_POLL_MS = 5
+DEFAULT_FETCH_WAIT_MS = 500
+"""aiokafka's `fetch_max_wait_ms`, when the client does not say what it uses."""
 # How long the consumer waits for a drain beyond its deadline: the partition actor answers
 # at the deadline, and its reply needs a turn of its mailbox.
 DRAIN_GRACE_MS = 1000
@@ -118,6 +121,8 @@ class GroupConsumerActor(Actor):
         # is committed yet (with auto.offset.reset=latest, a reset would skip records)
         self._first_fetched: dict[TopicPartition, int] = {}
         self.listener = _Listener(self)
+        self._configured_wait_ms = DEFAULT_FETCH_WAIT_MS
+        self._quiet = False  # the last poll brought nothing (actors/shared/idle_pace.py)
 
     # -- what subclasses define --------------------------------------------------------
     def client_settings(self) -> ClientSettings:
@@ -159,11 +164,15 @@ class GroupConsumerActor(Actor):
         except BaseException:
             await self.kafka.stop()
             raise
+        wait_ms = compat.fetch_wait_ms(self.kafka)
+        self._configured_wait_ms = DEFAULT_FETCH_WAIT_MS if wait_ms is None else wait_ms
+        PROCESS_PACE.joined(self)
         self.spawn(self._fetch_loop(), name=f"{self.path}:fetch")
 
     async def on_stop(self) -> None:
         # the fetch task is already cancelled: drain and commit what is ours, then leave
         kafka, self.kafka = self.kafka, None
+        PROCESS_PACE.left(self)
         if kafka is None:
             return
         try:
@@ -197,12 +206,29 @@ class GroupConsumerActor(Actor):
 
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
         """One fetch, handed over to the partition actors."""
-        poll_ms = PAUSED_POLL_MS if kafka.paused() else POLL_MS
-        batches = await kafka.getmany(timeout_ms=poll_ms, max_records=self.wiring.max_records)
+        batches = await kafka.getmany(timeout_ms=self._poll_ms(kafka),
+                                      max_records=self.wiring.max_records)
+        self._pace(kafka, quiet=not any(batches.values()))
         now = self.context.clock.monotonic_ms()
         for tp, messages in batches.items():
             if messages:
                 await self._hand_over(kafka, tp, messages, now)
+
+    def _poll_ms(self, kafka: AIOKafkaConsumer) -> int:
+        if kafka.paused():
+            return PAUSED_POLL_MS
+        if self._quiet:
+            return max(POLL_MS, PROCESS_PACE.idle_ms(self._configured_wait_ms))
+        return POLL_MS
+
+    def _pace(self, kafka: AIOKafkaConsumer, *, quiet: bool) -> None:
+        """Idle: fetch less often, by how many consumers this process runs; busy: at the
+        configured wait again (actors/shared/idle_pace.py)."""
+        self._quiet = quiet
+        configured = self._configured_wait_ms
+        wait_ms = PROCESS_PACE.idle_ms(configured) if quiet else configured
+        if compat.fetch_wait_ms(kafka) != wait_ms:
+            compat.set_fetch_wait_ms(kafka, wait_ms)
 
     async def _hand_over(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
                          messages: list[ConsumerRecord[bytes, bytes]], now_ms: int) -> None:

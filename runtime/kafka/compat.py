@@ -187,6 +187,26 @@ def fetch_settings(embedded: bool) -> dict[str, Any]:
     return {"fetch_max_wait_ms": EMBEDDED_FETCH_MAX_WAIT_MS} if embedded else {}
 
 
+FETCHER_WAKE_MS = 200
+
+
+def fetch_wait_ms(consumer: AIOKafkaConsumer) -> int | None:
+    """The `fetch.max.wait.ms` a started consumer's next fetch will ask for (None: this
+    aiokafka keeps it elsewhere, and `set_fetch_wait_ms` does nothing)."""
+    wait = getattr(getattr(consumer, "_fetcher", None), "_fetch_max_wait_ms", None)
+    return wait if isinstance(wait, int) else None
+
+
+def set_fetch_wait_ms(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+    """Change the wait of the consumer's next fetches (actors/shared/idle_pace.py): aiokafka
+    reads it anew for every fetch request, and has no public way to change it. The fetch
+    routine's own wake-up (`consumer_timeout_ms`, 200 ms as aiokafka's default, which this
+    runtime keeps) follows it when longer: it wakes to send fetches, none is due sooner."""
+    if fetch_wait_ms(consumer) is not None:
+        consumer._fetcher._fetch_max_wait_ms = wait_ms
+        consumer._fetcher._fetcher_timeout = max(wait_ms, FETCHER_WAKE_MS) / 1000
+
+
 # -- 6. LeaveGroup at generation 0 -----------------------------------------------------------
 
 _UNKNOWN_MEMBER = ""
