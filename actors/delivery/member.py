@@ -24,7 +24,10 @@ own topics, which Kafka assigns correctly.
 Changes go through the member's fetch loop, the one place that calls the client: a join
 bumps the roster's version and the loop subscribes once to the new union (joins that
 arrive together cost one rebalance); a leave first drains and commits that subscription's
-partitions and stops their actors, answers the rider, then re-subscribes.
+partitions and stops their actors, answers the rider, then re-subscribes. When the union
+did not change (an update that keeps its topics, a leave whose topics another pattern
+still claims) the member does not re-subscribe: the partitions it holds without an actor
+get one under their new owner, which rewinds to the committed position: no rebalance.
 
 The roster lives in the delivery service, not in the member: a restarted member finds its
 riders again. A rider whose member is not running leaves the roster itself.
@@ -78,6 +81,7 @@ class SharedMemberActor(GroupConsumerActor):
         self.roster = roster
         self.settings = settings
         self._subscribed: int | None = None  # the roster version subscribed with
+        self._target: tuple[str, ...] | str | None = None  # the topics or pattern it was
         self._listening = False  # subscribed to at least one topic or pattern
         self._missing: set[str] = set()  # named topics not on the broker yet (watched)
         self._leaves: list[Leave] = []
@@ -125,15 +129,33 @@ class SharedMemberActor(GroupConsumerActor):
         for leave in leaves:
             await self._leave(kafka, leave)
         await super()._apply_requests(kafka)
+        if self.roster.held:
+            return
         changed = self._subscribed != self.roster.version
-        if not changed and self._missing:  # a watched topic appeared?
-            changed = topic_creation.missing(kafka, self._missing) != self._missing
-        if changed and not self.roster.held:
+        if changed and self._target == _target_of(self.roster):
+            await self._reroute(kafka)
+        elif changed or self._appeared(kafka):
             # drain and commit first: once subscribed anew, aiokafka forgets the assignment
             # until the rejoin, and a commit in the revoke callback then fails ("No
             # partitions assigned"): the positions reached would be delivered again
             await self._revoke_with(kafka, set(self.owned))
             await self._resubscribe(kafka)
+
+    def _appeared(self, kafka: AIOKafkaConsumer) -> bool:
+        """A watched topic now exists."""
+        return bool(self._missing) and topic_creation.missing(kafka, self._missing) != self._missing
+
+    async def _reroute(self, kafka: AIOKafkaConsumer) -> None:
+        """The riders changed, the union did not: the assigned partitions without an actor
+        (their subscription left) get one under their owner now; no rebalance."""
+        self._noted()
+        orphans = {tp for tp in kafka.assignment() - self.owned if self._routable(tp)}
+        await super().assign(orphans)
+        if orphans:
+            kafka.resume(*orphans)  # `_leave` paused them
+        log.info("%s: %d subscriptions on the same topics (roster version %d): %d "
+                 "partitions handed over without a rebalance", self.path, len(self.roster),
+                 self.roster.version, len(orphans))
 
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
         if self._listening:
@@ -157,13 +179,12 @@ class SharedMemberActor(GroupConsumerActor):
         """Subscribe to the roster's union; named topics not on the broker yet are
         watched instead, and joined when they appear (runtime/kafka/topic_creation.py)."""
         roster = self.roster
-        self._subscribed = roster.version
-        self.m_riders.set(len(roster))
+        self._noted()
+        self._target = _target_of(roster)
         self._listening, self._missing = False, set()
         if not roster.riders:
             kafka.unsubscribe()
             return
-        self.wiring.max_records = max(fetch_size(r.sub) for r in roster.riders.values())
         if roster.uses_pattern():
             kafka.subscribe(pattern=roster.pattern(), listener=self.listener)
             self._listening = True
@@ -180,6 +201,14 @@ class SharedMemberActor(GroupConsumerActor):
                         ", ".join(sorted(self._missing)))
         log.info("%s: subscribed for %d subscriptions (roster version %d)", self.path,
                  len(roster), roster.version)
+
+    def _noted(self) -> None:
+        """The roster's version is taken into account: its size and fetch size apply."""
+        roster = self.roster
+        self._subscribed = roster.version
+        self.m_riders.set(len(roster))
+        if roster.riders:
+            self.wiring.max_records = max(fetch_size(r.sub) for r in roster.riders.values())
 
     # -- routing -----------------------------------------------------------------------
     def _owner_key(self, tp: TopicPartition) -> str | None:
@@ -300,3 +329,8 @@ class RiderActor(Actor):
 
     def __repr__(self) -> str:
         return f"<RiderActor {self.path} {self.rider.sub.key} on {self.member.name}>"
+
+
+def _target_of(roster: Roster) -> tuple[str, ...] | str:
+    """What a member of `roster` subscribes to: one pattern, or the topic names."""
+    return roster.pattern() if roster.uses_pattern() else tuple(roster.topics())

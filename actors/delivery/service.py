@@ -552,23 +552,43 @@ class DeliveryService:
         async with self._lock:
             old = self._known(key)
             status = self.status[key]
-            await self._stop_tree(key)
-            self.subscriptions[key] = consumer
-            if self._store is not None:
-                await self._store.save(consumer)
-            log.info("subscription %s updated: %s (was %s)", key, _summary(consumer),
-                     _summary(old))
-            if status.state not in STOPPED:
-                status.move("starting", self._now())
-                await self._try_start(consumer, "restarted with its new settings")
+            restart = status.state not in STOPPED
+            roster = self._hold_member(old, consumer) if restart else None
+            try:
+                await self._stop_tree(key, keep_member=roster is not None)
+                self.subscriptions[key] = consumer
+                if self._store is not None:
+                    await self._store.save(consumer)
+                log.info("subscription %s updated: %s (was %s)", key, _summary(consumer),
+                         _summary(old))
+                if restart:
+                    status.move("starting", self._now())
+                    await self._try_start(consumer, "restarted with its new settings")
+            finally:
+                if roster is not None:
+                    roster.held = False  # the member re-subscribes once, if at all
+                    await self._release_member(consumer)  # nobody rides if the start failed
 
-    async def _stop_tree(self, key: str) -> None:
+    def _hold_member(self, old: Consumer, new: Consumer) -> Roster | None:
+        """When the updated subscription stays on its member: the roster, held so the
+        member sees the leave and the join as one change (one rebalance, or none when the
+        topics stay), and kept running even when nobody else rides it."""
+        if not (_rides(old) and _rides(new)):
+            return None
+        name = self._member_name(old)
+        roster = self.rosters.get(name)
+        if roster is None or name != self._member_name(new):
+            return None
+        roster.held = True
+        return roster
+
+    async def _stop_tree(self, key: str, *, keep_member: bool = False) -> None:
         sup = self._supervisor()
         if sup.has_child(key):
             self.status[key].move("stopping", self._now())
             await sup.stop_child(key)
         consumer = self.subscriptions.get(key)
-        if consumer is not None:
+        if consumer is not None and not keep_member:
             await self._release_member(consumer)
 
     def _load_paused(self) -> set[str]:

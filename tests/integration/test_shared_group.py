@@ -159,6 +159,72 @@ async def test_adding_and_removing_a_subscription_while_another_is_fed_loses_not
     assert await committed(kafka_bootstrap, GROUP, visitor, 1) == {0: 60}
 
 
+async def test_updating_a_subscription_that_keeps_its_topics_moves_no_partition_of_the_group(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    fed, updated = await topic_factory(partitions=2), await topic_factory(partitions=2)
+    receiver = await Receiver(slow_ok).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            for sub_id, topic in (("steady", fed), ("changing", updated)):
+                status, _ = await api.call("POST", "/broker/subscription",
+                                           sub_in_group(sub_id, topic, receiver.url,
+                                                        fast_group_kwargs))
+                assert status == 200
+            feeding = asyncio.gather(feed(kafka_bootstrap, fed, batches=30, size=10),
+                                     feed(kafka_bootstrap, updated, batches=30, size=10))
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 40)
+            [member] = members(runtime)
+            before = (member.rebalances, member.generation(), member.member_id())
+            body = sub_in_group("changing", updated, receiver.url, fast_group_kwargs)
+            body["topics"][0]["config"]["concurrencyFactor"] = 2
+            status, answer = await api.call("PUT", f"/broker/subscription/changing/{GROUP}",
+                                            body)
+            assert status == 200, answer
+            await feeding
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 600, timeout_s=60)
+            assert members(runtime) == [member]
+            assert (member.rebalances, member.generation(), member.member_id()) == before
+            _, shown = await api.call("GET", f"/broker/subscription/changing/{GROUP}")
+            assert sorted(shown["data"]["status"]["member"]["assigned"]) == [
+                f"{updated}-0", f"{updated}-1"]
+    finally:
+        await receiver.stop()
+    assert len(delivered_of(receiver, f"steady_{GROUP}")) == 300
+    assert len(delivered_of(receiver, f"changing_{GROUP}")) == 300
+    assert await committed(kafka_bootstrap, GROUP, fed, 2) == {0: 150, 1: 150}
+    assert await committed(kafka_bootstrap, GROUP, updated, 2) == {0: 150, 1: 150}
+
+
+async def test_updating_the_only_subscription_of_a_group_keeps_its_member(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=2)
+    receiver = await Receiver(slow_ok).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            body = sub_in_group("alone", topic, receiver.url, fast_group_kwargs)
+            status, _ = await api.call("POST", "/broker/subscription", body)
+            assert status == 200
+            feeding = asyncio.create_task(feed(kafka_bootstrap, topic, batches=30, size=10))
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 20)
+            [member] = members(runtime)
+            before = (member.rebalances, member.member_id())
+            body["topics"][0]["config"]["concurrencyFactor"] = 1
+            status, answer = await api.call("PUT", f"/broker/subscription/alone/{GROUP}", body)
+            assert status == 200, answer
+            await feeding
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 300, timeout_s=60)
+            assert members(runtime) == [member]
+            assert (member.rebalances, member.member_id()) == before
+    finally:
+        await receiver.stop()
+    assert len(delivered_of(receiver, f"alone_{GROUP}")) == 300
+    assert await committed(kafka_bootstrap, GROUP, topic, 2) == {0: 150, 1: 150}
+
+
 async def feed(bootstrap: str, topic: str, *, batches: int, size: int) -> None:
     """Produce `batches * size` records, a batch every 100 ms (bounded)."""
     for n in range(batches):
