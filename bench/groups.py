@@ -12,12 +12,16 @@ Everything runs on loopback, started here and stopped at the end: the embedded b
    group `bench-team` with `shared`, in `bench-<i>` with `separate`), subscribed through
    the library API (`DeliveryService.subscribe`, the admin API's path without HTTP).
    `subscribe`: time to subscribe them all; `ready`: from the last subscribe until
-   readiness reports nothing (every subscription has its partition).
+   readiness reports nothing (every subscription has its partition); `mb_per_sub`: this
+   process's resident memory growth from before the first subscribe until ready, per
+   subscription.
 2. `probe`: one record produced to each of `--probes` topics; time until all delivered.
 3. `join gap`: subscription 0 is fed one record every `--feed-ms` for a bounded time;
    one more subscription (a new topic, same group) is subscribed meanwhile. The longest
    gap between two deliveries to subscription 0 from the subscribe until 8 s later,
    against the longest gap in the 2 s before (the feed's own rhythm: the bare loop).
+   `update gap`: the same while subscription 1 is updated (another `concurrencyFactor`,
+   same topic).
 4. `restart`: the runtime stops and a new one starts from the persisted subscriptions;
    time from its start until ready, then the probe again.
 
@@ -37,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +120,14 @@ class Layout:
                 "properties": {"fetch.max.wait.ms": "50"}}
 
 
+def rss_mb() -> float:
+    """This process's resident memory now (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -154,11 +166,10 @@ async def probe(bootstrap: str, layout: Layout, probes: int, timeout_s: float) -
     return time.monotonic() - started
 
 
-async def join_gap(bootstrap: str, runtime: Runtime, layout: Layout, feed_ms: int,
-                   timeout_s: float) -> tuple[float, float]:
-    """(longest gap before the join, longest gap after it) in deliveries to subscription 0."""
-    extra = layout.subs
-    await create_topics(bootstrap, {layout.topic(extra): 1})
+async def fed_gap(bootstrap: str, layout: Layout, feed_ms: int, timeout_s: float,
+                  change: Callable[[], Awaitable[None]]) -> tuple[float, float]:
+    """(longest gap before `change`, longest gap after it) in deliveries to subscription 0,
+    fed one record every `feed_ms` meanwhile."""
     arrivals = layout.receiver.arrivals[layout.key(0)]
     producer = make_producer(bootstrap, acks=1, linger_ms=0)
     await producer.start()
@@ -172,16 +183,41 @@ async def join_gap(bootstrap: str, runtime: Runtime, layout: Layout, feed_ms: in
     feeding = asyncio.create_task(feed())
     try:
         await asyncio.sleep(2.5)
-        joined = time.monotonic()
-        await service(runtime).subscribe(decode_consumer(layout.document(extra)))
+        changed = time.monotonic()
+        await change()
         await asyncio.wait_for(feeding, timeout_s)
         await asyncio.sleep(1)
     finally:
         feeding.cancel()
         await asyncio.gather(feeding, return_exceptions=True)
         await producer.stop()
-    return (longest_gap(arrivals, joined - 2, joined),
-            longest_gap(arrivals, joined, joined + 8))
+    return (longest_gap(arrivals, changed - 2, changed),
+            longest_gap(arrivals, changed, changed + 8))
+
+
+async def join_gap(bootstrap: str, runtime: Runtime, layout: Layout, feed_ms: int,
+                   timeout_s: float) -> tuple[float, float]:
+    """The gaps around one more subscription (a new topic, same group) subscribing."""
+    extra = layout.subs
+    await create_topics(bootstrap, {layout.topic(extra): 1})
+
+    async def join() -> None:
+        await service(runtime).subscribe(decode_consumer(layout.document(extra)))
+
+    return await fed_gap(bootstrap, layout, feed_ms, timeout_s, join)
+
+
+async def update_gap(bootstrap: str, runtime: Runtime, layout: Layout, feed_ms: int,
+                     timeout_s: float) -> tuple[float, float]:
+    """The gaps around an update of subscription 1 that keeps its topic (another
+    `concurrencyFactor`): with a shared member, no rebalance."""
+    document = layout.document(1)
+    document["topics"][0]["config"] = {"concurrencyFactor": 2}
+
+    async def update() -> None:
+        await service(runtime).update(layout.key(1), decode_consumer(document))
+
+    return await fed_gap(bootstrap, layout, feed_ms, timeout_s, update)
 
 
 def longest_gap(times: list[float], start: float, end: float) -> float:
@@ -198,6 +234,7 @@ async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
     cfg = config(bootstrap, workdir)
     async with Runtime(cfg, services=[DeliveryService]) as runtime:
         delivery = service(runtime)
+        rss_before = rss_mb()
         started = time.monotonic()
         for i in range(layout.subs):
             await delivery.subscribe(decode_consumer(layout.document(i)))
@@ -206,14 +243,18 @@ async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
         result["subscribe_s"] = time.monotonic() - started
         result["ready_s"] = await until(lambda: not delivery.readiness(), args.timeout_s,
                                         f"{layout.name} ready")
+        result["mb_per_sub"] = (rss_mb() - rss_before) / layout.subs
         note(f"{layout.name}: subscribe_s {result['subscribe_s']:.2f} ready_s "
-             f"{result['ready_s']:.2f}")
+             f"{result['ready_s']:.2f} mb_per_sub {result['mb_per_sub']:.3f}")
         result["probe_s"] = await probe(bootstrap, layout, args.probes, args.timeout_s)
         note(f"{layout.name}: probe_s {result['probe_s']:.2f}")
         before, after = await join_gap(bootstrap, runtime, layout, args.feed_ms,
                                        args.timeout_s)
         result["gap_before_s"], result["gap_join_s"] = before, after
         note(f"{layout.name}: gap_before_s {before:.2f} gap_join_s {after:.2f}")
+        _, result["gap_update_s"] = await update_gap(bootstrap, runtime, layout,
+                                                     args.feed_ms, args.timeout_s)
+        note(f"{layout.name}: gap_update_s {result['gap_update_s']:.2f}")
         stopping = time.monotonic()
     result["stop_s"] = time.monotonic() - stopping
     restarted = time.monotonic()

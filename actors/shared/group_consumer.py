@@ -208,7 +208,7 @@ class GroupConsumerActor(Actor):
         """One fetch, handed over to the partition actors."""
         batches = await kafka.getmany(timeout_ms=self._poll_ms(kafka),
                                       max_records=self.wiring.max_records)
-        self._pace(kafka, quiet=not any(batches.values()))
+        self._pace(kafka, quiet=not any(batches.values()) and not self._commits)
         now = self.context.clock.monotonic_ms()
         for tp, messages in batches.items():
             if messages:
