@@ -32,6 +32,7 @@ its subscriptions (`[egress] origin_max_connections`).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -76,9 +77,11 @@ def strictest(settings: Iterable[BreakerSettings]) -> BreakerSettings:
                            max(s.open_ms for s in found))
 
 
+@functools.lru_cache(maxsize=4096)
 def origin_of(uri: str) -> str:
     """`scheme://host:port`; a URL that cannot be parsed is its own origin (its requests
-    fail on their own, like any failure)."""
+    fail on their own, like any failure). Cached: every subscribe looks up the origin of
+    every subscription (`DeliveryService._configure_origin`)."""
     try:
         parts = urlsplit(uri)
         port = parts.port or (443 if parts.scheme == "https" else 80)
