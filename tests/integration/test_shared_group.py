@@ -225,6 +225,42 @@ async def test_updating_the_only_subscription_of_a_group_keeps_its_member(
     assert await committed(kafka_bootstrap, GROUP, topic, 2) == {0: 150, 1: 150}
 
 
+async def test_a_member_killed_while_a_subscription_is_updated_loses_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    fed, updated = await topic_factory(partitions=2), await topic_factory(partitions=2)
+    await produce(kafka_bootstrap, fed, 300, partitions=2)
+    await produce(kafka_bootstrap, updated, 300, partitions=2)
+    receiver = await Receiver(slow_ok).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            for sub_id, topic in (("steady", fed), ("changing", updated)):
+                status, _ = await api.call("POST", "/broker/subscription",
+                                           sub_in_group(sub_id, topic, receiver.url,
+                                                        fast_group_kwargs))
+                assert status == 200
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 100)
+            [victim] = members(runtime)
+            body = sub_in_group("changing", updated, receiver.url, fast_group_kwargs)
+            body["topics"][0]["config"]["concurrencyFactor"] = 2
+            update = asyncio.create_task(
+                api.call("PUT", f"/broker/subscription/changing/{GROUP}", body))
+            await receiver.wait_for(lambda: victim.roster.held, timeout_s=10)
+            victim.kill("chaos test")
+            status, answer = await update
+            assert status == 200, answer
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 600, timeout_s=90)
+            [replacement] = members(runtime)
+            assert replacement is not victim and not replacement.roster.held
+    finally:
+        await receiver.stop()
+    assert len(delivered_of(receiver, f"steady_{GROUP}")) == 300
+    assert len(delivered_of(receiver, f"changing_{GROUP}")) == 300
+    assert await committed(kafka_bootstrap, GROUP, fed, 2) == {0: 150, 1: 150}
+    assert await committed(kafka_bootstrap, GROUP, updated, 2) == {0: 150, 1: 150}
+
+
 async def feed(bootstrap: str, topic: str, *, batches: int, size: int) -> None:
     """Produce `batches * size` records, a batch every 100 ms (bounded)."""
     for n in range(batches):
