@@ -53,6 +53,7 @@ from actors.delivery.consumer import (
 from actors.delivery.deadletter import DeadLetterActor
 from actors.delivery.egress import EgressActor
 from actors.delivery.errors import (
+    DeliveryError,
     InvalidSubscription,
     SubscriptionExists,
     SubscriptionNotFound,
@@ -100,6 +101,8 @@ DRAIN_MS = 2500
 CONSUMER_STOP_MS = DRAIN_MS + 1000
 SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
 KEEP_TICK_MS = 250
+RESTORE_BATCH = 16
+"""Stored subscriptions started at once on restore."""
 PAUSED_FILE = "paused.list"  # not *.json: those are subscriptions
 DISABLED_FILE = "disabled.list"  # key -> reason: subscriptions a 410 Gone disabled
 STOPPED: Final = ("paused", "disabled")
@@ -188,6 +191,7 @@ class DeliveryService:
 
     async def _restore_all(self, consumers: list[Consumer], paused: set[str],
                            disabled: dict[str, str]) -> None:
+        startable: list[Consumer] = []
         for consumer in consumers:
             key = consumer.key
             self.subscriptions[key] = consumer
@@ -200,8 +204,12 @@ class DeliveryService:
                 self.status[key].move("paused", self._now(), "paused before the restart")
                 log.info("subscription %s restored paused", key)
                 continue
+            startable.append(consumer)
+        # a few at a time: each new group member's client start is mostly waiting for
+        # the broker (500 separate groups took 18-25 s one by one)
+        for first in range(0, len(startable), RESTORE_BATCH):
             async with self._lock:
-                await self._try_start(consumer, "restored")
+                await self._start_together(startable[first:first + RESTORE_BATCH], "restored")
 
     async def stop(self) -> None:
         """Stop the keeper, then every subscription in parallel: each drains and commits."""
@@ -345,10 +353,17 @@ class DeliveryService:
         return ChildRef(self._groups_supervisor(), self._member_name(consumer))
 
     async def _ensure_member(self, consumer: Consumer) -> None:
+        spec = self._member_spec(consumer)
+        if spec is not None:
+            await self._groups_supervisor().start_child(spec)
+            log.info("group member %s started", spec.name)
+
+    def _member_spec(self, consumer: Consumer) -> ChildSpec | None:
+        """The spec of `consumer`'s group member, None when it runs already."""
         assert self._runtime is not None
         name, groups = self._member_name(consumer), self._groups_supervisor()
         if groups.has_child(name):
-            return
+            return None
         roster = self.rosters.setdefault(name, Roster(consumer.group_id))
         roster.held = self._restoring
         runtime = self._runtime
@@ -356,10 +371,9 @@ class DeliveryService:
             ChildRef(groups, name), self._bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
             runtime.consumer_settings(consumer.broker)))
         settings = subscription_client_settings(consumer, f"hookstream-{consumer.group_id}")
-        await groups.start_child(ChildSpec(
+        return ChildSpec(
             name, lambda: SharedMemberActor(name, roster, wiring, settings, runtime.metrics),
-            shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000))
-        log.info("group member %s started", name)
+            shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
 
     async def _release_member(self, consumer: Consumer) -> None:
         """Stop a member no subscription rides any more (it leaves the group)."""
@@ -377,18 +391,63 @@ class DeliveryService:
 
     async def _try_start(self, consumer: Consumer, what: str) -> bool:
         """Start a listed subscription's tree (lock held); on failure, schedule a retry."""
-        key, status = consumer.key, self.status[consumer.key]
         try:
             await self._start_tree(consumer)
         except (SubscriptionStartFailed, UnknownBroker) as exc:
-            delay = status.failed(self._now(), exc.details or exc.reason,
-                                  self._broker_down(consumer))
-            log.warning("subscription %s %s: %s; retrying in %.1f s", key, status.state,
-                        status.reason, delay / 1000)
+            self._start_failed(consumer, exc)
             return False
-        status.move("running", self._now())
-        log.info("subscription %s %s", key, what)
+        self._started(consumer, what)
         return True
+
+    async def _start_together(self, consumers: list[Consumer], what: str) -> None:
+        """`_try_start` for several listed subscriptions at once (lock held): first the
+        group members they need, then their trees, each step in parallel."""
+        failed = await self._start_members(consumers)
+        ready = [c for c in consumers if c.key not in failed]
+        errors = await self._supervisor().start_children([self._spec(c) for c in ready])
+        for consumer, error in zip(ready, errors, strict=True):
+            if error is None:
+                self._started(consumer, what)
+                continue
+            await self._release_member(consumer)
+            failed[consumer.key] = SubscriptionStartFailed(
+                "subscription failed to start", str(error.__cause__ or error))
+        for key, exc in failed.items():
+            self._start_failed(self.subscriptions[key], exc)
+
+    async def _start_members(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
+        """Start the members `consumers` ride that do not run yet, in parallel; the
+        subscriptions whose member could not start, with the reason."""
+        specs: dict[str, ChildSpec] = {}
+        failed: dict[str, DeliveryError] = {}
+        for consumer in filter(_rides, consumers):
+            try:
+                spec = self._member_spec(consumer)
+            except UnknownBroker as exc:
+                failed[consumer.key] = exc
+                continue
+            if spec is not None:
+                specs[spec.name] = spec
+        errors = await self._groups_supervisor().start_children(list(specs.values()))
+        broken = {name: error for name, error in zip(specs, errors, strict=True) if error}
+        for consumer in filter(_rides, consumers):
+            error = broken.get(self._member_name(consumer))
+            if error is not None:
+                failed[consumer.key] = SubscriptionStartFailed(
+                    "subscription failed to start", str(error.__cause__ or error))
+                await self._release_member(consumer)
+        return failed
+
+    def _started(self, consumer: Consumer, what: str) -> None:
+        self.status[consumer.key].move("running", self._now())
+        log.info("subscription %s %s", consumer.key, what)
+
+    def _start_failed(self, consumer: Consumer, exc: DeliveryError) -> None:
+        status = self.status[consumer.key]
+        delay = status.failed(self._now(), exc.details or exc.reason,
+                              self._broker_down(consumer))
+        log.warning("subscription %s %s: %s; retrying in %.1f s", consumer.key, status.state,
+                    status.reason, delay / 1000)
 
     def _tree_exited(self, key: str, error: BaseException | None) -> None:
         """A subscription tree ended by itself (crashed past its restart budget)."""

@@ -70,6 +70,11 @@ class _StartChild:
 
 
 @dataclass(frozen=True, slots=True)
+class _StartChildren:
+    specs: tuple[ChildSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _StopChildren:
     names: tuple[str, ...]
 
@@ -146,6 +151,13 @@ class Supervisor(Actor):
             raise error
         return ChildRef(self, spec.name)
 
+    async def start_children(self, specs: list[ChildSpec]) -> list[ActorStartError | None]:
+        """Start several children in parallel (distinct names) and return once each is
+        ready or failed: per spec, its start error or None. A failed one is not running;
+        the others are."""
+        errors: list[ActorStartError | None] = await self.ask(_StartChildren(tuple(specs)))
+        return errors
+
     async def stop_child(self, name: str) -> None:
         """Stop a child gracefully and forget it (it is not restarted)."""
         await self.ask(_StopChildren((name,)))
@@ -195,6 +207,8 @@ class Supervisor(Actor):
             await self._on_exit(message)
         elif isinstance(message, _StartChild):
             return await self._try_start(message.spec)
+        elif isinstance(message, _StartChildren):
+            return list(await asyncio.gather(*(self._try_start(s) for s in message.specs)))
         elif isinstance(message, _StopChildren):
             await self._stop_parallel(message.names)
         elif isinstance(message, _RetryRestart):

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from actors.delivery.member import SharedMemberActor
+from actors.delivery.service import RESTORE_BATCH
 from runtime.host.app import Runtime
 from runtime.kafka.broker import free_port
 from runtime.kernel.supervisor import Supervisor
@@ -259,6 +260,34 @@ async def test_a_member_killed_while_a_subscription_is_updated_loses_nothing(
     assert len(delivered_of(receiver, f"changing_{GROUP}")) == 300
     assert await committed(kafka_bootstrap, GROUP, fed, 2) == {0: 150, 1: 150}
     assert await committed(kafka_bootstrap, GROUP, updated, 2) == {0: 150, 1: 150}
+
+
+async def test_a_restart_restores_more_subscriptions_than_one_batch_and_each_delivers(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    alone = [await topic_factory() for _ in range(RESTORE_BATCH + 4)]
+    together = [await topic_factory() for _ in range(3)]
+    records = 2 * (len(alone) + len(together))
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            for n, topic in enumerate(alone):
+                await api.subscribe(subscription(f"s{n}", [{"name": topic}], receiver.url,
+                                                 fast_group=fast_group_kwargs))
+            for n, topic in enumerate(together):
+                await api.subscribe(sub_in_group(f"t{n}", topic, receiver.url,
+                                                 fast_group_kwargs))
+        for topic in alone + together:
+            await produce(kafka_bootstrap, topic, 2)
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            assert len(members(runtime)) == len(alone) + 1
+            await receiver.wait_for(lambda: len(receiver.delivered()) == records,
+                                    timeout_s=60)
+    finally:
+        await receiver.stop()
+    assert {t for _, t, _, _ in receiver.delivered()} == set(alone + together)
+    assert len(set(receiver.delivered())) == records
 
 
 async def feed(bootstrap: str, topic: str, *, batches: int, size: int) -> None:

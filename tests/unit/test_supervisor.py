@@ -249,6 +249,28 @@ async def test_stop_children_stops_them_in_parallel() -> None:
     await system.stop()
 
 
+async def test_start_children_starts_them_in_parallel_and_reports_each_failure() -> None:
+    class MeetsOnStart(Worker):
+        """Ready only when the other one is starting too: a serial start would hang."""
+
+        async def on_start(self) -> None:
+            await asyncio.wait_for(both.wait(), 2)
+            await super().on_start()
+
+    both = asyncio.Barrier(2)
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    errors = await sup.start_children([
+        ChildSpec("p", lambda: MeetsOnStart("p", log)),
+        ChildSpec("bad", lambda: FailsToStart("bad", [1])),
+        ChildSpec("q", lambda: MeetsOnStart("q", log))])
+    assert errors[0] is None and errors[2] is None
+    assert isinstance(errors[1], ActorStartError) and "broker unreachable" in str(errors[1])
+    assert sup.children() == ["a", "b", "c", "p", "q"]
+    assert await sup.child("q").ask("ping") == "q"
+    await system.stop()
+
+
 async def test_a_child_that_never_becomes_ready_is_cancelled_after_its_start_timeout() -> None:
     class Hangs(Actor):
         async def on_start(self) -> None:
