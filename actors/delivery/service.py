@@ -335,8 +335,7 @@ class DeliveryService:
             await self._supervisor().start_child(self._spec(consumer))
         except ActorStartError as exc:
             await self._release_member(consumer)
-            raise SubscriptionStartFailed("subscription failed to start",
-                                          str(exc.__cause__ or exc)) from exc
+            raise _start_failure(exc) from exc
 
     # -- shared group members (actors/delivery/member.py) ---------------------------------
     def _member_name(self, consumer: Consumer) -> str:
@@ -410,8 +409,7 @@ class DeliveryService:
                 self._started(consumer, what)
                 continue
             await self._release_member(consumer)
-            failed[consumer.key] = SubscriptionStartFailed(
-                "subscription failed to start", str(error.__cause__ or error))
+            failed[consumer.key] = _start_failure(error)
         for key, exc in failed.items():
             self._start_failed(self.subscriptions[key], exc)
 
@@ -433,8 +431,7 @@ class DeliveryService:
         for consumer in filter(_rides, consumers):
             error = broken.get(self._member_name(consumer))
             if error is not None:
-                failed[consumer.key] = SubscriptionStartFailed(
-                    "subscription failed to start", str(error.__cause__ or error))
+                failed[consumer.key] = _start_failure(error)
                 await self._release_member(consumer)
         return failed
 
@@ -915,6 +912,12 @@ class DeliveryService:
     def __repr__(self) -> str:
         states = {k: s.state for k, s in self.status.items()}
         return f"<DeliveryService {states}>"
+
+
+def _start_failure(error: ActorStartError) -> SubscriptionStartFailed:
+    """What the API says when a subscription's actors could not start: the first cause."""
+    return SubscriptionStartFailed("subscription failed to start",
+                                   str(error.__cause__ or error))
 
 
 def _rides(consumer: Consumer) -> bool:
