@@ -613,6 +613,7 @@ class DeliveryService:
             try:
                 await self._stop_tree(key, keep_member=roster is not None)
                 self.subscriptions[key] = consumer
+                self._settle_origin(old.subscriptionMethod.uri)  # it may push elsewhere now
                 if self._store is not None:
                     await self._store.save(consumer)
                 log.info("subscription %s updated: %s (was %s)", key, _summary(consumer),
@@ -822,9 +823,11 @@ class DeliveryService:
             await self._stop_tree(key)
             del self.subscriptions[key]
             del self.status[key]
-            if self.outlets.pop(key, None) is None and self._store is not None:
-                await self._store.delete(key)  # in-process ones were never stored
-                await self._save_paused()
+            if self.outlets.pop(key, None) is None:
+                self._settle_origin(consumer.subscriptionMethod.uri)
+                if self._store is not None:
+                    await self._store.delete(key)  # in-process ones were never stored
+                    await self._save_paused()
             self._forget_metrics(key)
             log.info("unsubscribed %s", key)
             return consumer
@@ -886,11 +889,18 @@ class DeliveryService:
     def _configure_origin(self, consumer: Consumer) -> Origin:
         """The origin `consumer` pushes to, with the strictest rate limit and breaker
         settings among the subscriptions that push there (this one included)."""
-        origin = self.origins.get(consumer.subscriptionMethod.uri)
+        return self._settle_origin(consumer.subscriptionMethod.uri, consumer)
+
+    def _settle_origin(self, uri: str, joining: Consumer | None = None) -> Origin:
+        """The origin of `uri`, set to the strictest settings of the subscriptions that
+        push there now (and `joining`): one that leaves takes its limits with it."""
+        origin = self.origins.get(uri)
+        skip = joining.key if joining is not None else None
         methods = [c.subscriptionMethod for k, c in self.subscriptions.items()
-                   if k != consumer.key and k not in self.outlets
+                   if k != skip and k not in self.outlets
                    and self.origins.get(c.subscriptionMethod.uri) is origin]
-        methods.append(consumer.subscriptionMethod)
+        if joining is not None:
+            methods.append(joining.subscriptionMethod)
         origin.configure((m.rateLimitPerSecond for m in methods),
                          (_breaker_settings(m.circuitBreaker) for m in methods))
         return origin

@@ -153,6 +153,12 @@ async def test_subscriptions_of_one_origin_share_the_strictest_rate_limit(
             for name in ("fast", "slow"):
                 _, one = await admin.call("GET", f"/broker/subscription/{name}/g-{name}")
                 assert one["data"]["status"]["endpoint"]["origin"]["rate_limit"] == 5
+            # the strict one leaves: its limit goes with it
+            status, _ = await admin.call("POST", "/broker/unsubscribe",
+                                         {"id": "slow", "group.id": "g-slow"})
+            assert status == 200
+            _, one = await admin.call("GET", "/broker/subscription/fast/g-fast")
+            assert one["data"]["status"]["endpoint"]["origin"]["rate_limit"] == 500
     finally:
         await receiver.stop()
     # 20 requests through one bucket of 5/s (a burst of 5): the last 15 take >= 3 s
