@@ -3,8 +3,9 @@ reads and follows (Kafka Connect's distributed mode keeps its configuration the 
 
 Records: key `<id>_<group.id>`, value the subscription document (a tombstone on
 unsubscribe); key `paused:<id>_<group.id>`, value `true` while paused (a tombstone on
-resume). One partition, so every instance sees every change in the same order: the last
-write of a key wins everywhere.
+resume); key `disabled:<id>_<group.id>`, value the reason, once an endpoint answered 410
+Gone (a tombstone on resume). One partition, so every instance sees every change in the
+same order: the last write of a key wins everywhere.
 
 `SubscriptionLog.start()` reads the topic from the beginning to its end (the high
 watermark at that moment), applying the last record of each key, and only then returns,
@@ -27,6 +28,7 @@ from runtime.kafka import create_topics, make_consumer, make_producer
 
 log = logging.getLogger(__name__)
 PAUSED_PREFIX = "paused:"
+DISABLED_PREFIX = "disabled:"
 CATCH_UP_ROUNDS = 300  # x 200 ms fetches
 Apply = Callable[[str, bytes | None], Awaitable[None]]
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Final, Unpack
 import msgspec
 
 from actors.delivery import inprocess
-from actors.delivery.cluster import PAUSED_PREFIX, SubscriptionLog
+from actors.delivery.cluster import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.cluster_status import ClusterStatus, snapshot_of
 from actors.delivery.consumer import (
     ConsumerActor,
@@ -118,6 +118,7 @@ class DeliveryService:
         self.status: dict[str, SubscriptionStatus] = {}
         self.replays: dict[str, ReplayProgress] = {}
         self._cluster_paused: set[str] = set()
+        self._cluster_disabled: dict[str, str] = {}  # key -> why (410 Gone)
         self.origins = Origins()  # shared by every subscription that pushes to an origin
         self.guard = DestinationGuard()
         self._log: SubscriptionLog | None = None  # cluster mode: the subscriptions topic
@@ -464,6 +465,8 @@ class DeliveryService:
             (self._cluster_paused.add if value else self._cluster_paused.discard)(target)
             if target in self.subscriptions:
                 await (self._pause_local(target) if value else self._resume_local(target))
+        elif key.startswith(DISABLED_PREFIX):
+            await self._apply_disabled(key.removeprefix(DISABLED_PREFIX), value)
         elif value is None:
             if key in self.subscriptions:
                 await self._unsubscribe_local(key)
@@ -474,6 +477,16 @@ class DeliveryService:
             elif consumer != self.subscriptions[key]:
                 await self._update_local(key, consumer)
 
+    async def _apply_disabled(self, key: str, reason: bytes | None) -> None:
+        if reason is None:
+            self._cluster_disabled.pop(key, None)
+            if key in self.subscriptions and self.status[key].state == "disabled":
+                await self._resume_local(key)
+            return
+        self._cluster_disabled[key] = reason.decode(errors="replace")
+        if key in self.subscriptions:
+            await self._disable_local(key, self._cluster_disabled[key])
+
     async def _adopt(self, consumer: Consumer) -> None:
         """A subscription this instance learns of: listed at once, started (or retried by
         the keeper), or paused when the topic says so."""
@@ -481,6 +494,9 @@ class DeliveryService:
         async with self._lock:
             self.subscriptions[key] = consumer
             self.status[key] = SubscriptionStatus("starting", self._now())
+            if key in self._cluster_disabled:
+                self.status[key].move("disabled", self._now(), self._cluster_disabled[key])
+                return
             if key in self._cluster_paused:
                 self.status[key].move("paused", self._now(), "paused in the cluster")
                 return
@@ -547,6 +563,8 @@ class DeliveryService:
         """Start a paused subscription again from its committed positions."""
         if self._log is not None and key not in self.outlets:
             self._known(key)
+            if key in self._cluster_disabled:
+                await self._log.write(DISABLED_PREFIX + key, None)
             await self._log.write(PAUSED_PREFIX + key, None)
             return
         await self._resume_local(key)
@@ -571,19 +589,28 @@ class DeliveryService:
     async def _disable(self, key: str, reason: str) -> None:
         """Stop the subscription's tree like a pause (in-flight pushes finish, positions
         are committed; the record that got the 410 stays uncommitted) and keep it
-        `disabled`, across restarts too, until `resume`."""
-        async with self._lock:
-            status = self.status.get(key)
-            if status is None or status.state != "running":
-                return
-            await self._stop_tree(key)
-            status.move("disabled", self._now(), reason)
-            await self._save_paused()
+        `disabled`, across restarts too, until `resume`. In cluster mode every instance
+        does so, and one started later too."""
+        if not await self._disable_local(key, reason):
+            return
         log.warning("subscription %s disabled: %s; POST .../resume starts it again",
                     key, reason)
         assert self._runtime is not None
         self._runtime.journal.emit(Event(type="subscription_disabled", ts_ms=self._now(),
                                          subscription=key, status=410, reason=reason))
+        if self._log is not None and key not in self.outlets:
+            await self._log.write(DISABLED_PREFIX + key, reason.encode())
+
+    async def _disable_local(self, key: str, reason: str) -> bool:
+        """False when `key` was not running (nothing to disable)."""
+        async with self._lock:
+            status = self.status.get(key)
+            if status is None or status.state != "running":
+                return False
+            await self._stop_tree(key)
+            status.move("disabled", self._now(), reason)
+            await self._save_paused()
+        return True
 
     async def update(self, key: str, consumer: Consumer) -> None:
         """Change a subscription in place: drain and commit, then start again with the new
@@ -811,6 +838,8 @@ class DeliveryService:
             consumer = self._known(key)
             if self.status[key].state == "paused":
                 await self._log.write(PAUSED_PREFIX + key, None)
+            if key in self._cluster_disabled:
+                await self._log.write(DISABLED_PREFIX + key, None)
             await self._log.write(key, None)
             return consumer
         return await self._unsubscribe_local(key)

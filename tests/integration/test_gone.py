@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,18 +22,19 @@ from tests.integration.delivery_harness import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 PATH = "/broker/subscription/gone/g-gone"
+CLUSTER_PATH = "/broker/subscription/gone-cl/g-gone-cl"
 
 
-async def _state(admin: Admin) -> dict[str, object]:
-    status, one = await admin.call("GET", PATH)
+async def _state(admin: Admin, path: str = PATH) -> dict[str, object]:
+    status, one = await admin.call("GET", path)
     assert status == 200, one
     state: dict[str, object] = one["data"]["status"]
     return state
 
 
-async def _wait_state(admin: Admin, wanted: str) -> dict[str, object]:
+async def _wait_state(admin: Admin, wanted: str, path: str = PATH) -> dict[str, object]:
     for _ in range(300):
-        state = await _state(admin)
+        state = await _state(admin, path)
         if state["state"] == wanted:
             return state
         await asyncio.sleep(0.05)
@@ -88,3 +90,38 @@ async def test_410_disables_until_resumed_even_across_a_restart(
     finally:
         await receiver.stop()
     assert [p.offset for p in receiver.pushes].count(3) == 2  # the 410, then delivered
+
+
+async def test_in_cluster_mode_a_410_disables_everywhere_and_an_instance_started_later(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    cluster = {"subscriptions_topic": f"subs-{uuid.uuid4().hex[:8]}", "replication_factor": 1}
+    gone = {"yes": True}
+
+    async def answer(push: Push) -> int:
+        return 410 if push.body == b"v3" and gone["yes"] else 200
+
+    receiver = await Receiver(answer).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path / "a", cluster=cluster) as a, \
+                make_runtime(kafka_bootstrap, tmp_path / "b", cluster=cluster) as b:
+            await Admin(a).subscribe(subscription(
+                "gone-cl", [{"name": topic, "config": {"ordering": "partition"}}], receiver.url,
+                fast_group=fast_group_kwargs, delayOnErrorMs=10))
+            await produce(kafka_bootstrap, topic, 10)
+            for runtime in (a, b):
+                state = await _wait_state(Admin(runtime), "disabled", CLUSTER_PATH)
+                assert "410 Gone" in str(state["reason"])
+        gone["yes"] = False
+        async with make_runtime(kafka_bootstrap, tmp_path / "c", cluster=cluster) as c:
+            admin = Admin(c)
+            state = await _state(admin, CLUSTER_PATH)
+            assert state["state"] == "disabled" and "410 Gone" in str(state["reason"])
+            status, reply = await admin.call("POST", CLUSTER_PATH + "/resume")
+            assert status == 200, reply
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == set(range(10)),
+                                    timeout_s=40)
+            assert (await _wait_state(admin, "running", CLUSTER_PATH))["state"] == "running"
+    finally:
+        await receiver.stop()
