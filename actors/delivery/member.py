@@ -181,9 +181,9 @@ class SharedMemberActor(GroupConsumerActor):
         roster = self.roster
         self._noted()
         self._target = _target_of(roster)
-        self._listening, self._missing = False, set()
+        listened, self._listening, self._missing = self._listening, False, set()
         if not roster.riders:
-            kafka.unsubscribe()
+            _unsubscribe(kafka, listened)
             return
         if roster.uses_pattern():
             kafka.subscribe(pattern=roster.pattern(), listener=self.listener)
@@ -194,7 +194,7 @@ class SharedMemberActor(GroupConsumerActor):
                 kafka.subscribe(topics=present, listener=self.listener)
                 self._listening = True
             else:
-                kafka.unsubscribe()
+                _unsubscribe(kafka, listened)
             topic_creation.watch(kafka, self._missing)
         if self._missing:
             log.warning("%s: waiting for topics that do not exist yet: %s", self.path,
@@ -334,3 +334,11 @@ class RiderActor(Actor):
 def _target_of(roster: Roster) -> tuple[str, ...] | str:
     """What a member of `roster` subscribes to: one pattern, or the topic names."""
     return roster.pattern() if roster.uses_pattern() else tuple(roster.topics())
+
+
+def _unsubscribe(kafka: AIOKafkaConsumer, listened: bool) -> None:
+    """Unsubscribe, unless never subscribed: aiokafka's unsubscribe asks the broker for the
+    metadata of every topic (no topic tracked means all), which a new member with no rider
+    yet did for nothing."""
+    if listened:
+        kafka.unsubscribe()
