@@ -44,6 +44,21 @@ def sub_in_group(sub_id: str, topic: str, url: str, fast: dict[str, int],
                                   **topic_extra}], url, group=GROUP, fast_group=fast)
 
 
+async def subscribe_all(api: Admin, topics: dict[str, str], url: str,
+                        fast: dict[str, int]) -> None:
+    """Post one subscription of the group per `{id: topic}`; each must be accepted."""
+    for sub_id, topic in topics.items():
+        status, body = await api.call("POST", "/broker/subscription",
+                                      sub_in_group(sub_id, topic, url, fast))
+        assert status == 200, body
+
+
+def with_concurrency(body: dict[str, Any], factor: int) -> dict[str, Any]:
+    """`body` with another concurrencyFactor: an update that keeps the topics."""
+    body["topics"][0]["config"]["concurrencyFactor"] = factor
+    return body
+
+
 def members(runtime: Runtime) -> list[SharedMemberActor]:
     groups = runtime.system.root.child("groups")
     assert isinstance(groups, Supervisor)
@@ -70,11 +85,8 @@ async def test_two_subscriptions_of_one_group_share_one_member_and_both_deliver_
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             api = Admin(runtime)
-            for sub_id, topic in (("a", first), ("b", second)):
-                status, body = await api.call("POST", "/broker/subscription",
-                                              sub_in_group(sub_id, topic, receiver.url,
-                                                           fast_group_kwargs))
-                assert status == 200, body
+            await subscribe_all(api, {"a": first, "b": second}, receiver.url,
+                                fast_group_kwargs)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 200)
             assert len(members(runtime)) == 1
             _, a = await api.call("GET", f"/broker/subscription/a/{GROUP}")
@@ -168,18 +180,15 @@ async def test_updating_a_subscription_that_keeps_its_topics_moves_no_partition_
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             api = Admin(runtime)
-            for sub_id, topic in (("steady", fed), ("changing", updated)):
-                status, _ = await api.call("POST", "/broker/subscription",
-                                           sub_in_group(sub_id, topic, receiver.url,
-                                                        fast_group_kwargs))
-                assert status == 200
+            await subscribe_all(api, {"steady": fed, "changing": updated}, receiver.url,
+                                fast_group_kwargs)
             feeding = asyncio.gather(feed(kafka_bootstrap, fed, batches=30, size=10),
                                      feed(kafka_bootstrap, updated, batches=30, size=10))
             await receiver.wait_for(lambda: len(receiver.delivered()) >= 40)
             [member] = members(runtime)
             before = (member.rebalances, member.generation(), member.member_id())
-            body = sub_in_group("changing", updated, receiver.url, fast_group_kwargs)
-            body["topics"][0]["config"]["concurrencyFactor"] = 2
+            body = with_concurrency(
+                sub_in_group("changing", updated, receiver.url, fast_group_kwargs), 2)
             status, answer = await api.call("PUT", f"/broker/subscription/changing/{GROUP}",
                                             body)
             assert status == 200, answer
@@ -213,7 +222,7 @@ async def test_updating_the_only_subscription_of_a_group_keeps_its_member(
             await receiver.wait_for(lambda: len(receiver.delivered()) >= 20)
             [member] = members(runtime)
             before = (member.rebalances, member.member_id())
-            body["topics"][0]["config"]["concurrencyFactor"] = 1
+            with_concurrency(body, 1)
             status, answer = await api.call("PUT", f"/broker/subscription/alone/{GROUP}", body)
             assert status == 200, answer
             await feeding
@@ -236,15 +245,12 @@ async def test_a_member_killed_while_a_subscription_is_updated_loses_nothing(
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             api = Admin(runtime)
-            for sub_id, topic in (("steady", fed), ("changing", updated)):
-                status, _ = await api.call("POST", "/broker/subscription",
-                                           sub_in_group(sub_id, topic, receiver.url,
-                                                        fast_group_kwargs))
-                assert status == 200
+            await subscribe_all(api, {"steady": fed, "changing": updated}, receiver.url,
+                                fast_group_kwargs)
             await receiver.wait_for(lambda: len(receiver.delivered()) >= 100)
             [victim] = members(runtime)
-            body = sub_in_group("changing", updated, receiver.url, fast_group_kwargs)
-            body["topics"][0]["config"]["concurrencyFactor"] = 2
+            body = with_concurrency(
+                sub_in_group("changing", updated, receiver.url, fast_group_kwargs), 2)
             update = asyncio.create_task(
                 api.call("PUT", f"/broker/subscription/changing/{GROUP}", body))
             await receiver.wait_for(lambda: victim.roster.held, timeout_s=10)
@@ -307,11 +313,8 @@ async def test_a_killed_member_is_rebuilt_and_both_subscriptions_deliver_everyth
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             api = Admin(runtime)
-            for sub_id, topic in (("x", first), ("y", second)):
-                status, _ = await api.call("POST", "/broker/subscription",
-                                           sub_in_group(sub_id, topic, receiver.url,
-                                                        fast_group_kwargs))
-                assert status == 200
+            await subscribe_all(api, {"x": first, "y": second}, receiver.url,
+                                fast_group_kwargs)
             await receiver.wait_for(lambda: len(receiver.delivered()) >= 100)
             [victim] = members(runtime)
             victim.kill("chaos test")
