@@ -87,10 +87,10 @@ import msgspec
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from actors.delivery import transport
-from actors.delivery.egress import pool_size
+from actors.delivery.document.subscription import decode_consumer
+from actors.delivery.egress import transport
+from actors.delivery.egress.http import pool_size
 from actors.delivery.service import DeliveryService
-from actors.delivery.subscription import decode_consumer
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config
 from runtime.host.journal import Event, closed_segments
@@ -663,7 +663,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="subscriptionMethod.maxConnections; 0: the default pool")
     parser.add_argument("--transport", choices=("aiohttp", "lean"), default="",
                         help="the egress transport of the runtime runs (default: the "
-                             "product's default, actors/delivery/transport.py)")
+                             "product's default, actors/delivery/egress/transport.py)")
     parser.add_argument("--batch-size", type=int, default=1,
                         help="subscriptionMethod.batchSize (records per request)")
     parser.add_argument("--batch-linger-ms", type=int, default=0,

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/endpoint_tls.py [--lookups 2000] [--pushes 400] [--concurrency 10]
 
-- `context`: `client_context` (actors/delivery/tls.py: each file checked and stat'ed, then
+- `context`: `client_context` (actors/delivery/document/tls.py: each file checked and stat'ed, then
   a cache hit; called once per egress start) against building the `SSLContext` (system
   store, extra CA, client certificate), as a design without the cache would at every
   start, or a per-request design at every request.
@@ -37,9 +37,9 @@ import trustme
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from actors.delivery.signing import sign_all, signing_keys
-from actors.delivery.subscription import SubscriptionMethod
-from actors.delivery.tls import client_context
+from actors.delivery.document.signing import sign_all, signing_keys
+from actors.delivery.document.subscription import SubscriptionMethod
+from actors.delivery.document.tls import client_context
 
 BODY = b"x" * 1024
 

@@ -69,8 +69,8 @@ import aiohttp
 import uvloop
 from aiohttp import web
 
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.service import DeliveryService
-from actors.delivery.subscription import decode_consumer
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config
 from runtime.kafka import create_topics, make_producer

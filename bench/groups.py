@@ -49,8 +49,8 @@ from typing import Any
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.service import DeliveryService
-from actors.delivery.subscription import decode_consumer
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config
 from runtime.kafka import create_topics, make_producer

@@ -56,7 +56,7 @@ import aiokafka
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from actors.delivery.handler import ConsumedRecord
+from actors.delivery.egress.handler import ConsumedRecord
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config

@@ -22,10 +22,10 @@ GROUPS = {
     "journal": "runtime/host/journal.py",
     "metrics": "runtime/host/metrics.py",
     "actor kernel": "runtime/kernel/actor.py",
-    "partition actor": "actors/delivery/partition.py",
-    "book + lanes + tracker": "actors/delivery/book.py|actors/delivery/lanes.py|"
+    "partition actor": "actors/delivery/path/partition.py",
+    "book + lanes + tracker": "actors/delivery/path/book.py|actors/delivery/path/lanes.py|"
                               "actors/shared/offsets.py",
-    "outlet + egress": "actors/delivery/outlet.py|actors/delivery/egress.py",
+    "outlet + egress": "actors/delivery/egress/outlet.py|actors/delivery/egress/http.py",
     "group consumer": "actors/shared/group_consumer.py",
 }
 LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")

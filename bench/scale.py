@@ -71,9 +71,9 @@ import aiohttp
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from actors.delivery.document.store import SubscriptionStore
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.service import DeliveryService
-from actors.delivery.store import SubscriptionStore
-from actors.delivery.subscription import decode_consumer
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config
 from runtime.kafka import create_topics, make_producer

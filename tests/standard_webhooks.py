@@ -1,6 +1,6 @@
 """A Standard Webhooks receiver's check, written for the tests from the specification's
 text (https://www.standardwebhooks.com, "Verifying signatures"), independently of
-actors/delivery/signing.py:
+actors/delivery/document/signing.py:
 
 - the secret is `whsec_` followed by the base64 of the key (a secret without the prefix is
   used as UTF-8 bytes, as hookstream documents);

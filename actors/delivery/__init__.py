@@ -4,6 +4,7 @@ push every record to an HTTP endpoint, at least once.
     from actors.delivery import Consumer, DeliveryService, decode_consumer
 """
 
+from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
@@ -13,7 +14,6 @@ from actors.delivery.errors import (
     UnknownBroker,
 )
 from actors.delivery.service import DeliveryService
-from actors.delivery.subscription import Consumer, decode_consumer
 
 __all__ = [
     "Consumer", "DeliveryError", "DeliveryService", "InvalidSubscription", "SubscriptionExists",

@@ -15,7 +15,8 @@ Hierarchy::
                                     is fixed
 
 `reason` and `details` are what the admin API answers as `{"success": false, "reason",
-"details"}`; the HTTP status of each class is chosen in one place, actors/delivery/routes.py.
+"details"}`; the HTTP status of each class is chosen in one place,
+actors/delivery/api/subscriptions.py.
 Decisions read the class or `retriable`, never `str(exc)`.
 """
 

@@ -40,7 +40,7 @@ class Record:
     """The replay id when this push is a replay (the `QOH-Replay` header)."""
     retry: RetryInfo | None = None
     """Set on a record read back from a retry topic, or one that failed with retry topics
-    on (actors/delivery/retrytopic.py)."""
+    on (actors/delivery/path/retrytopic.py)."""
 
     def coordinates(self) -> tuple[str, int, int]:
         """Topic, partition and offset as pushed and journaled: the original ones for a

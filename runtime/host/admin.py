@@ -4,7 +4,7 @@ add (subscriptions).
 Replies follow Queue-Over-Http: `200 {"success": true, "data": ...}` and
 `4xx {"success": false, "reason": ..., "details": ...}`. A bad request is never a 500:
 handlers raise `BadRequest` or answer `fail(...)` (a service translates its own domain
-errors, as actors/delivery/routes.py does), and anything unexpected is logged and
+errors, as actors/delivery/api/subscriptions.py does), and anything unexpected is logged and
 answered as JSON.
 
 Front-door rules, in `_guard`, before any handler runs (issue 13):

@@ -53,7 +53,7 @@ S = TypeVar("S")
 
 class Runtime:
     def __init__(self, config: Config, *, clock: Clock | None = None,
-                 services: Sequence[ServiceFactory] | None = None) -> None:
+                 services: Sequence[ServiceFactory[Runtime]] | None = None) -> None:
         self.config = config
         self.clock = clock or RealClock()
         self.metrics = Registry()
@@ -63,7 +63,7 @@ class Runtime:
         self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
         self.admin.app.router.add_get("/", _status_page)
         self.admin.app.router.add_get("/readyz", self._readyz)
-        self.services: dict[str, Service] = {}
+        self.services: dict[str, Service[Runtime]] = {}
         self._factories = list(services) if services is not None else None
         self._brokers: dict[str, EmbeddedBroker] = {}
         self._bootstrap: dict[str, str] = {}
@@ -91,12 +91,12 @@ class Runtime:
         return compat.fetch_settings(self.is_embedded(broker_name))
 
     @overload
-    def service(self, which: str) -> Service: ...
+    def service(self, which: str) -> Service[Runtime]: ...
 
     @overload
     def service(self, which: type[S]) -> S: ...
 
-    def service(self, which: str | type[S]) -> Service | S:
+    def service(self, which: str | type[S]) -> Service[Runtime] | S:
         """A running service, by name (`"delivery"`) or, typed, by class
         (`runtime.service(DeliveryService)`)."""
         name = which if isinstance(which, str) else getattr(which, "name", which.__name__)
@@ -110,9 +110,9 @@ class Runtime:
         return found
 
     @property
-    def delay(self) -> DelayQueue:
+    def delay(self) -> DelayQueue[Runtime]:
         """The delay queue: `await runtime.delay.send(target, value, delay_ms=...)`."""
-        return cast(DelayQueue, self.service("delay"))
+        return cast(DelayQueue[Runtime], self.service("delay"))
 
     async def consume(self, group_id: str, handler: RecordHandler,
                       **options: Unpack[ConsumeOptions]) -> Consumption:
@@ -128,7 +128,8 @@ class Runtime:
         if not callable(getattr(service, "consume", None)):
             raise UsageError(f"the delivery service {type(service).__name__} has no "
                              "in-process handlers (consume)")
-        return await cast(InProcessConsumers, service).consume(group_id, handler, **options)
+        consumers = cast(InProcessConsumers[Runtime], service)
+        return await consumers.consume(group_id, handler, **options)
 
     def _emit(self, event: Event) -> None:
         self.journal.emit(event)

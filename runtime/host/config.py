@@ -150,13 +150,13 @@ class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=T
 
 
 class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The destination guard (actors/delivery/guard.py): checked on the resolved address
+    """The destination guard (actors/delivery/egress/guard.py): checked on the resolved address
     at connect time."""
 
     allow_networks: list[str] = []
     """CIDRs; when not empty, only these may be connected to."""
     circuit_breaker: bool = True
-    """Per-origin circuit breaker (actors/delivery/origin.py); its thresholds come from the
+    """Per-origin circuit breaker (actors/delivery/egress/origin.py); its thresholds come from the
     subscriptions' `circuitBreaker` settings (defaults: 50% of at least 20 answers in 30 s
     opens it for 10 s)."""
     origin_max_connections: Annotated[int, Meta(ge=1, le=100_000)] = 1000
@@ -165,7 +165,7 @@ class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     """CIDRs never connected to; None means the defaults (link-local and cloud metadata)."""
     allow_references: list[str] | None = None
     """Glob patterns over `env:NAME` and `file:/path` naming the secret references a
-    subscription may use (actors/delivery/secrets.py); None allows every one, [] none."""
+    subscription may use (actors/delivery/document/secrets.py); None allows every one, [] none."""
 
 
 class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -6,7 +6,7 @@ decoder cannot follow (a deep body once hit a `RecursionError`). `check_value(va
 refuses, naming where: nesting deeper than `MAX_DEPTH`, NUL in any key or string (it
 breaks file names, header values, C libraries) and text that is not UTF-8 (lone
 surrogates). It walks the whole value in Python: run it after a typed conversion has
-bounded the sizes, as actors/delivery/subscription.py does. Numbers out of range are left
+bounded the sizes, as actors/delivery/document/subscription.py does. Numbers out of range are left
 to that conversion, which knows each field.
 """
 

@@ -2,7 +2,7 @@
 
 The host describes its own routes (`/healthz`, `/readyz`, `/metrics`, `/`,
 `/openapi.json`, and `/delay/levels` when the delay service adds it); each service
-describes the routes it adds (`app[OPENAPI].describe(...)`, as actors/delivery/routes.py
+describes the routes it adds (`app[OPENAPI].describe(...)`, as actors/delivery/api/subscriptions.py
 does). `document(router)` lists only operations whose route is registered, so the
 document says what this process serves, and `undescribed(router)` names routes nobody
 described (a test keeps that list empty).

@@ -7,7 +7,7 @@ contains `${` stays a password. Resolution happens once, when the config is load
 missing variable or unreadable file is a `ConfigError` naming the key, so a bad reference
 stops `python -m runtime check` instead of the first connection.
 
-Subscriptions use the same resolver (actors/delivery/secrets.py): their `additionalHeaders`
+Subscriptions use the same resolver (actors/delivery/document/secrets.py): their `additionalHeaders`
 values and `signingSecret` may be references, kept as written in the stored document and
 the cluster's subscriptions topic, and resolved by each instance when the subscription
 starts. `UnresolvedReference` (a ConfigError) carries the reference, so a caller can name

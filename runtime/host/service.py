@@ -11,25 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, TypeVar, Unpack
 
 from runtime.kernel.errors import UsageError
 
 if TYPE_CHECKING:
     from aiokafka.structs import RecordMetadata
 
-    from runtime.host.app import Runtime
+H = TypeVar("H", contravariant=True)
+"""The host a service starts in: `runtime.host.app.Runtime` (a parameter, so that this
+module need not import the one that imports it)."""
 
 
-class Service(Protocol):
+class Service(Protocol[H]):
     name: str
 
-    async def start(self, runtime: Runtime) -> None: ...
+    async def start(self, runtime: H) -> None: ...
 
     async def stop(self) -> None: ...
 
 
-class DelayQueue(Service, Protocol):
+class DelayQueue(Service[H], Protocol[H]):
     """What `Runtime.delay` offers: the delay service's library call."""
 
     async def send(self, target: str, value: bytes | None, key: bytes | None = None,
@@ -77,30 +79,30 @@ class Consumption(Protocol):
     async def stop(self) -> None: ...
 
 
-class InProcessConsumers(Service, Protocol):
+class InProcessConsumers(Service[H], Protocol[H]):
     """What `Runtime.consume` needs of the delivery service."""
 
     async def consume(self, group_id: str, handler: RecordHandler,
                       **options: Unpack[ConsumeOptions]) -> Consumption: ...
 
 
-ServiceFactory = Callable[[], Service]
+ServiceFactory = Callable[[], Service[H]]
 
 
-def summary_of(service: Service) -> str:
+def summary_of(service: object) -> str:
     """A service may sum up its run in a few words (`summary() -> str`) for the stop line."""
     summary = getattr(service, "summary", None)
     return str(summary()) if callable(summary) else ""
 
 
-def readiness_of(service: Service) -> list[str]:
+def readiness_of(service: object) -> list[str]:
     """A service may say why it is not ready (`readiness() -> list[str]`), for `/readyz`."""
     check = getattr(service, "readiness", None)
     return list(check()) if callable(check) else []
 GROUP = "hookstream.services"
 
 
-def discover() -> list[ServiceFactory]:
+def discover() -> list[Callable[[], Any]]:
     """The installed services, in a stable order (delivery before delay). Finding none
     is an error: the package is not installed, so nothing would run."""
     found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name != "delivery")

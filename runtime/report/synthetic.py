@@ -9,7 +9,7 @@ and, when `crash_partition` is set, that partition actor crashes once after fetc
 `crash_inflight` records, which are fetched again and delivered after the restart (so
 they are not lost). `delay_forwards` adds delay-queue forwards with some lateness.
 `replayed` and `replay_failed` name dead-lettered records that a replay (`REPLAY_ID`)
-pushes again at the end, delivering or failing them as actors/delivery/replay.py journals.
+pushes again at the end, delivering or failing them as actors/delivery/path/replay.py journals.
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ RecordKey = tuple[str, str, int, int]
 
 
 def replay_id(reason: str | None) -> str:
-    """`replayed` events' reason is "<replay id>: <outcome>" (actors/delivery/replay.py)."""
+    """`replayed` events' reason is "<replay id>: <outcome>" (actors/delivery/path/replay.py)."""
     return (reason or "").split(": ", 1)[0]
 
 

@@ -283,7 +283,7 @@ def audit_offsets(records: DataFrame, commits: DataFrame) -> DataFrame:
 def dead_letters(events: DataFrame) -> DataFrame:
     """One row per dead-lettered record: the reason of its last dead letter, its most
     attempts, how often it was dead-lettered, and how often a replay delivered it since
-    (`replayed` events whose reason ends "delivered again", actors/delivery/replay.py)."""
+    (`replayed` events whose reason ends "delivered again", actors/delivery/path/replay.py)."""
     dead = events.filter(_is("dead_lettered") & F.col("offset").isNotNull())
     per_record = dead.groupBy(*RECORD_KEY).agg(
         F.max(F.struct("ts_ms", "reason")).alias("_last"),

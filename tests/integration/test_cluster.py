@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.cluster import SubscriptionLog
+from actors.delivery.cluster.log import SubscriptionLog
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from tests.conftest import TopicFactory

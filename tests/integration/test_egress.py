@@ -22,9 +22,9 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from actors.delivery.egress import EgressActor
-from actors.delivery.subscription import Consumer
-from actors.delivery.transport import RESPONSE_BODY_CAP, TransportName
+from actors.delivery.document.subscription import Consumer
+from actors.delivery.egress.http import EgressActor
+from actors.delivery.egress.transport import RESPONSE_BODY_CAP, TransportName
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
@@ -192,7 +192,7 @@ def make_record(offset: int = 7, key: bytes | None = b"user-7", value: bytes | N
 
 
 def expected_signature(msg_id: str, timestamp: str, payload: bytes) -> str:
-    """Standard Webhooks, computed here independently of actors.delivery.signing."""
+    """Standard Webhooks, computed here independently of actors.delivery.document.signing."""
     mac = hmac.new(SECRET_KEY, msg_id.encode() + b"." + timestamp.encode() + b"." + payload,
                    hashlib.sha256)
     return "v1," + base64.b64encode(mac.digest()).decode()
@@ -200,7 +200,7 @@ def expected_signature(msg_id: str, timestamp: str, payload: bytes) -> str:
 
 @pytest.fixture(params=TRANSPORTS)
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    """Every egress test runs on every transport (actors/delivery/transport.py)."""
+    """Every egress test runs on every transport (actors/delivery/egress/transport.py)."""
     endpoint = Endpoint()
     await endpoint.start()
     events: list[Event] = []

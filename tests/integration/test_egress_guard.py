@@ -3,8 +3,8 @@ connect time, and framing headers from a subscription never reach the wire."""
 
 from __future__ import annotations
 
-from actors.delivery.egress import EgressActor
-from actors.delivery.guard import DestinationGuard
+from actors.delivery.egress.guard import DestinationGuard
+from actors.delivery.egress.http import EgressActor
 from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
 from tests.integration.test_egress import Harness, harness, make_consumer, make_record

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from actors.delivery.egress import EgressActor
+from actors.delivery.egress.http import EgressActor
 from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
 from tests.conftest import TopicFactory

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from actors.delivery.handler import ConsumedRecord
+from actors.delivery.egress.handler import ConsumedRecord
 from runtime.errors import DeadLetter, Skip
 from runtime.host.app import Runtime
 from runtime.kafka import make_producer

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.delay.book import DELAY_DUE_MS, DELAY_TARGET
-from actors.delivery.deadletter import DeadLetterActor
+from actors.delivery.path.deadletter import DeadLetterActor
 from runtime.host.app import Runtime
 from runtime.kafka import make_producer
 from runtime.kernel import Actor, Supervisor

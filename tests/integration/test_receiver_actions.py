@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from actors.delivery.egress import EgressActor
+from actors.delivery.egress.http import EgressActor
 from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
 from tests.integration.test_egress import Harness, harness, make_consumer, make_record

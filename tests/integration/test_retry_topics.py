@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from actors.delay.service import DelayService
-from actors.delivery.partition import PartitionActor
-from actors.delivery.retrytopic import RetryTopicActor
+from actors.delivery.path.partition import PartitionActor
+from actors.delivery.path.retrytopic import RetryTopicActor
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config

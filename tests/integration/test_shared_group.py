@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from actors.delivery.member import SharedMemberActor
-from actors.delivery.service import RESTORE_BATCH
+from actors.delivery.control.service import RESTORE_BATCH
+from actors.delivery.path.member import SharedMemberActor
 from runtime.host.app import Runtime
 from runtime.kafka.broker import free_port
 from runtime.kernel.supervisor import Supervisor

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.delivery.store import SubscriptionStore
-from actors.delivery.subscription import decode_consumer
+from actors.delivery.document.store import SubscriptionStore
+from actors.delivery.document.subscription import decode_consumer
 from runtime.kafka import create_topics
 from runtime.kafka.broker import EmbeddedBroker
 from tests.conftest import TopicFactory

@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 from yarl import URL
 
-from actors.delivery.guard import DestinationGuard
-from actors.delivery.transport import (
+from actors.delivery.egress.guard import DestinationGuard
+from actors.delivery.egress.transport import (
     LeanTransport,
     TransportSettings,
     make_transport,

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from actors.delivery.batching import PartitionQueues, batch_body, record_json
+from actors.delivery.document.subscription import decode_consumer
+from actors.delivery.egress.batching import PartitionQueues, batch_body, record_json
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.subscription import decode_consumer
 from actors.shared.messages import Record
 
 

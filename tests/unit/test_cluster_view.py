@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from actors.delivery.cluster_status import (
+from actors.delivery.cluster.view import (
     FORGET_AFTER_INTERVALS,
     ClusterView,
     InstanceStatus,

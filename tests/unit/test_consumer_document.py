@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.delivery.subscription import (
+from actors.delivery.document.subscription import (
     MAX_TOPICS,
     Consumer,
     InvalidSubscription,

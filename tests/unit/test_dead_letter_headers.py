@@ -4,7 +4,7 @@ queue write, and the reader that understands it and the delay queue's legacy nam
 from __future__ import annotations
 
 from actors.delay.book import dead_letter
-from actors.delivery.deadletter import DeadLetter
+from actors.delivery.path.deadletter import DeadLetter
 from actors.shared.deadletter import (
     Attempts,
     DeadLetterSource,

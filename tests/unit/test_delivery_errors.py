@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 import actors.delivery
-import actors.delivery.subscription
+import actors.delivery.document.subscription
+from actors.delivery.api.subscriptions import status_of, unsubscribe_pair
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
@@ -15,8 +17,6 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
-from actors.delivery.routes import status_of, unsubscribe_pair
-from actors.delivery.subscription import decode_consumer
 
 
 @pytest.mark.parametrize(("error", "status"), [
@@ -42,7 +42,7 @@ def test_only_a_start_failure_is_worth_retrying() -> None:
 
 
 def test_invalid_subscription_is_importable_where_it_was_and_still_a_value_error() -> None:
-    assert actors.delivery.subscription.InvalidSubscription is InvalidSubscription
+    assert actors.delivery.document.subscription.InvalidSubscription is InvalidSubscription
     assert actors.delivery.InvalidSubscription is InvalidSubscription
     assert issubclass(InvalidSubscription, ValueError)
     assert issubclass(InvalidSubscription, DeliveryError)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from actors.delivery.document.subscription import SubscriptionMethod, decode_consumer, document
+from actors.delivery.document.tls import client_context
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.subscription import SubscriptionMethod, decode_consumer, document
-from actors.delivery.tls import client_context
 
 trustme = pytest.importorskip("trustme", reason="trustme (a dev extra) makes the certificates")
 

@@ -1,12 +1,12 @@
 """The roster of a shared group member: who owns a topic, what to subscribe to, and which
-subscription of a group a new one would collide with (actors/delivery/roster.py)."""
+subscription of a group a new one would collide with (actors/delivery/path/roster.py)."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from actors.delivery.roster import Rider, Roster, conflict
-from actors.delivery.subscription import Consumer, decode_consumer
+from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.path.roster import Rider, Roster, conflict
 
 
 def consumer(sub_id: str, *topics: dict[str, Any], group: str = "team",

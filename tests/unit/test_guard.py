@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from actors.delivery.guard import MULTI_TENANT_DENY, DestinationDenied, DestinationGuard
+from actors.delivery.egress.guard import MULTI_TENANT_DENY, DestinationDenied, DestinationGuard
 
 
 @pytest.mark.parametrize("address", [

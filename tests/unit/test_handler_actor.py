@@ -1,4 +1,4 @@
-"""The in-process outlet (actors/delivery/handler.py): a real HandlerActor calling real
+"""The in-process outlet (actors/delivery/egress/handler.py): a real HandlerActor calling real
 async functions, on a fake clock; what it tells the partition actor for each answer."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from actors.delivery.handler import ConsumedRecord, HandlerActor
-from actors.delivery.signing import webhook_id
+from actors.delivery.document.signing import webhook_id
+from actors.delivery.egress.handler import ConsumedRecord, HandlerActor
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.errors import DeadLetter, Skip
 from runtime.host.journal import Event

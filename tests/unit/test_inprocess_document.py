@@ -1,4 +1,4 @@
-"""`Runtime.consume`'s parameters as a Consumer document (actors/delivery/inprocess.py):
+"""`Runtime.consume`'s parameters as a Consumer document (actors/delivery/control/inprocess.py):
 validated like a posted subscription, errors named after the parameters."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from actors.delivery.handler import ConsumedRecord
-from actors.delivery.inprocess import consumer_document, decode_in_process
-from actors.delivery.subscription import Consumer, InvalidSubscription
+from actors.delivery.control.inprocess import consumer_document, decode_in_process
+from actors.delivery.document.subscription import Consumer, InvalidSubscription
+from actors.delivery.egress.handler import ConsumedRecord
 from runtime.errors import UsageError
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.delivery.lanes import Dispatcher, Mode, lane_of
+from actors.delivery.path.lanes import Dispatcher, Mode, lane_of
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@ throttling by Retry-After."""
 
 from __future__ import annotations
 
-from actors.delivery.origin import (
+from actors.delivery.egress.origin import (
     DEFAULT_OPEN_MS,
     BreakerSettings,
     CircuitBreaker,

@@ -1,4 +1,4 @@
-"""The delivery partition's decisions (actors.delivery.book), with plain `now` integers:
+"""The delivery partition's decisions (actors.delivery.path.book), with plain `now` integers:
 commits over gaps, pausing, retries and give-ups, Retry-After, drains, and the restart
 after a truncated log."""
 
@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from actors.delivery.book import PartitionBook, buffer_limit, retry_backoff
-from actors.delivery.lanes import Mode
-from actors.delivery.subscription import SubscriptionMethod, TopicConfig
+from actors.delivery.document.subscription import SubscriptionMethod, TopicConfig
+from actors.delivery.path.book import PartitionBook, buffer_limit, retry_backoff
+from actors.delivery.path.lanes import Mode
 from actors.shared.messages import Drain, Record
 from runtime.errors import UsageError
 from runtime.kernel.backoff import Backoff

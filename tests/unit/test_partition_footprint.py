@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from typing import cast
 
-from actors.delivery.partition import PARTITION_SERIES, PartitionActor, PartitionPeers
-from actors.delivery.subscription import decode_consumer
+from actors.delivery.document.subscription import decode_consumer
+from actors.delivery.path.partition import PARTITION_SERIES, PartitionActor, PartitionPeers
 from runtime.host.metrics import Registry
 from runtime.kernel import Ref
 

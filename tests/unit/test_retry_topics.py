@@ -1,4 +1,4 @@
-"""Non-blocking retries (actors/delivery/retrytopic.py and the book's decisions): when a
+"""Non-blocking retries (actors/delivery/path/retrytopic.py and the book's decisions): when a
 record moves to the retry topic, what it carries there, how it comes back, and which
 delays the config's delay levels can hold."""
 
@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from actors.delivery.book import PartitionBook
+from actors.delivery.document.subscription import RetryTopics, decode_consumer
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.retrytopic import (
+from actors.delivery.path.book import PartitionBook
+from actors.delivery.path.retrytopic import (
     check_levels,
     moved_headers,
     note_failure,
     read_retry,
     with_retry_topic,
 )
-from actors.delivery.subscription import RetryTopics, decode_consumer
 from actors.shared.deadletter import dead_letter_headers, dead_letter_source
 from actors.shared.messages import Record
 from runtime.host.config import DelayLevel

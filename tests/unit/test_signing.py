@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from actors.delivery.signing import sign, signing_key, verify, webhook_id
+from actors.delivery.document.signing import sign, signing_key, verify, webhook_id
 
 # The Standard Webhooks specification's published test vector: matching it means any of
 # that specification's receiver libraries verifies our pushes.

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from actors.delivery.document.signing import MAX_SECRETS, sign_all, signing_keys
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.signing import MAX_SECRETS, sign_all, signing_keys
-from actors.delivery.subscription import decode_consumer
 from tests.standard_webhooks import accepts
 
 NEW = "whsec_" + base64.b64encode(b"the-new-key-0123456789").decode()

@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from actors.delivery.document.secrets import resolved
+from actors.delivery.document.subscription import Consumer, decode_consumer, document
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.secrets import resolved
-from actors.delivery.subscription import Consumer, decode_consumer, document
 from runtime.errors import ConfigError
 from runtime.host.config import parse_config
 from runtime.host.references import MAX_FILE_BYTES

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.delivery.status import RETRY_CAP_MS, SubscriptionStatus
+from actors.delivery.control.status import RETRY_CAP_MS, SubscriptionStatus
 
 
 def test_failed_starts_back_off_to_a_cap_and_running_resets_the_count() -> None:

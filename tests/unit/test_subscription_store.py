@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from actors.delivery.store import SubscriptionStore
-from actors.delivery.subscription import Consumer, InvalidSubscription, decode_consumer
+from actors.delivery.document.store import SubscriptionStore
+from actors.delivery.document.subscription import Consumer, InvalidSubscription, decode_consumer
 
 
 def consumer(sub_id: str, **method: Any) -> Consumer:

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.delivery.consumer import _combined_pattern
-from actors.delivery.patterns import (
+from actors.delivery.document.patterns import (
     MAX_BACKTRACKING,
     PatternRejected,
     backtracking_bound,
@@ -25,7 +24,8 @@ from actors.delivery.patterns import (
     matches,
     parse,
 )
-from actors.delivery.subscription import decode_consumer
+from actors.delivery.document.subscription import decode_consumer
+from actors.delivery.path.consumer import _combined_pattern
 
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
 SLOW_S = 0.25

@@ -1,7 +1,7 @@
 """ConsumerActor: the `AIOKafkaConsumer` of a subscription with pinned `partitions[]`.
 
 Subscriptions that the group assigns partitions to ride a shared member instead (one per
-group, actors/delivery/member.py); this actor keeps manual assignment.
+group, actors/delivery/path/member.py); this actor keeps manual assignment.
 
 The fetch loop, positions, commits and rebalance handling are `GroupConsumerActor`'s;
 this class says how a subscription subscribes and builds its `PartitionActor`s.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.book import buffer_limit
-from actors.delivery.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
-from actors.delivery.subscription import INT_PROPERTIES, Consumer
+from actors.delivery.document.subscription import INT_PROPERTIES, Consumer
+from actors.delivery.path.book import buffer_limit
+from actors.delivery.path.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
 from actors.shared.group_consumer import (
     ClientSettings,
     GroupConsumerActor,
@@ -59,7 +59,7 @@ def fetch_size(sub: Consumer) -> int:
 def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSettings:
     """The client settings a subscription asks for: its `properties` over our defaults.
     Subscriptions of one group whose settings are equal share a group member
-    (actors/delivery/member.py)."""
+    (actors/delivery/path/member.py)."""
     uses_pattern = any(t.pattern for t in sub.topics)
     settings = group_client_settings(sub.group_id, client_id,
                                      auto_offset_reset=sub.properties.get(

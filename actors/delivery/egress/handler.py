@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.delivery.outlet import Answer, OutletActor, describe_error
-from actors.delivery.signing import webhook_id
+from actors.delivery.document.signing import webhook_id
+from actors.delivery.egress.outlet import Answer, OutletActor, describe_error
 from actors.shared.messages import Record
 from runtime.errors import DeadLetter, Skip
 from runtime.host.logs import Throttle

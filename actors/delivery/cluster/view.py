@@ -11,7 +11,7 @@ cut off); stopped and gone instances are forgotten after `FORGET_AFTER_INTERVALS
 the first instance to notice writes a tombstone for them (compaction then drops them).
 
 `ClusterView` is pure (takes `now`); `ClusterStatus` performs it: one `SubscriptionLog`
-(actors/delivery/cluster.py) for the topic and one task that publishes on the clock.
+(actors/delivery/cluster/log.py) for the topic and one task that publishes on the clock.
 Ages use the older of the publisher's stamp and the local receive time: a record read at
 start-up is judged by when it was written, a publisher whose clock runs ahead by when it
 arrived. Clocks are assumed synchronised (NTP) to well under one interval.
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol
 import msgspec
 from aiohttp import web
 
-from actors.delivery.cluster import SubscriptionLog
-from actors.delivery.status import SubscriptionStatus
+from actors.delivery.cluster.log import SubscriptionLog
+from actors.delivery.control.status import SubscriptionStatus
 from runtime.host.admin import ok
 from runtime.host.openapi import json_answer, success
 

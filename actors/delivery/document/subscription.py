@@ -12,7 +12,7 @@ The document, as Queue-Over-Http's clients send it (issue 9)::
                             "retryBeforeCommit": 0}}
 
 `group.name` defaults to "NO_NAME"; `pattern: true` makes `name` a regex (see
-actors/delivery/patterns.py for the subset accepted); `partitions[].number` is a string
+actors/delivery/document/patterns.py for the subset accepted); `partitions[].number` is a string
 or an integer; `charset` names are case-insensitive. Deprecated for one release, and still
 accepted: the flat key `"group.id": "svc"` instead of `group`, and `{"pattern": "regex"}`
 instead of `{"name": "regex", "pattern": true}`. Additions are optional with defaults.
@@ -43,9 +43,7 @@ import msgspec
 import yarl
 from msgspec import Meta
 
-# re-exported: it lived here first, and callers still import it from here
-from actors.delivery.errors import InvalidSubscription as InvalidSubscription
-from actors.delivery.patterns import (
+from actors.delivery.document.patterns import (
     MAX_PATTERN_CHARS,
     Node,
     PatternRejected,
@@ -53,7 +51,10 @@ from actors.delivery.patterns import (
     check_pattern,
     matches,
 )
-from actors.delivery.signing import MAX_SECRETS, secrets_of, signing_key
+from actors.delivery.document.signing import MAX_SECRETS, secrets_of, signing_key
+
+# re-exported: it lived here first, and callers still import it from here
+from actors.delivery.errors import InvalidSubscription as InvalidSubscription
 from runtime.host.config import _path_of
 from runtime.host.jsonbody import JsonRejected, check_value, load_json
 from runtime.host.references import is_reference
@@ -133,7 +134,7 @@ FilePath = Annotated[str, Meta(min_length=1, max_length=MAX_PATH)]
 
 
 class TlsSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """`subscriptionMethod.tls`: TLS toward an https endpoint (actors/delivery/tls.py).
+    """`subscriptionMethod.tls`: TLS toward an https endpoint (actors/delivery/document/tls.py).
     Absolute paths of PEM files, read by each instance when the subscription starts."""
 
     caFile: Annotated[FilePath, Meta(description="PEM CA certificate(s) trusted in addition "
@@ -145,7 +146,7 @@ class TlsSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
 
 
 class CircuitBreakerSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """`subscriptionMethod.circuitBreaker`: the origin's breaker (actors/delivery/origin.py);
+    """`subscriptionMethod.circuitBreaker`: the origin's breaker (actors/delivery/egress/origin.py);
     among the subscriptions of one origin the strictest values apply."""
 
     failureRatio: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.5
@@ -155,7 +156,7 @@ class CircuitBreakerSettings(_Json, forbid_unknown_fields=True, frozen=True, kw_
 
 class RetryTopics(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """`subscriptionMethod.retryTopics`: non-blocking retries through the delay queue
-    (actors/delivery/retrytopic.py)."""
+    (actors/delivery/path/retrytopic.py)."""
 
     topic: Annotated[str, Meta(min_length=1, max_length=249)]
     delaysMs: Annotated[list[Annotated[int, Meta(ge=0, le=MAX_MS)]],
@@ -201,7 +202,7 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     retryTopics: RetryTopics | None = None
     """After the local retries, move a failing record aside through the delay queue."""
     batchSize: Annotated[int, Meta(ge=1, le=MAX_BATCH)] = 1
-    """Records of one partition per request (actors/delivery/batching.py); 1: one record,
+    """Records of one partition per request (actors/delivery/egress/batching.py); 1: one record,
     its value as the body (the Queue-Over-Http request)."""
     batchLingerMs: Annotated[int, Meta(ge=0, le=MAX_LINGER_MS)] = 0
     """How long a batch that is not full waits for more records of its partition."""
@@ -482,7 +483,7 @@ def _validate_method(method: SubscriptionMethod) -> None:
 
 def _validate_secret(secret: str) -> None:
     """Plain secrets are checked here; references when they are resolved
-    (actors/delivery/secrets.py)."""
+    (actors/delivery/document/secrets.py)."""
     field = "invalid subscriptionMethod.signingSecret"
     parts = secrets_of(secret)
     if not parts:
@@ -516,7 +517,7 @@ def _validate_reference_syntax(field: str, value: str) -> None:
 
 def _validate_tls(uri: str, tls: TlsSettings) -> None:
     """The shape of `tls`; the files are read and matched when the subscription starts and
-    at subscribe time (actors/delivery/tls.py)."""
+    at subscribe time (actors/delivery/document/tls.py)."""
     if not uri.lower().startswith("https://"):
         raise InvalidSubscription("invalid subscriptionMethod.tls",
                                   "only for an https uri")
@@ -584,10 +585,21 @@ def _validate_charset(charset: str) -> None:
                                   f"{charset!r} is not a known text encoding") from None
 
 
-def _validate_headers(headers: dict[str, str]) -> None:
-    # imported here: the egress module imports this one
-    from actors.delivery.egress import reserved_header
+_RESERVED_PREFIXES: Final = ("qoh-", "webhook-", "proxy-")
+RESERVED_HEADERS: Final = frozenset({
+    "content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer",
+    "keep-alive",
+})
+"""Framing and hop-by-hop headers: set by the HTTP client, never by a subscription (a
+`Content-Length: 0` would send the request without its body)."""
 
+
+def reserved_header(name: str) -> bool:
+    lowered = name.strip().lower()
+    return lowered in RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES)
+
+
+def _validate_headers(headers: dict[str, str]) -> None:
     seen: set[str] = set()
     for name, value in headers.items():
         field = f"invalid subscriptionMethod.additionalHeaders.{name}"

@@ -2,7 +2,7 @@
 
 A subscription's pattern is matched twice: here by RE2 (`matches`, linear time), to find a
 topic's settings, and by Python's backtracking `re` inside aiokafka's pattern subscription
-(`_combined_pattern` in actors/delivery/consumer.py), on every metadata refresh. In a
+(`_combined_pattern` in actors/delivery/path/consumer.py), on every metadata refresh. In a
 backtracking engine a pattern like `((a|a)*)*b` takes exponential time (issue 13: it hung
 the whole process once a topic of 30 a's existed). So a pattern is accepted only when
 

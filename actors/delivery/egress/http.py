@@ -1,6 +1,6 @@
 """The egress actor: one per endpoint, pushes records over HTTP and reports each outcome.
 
-The worker pool, journal and metrics are `OutletActor`'s (actors/delivery/outlet.py);
+The worker pool, journal and metrics are `OutletActor`'s (actors/delivery/egress/outlet.py);
 this module builds and sends the request. `Delivered` is a 2xx; `Failed` any other
 status, a timeout, a connection error, a bad URL...
 
@@ -22,16 +22,16 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
   are dropped, so a subscription cannot forge the signature or the record coordinates, and
   so are framing and hop-by-hop headers (`Content-Length`, `Transfer-Encoding`, `Host`,
   `Connection`, `Proxy-*`, ...), which only the HTTP client may set.
-- Connections go only where the destination guard allows (actors/delivery/guard.py).
-- Standard Webhooks headers (actors/delivery/signing.py). For bodyless methods the signed payload
-  is the query value as UTF-8, i.e. what the receiver gets after percent-decoding, so the
-  value is still authenticated. Several space-separated secrets (rotation) give one
-  signature each.
+- Connections go only where the destination guard allows (actors/delivery/egress/guard.py).
+- Standard Webhooks headers (actors/delivery/document/signing.py). For bodyless methods
+  the signed payload is the query value as UTF-8, i.e. what the receiver gets after
+  percent-decoding, so the value is still authenticated. Several space-separated secrets
+  (rotation) give one signature each.
 - `additionalHeaders` values and `signingSecret` may be `${env:...}`/`${file:...}`
-  references, resolved when the actor starts (actors/delivery/secrets.py); a reference
+  references, resolved when the actor starts (actors/delivery/document/secrets.py); a reference
   that cannot be resolved fails the start, naming the field and the reference.
 - https: the system trust store, plus `tls.caFile` and a client certificate when the
-  subscription has `tls` (actors/delivery/tls.py); the context is built (and cached) when
+  subscription has `tls` (actors/delivery/document/tls.py); the context is built (and cached) when
   the actor starts, never per request. A TLS failure is a connection error like any other:
   retried or dead-lettered, journaled with the TLS reason.
 
@@ -42,10 +42,10 @@ never exceeds, and 1000 bounds the file descriptors. There are at most as many w
 as pooled connections, so `timeoutMs` (aiohttp's `total`, which would otherwise include
 waiting for a pooled connection) measures the endpoint, not our queue.
 
-How a request is sent is the transport's (actors/delivery/transport.py: aiohttp, or the
+How a request is sent is the transport's (actors/delivery/egress/transport.py: aiohttp, or the
 lean HTTP/1.1 client, the default for `http://`); both keep what this docstring says.
 With `batchSize` > 1 the egress queues records per partition and pushes them as one JSON
-request (actors/delivery/batching.py), answering the partition with one `BatchOutcome`.
+request (actors/delivery/egress/batching.py), answering the partition with one `BatchOutcome`.
 
 Redirects are not followed: a 3xx is a failure like any non-2xx (as most webhook senders
 do; following would turn a POST into a GET on 303 and let an endpoint point us anywhere).
@@ -66,15 +66,20 @@ import aiohttp
 import msgspec
 from yarl import URL
 
-from actors.delivery.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
-from actors.delivery.guard import DestinationDenied, DestinationGuard
-from actors.delivery.origin import STATE_VALUES, Origin, origin_of
-from actors.delivery.outlet import Answer, OutletActor, describe_error, outcome_of
-from actors.delivery.secrets import resolved
-from actors.delivery.signing import sign_all, signing_keys, webhook_id
-from actors.delivery.subscription import BODYLESS_METHODS, Consumer, redact_uri
-from actors.delivery.tls import client_context
-from actors.delivery.transport import (
+from actors.delivery.document.secrets import resolved
+from actors.delivery.document.signing import sign_all, signing_keys, webhook_id
+from actors.delivery.document.subscription import (
+    BODYLESS_METHODS,
+    Consumer,
+    redact_uri,
+    reserved_header,
+)
+from actors.delivery.document.tls import client_context
+from actors.delivery.egress.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
+from actors.delivery.egress.guard import DestinationDenied, DestinationGuard
+from actors.delivery.egress.origin import STATE_VALUES, Origin, origin_of
+from actors.delivery.egress.outlet import Answer, OutletActor, describe_error, outcome_of
+from actors.delivery.egress.transport import (
     Transport,
     TransportName,
     TransportSettings,
@@ -99,20 +104,6 @@ USER_AGENT: Final = "hookstream/0.1"
 MIN_POOL: Final = 10
 MAX_POOL: Final = 1000
 POOL_PER_WINDOW: Final = 4
-_RESERVED_PREFIXES: Final = ("qoh-", "webhook-", "proxy-")
-RESERVED_HEADERS: Final = frozenset({
-    "content-length", "transfer-encoding", "host", "connection", "upgrade", "te", "trailer",
-    "keep-alive",
-})
-"""Framing and hop-by-hop headers: set by the HTTP client, never by a subscription (a
-`Content-Length: 0` would send the request without its body)."""
-
-
-def reserved_header(name: str) -> bool:
-    lowered = name.strip().lower()
-    return lowered in RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES)
-
-
 def pool_size(consumer: Consumer) -> int:
     """`maxConnections`, else four windows clamped to 10..1000 (see the module docstring)."""
     configured = consumer.subscriptionMethod.maxConnections
@@ -215,10 +206,10 @@ class EgressActor(OutletActor):
         self.on_gone = on_gone
         self._gone = False
         # bounded retries: attempts while the breaker is open fail at once and count
-        # (actors/delivery/origin.py); retrying forever: they wait for the probe
+        # (actors/delivery/egress/origin.py); retrying forever: they wait for the probe
         self._fail_fast = method.retryBeforeCommit > 0 or method.retryTopics is not None
         self._bind_origin_metrics(metrics)
-        self.transport_name = transport  # None: the default (actors/delivery/transport.py)
+        self.transport_name = transport  # None: the default (actors/delivery/egress/transport.py)
         self._batch_size = method.batchSize
         self._linger_ms = method.batchLingerMs
         self._batches: PartitionQueues[Queued] = PartitionQueues()
@@ -368,7 +359,7 @@ class EgressActor(OutletActor):
         used up, breaker open): its records wait here, the partitions' windows fill and
         fetching pauses; nothing is retried in a hot loop and no attempt is spent. False:
         the breaker says no and this subscription's retries are bounded: fail at once
-        (actors/delivery/origin.py says why)."""
+        (actors/delivery/egress/origin.py says why)."""
         clock, origin = self.context.clock, self.origin
         while (held := origin.hold(clock.monotonic_ms())) is not None:
             self._report_transitions()
@@ -442,7 +433,7 @@ class EgressActor(OutletActor):
 
     def _build_batch(self, records: list[Record],
                      ) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
-        """A batch's headers and JSON body (actors/delivery/batching.py). `webhook-id`
+        """A batch's headers and JSON body (actors/delivery/egress/batching.py). `webhook-id`
         names the first and last record, so a batch grouped the same way again keeps it."""
         first, last = records[0], records[-1]
         msg_id = f"{webhook_id(first.topic, first.partition, first.offset)}-{last.offset}"

@@ -29,8 +29,8 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from actors.delivery.lanes import Dispatcher, Mode
-from actors.delivery.subscription import RetryTopics, SubscriptionMethod, TopicConfig
+from actors.delivery.document.subscription import RetryTopics, SubscriptionMethod, TopicConfig
+from actors.delivery.path.lanes import Dispatcher, Mode
 from actors.shared.errors import InvalidArgument
 from actors.shared.flow import CommitPoint, DrainWaiters, PauseGate
 from actors.shared.messages import Drain, Record

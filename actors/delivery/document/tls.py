@@ -27,8 +27,8 @@ import os
 import ssl
 from typing import Final
 
+from actors.delivery.document.subscription import SubscriptionMethod
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.subscription import SubscriptionMethod
 from runtime.host.references import read_small_file
 
 FIELD: Final = "subscriptionMethod.tls"

@@ -42,8 +42,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from actors.delay.producer import DelayProducer
+from actors.delivery.document.subscription import Consumer, RetryTopics, TopicSpec
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.subscription import Consumer, RetryTopics, TopicSpec
 from actors.shared.deadletter import DeadLetterLedger
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import Record, RetryInfo

@@ -1,5 +1,5 @@
 """The delivery service's admin routes (Queue-Over-Http): decode the request body, call
-the library API (`DeliveryService.subscribe`, `unsubscribe`), answer.
+the library API (`DeliveryControl.subscribe`, `unsubscribe`), answer.
 
     POST /broker/subscription      a Consumer JSON: subscribe; answers it, redacted
     GET  /broker/subscription      every subscription, redacted
@@ -14,18 +14,22 @@ taken by another is refused (`refuse_taken_name`): both would push as the same
 Errors are translated in one place, `answering`: a `DeliveryError` becomes the admin
 API's `{"success": false, "reason", "details"}` with the status `STATUS` gives its class.
 Anything else is left to the admin server's middleware (runtime/host/admin.py). The
-routes are described for `/openapi.json` in actors/delivery/apidoc.py.
+routes are described for `/openapi.json` in actors/delivery/api/apidoc.py.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-from actors.delivery.apidoc import describe_delivery_api
+from actors.delivery.api.apidoc import describe_delivery_api
+from actors.delivery.control.service import DeliveryControl
+from actors.delivery.document.secrets import resolved
+from actors.delivery.document.subscription import SAFE_ID, Consumer, decode_consumer, redacted
+from actors.delivery.document.tls import client_context
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
@@ -34,15 +38,9 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
-from actors.delivery.secrets import resolved
-from actors.delivery.subscription import SAFE_ID, Consumer, decode_consumer, redacted
-from actors.delivery.tls import client_context
 from runtime.host.admin import Handler, fail, ok
 from runtime.host.jsonbody import JsonRejected, load_json
 from runtime.host.openapi import OPENAPI
-
-if TYPE_CHECKING:
-    from actors.delivery.service import DeliveryService
 
 STATUS: tuple[tuple[type[DeliveryError], int], ...] = (
     (InvalidSubscription, 400),
@@ -74,7 +72,7 @@ _answering = answering  # the name control.py imports
 
 
 class SubscriptionRoutes:
-    def __init__(self, service: DeliveryService) -> None:
+    def __init__(self, service: DeliveryControl) -> None:
         self.service = service
 
     def add_to(self, app: web.Application) -> None:
@@ -127,7 +125,7 @@ def check_resolvable(consumer: Consumer, allowed: Sequence[str] | None) -> None:
     client_context(resolved(consumer.subscriptionMethod, allowed))
 
 
-def refuse_in_process(service: DeliveryService, key: str) -> None:
+def refuse_in_process(service: DeliveryControl, key: str) -> None:
     """In-process subscriptions are read-only here: the program that registered them owns
     them (it stops them with its handle)."""
     if service.in_process(key):

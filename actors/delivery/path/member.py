@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.consumer import fetch_size
-from actors.delivery.partition import PartitionActor, PartitionPeers
-from actors.delivery.roster import Rider, Roster
+from actors.delivery.path.consumer import fetch_size
+from actors.delivery.path.partition import PartitionActor, PartitionPeers
+from actors.delivery.path.roster import Rider, Roster
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.group_consumer import (
     POLL_MS,

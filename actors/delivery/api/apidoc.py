@@ -1,7 +1,7 @@
 """The delivery routes in the admin API's OpenAPI document (`GET /openapi.json`): those of
-actors/delivery/routes.py (Queue-Over-Http) and actors/delivery/control.py (one
+actors/delivery/api/subscriptions.py (Queue-Over-Http) and actors/delivery/api/control.py (one
 subscription). The Consumer schema is generated from the structs that decode it
-(actors/delivery/subscription.py), so the document cannot drift from the decoder; the
+(actors/delivery/document/subscription.py), so the document cannot drift from the decoder; the
 decoder checks more than a schema can say (a known broker, a safe pattern, a free name).
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import msgspec
 
-from actors.delivery.subscription import ID_CHARS, ConsumerDocument
+from actors.delivery.document.subscription import ID_CHARS, ConsumerDocument
 from runtime.host.openapi import OpenApi, errors, json_answer, json_body, ref, success
 
 ONE: Final = "/broker/subscription/{id}/{groupId}"

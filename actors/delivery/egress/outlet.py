@@ -7,8 +7,8 @@ and live as long as the actor: a task per record cost as much CPU as our own sha
 hot path (bench/RESULTS.md, "Delivery"). A push's error never crashes the actor;
 cancellation (the actor stopping) propagates.
 
-Two kinds: `EgressActor` pushes over HTTP (actors/delivery/egress.py) and `HandlerActor`
-calls an async Python function (actors/delivery/handler.py). They share the pool, the
+Two kinds: `EgressActor` pushes over HTTP (actors/delivery/egress/http.py) and `HandlerActor`
+calls an async Python function (actors/delivery/egress/handler.py). They share the pool, the
 journal events (`sent`, `delivered`, `failed`) and the metrics; only `push` differs.
 """
 

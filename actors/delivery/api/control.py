@@ -5,7 +5,7 @@
     PUT  .../{id}/{groupId}           a Consumer JSON: change it in place
     POST .../{id}/{groupId}/pause     stop fetching; in-flight pushes finish; committed
     POST .../{id}/{groupId}/resume    start again from the committed positions
-    POST .../{id}/{groupId}/replay    deliver again (actors/delivery/replay.py): 202
+    POST .../{id}/{groupId}/replay    deliver again (actors/delivery/path/replay.py): 202
     GET  .../{id}/{groupId}/replay/{replayId}   its progress
 
 Answers use the admin API's envelope; errors go through routes.py's one translation.
@@ -13,19 +13,20 @@ Answers use the admin API's envelope; errors go through routes.py's one translat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import msgspec
 from aiohttp import web
 
+from actors.delivery.api.subscriptions import (
+    answering,
+    check_resolvable,
+    known_key,
+    refuse_in_process,
+)
+from actors.delivery.control.service import DeliveryControl
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
-from actors.delivery.replay import ReplayRequest
-from actors.delivery.routes import answering, check_resolvable, known_key, refuse_in_process
-from actors.delivery.subscription import decode_consumer
+from actors.delivery.path.replay import ReplayRequest
 from runtime.host.admin import ok
-
-if TYPE_CHECKING:
-    from actors.delivery.service import DeliveryService
 
 BASE = "/broker/subscription/{id}/{groupId}"
 
@@ -35,7 +36,7 @@ def pair_of(request: web.Request) -> tuple[str, str]:
 
 
 class ControlRoutes:
-    def __init__(self, service: DeliveryService) -> None:
+    def __init__(self, service: DeliveryControl) -> None:
         self.service = service
 
     def add_to(self, app: web.Application) -> None:

@@ -14,7 +14,7 @@ loopback included, because internal receivers are the normal case.
 
 The guard also carries `references`, the `[egress] allow_references` patterns: which
 `${env:...}`/`${file:...}` secret references a subscription may make an egress read
-(actors/delivery/secrets.py); None allows all.
+(actors/delivery/document/secrets.py); None allows all.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """PartitionActor: one per assigned partition of a subscription.
 
-It holds the partition's `PartitionBook` (actors/delivery/book.py: the prefetch buffer and
+It holds the partition's `PartitionBook` (actors/delivery/path/book.py: the prefetch buffer and
 in-flight window, the offset tracker, pausing, commits, drains and retries, all decided
 there) and performs what it decides: `Deliver` to the egress actor, `RetryDue` timers,
 `DeadLetter` to the dead-letter actor, `CommitRequest` and `FlowControl` to the consumer
@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from actors.delivery.book import PartitionBook
-from actors.delivery.deadletter import DeadLetter
-from actors.delivery.retrytopic import MoveAside, MovedAside, note_failure, read_retry
-from actors.delivery.subscription import Consumer, TopicConfig
+from actors.delivery.document.subscription import Consumer, TopicConfig
+from actors.delivery.path.book import PartitionBook
+from actors.delivery.path.deadletter import DeadLetter
+from actors.delivery.path.retrytopic import MoveAside, MovedAside, note_failure, read_retry
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import (
     Assigned,

@@ -30,8 +30,8 @@ from typing import Final
 
 import msgspec
 
+from actors.delivery.document.subscription import SAFE_ID, Consumer, decode_consumer, document
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.subscription import SAFE_ID, Consumer, decode_consumer, document
 from runtime.host.files import FILE_MODE, atomic_write, fsync_directory
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """In-process subscriptions: what `Runtime.consume(...)` builds (issue 18).
 
-    async with Runtime(config, services=[DeliveryService]) as runtime:
+    async with Runtime(config, services=[DeliveryControl]) as runtime:
         orders = await runtime.consume("billing", handle_order, topics=["orders"],
                                        ordering="key", concurrency=50, retries=5,
                                        dead_letter_topic="orders.dlt")
@@ -32,15 +32,15 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
-from actors.delivery.egress import pool_size
+from actors.delivery.control.service import DeliveryControl
+from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.egress.handler import ConsumedRecord, Handler, HandlerActor, handler_name
+from actors.delivery.egress.http import pool_size
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
-from actors.delivery.handler import ConsumedRecord, Handler, HandlerActor, handler_name
-from actors.delivery.subscription import Consumer, decode_consumer
 from runtime.errors import UsageError
 from runtime.host.service import ConsumeOptions
 
 if TYPE_CHECKING:
-    from actors.delivery.service import DeliveryService
     from runtime.host.app import Runtime
 
 IN_PROCESS_HOST: Final = "in-process.invalid"
@@ -68,7 +68,7 @@ class InProcessSubscription:
     positions are committed; `status()` is the admin API's status of it (raises
     `SubscriptionNotFound` once stopped). Also an async context manager that stops it."""
 
-    def __init__(self, delivery: DeliveryService, consumer: Consumer) -> None:
+    def __init__(self, delivery: DeliveryControl, consumer: Consumer) -> None:
         self.consumer = consumer
         self._delivery = delivery
         self._stopped = False
@@ -101,11 +101,11 @@ class InProcessSubscription:
         return f"<InProcessSubscription {self.key} {'stopped' if self._stopped else 'running'}>"
 
 
-async def consume(delivery: DeliveryService, runtime: Runtime, group_id: str,
+async def consume(delivery: DeliveryControl, runtime: Runtime, group_id: str,
                   handler: Handler, **options: Unpack[ConsumeOptions]) -> InProcessSubscription:
     """Subscribe `handler` (see the module docstring); returns once it runs. Raises
     `UsageError` for a handler that is not an async function or an unknown parameter,
-    `InvalidSubscription` for an invalid value, and what `DeliveryService.subscribe`
+    `InvalidSubscription` for an invalid value, and what `DeliveryControl.subscribe`
     raises (`SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`)."""
     default_broker = runtime.config.brokers[0].name
     consumer = decode_in_process(consumer_document(group_id, handler, options, default_broker))

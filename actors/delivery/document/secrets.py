@@ -4,7 +4,7 @@ A header value that is exactly `${env:NAME}` or `${file:/path}`, and each space-
 part of a `signingSecret` that is one, is resolved by the instance that starts the
 subscription, with the config file's resolver (runtime/host/references.py: one trailing
 newline of a file is dropped). A file may hold several space-separated secrets (rotation,
-actors/delivery/signing.py). The Consumer keeps the reference text: the stored document,
+actors/delivery/document/signing.py). The Consumer keeps the reference text: the stored document,
 the cluster's subscriptions topic and `GET` show the reference, never what it resolves to.
 Only the egress actor holds resolved values, in memory.
 
@@ -23,9 +23,9 @@ from typing import Final
 
 import msgspec
 
+from actors.delivery.document.signing import secrets_of, signing_keys
+from actors.delivery.document.subscription import MAX_HEADER_VALUE, SubscriptionMethod
 from actors.delivery.errors import InvalidSubscription
-from actors.delivery.signing import secrets_of, signing_keys
-from actors.delivery.subscription import MAX_HEADER_VALUE, SubscriptionMethod
 from runtime.host.references import UnresolvedReference, is_reference, resolve
 
 _CONTROL_BUT_TAB: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")

@@ -26,8 +26,8 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from actors.delivery.book import retry_backoff
-from actors.delivery.subscription import Consumer
+from actors.delivery.document.subscription import Consumer
+from actors.delivery.path.book import retry_backoff
 from actors.shared.deadletter import dead_letter_source
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import Deliver, Delivered, Failed, Record

@@ -1,6 +1,6 @@
 """Roster: the subscriptions riding one shared group member, and which of them owns a topic.
 
-Pure logic (no I/O): the `SharedMemberActor` (actors/delivery/member.py) asks it what to
+Pure logic (no I/O): the `SharedMemberActor` (actors/delivery/path/member.py) asks it what to
 subscribe to and whose partition actors a topic's records go to; the delivery service asks
 `conflict` before a subscription joins a group.
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from actors.delivery.consumer import ConsumerDeps
-    from actors.delivery.subscription import Consumer, TopicSpec
+    from actors.delivery.document.subscription import Consumer, TopicSpec
+    from actors.delivery.path.consumer import ConsumerDeps
     from runtime.kernel import ChildRef
 
 
