@@ -42,6 +42,12 @@ class Record:
     """Set on a record read back from a retry topic, or one that failed with retry topics
     on (actors/delivery/path/retrytopic.py)."""
 
+    def clone(self) -> Record:
+        """A copy for another subscription's cursor (issue 24): the fetched facts are
+        shared, what a cursor changes (attempt, retry) starts afresh."""
+        return Record(self.topic, self.partition, self.offset, self.key, self.value,
+                      self.headers, self.timestamp_ms, self.fetched_ms)
+
     def coordinates(self) -> tuple[str, int, int]:
         """Topic, partition and offset as pushed and journaled: the original ones for a
         record read back from a retry topic, else its own."""
@@ -154,6 +160,8 @@ class FlowControl:
     partition: int
     paused: bool
     epoch: int
+    subscription: str = ""
+    """The cursor's subscription, where one consumer serves several (issue 24)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +172,8 @@ class CommitRequest:
     partition: int
     offset: int
     epoch: int
+    subscription: str = ""
+    """The cursor's subscription, where one consumer serves several (issue 24)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +184,8 @@ class Rewind:
     topic: str
     partition: int
     epoch: int
+    subscription: str = ""
+    """The cursor's subscription, where one consumer serves several (issue 24)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,10 @@ class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=T
     stall_after_ms: Annotated[int, Meta(ge=100)] = 60_000
     """A partition whose commit position has not moved this long while records wait is
     reported stalled (journal, log, status, /readyz)."""
+    instance_group: str = ""
+    """The consumer group this deployment's instances share to split the partitions they
+    read (issue 24); empty: `hookstream-instances-` and a digest of the cluster's
+    subscriptions topic, else of the persistence folder's absolute path."""
 
 
 class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

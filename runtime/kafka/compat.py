@@ -228,3 +228,28 @@ async def leave_group(consumer: AIOKafkaConsumer) -> bool:
         return False
     coordinator.reset_generation()  # so aiokafka does not try again on stop
     return True
+
+
+# -- reach-ins into aiokafka (pinned in pyproject.toml), each with a test ----------------
+
+
+def client_of(consumer: AIOKafkaConsumer) -> Any:
+    """The `AIOKafkaClient` a started consumer talks through: commits and offset fetches of
+    other groups (runtime/kafka/group_offsets.py) reuse its connections instead of opening
+    one client per group. aiokafka has no public accessor."""
+    client = getattr(consumer, "_client", None)
+    if client is None:
+        raise UsageError("aiokafka's consumer has no _client: check the pinned version")
+    return client
+
+
+def generation(consumer: AIOKafkaConsumer | None) -> int:
+    """The group generation a consumer joined with (-1: none); aiokafka keeps it on its
+    private coordinator."""
+    found = getattr(getattr(consumer, "_coordinator", None), "generation", None)
+    return int(found) if found is not None else -1
+
+
+def member_id(consumer: AIOKafkaConsumer | None) -> str:
+    """The member id a consumer's group gave it ("" before it joined)."""
+    return str(getattr(getattr(consumer, "_coordinator", None), "member_id", "") or "")

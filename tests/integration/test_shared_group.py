@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from actors.delivery.control.service import RESTORE_BATCH
-from actors.delivery.path.member import SharedMemberActor
+from actors.delivery.path.member import InstanceMemberActor
 from runtime.host.app import Runtime
 from runtime.kafka.broker import free_port
 from runtime.kernel.supervisor import Supervisor
@@ -59,11 +59,11 @@ def with_concurrency(body: dict[str, Any], factor: int) -> dict[str, Any]:
     return body
 
 
-def members(runtime: Runtime) -> list[SharedMemberActor]:
+def members(runtime: Runtime) -> list[InstanceMemberActor]:
     groups = runtime.system.root.child("groups")
     assert isinstance(groups, Supervisor)
     return [a for n in groups.children()
-            if isinstance(a := groups.child(n), SharedMemberActor)]
+            if isinstance(a := groups.child(n), InstanceMemberActor)]
 
 
 def delivered_of(receiver: Receiver, key: str) -> set[tuple[str, int, int]]:
@@ -93,11 +93,14 @@ async def test_two_subscriptions_of_one_group_share_one_member_and_both_deliver_
             _, b = await api.call("GET", f"/broker/subscription/b/{GROUP}")
             member_a, member_b = a["data"]["status"]["member"], b["data"]["status"]["member"]
             assert member_a["memberId"] == member_b["memberId"] != ""
-            assert member_a["group"] == GROUP and member_a["generation"] >= 0
+            # the member is the instance's, in the instance group; GROUP only keeps positions
+            assert member_a["group"].startswith("hookstream-instances-")
+            assert member_a["generation"] >= 0
             assert sorted(member_a["assigned"]) == [f"{first}-0", f"{first}-1"]
             assert member_b["assigned"] == [f"{second}-0"]
             metrics = runtime.metrics.render()
-            assert f'hookstream_group_subscriptions{{group="{GROUP}"' in metrics
+            instance_group = member_a["group"]
+            assert f'hookstream_group_subscriptions{{group="{instance_group}"' in metrics
     finally:
         await receiver.stop()
     assert len(delivered_of(receiver, f"a_{GROUP}")) == 120

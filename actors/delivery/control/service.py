@@ -69,10 +69,10 @@ from actors.delivery.path.consumer import (
     ConsumerActor,
     ConsumerDeps,
     fetch_size,
-    subscription_client_settings,
+    instance_client_settings,
 )
 from actors.delivery.path.deadletter import DeadLetterActor
-from actors.delivery.path.member import RiderActor, SharedMemberActor
+from actors.delivery.path.member import InstanceMemberActor, RiderActor
 from actors.delivery.path.partition import PartitionActor
 from actors.delivery.path.replay import ReplayActor, ReplayProgress, ReplayRequest
 from actors.delivery.path.retrytopic import RetryTopicActor, check_levels, with_retry_topic
@@ -340,10 +340,20 @@ class DeliveryControl:
 
     # -- shared group members (actors/delivery/path/member.py) ---------------------------------
     def _member_name(self, consumer: Consumer) -> str:
-        """One member per broker, group and client settings (equal for most)."""
-        settings = subscription_client_settings(consumer, "")
-        digest = hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:8]
-        return f"{consumer.broker}:{consumer.group_id}:{digest}"
+        """One instance member per broker: every subscription of that broker reads
+        through it (issue 24)."""
+        return f"instance:{consumer.broker}"
+
+    def instance_group(self) -> str:
+        """The consumer group the runtime's instances share (`[delivery] instance_group`;
+        by default derived from what instances of one deployment have in common: the
+        cluster's subscriptions topic, else the persistence folder)."""
+        config = self.runtime.config
+        if config.delivery.instance_group:
+            return config.delivery.instance_group
+        shared = config.cluster.subscriptions_topic or str(
+            Path(config.persistence.dir).resolve())
+        return "hookstream-instances-" + hashlib.sha256(shared.encode()).hexdigest()[:12]
 
     def _groups_supervisor(self) -> Supervisor:
         assert self._groups is not None
@@ -364,15 +374,15 @@ class DeliveryControl:
         name, groups = self._member_name(consumer), self._groups_supervisor()
         if groups.has_child(name):
             return None
-        roster = self.rosters.setdefault(name, Roster(consumer.group_id))
+        roster = self.rosters.setdefault(name, Roster(self.instance_group()))
         roster.held = self._restoring
         runtime = self._runtime
         wiring = self._member_wirings.setdefault(name, Wiring(
             ChildRef(groups, name), self._bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
             runtime.consumer_settings(consumer.broker)))
-        settings = subscription_client_settings(consumer, f"hookstream-{consumer.group_id}")
+        settings = instance_client_settings(roster.group_id)
         return ChildSpec(
-            name, lambda: SharedMemberActor(name, roster, wiring, settings, runtime.metrics),
+            name, lambda: InstanceMemberActor(name, roster, wiring, settings, runtime.metrics),
             shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
 
     async def _release_member(self, consumer: Consumer) -> None:

@@ -74,6 +74,18 @@ def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSetting
     return settings
 
 
+def instance_client_settings(group_id: str) -> ClientSettings:
+    """The client settings of an instance member (actors/delivery/path/member.py): it
+    reads for every subscription, so none of their `properties` applies; each cursor
+    starts at its own group's commit or `auto.offset.reset`. Metadata is refreshed often
+    so that topics created later match a pattern soon."""
+    settings = group_client_settings(group_id, "hookstream-instance",
+                                     auto_offset_reset="earliest",
+                                     session_timeout_ms=SESSION_TIMEOUT_MS)
+    settings["metadata_max_age_ms"] = PATTERN_METADATA_MAX_AGE_MS
+    return settings
+
+
 class ConsumerActor(GroupConsumerActor):
     def __init__(self, name: str, sub: Consumer, wiring: Wiring, deps: ConsumerDeps) -> None:
         super().__init__(name, wiring)

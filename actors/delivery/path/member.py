@@ -1,33 +1,35 @@
-"""SharedMemberActor: one Kafka group member per (instance, broker, group) for every
-subscription of that group; RiderActor: a subscription's seat on it (issue 17).
+"""InstanceMemberActor: the one Kafka group member of this instance for a broker; every
+subscription is a cursor on the partitions it reads (issue 24). RiderActor: a
+subscription's seat on it.
 
-With one consumer per subscription, N subscriptions sharing a `group.id` are N members of
-one group: every subscribe, unsubscribe, pause or restart rebalances all of them, and a
-rebalance costs O(N). Here the subscriptions of a group share one `AIOKafkaConsumer`
-subscribed to the union of their topics and patterns; the records of a topic go to the
-partition actors of the subscription that owns it (`Roster.owner_of`). Commits stay under
-the group's id, so a subscription keeps its positions when it moves to this layout.
+The runtime's instances form one consumer group of their own (`[delivery]
+instance_group`), subscribed to the union of the subscriptions' topics; Kafka assigns
+each topic-partition to one instance. The member fetches and decodes each owned partition
+once and hands the records to one cursor per subscription of that topic: a
+`PartitionActor` in the subscription's own tree, with its own window, lanes, retries and
+offset tracker. Which cursor gets which records is `Fanout`'s decision
+(actors/delivery/path/fanout.py): a bounded shared buffer per partition; a cursor that
+falls behind it reads on its own (actors/delivery/path/catchup.py) until it is back.
+
+No subscription joins a group: a subscription's `group.id` is where its positions are
+committed, without membership, one request per group that moved per commit round, all
+through this member's client (runtime/kafka/group_offsets.py). A cursor starts at its
+group's committed offset, else at its `auto.offset.reset`.
 
 Tree::
 
-    groups (one_for_one)                      under the runtime's root
-    └── <broker>/<group.id>/<settings>        SharedMemberActor (a GroupConsumerActor)
+    groups (one_for_one)                    under the runtime's root
+    └── instance:<broker>                   InstanceMemberActor (a GroupConsumerActor)
     delivery
     └── <id>_<group.id>
-        ├── egress, deadletter, partitions    as before: partition actors live here
-        └── consumer                          RiderActor: joins on start, leaves on stop
-
-Subscriptions of one group whose client settings differ (`properties`: auto.offset.reset,
-session timeout, ...) ride different members: still members of one group, each with its
-own topics, which Kafka assigns correctly.
+        ├── egress, deadletter, partitions  partition actors (the cursors) live here
+        └── consumer                        RiderActor: joins on start, leaves on stop
 
 Changes go through the member's fetch loop, the one place that calls the client: a join
-bumps the roster's version and the loop subscribes once to the new union (joins that
-arrive together cost one rebalance); a leave first drains and commits that subscription's
-partitions and stops their actors, answers the rider, then re-subscribes. When the union
-did not change (an update that keeps its topics, a leave whose topics another pattern
-still claims) the member does not re-subscribe: the partitions it holds without an actor
-get one under their new owner, which rewinds to the committed position: no rebalance.
+bumps the roster's version; when the union of topics is unchanged, the new subscription
+gets cursors on the partitions already owned (no rebalance); a new topic subscribes anew
+(one rebalance of the instance group for changes that arrive together). A leave drains
+and commits that subscription's cursors, then stops them.
 
 The roster lives in the delivery service, not in the member: a restarted member finds its
 riders again. A rider whose member is not running leaves the roster itself.
@@ -38,29 +40,52 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
+from actors.delivery.path.catchup import CATCH_UP_READERS, CatchUpRead, catch_up
 from actors.delivery.path.consumer import fetch_size
+from actors.delivery.path.fanout import EARLIEST, CatchUp, Fanout, Feed
 from actors.delivery.path.partition import PartitionActor, PartitionPeers
 from actors.delivery.path.roster import Rider, Roster
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.group_consumer import (
+    DRAIN_GRACE_MS,
     POLL_MS,
     ClientSettings,
     GroupConsumerActor,
     Wiring,
     child_name,
 )
+from actors.shared.messages import (
+    Assigned,
+    Batch,
+    CommitRequest,
+    Drain,
+    FlowControl,
+    Record,
+    Rewind,
+)
 from runtime.errors import ActorDeadError
+from runtime.host.journal import Event
 from runtime.host.metrics import Registry
-from runtime.kafka import topic_creation
-from runtime.kernel import Actor, ChildRef, Supervisor, within
+from runtime.kafka import compat, topic_creation
+from runtime.kafka.group_offsets import GroupOffsets
+from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
 LEAVE_GRACE_MS = 2000
 """How long a rider waits for its member beyond the drain deadline before leaving alone."""
+RING_MIN_RECORDS = 2000
+"""The shared buffer of a partition holds at least this many records (more when one
+fetch brings more), so a cursor that paused briefly resumes from memory."""
+
+Seat = tuple[str, TopicPartition]
+"""A cursor: (subscription key, topic-partition)."""
 
 
 @dataclass(slots=True)
@@ -74,38 +99,58 @@ class Leave:
     done: asyncio.Future[None]
 
 
-class SharedMemberActor(GroupConsumerActor):
+@dataclass(slots=True)
+class CaughtUp:
+    """Catch-up reader -> member: may the read of `read` end at `next_offset`?"""
+
+    read: CatchUpRead
+    next_offset: int
+    answer: asyncio.Future[bool]
+
+
+class InstanceMemberActor(GroupConsumerActor):
     def __init__(self, name: str, roster: Roster, wiring: Wiring, settings: ClientSettings,
                  metrics: Registry) -> None:
         super().__init__(name, wiring)
         self.roster = roster
         self.settings = settings
+        self.fanouts: dict[TopicPartition, Fanout] = {}
+        self.offsets: GroupOffsets | None = None
+        self.commit_errors: dict[str, str] = {}  # group.id -> why its last commit failed
+        self._epochs: dict[Seat, int] = {}
+        self._seat_rewinds: dict[Seat, int] = {}
+        self._seat_flow: dict[Seat, bool] = {}
+        self._seat_commits: dict[Seat, int] = {}
+        self._caught: list[CaughtUp] = []
+        self._reads: dict[Seat, CatchUpRead] = {}
+        self._readers = asyncio.Semaphore(CATCH_UP_READERS)
         self._subscribed: int | None = None  # the roster version subscribed with
-        self._target: tuple[str, ...] | str | None = None  # the topics or pattern it was
-        self._listening = False  # subscribed to at least one topic or pattern
+        self._target: tuple[str, ...] | str | None = None
+        self._listening = False
         self._missing: set[str] = set()  # named topics not on the broker yet (watched)
         self._leaves: list[Leave] = []
-        self._warned: set[str] = set()
         self.rebalances = 0
         labels = {"group": roster.group_id, "member": name}
         self.m_generation = metrics.gauge(
-            "hookstream_group_generation", "Generation of the shared group member").labels(**labels)
+            "hookstream_group_generation", "Generation of the instance group member"
+        ).labels(**labels)
         self.m_assigned = metrics.gauge(
             "hookstream_group_assigned_partitions",
-            "Partitions assigned to the shared group member").labels(**labels)
+            "Partitions assigned to the instance group member").labels(**labels)
         self.m_riders = metrics.gauge(
             "hookstream_group_subscriptions",
-            "Subscriptions riding the shared group member").labels(**labels)
+            "Subscriptions reading through the instance group member").labels(**labels)
         self.m_rebalances = metrics.counter(
             "hookstream_group_rebalances_total",
-            "Assignments the shared group member received").labels(**labels)
+            "Assignments the instance group member received").labels(**labels)
 
     def client_settings(self) -> ClientSettings:
         return self.settings
 
     async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
-        # a previous incarnation's partition actors (it crashed): their positions are
-        # committed or not; the new assignment rewinds to what is
+        self.offsets = GroupOffsets(compat.client_of(kafka))
+        # a previous incarnation's cursors (it crashed): their positions are committed
+        # or not; the new assignment starts them again from what is
         for rider in list(self.roster.riders.values()):
             with contextlib.suppress(ActorDeadError):
                 sup = rider.partitions.actor_as(Supervisor)
@@ -116,64 +161,383 @@ class SharedMemberActor(GroupConsumerActor):
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> None:
-        if isinstance(message, Join):
+        if isinstance(message, CommitRequest):
+            seat = (message.subscription, TopicPartition(message.topic, message.partition))
+            if self._epochs.get(seat) == message.epoch:
+                self._seat_commits[seat] = message.offset
+        elif isinstance(message, FlowControl):
+            seat = (message.subscription, TopicPartition(message.topic, message.partition))
+            if self._epochs.get(seat) == message.epoch:
+                self._seat_flow[seat] = message.paused
+                read = self._reads.get(seat)
+                if read is not None and not message.paused:
+                    read.resumed.set()
+        elif isinstance(message, Rewind):
+            seat = (message.subscription, TopicPartition(message.topic, message.partition))
+            self._seat_rewinds[seat] = message.epoch
+        elif isinstance(message, CaughtUp):
+            self._caught.append(message)
+        elif isinstance(message, Join):
             self.roster.join(message.rider)  # the fetch loop subscribes anew
         elif isinstance(message, Leave):
             self._leaves.append(message)
         else:
-            await super().handle(message)
+            raise UnexpectedMessage(self.path, message)
 
     # -- the fetch loop ----------------------------------------------------------------
     async def _apply_requests(self, kafka: AIOKafkaConsumer) -> None:
         leaves, self._leaves = self._leaves, []
         for leave in leaves:
-            await self._leave(kafka, leave)
-        await super()._apply_requests(kafka)
-        if self.roster.held:
-            return
-        changed = self._subscribed != self.roster.version
-        if changed and self._target == _target_of(self.roster):
-            await self._reroute(kafka)
-        elif changed or self._appeared(kafka):
-            # drain and commit first: once subscribed anew, aiokafka forgets the assignment
-            # until the rejoin, and a commit in the revoke callback then fails ("No
-            # partitions assigned"): the positions reached would be delivered again
-            await self._revoke_with(kafka, set(self.owned))
+            await self._leave(leave)
+        self._apply_flow()
+        await self._flush_commits()
+        await self._apply_rewinds(kafka)
+        self._apply_caught_up()
+        self._steer(kafka)
+        if not self.roster.held and self._subscribed != self.roster.version:
+            if self._target == _target_of(self.roster):
+                await self._reroute()
+            else:
+                await self._resubscribe(kafka)
+        elif self._missing and topic_creation.missing(kafka, self._missing) != self._missing:
             await self._resubscribe(kafka)
 
-    def _appeared(self, kafka: AIOKafkaConsumer) -> bool:
-        """A watched topic now exists."""
-        return bool(self._missing) and topic_creation.missing(kafka, self._missing) != self._missing
-
-    async def _reroute(self, kafka: AIOKafkaConsumer) -> None:
-        """The riders changed, the union did not: the assigned partitions without an actor
-        (their subscription left) get one under their owner now; no rebalance."""
-        self._noted()
-        orphans = {tp for tp in kafka.assignment() - self.owned if self._routable(tp)}
-        await super().assign(orphans)
-        if orphans:
-            kafka.resume(*orphans)  # `_leave` paused them
-        log.info("%s: %d subscriptions on the same topics (roster version %d): %d "
-                 "partitions handed over without a rebalance", self.path, len(self.roster),
-                 self.roster.version, len(orphans))
-
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
-        if self._listening:
-            await super()._poll(kafka)
-        else:  # not subscribed: getmany would wait for an assignment, and joins with it
+        if not self._listening:
+            # not subscribed: getmany would wait for an assignment, and joins with it
             await self.context.clock.sleep_ms(POLL_MS)
+            return
+        batches = await kafka.getmany(timeout_ms=self._poll_ms(kafka),
+                                      max_records=self.wiring.max_records)
+        self._pace(kafka, quiet=not any(batches.values()) and not self._seat_commits)
+        now = self.context.clock.monotonic_ms()
+        for tp, messages in batches.items():
+            fanout = self.fanouts.get(tp)
+            if messages and fanout is not None:
+                records = [Record(m.topic, m.partition, m.offset, m.key, m.value,
+                                  tuple(m.headers or ()), m.timestamp, now) for m in messages]
+                self._feed(tp, fanout.append(records), kafka.highwater(tp))
 
-    async def _leave(self, kafka: AIOKafkaConsumer, leave: Leave) -> None:
-        """Drain and commit what the leaving subscription holds; then it is gone."""
-        theirs = {tp for tp in self.owned if self._owner_key(tp) == leave.key}
-        if theirs:
-            kafka.pause(*theirs)  # until the re-subscription takes them away
+    def _feed(self, tp: TopicPartition, feed: Feed, highwater: int | None) -> None:
+        """Hand records to cursors. With several cursors each gets its own copies: a
+        cursor counts attempts on its records."""
+        shared = len(self.fanouts[tp].cursors) > 1
+        for key, records in feed:
+            cursor = self._cursor(key, tp)
+            if cursor is not None:
+                batch = [r.clone() for r in records] if shared else records
+                cursor.tell_system(Batch(batch, highwater))
+
+    def _steer(self, kafka: AIOKafkaConsumer) -> None:
+        """Fetch a partition only while some cursor is live on it."""
+        paused = kafka.paused()
+        for tp, fanout in self.fanouts.items():
+            if fanout.fetching == (tp in paused):
+                (kafka.resume if fanout.fetching else kafka.pause)(tp)
+
+    def _apply_flow(self) -> None:
+        flow, self._seat_flow = self._seat_flow, {}
+        for (key, tp), paused in flow.items():
+            fanout = self.fanouts.get(tp)
+            if fanout is None:
+                continue
+            if paused:
+                fanout.pause(key)
+            else:
+                self._perform(tp, fanout.resume(key))
+
+    def _perform(self, tp: TopicPartition, decision: Feed | CatchUp) -> None:
+        if isinstance(decision, CatchUp):
+            self._start_catch_up(tp, decision)
+        elif decision:
+            self._feed(tp, decision, self._highwater(tp))
+
+    def _highwater(self, tp: TopicPartition) -> int | None:
+        kafka = self.kafka
+        return kafka.highwater(tp) if kafka is not None and tp in self.owned else None
+
+    # -- commits -----------------------------------------------------------------------
+    async def _flush_commits(self) -> None:
+        """One commit round: every cursor that moved, one request per group."""
+        commits, self._seat_commits = self._seat_commits, {}
+        by_group: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
+        for (key, tp), offset in commits.items():
+            rider = self.roster.riders.get(key)
+            if rider is not None and tp in self.owned:
+                by_group[rider.sub.group_id][tp] = offset
+        if not by_group or self.offsets is None:
+            return
+        refused = {r.group: r.reason for r in await self.offsets.commit(by_group)}
+        for (key, tp), offset in commits.items():
+            rider = self.roster.riders.get(key)
+            if rider is None or tp not in by_group.get(rider.sub.group_id, {}):
+                continue
+            if rider.sub.group_id in refused:
+                self._seat_commits.setdefault((key, tp), offset)  # sent again next round
+            else:
+                self._journal_commit(key, tp, offset)
+        self._note_refusals(set(by_group), refused)
+
+    def _note_refusals(self, groups: set[str], refused: dict[str, str]) -> None:
+        for group in groups:
+            reason = refused.get(group)
+            if reason is None:
+                self.commit_errors.pop(group, None)
+            elif self.commit_errors.get(group) != reason:
+                self.commit_errors[group] = reason
+                log.warning("%s: group %s: %s", self.path, group, reason)
+
+    def _journal_commit(self, key: str, tp: TopicPartition, offset: int) -> None:
+        self.context.emit(Event(type="committed", ts_ms=self.context.clock.wall_ms(),
+                                subscription=key, topic=tp.topic, partition=tp.partition,
+                                offset=offset))
+
+    # -- positions ---------------------------------------------------------------------
+    async def _apply_rewinds(self, kafka: AIOKafkaConsumer) -> None:
+        """New cursors: read their groups' committed offsets (one request per group),
+        place the shared fetch where nothing was fetched yet, and start each cursor."""
+        rewinds, self._seat_rewinds = self._seat_rewinds, {}
+        current = {seat: e for seat, e in rewinds.items() if self._current(seat, e)}
+        if not current:
+            return
+        positions = await self._committed(current)
+        if positions is None:
+            self._seat_rewinds.update(current)  # the coordinator did not answer: again
+            return
+        for tp in {tp for _key, tp in current}:
+            self._seek(kafka, tp, {k: p for (k, t), p in positions.items() if t == tp})
+        for seat, position in positions.items():
+            self._start_cursor(seat, current[seat], position)
+
+    async def _committed(self, seats: dict[Seat, int]) -> dict[Seat, int | None] | None:
+        by_group: dict[str, list[Seat]] = defaultdict(list)
+        for seat in seats:
+            by_group[self.roster.riders[seat[0]].sub.group_id].append(seat)
+        assert self.offsets is not None
         try:
-            await self._revoke_with(kafka, theirs)
+            found = await asyncio.gather(*(
+                self.offsets.fetch(group, sorted({tp for _k, tp in group_seats}))
+                for group, group_seats in by_group.items()))
+        except KafkaError as exc:
+            log.warning("%s: reading committed offsets failed (%r); trying again",
+                        self.path, exc)
+            return None
+        positions: dict[Seat, int | None] = {}
+        for group_seats, offsets in zip(by_group.values(), found, strict=True):
+            for seat in group_seats:
+                positions[seat] = offsets[seat[1]]
+        return positions
+
+    def _start_position(self, key: str, committed: int | None) -> int | None:
+        """Where a cursor starts on the shared fetch: its commit, else its reset policy
+        (None: latest, from the head)."""
+        if committed is not None:
+            return committed
+        reset = self.roster.riders[key].sub.properties.get("auto.offset.reset", "earliest")
+        return EARLIEST if reset == "earliest" else None
+
+    def _seek(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
+              committed: dict[str, int | None]) -> None:
+        fanout = self.fanouts[tp]
+        wanted = {key: self._start_position(key, off) for key, off in committed.items()}
+        target = fanout.seek_target(wanted)
+        if target is not None:
+            kafka.seek(tp, target)
+            fanout.seeked(target)
+
+    def _start_cursor(self, seat: Seat, epoch: int, committed: int | None) -> None:
+        key, tp = seat
+        cursor = self._cursor(key, tp)
+        if cursor is None:
+            return
+        cursor.tell_system(Assigned(committed, epoch))
+        self._perform(tp, self.fanouts[tp].position(key, self._start_position(key, committed)))
+
+    def _current(self, seat: Seat, epoch: int) -> bool:
+        key, tp = seat
+        return (tp in self.owned and tp in self.fanouts and key in self.roster.riders
+                and self._epochs.get(seat) == epoch)
+
+    # -- catch-up reads ----------------------------------------------------------------
+    def _start_catch_up(self, tp: TopicPartition, decision: CatchUp) -> None:
+        seat = (decision.key, tp)
+        cursor = self._cursor(decision.key, tp)
+        if cursor is None or seat in self._reads:
+            return
+        read = self._reads[seat] = CatchUpRead(tp, decision.key, decision.position, cursor)
+        self.spawn(self._run_catch_up(read), name=f"{self.path}:catch-up:{decision.key}")
+
+    async def _run_catch_up(self, read: CatchUpRead) -> None:
+        clock = self.context.clock
+        try:
+            async with self._readers:
+                await catch_up(read, self.wiring.bootstrap, self.wiring.broker_settings,
+                               self._handover, clock.monotonic_ms)
+        except ActorDeadError:
+            pass  # the cursor went away: its successor starts from the commit
+        finally:
+            if self._reads.get((read.key, read.tp)) is read:
+                del self._reads[(read.key, read.tp)]
+
+    async def _handover(self, read: CatchUpRead, next_offset: int) -> bool:
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.tell_system(CaughtUp(read, next_offset, answer))
+        return await answer
+
+    def _apply_caught_up(self) -> None:
+        caught, self._caught = self._caught, []
+        for message in caught:
+            read = message.read
+            fanout = self.fanouts.get(read.tp)
+            feed = fanout.caught_up(read.key, message.next_offset) if fanout else []
+            if feed:
+                self._feed(read.tp, feed, self._highwater(read.tp))
+            if not message.answer.done():
+                message.answer.set_result(feed is not None)
+
+    # -- cursors -----------------------------------------------------------------------
+    def _cursor(self, key: str, tp: TopicPartition) -> Actor | None:
+        rider = self.roster.riders.get(key)
+        if rider is None:
+            return None
+        with contextlib.suppress(ActorDeadError):
+            sup = rider.partitions.actor_as(Supervisor)
+            if sup.alive and sup.has_child(child_name(tp)):
+                return sup.child(child_name(tp))
+        return None
+
+    async def _add_cursor(self, rider: Rider, tp: TopicPartition) -> None:
+        key = rider.sub.key
+        with contextlib.suppress(ActorDeadError):
+            sup = rider.partitions.actor_as(Supervisor)
+            if not sup.alive or sup.has_child(child_name(tp)):
+                return
+            self.fanouts[tp].add(key)
+            await sup.start_child(ChildSpec(child_name(tp), self._cursor_factory(rider, tp),
+                                            restart="transient",
+                                            shutdown_ms=self.wiring.drain_ms + 2000))
+
+    def _cursor_factory(self, rider: Rider, tp: TopicPartition) -> Callable[[], Actor]:
+        def build() -> Actor:
+            seat = (rider.sub.key, tp)
+            epoch = self._epochs.get(seat, 0) + 1
+            self._epochs[seat] = epoch
+            fanout = self.fanouts.get(tp)
+            if fanout is not None:
+                fanout.add(rider.sub.key)  # a restart waits for its position again
+            self._cancel_read(seat)
+            deps = rider.deps
+            peers = PartitionPeers(self, deps.egress, deps.deadletter, deps.retrytopic)
+            return PartitionActor(child_name(tp), rider.sub, tp.topic, tp.partition, epoch,
+                                  peers, deps.metrics, deps.stall_after_ms)
+
+        return build
+
+    def _cancel_read(self, seat: Seat) -> None:
+        read = self._reads.pop(seat, None)
+        if read is not None:
+            read.cancelled = True
+            read.resumed.set()
+
+    async def _drain_cursors(self, seats: list[Seat]) -> dict[Seat, int | None]:
+        clock = self.context.clock
+        deadline = clock.monotonic_ms() + self.wiring.drain_ms
+
+        async def drain(seat: Seat) -> int | None:
+            cursor = self._cursor(*seat)
+            if cursor is None:
+                return None
+            done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+            try:
+                await cursor.tell(Drain(deadline, done))
+                return await within(clock, done, self.wiring.drain_ms + DRAIN_GRACE_MS)
+            except (ActorDeadError, TimeoutError):
+                return None  # nothing trustworthy to commit: the last commit stands
+
+        found = await asyncio.gather(*(drain(seat) for seat in seats))
+        return dict(zip(seats, found, strict=True))
+
+    async def _retire(self, seats: list[Seat]) -> None:
+        """Drain the cursors, commit their final positions, stop them."""
+        if not seats:
+            return
+        final = await self._drain_cursors(seats)
+        for seat, position in final.items():
+            self._seat_commits.pop(seat, None)
+            if position is not None:
+                self._seat_commits[seat] = position
+        await self._flush_commits()
+        for key, tp in seats:
+            self._cancel_read((key, tp))
+            rider = self.roster.riders.get(key)
+            fanout = self.fanouts.get(tp)
+            if fanout is not None:
+                fanout.remove(key)
+            if rider is not None:
+                with contextlib.suppress(ActorDeadError):
+                    sup = rider.partitions.actor_as(Supervisor)
+                    if sup.alive and sup.has_child(child_name(tp)):
+                        await sup.stop_child(child_name(tp))
+
+    # -- rebalance ---------------------------------------------------------------------
+    async def assign(self, tps: set[TopicPartition]) -> None:
+        self.rebalances += 1
+        self.m_rebalances.inc()
+        kafka = self.kafka
+        if kafka is not None:
+            self.m_generation.set(self.generation())
+            self.m_assigned.set(len(tps))
+        new = sorted(tps - self.owned)
+        if new:
+            log.info("%s: partitions assigned: %s", self.path,
+                     ", ".join(child_name(tp) for tp in new))
+        capacity = max(RING_MIN_RECORDS, self.wiring.max_records)
+        for tp in new:
+            self.owned.add(tp)
+            self.fanouts[tp] = Fanout(capacity)
+            if kafka is not None:
+                kafka.pause(tp)  # until some cursor knows where it starts
+            for key in self.roster.claimants(tp.topic):
+                await self._add_cursor(self.roster.riders[key], tp)
+            self._journal("partition_assigned", tp, actor=self.path)
+
+    async def _revoke_with(self, kafka: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
+        ordered = sorted(tps & self.owned)
+        if not ordered:
+            return
+        clock = self.context.clock
+        started = clock.monotonic_ms()
+        await self._retire([(key, tp) for tp in ordered for key in self.fanouts[tp].cursors])
+        log.info("%s: partitions revoked (drained and committed in %d ms): %s", self.path,
+                 clock.monotonic_ms() - started, ", ".join(child_name(tp) for tp in ordered))
+        for tp in ordered:
+            self.owned.discard(tp)
+            self.fanouts.pop(tp, None)
+            self._journal("partition_revoked", tp, actor=self.path)
+
+    # -- joins and leaves --------------------------------------------------------------
+    async def _leave(self, leave: Leave) -> None:
+        """Drain and commit what the leaving subscription holds; then it is gone."""
+        try:
+            await self._retire([(leave.key, tp) for tp, fanout in self.fanouts.items()
+                                if leave.key in fanout.cursors])
         finally:
             self.roster.leave(leave.key)
             if not leave.done.done():
                 leave.done.set_result(None)
+
+    async def _reroute(self) -> None:
+        """The riders changed, the union did not: new riders get cursors on the
+        partitions already owned; no rebalance."""
+        self._noted()
+        added = 0
+        for tp, fanout in self.fanouts.items():
+            for key in self.roster.claimants(tp.topic):
+                if key not in fanout.cursors:
+                    await self._add_cursor(self.roster.riders[key], tp)
+                    added += 1
+        log.info("%s: %d subscriptions (roster version %d): %d cursors added without a "
+                 "rebalance", self.path, len(self.roster), self.roster.version, added)
 
     async def _resubscribe(self, kafka: AIOKafkaConsumer) -> None:
         """Subscribe to the roster's union; named topics not on the broker yet are
@@ -210,85 +574,44 @@ class SharedMemberActor(GroupConsumerActor):
         if roster.riders:
             self.wiring.max_records = max(fetch_size(r.sub) for r in roster.riders.values())
 
-    # -- routing -----------------------------------------------------------------------
-    def _owner_key(self, tp: TopicPartition) -> str | None:
-        rider = self.roster.owner_of(tp.topic)
-        return rider.sub.key if rider is not None else None
-
-    def partitions_of(self, tp: TopicPartition) -> Supervisor:
-        rider = self.roster.owner_of(tp.topic)
-        if rider is None:
-            raise ActorDeadError(f"{self.path}: no subscription owns {tp.topic}")
-        return rider.partitions.actor_as(Supervisor)
-
-    def subscription_of(self, tp: TopicPartition) -> str | None:
-        return self._owner_key(tp)
-
-    def build_child(self, tp: TopicPartition, epoch: int) -> PartitionActor:
-        rider = self.roster.owner_of(tp.topic)
-        assert rider is not None  # assign() starts actors only for owned topics
-        deps = rider.deps
-        peers = PartitionPeers(self, deps.egress, deps.deadletter, deps.retrytopic)
-        return PartitionActor(child_name(tp), rider.sub, tp.topic, tp.partition, epoch, peers,
-                              deps.metrics, deps.stall_after_ms)
-
-    def reset_to_beginning(self) -> bool:
-        return self.settings.get("auto_offset_reset", "earliest") == "earliest"
-
-    # -- rebalance ---------------------------------------------------------------------
-    async def assign(self, tps: set[TopicPartition]) -> None:
-        self.rebalances += 1
-        self.m_rebalances.inc()
-        kafka = self.kafka
-        if kafka is not None:
-            self.m_generation.set(self.generation())
-            self.m_assigned.set(len(tps))
-        owned = {tp for tp in tps if self._routable(tp)}
-        await super().assign(owned)
-
-    def _routable(self, tp: TopicPartition) -> bool:
-        claimants = self.roster.claimants(tp.topic)
-        if len(claimants) > 1 and tp.topic not in self._warned:
-            self._warned.add(tp.topic)
-            log.warning("%s: topic %s matches subscriptions %s; it goes to %s (the first)",
-                        self.path, tp.topic, ", ".join(claimants), claimants[0])
-        if not claimants:
-            return False
-        rider = self.roster.riders[claimants[0]]
-        with contextlib.suppress(ActorDeadError):
-            return rider.partitions.actor_as(Supervisor).alive
-        return False
-
     # -- status ------------------------------------------------------------------------
+    def subscription_of(self, tp: TopicPartition) -> str | None:
+        return None  # a partition serves every subscription of its topic
+
     def generation(self) -> int:
-        coordinator = getattr(self.kafka, "_coordinator", None)
-        generation = getattr(coordinator, "generation", None)
-        return int(generation) if generation is not None else -1
+        return compat.generation(self.kafka)
 
     def member_id(self) -> str:
-        coordinator = getattr(self.kafka, "_coordinator", None)
-        return str(getattr(coordinator, "member_id", "") or "")
+        return compat.member_id(self.kafka)
+
+    def owned_by(self, key: str) -> set[TopicPartition]:
+        """The partitions on which `key` has a cursor."""
+        return {tp for tp, fanout in self.fanouts.items() if key in fanout.cursors}
 
     def describe(self, key: str | None = None) -> dict[str, object]:
-        """The member a subscription rides on: group, member id, generation, partitions
-        (with `key`: that subscription's; `groupPartitions`: every partition assigned)."""
-        mine = sorted(self.owned if key is None else
-                      {tp for tp in self.owned if self._owner_key(tp) == key})
+        """The instance member a subscription reads through: group, member id,
+        generation, the subscription's cursors and the commit error of its group."""
+        mine = sorted(self.owned if key is None else self.owned_by(key))
+        rider = self.roster.riders.get(key) if key is not None else None
+        states = {child_name(tp): self.fanouts[tp].cursors[key].state
+                  for tp in mine if key is not None}
         return {"group": self.roster.group_id, "member": self.name,
                 "memberId": self.member_id(), "generation": self.generation(),
                 "subscriptions": len(self.roster), "rebalances": self.rebalances,
-                "assigned": [child_name(tp) for tp in mine],
+                "assigned": [child_name(tp) for tp in mine], "cursors": states,
+                "commitError": (self.commit_errors.get(rider.sub.group_id)
+                                if rider is not None else None),
                 "waitingForTopics": sorted(self._missing),
                 "groupPartitions": len(self.owned)}
 
     def __repr__(self) -> str:
-        return (f"<SharedMemberActor {self.path} riders={len(self.roster)} "
-                f"owned={len(self.owned)} generation={self.generation()} "
+        return (f"<InstanceMemberActor {self.path} riders={len(self.roster)} "
+                f"owned={len(self.owned)} reads={len(self._reads)} "
                 f"mailbox={len(self._mailbox)}>")
 
 
 class RiderActor(Actor):
-    """A subscription's seat on its group's member: the `consumer` of its tree."""
+    """A subscription's seat on the instance member: the `consumer` of its tree."""
 
     def __init__(self, name: str, rider: Rider, member: ChildRef, roster: Roster,
                  leave_ms: int) -> None:
@@ -313,19 +636,16 @@ class RiderActor(Actor):
     async def handle(self, message: object) -> None:
         raise UnexpectedMessage(self.path, message)
 
-    def shared_member(self) -> SharedMemberActor | None:
+    def shared_member(self) -> InstanceMemberActor | None:
         with contextlib.suppress(ActorDeadError):
             actor = self.member.actor
-            return actor if isinstance(actor, SharedMemberActor) else None
+            return actor if isinstance(actor, InstanceMemberActor) else None
         return None
 
     @property
     def owned(self) -> set[TopicPartition]:
         member = self.shared_member()
-        if member is None:
-            return set()
-        key = self.rider.sub.key
-        return {tp for tp in member.owned if member.subscription_of(tp) == key}
+        return member.owned_by(self.rider.sub.key) if member is not None else set()
 
     def __repr__(self) -> str:
         return f"<RiderActor {self.path} {self.rider.sub.key} on {self.member.name}>"

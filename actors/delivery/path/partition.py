@@ -135,7 +135,8 @@ class PartitionActor(Actor):
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
-        self.peers.consumer.tell_system(Rewind(self.topic, self.partition, self.epoch))
+        self.peers.consumer.tell_system(
+            Rewind(self.topic, self.partition, self.epoch, self.sub_key))
         self._schedule_commit_tick()
 
     async def on_stop(self) -> None:
@@ -214,7 +215,7 @@ class PartitionActor(Actor):
     def _flow(self, paused: bool | None) -> None:
         if paused is not None:
             self.peers.consumer.tell_system(
-                FlowControl(self.topic, self.partition, paused, self.epoch))
+                FlowControl(self.topic, self.partition, paused, self.epoch, self.sub_key))
 
     # -- outcomes ----------------------------------------------------------------------
     async def _on_delivered(self, outcome: Delivered) -> None:
@@ -349,7 +350,7 @@ class PartitionActor(Actor):
         if highwater is not None:
             self.m_lag.set(max(highwater - position, 0))
         self.peers.consumer.tell_system(
-            CommitRequest(self.topic, self.partition, position, self.epoch))
+            CommitRequest(self.topic, self.partition, position, self.epoch, self.sub_key))
 
     def _check_health(self) -> None:
         """Every commit tick: the oldest pending record's age, and the stall watchdog."""

@@ -1,0 +1,131 @@
+"""Positions committed under many consumer groups without joining them (issue 24).
+
+A subscription's `group.id` names where its positions are kept (Queue-Over-Http's model),
+not a group membership: the instance that reads a partition commits each subscription's
+position under that subscription's group, as a manually assigned consumer does
+(`OffsetCommit` with generation -1 and no member id), and reads it back with `OffsetFetch`.
+Everything goes through one client (the instance member's), never one per subscription.
+
+The Kafka protocol carries one group per `OffsetCommit` and per `OffsetFetch` (before
+OffsetFetch v8, which aiokafka does not speak), so a commit round sends one request per
+group that moved, all at once, to each group's coordinator (looked up once and cached;
+looked up again after `NOT_COORDINATOR`).
+
+A group with live members (a foreign consumer, an instance of an older version during a
+rolling upgrade) refuses commits without a generation (`UNKNOWN_MEMBER_ID`,
+`ILLEGAL_GENERATION`, `REBALANCE_IN_PROGRESS`): `commit` returns the refusal per group and
+the caller keeps the position to send it again; nothing is lost, the records since the
+last accepted commit are delivered again if the partition moves meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError, for_code
+from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+
+log = logging.getLogger(__name__)
+GROUP_COORDINATOR = 0  # FindCoordinator key type
+NO_GENERATION = -1
+NO_MEMBER = ""
+KEEP_FOREVER = -1  # retention_time: the broker's default
+_STALE_COORDINATOR = frozenset({14, 15, 16})  # loading, not available, not coordinator
+
+
+@dataclass(slots=True)
+class Refusal:
+    """Why a group did not take a commit (or an offset fetch)."""
+
+    group: str
+    reason: str
+    retriable: bool = True
+
+
+@dataclass(slots=True)
+class GroupOffsets:
+    """Commits and fetches of many groups' offsets through one aiokafka client.
+
+    `client` is an `AIOKafkaClient` that is started (the instance member's consumer's,
+    `runtime.kafka.compat.client_of`)."""
+
+    client: AIOKafkaClient
+    _coordinators: dict[str, int] = field(default_factory=dict)
+
+    async def commit(self, positions: Mapping[str, Mapping[TopicPartition, int]],
+                     ) -> list[Refusal]:
+        """Commit every group's positions (one request per group, all at once); the
+        groups that refused, with why."""
+        groups = [g for g, tps in positions.items() if tps]
+        results = await asyncio.gather(*(self._commit_one(g, positions[g]) for g in groups))
+        return [r for r in results if r is not None]
+
+    async def fetch(self, group: str, tps: list[TopicPartition]
+                    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets of `tps` (None: nothing committed). Raises
+        `KafkaError` when the group's coordinator cannot answer."""
+        wanted = [(topic, [p for p, _ in parts])
+                  for topic, parts in _by_topic(dict.fromkeys(tps, 0)).items()]
+        request = OffsetFetchRequest(group, wanted)
+        response = await self._send(group, request)
+        found: dict[TopicPartition, int | None] = dict.fromkeys(tps)
+        for topic, partitions in response.topics:
+            for partition, offset, _metadata, error in partitions:
+                tp = TopicPartition(topic, partition)
+                if error:
+                    raise for_code(error)(f"offset fetch of group {group} {tp}")
+                if tp in found:
+                    found[tp] = offset if offset >= 0 else None
+        return found
+
+    async def _commit_one(self, group: str, positions: Mapping[TopicPartition, int],
+                          ) -> Refusal | None:
+        topics = [(topic, [(p, off, "") for p, off in parts])
+                  for topic, parts in _by_topic(positions).items()]
+        request = OffsetCommitRequest(group, NO_GENERATION, NO_MEMBER, KEEP_FOREVER, topics)
+        try:
+            response = await self._send(group, request)
+        except KafkaError as exc:
+            return Refusal(group, f"commit failed: {exc!r}")
+        for _topic, partitions in response.topics:
+            for _partition, error in partitions:
+                if error:
+                    return self._refused(group, error)
+        return None
+
+    def _refused(self, group: str, code: int) -> Refusal:
+        if code in _STALE_COORDINATOR:
+            self._coordinators.pop(group, None)
+        name = for_code(code).__name__
+        if code in (22, 25, 27):  # illegal generation, unknown member, rebalancing
+            return Refusal(group, f"the group has live members ({name}): another consumer "
+                                  "uses this group.id; the commit is retried")
+        return Refusal(group, f"commit refused: {name}")
+
+    async def _send(self, group: str, request: object) -> Any:
+        node = await self._coordinator(group)
+        try:
+            return await self.client.send(node, request)
+        except KafkaError:
+            self._coordinators.pop(group, None)
+            raise
+
+    async def _coordinator(self, group: str) -> int:
+        node = self._coordinators.get(group)
+        if node is None:
+            found = await self.client.coordinator_lookup(GROUP_COORDINATOR, group)
+            node = self._coordinators[group] = int(found)
+        return node
+
+
+def _by_topic(positions: Mapping[TopicPartition, int]) -> dict[str, list[tuple[int, int]]]:
+    topics: dict[str, list[tuple[int, int]]] = {}
+    for tp, offset in sorted(positions.items()):
+        topics.setdefault(tp.topic, []).append((tp.partition, offset))
+    return topics

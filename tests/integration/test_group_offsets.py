@@ -1,0 +1,79 @@
+"""Positions under many groups without membership (runtime/kafka/group_offsets.py, issue
+24): what the broker does with commits and offset fetches outside a group's membership."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.client import AIOKafkaClient
+
+from runtime.kafka import make_consumer
+from runtime.kafka.group_offsets import GroupOffsets
+from tests.conftest import TopicFactory
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def client(kafka_bootstrap: str) -> AsyncIterator[AIOKafkaClient]:
+    kafka = AIOKafkaClient(bootstrap_servers=kafka_bootstrap)
+    await kafka.bootstrap()
+    try:
+        yield kafka
+    finally:
+        await kafka.close()
+
+
+async def test_many_groups_commit_through_one_client_and_read_back(
+        client: AIOKafkaClient, topic_factory: TopicFactory) -> None:
+    topic = await topic_factory(partitions=2)
+    offsets = GroupOffsets(client)
+    groups = [f"g-{uuid.uuid4().hex[:8]}-{i}" for i in range(50)]
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    refused = await offsets.commit({g: {tp0: i, tp1: i + 1} for i, g in enumerate(groups)})
+    assert refused == []
+    for i, group in enumerate(groups):
+        assert await offsets.fetch(group, [tp0, tp1]) == {tp0: i, tp1: i + 1}
+
+
+async def test_a_group_with_nothing_committed_reads_none(
+        client: AIOKafkaClient, topic_factory: TopicFactory) -> None:
+    topic = await topic_factory()
+    tp = TopicPartition(topic, 0)
+    assert await GroupOffsets(client).fetch(f"empty-{uuid.uuid4().hex}", [tp]) == {tp: None}
+
+
+async def test_a_commit_is_seen_by_a_member_that_joins_later(
+        client: AIOKafkaClient, topic_factory: TopicFactory, kafka_bootstrap: str,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    group, tp = f"later-{uuid.uuid4().hex[:8]}", TopicPartition(topic, 0)
+    assert await GroupOffsets(client).commit({group: {tp: 7}}) == []
+    consumer = make_consumer(kafka_bootstrap, group_id=group, enable_auto_commit=False,
+                             **fast_group_kwargs)
+    await consumer.start()
+    try:
+        assert await consumer.committed(tp) == 7
+    finally:
+        await consumer.stop()
+
+
+async def test_a_group_with_a_live_member_refuses_commits_without_a_generation(
+        client: AIOKafkaClient, topic_factory: TopicFactory, kafka_bootstrap: str,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    group, tp = f"live-{uuid.uuid4().hex[:8]}", TopicPartition(topic, 0)
+    member = make_consumer(kafka_bootstrap, topic, group_id=group, enable_auto_commit=False,
+                           **fast_group_kwargs)
+    await member.start()
+    try:
+        while not member.assignment():
+            await member.getmany(timeout_ms=200)
+        refused = await GroupOffsets(client).commit({group: {tp: 3}})
+    finally:
+        await member.stop()
+    assert [r.group for r in refused] == [group]
+    assert "live members" in refused[0].reason

@@ -1,0 +1,119 @@
+"""The decisions of one fetched partition shared by many cursors (actors/delivery/path/
+fanout.py, issue 24): independent progress, the bounded buffer, catch-up entry and exit."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.delivery.path.fanout import CatchUp, Fanout
+from actors.shared.messages import Record
+
+
+def records(first: int, count: int) -> list[Record]:
+    return [Record("t", 0, o, None, b"v", (), 0, 0) for o in range(first, first + count)]
+
+
+def offsets(feed: object) -> dict[str, list[int]]:
+    assert isinstance(feed, list)
+    return {key: [r.offset for r in part] for key, part in feed}
+
+
+def positioned(capacity: int = 10, **cursors: int | None) -> Fanout:
+    fanout = Fanout(capacity)
+    for key in cursors:
+        fanout.add(key)
+    target = fanout.seek_target(dict(cursors))
+    if target is not None:
+        fanout.seeked(target)
+    for key, position in cursors.items():
+        fanout.position(key, position)
+    return fanout
+
+
+def test_every_live_cursor_gets_each_record_once_from_its_own_position() -> None:
+    fanout = positioned(a=0, b=3)
+    assert fanout.head == 0  # the shared fetch starts at the lowest position
+    assert offsets(fanout.append(records(0, 5))) == {"a": [0, 1, 2, 3, 4], "b": [3, 4]}
+    assert offsets(fanout.append(records(5, 2))) == {"a": [5, 6], "b": [5, 6]}
+
+
+def test_a_waiting_cursor_gets_nothing_and_fetching_waits_for_a_live_one() -> None:
+    fanout = Fanout(10)
+    fanout.add("a")
+    assert not fanout.fetching
+    assert fanout.append(records(0, 3)) == []
+    fanout.position("a", 0)
+    assert fanout.fetching
+
+
+def test_a_paused_cursor_holds_only_itself_and_resumes_from_the_buffer() -> None:
+    fanout = positioned(a=0, b=0)
+    fanout.append(records(0, 2))
+    fanout.pause("b")
+    assert fanout.fetching  # a is still live
+    assert offsets(fanout.append(records(2, 3))) == {"a": [2, 3, 4]}
+    assert offsets(fanout.resume("b")) == {"b": [2, 3, 4]}
+    assert offsets(fanout.append(records(5, 1))) == {"a": [5], "b": [5]}
+
+
+def test_fetching_pauses_when_every_cursor_is_paused() -> None:
+    fanout = positioned(a=0)
+    fanout.append(records(0, 2))
+    fanout.pause("a")
+    assert not fanout.fetching
+    assert fanout.resume("a") == []  # nothing was fetched meanwhile: live at the head
+    assert fanout.fetching
+
+
+def test_the_buffer_is_bounded_and_a_cursor_behind_it_needs_a_catch_up_reader() -> None:
+    fanout = positioned(capacity=4, a=0, b=0)
+    fanout.append(records(0, 1))
+    fanout.pause("b")
+    fanout.append(records(1, 10))
+    assert len(fanout.ring) == 4  # bounded, whatever the paused cursor does
+    assert fanout.resume("b") == CatchUp("b", 1)
+    assert fanout.behind() == ["b"]
+    assert offsets(fanout.append(records(11, 1))) == {"a": [11]}  # b is not fed
+
+
+def test_a_catch_up_reader_hands_over_once_the_buffer_reaches_back_to_it() -> None:
+    fanout = positioned(capacity=4, a=0, b=0)
+    fanout.pause("b")
+    fanout.append(records(0, 10))  # the buffer holds 6..9
+    assert fanout.resume("b") == CatchUp("b", 0)
+    assert fanout.caught_up("b", 3) is None  # still below the buffer: read on
+    assert offsets(fanout.caught_up("b", 7)) == {"b": [7, 8, 9]}
+    assert offsets(fanout.append(records(10, 1))) == {"a": [10], "b": [10]}
+
+
+def test_a_late_cursor_behind_the_head_catches_up_and_one_ahead_skips() -> None:
+    fanout = positioned(capacity=3, a=5)
+    fanout.append(records(5, 5))  # buffer 7..9, head 10
+    fanout.add("old")
+    fanout.add("ahead")
+    assert fanout.position("old", 2) == CatchUp("old", 2)
+    assert offsets(fanout.position("ahead", 8)) == {"ahead": [8, 9]}
+    fanout.add("new")
+    assert fanout.position("new", None) == []  # reset to latest: from the head
+    assert offsets(fanout.append(records(10, 2))) == {"a": [10, 11], "ahead": [10, 11],
+                                                      "new": [10, 11]}
+
+
+def test_offsets_with_gaps_are_sliced_by_value() -> None:
+    fanout = positioned(a=0, b=4)
+    batch = [records(0, 1)[0], records(3, 1)[0], records(7, 1)[0]]
+    assert offsets(fanout.append(batch)) == {"a": [0, 3, 7], "b": [7]}
+    assert fanout.head == 8
+
+
+def test_a_removed_cursor_gets_nothing_and_its_late_answers_are_ignored() -> None:
+    fanout = positioned(a=0, b=0)
+    fanout.remove("b")
+    assert offsets(fanout.append(records(0, 2))) == {"a": [0, 1]}
+    assert fanout.resume("b") == []
+    assert fanout.caught_up("b", 0) == []
+
+
+def test_capacity_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        Fanout(0)
