@@ -412,3 +412,22 @@ async def test_users_cannot_be_created_on_a_broker_that_requires_authentication_
                 created.kill()
                 await created.wait()
     assert code != 0, "users can be created now: test SCRAM against the embedded broker"
+
+
+async def test_reach_ins_find_the_client_generation_and_member_id_of_a_started_consumer(
+        kafka_bootstrap: str, topic_factory: TopicFactory,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    group = f"reach-{uuid.uuid4().hex[:8]}"
+    consumer = make_consumer(kafka_bootstrap, topic, group_id=group, **fast_group_kwargs)
+    assert (compat.generation(None), compat.member_id(None)) == (-1, "")
+    await consumer.start()
+    try:
+        assert isinstance(compat.client_of(consumer), AIOKafkaClient)
+        async with asyncio.timeout(15):
+            while not consumer.assignment():
+                await consumer.getmany(timeout_ms=200)
+        assert compat.generation(consumer) >= 0
+        assert compat.member_id(consumer) != ""
+    finally:
+        await consumer.stop()

@@ -12,6 +12,7 @@ from yarl import URL
 from actors.delivery.egress.guard import DestinationGuard
 from actors.delivery.egress.transport import (
     LeanTransport,
+    Shelf,
     TransportSettings,
     make_transport,
 )
@@ -56,10 +57,10 @@ async def server() -> AsyncIterator[Server]:
         await server.runner.cleanup()
 
 
-def lean(url: str, pool: int = 2) -> LeanTransport:
+def lean(url: str, pool: int = 2, shelf: Shelf | None = None) -> LeanTransport:
     settings = TransportSettings(URL(url), {"User-Agent": "t"}, pool, 5.0, 5.0,
                                  DestinationGuard().socket_factory)
-    transport = make_transport(settings, "lean")
+    transport = make_transport(settings, "lean", shelf)
     assert isinstance(transport, LeanTransport)
     return transport
 
@@ -73,6 +74,33 @@ async def test_keep_alive_reuses_one_connection_and_reads_the_answer_headers(
         await transport.close()
     assert replies == [(200, "3", "skip")] * 3
     assert len(set(server.peers)) == 1
+
+
+async def test_subscriptions_of_one_origin_share_its_idle_connections(
+        server: Server) -> None:
+    shelf = Shelf()
+    transports = [lean(server.url + "/keep", shelf=shelf) for _ in range(20)]
+    try:
+        for transport in transports:
+            assert (await transport.send("POST", {}, b"x", None))[0] == 200
+        assert len(set(server.peers)) == 1  # twenty subscriptions, one connection
+        for transport in transports[:-1]:
+            await transport.close()
+        assert len(shelf) == 1  # others still use the origin: kept
+    finally:
+        await transports[-1].close()
+    assert len(shelf) == 0  # the last one closed what was left
+
+
+async def test_separate_shelves_keep_connections_apart(server: Server) -> None:
+    first, second = lean(server.url + "/keep"), lean(server.url + "/keep")
+    try:
+        await first.send("POST", {}, b"x", None)
+        await second.send("POST", {}, b"x", None)
+    finally:
+        await first.close()
+        await second.close()
+    assert len(set(server.peers)) == 2
 
 
 async def test_connection_close_is_honoured_with_a_new_connection_per_request(

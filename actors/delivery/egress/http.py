@@ -241,7 +241,7 @@ class EgressActor(OutletActor):
         self._session = make_transport(TransportSettings(
             self._url, self._headers, self.pool, method.timeoutMs / 1000,
             method.connectTimeoutMs / 1000, self.guard.socket_factory, ssl_setting),
-            self.transport_name)
+            self.transport_name, self.origin.shelf)
 
     # -- batches (batchSize > 1) ------------------------------------------------------
     async def handle(self, message: Any) -> Any:

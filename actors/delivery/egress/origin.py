@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
+from actors.delivery.egress.transport import Shelf
+
 BreakerState = Literal["closed", "open", "half_open"]
 DEFAULT_FAILURE_RATIO = 0.5
 DEFAULT_MIN_REQUESTS = 20
@@ -211,6 +213,8 @@ class Origin:
     history: deque[dict[str, object]] = field(
         default_factory=lambda: deque(maxlen=HISTORY))
     """The latest breaker transitions as reported (wall-clock ms), newest first."""
+    shelf: Shelf = field(default_factory=Shelf)
+    """Idle connections every subscription of this origin reuses (egress/transport.py)."""
 
     @property
     def slots(self) -> asyncio.Semaphore:

@@ -76,13 +76,13 @@ class TransportSettings:
 
 
 def make_transport(settings: TransportSettings, name: TransportName | None = None,
-                   ) -> Transport:
+                   shelf: Shelf | None = None) -> Transport:
     """`name` None: `DEFAULT_TRANSPORT`, read when called (bench/delivery.py --transport
     sets it for the runtimes it starts)."""
     name = name or DEFAULT_TRANSPORT
     url = settings.url
     if name == "lean" and isinstance(url, URL) and url.scheme == "http" and url.host:
-        return LeanTransport(settings, url)
+        return LeanTransport(settings, url, shelf)
     return AiohttpTransport(settings)
 
 
@@ -234,10 +234,48 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
+class Shelf:
+    """The idle keep-alive connections to one origin, shared by the transports of every
+    subscription that pushes there (issue 24: a thousand subscriptions of one endpoint
+    reuse a few connections instead of opening their own). Each transport still holds at
+    most its `pool` at once; the origin's limit bounds them all (egress/origin.py). The
+    last transport to close closes what is left."""
+
+    __slots__ = ("_idle", "users")
+
+    def __init__(self) -> None:
+        self._idle: deque[_Connection] = deque()
+        self.users = 0
+
+    def take(self) -> _Connection | None:
+        now = time.monotonic()
+        idle = self._idle
+        while idle:
+            connection = idle.pop()  # the most recently used: least likely closed
+            if connection.reusable and now - connection.idle_since < KEEPALIVE_S:
+                return connection
+            connection.close()
+        return None
+
+    def put(self, connection: _Connection) -> None:
+        connection.idle_since = time.monotonic()
+        self._idle.append(connection)
+
+    def __len__(self) -> int:
+        return len(self._idle)
+
+    def leave(self) -> None:
+        self.users -= 1
+        if self.users <= 0:
+            while self._idle:
+                self._idle.pop().close()
+
+
 class LeanTransport:
     """See the module docstring."""
 
-    def __init__(self, settings: TransportSettings, url: URL) -> None:
+    def __init__(self, settings: TransportSettings, url: URL, shelf: Shelf | None = None,
+                 ) -> None:
         self._settings = settings
         self._host, self._port = url.host or "", url.port or 80
         self._path = url.raw_path_qs or "/"
@@ -255,10 +293,11 @@ class LeanTransport:
             self._fixed["authorization"] = ("Authorization",
                                             "Basic " + base64.b64encode(credentials).decode())
         self._fixed_block = "".join(f"{k}: {v}\r\n" for k, v in self._fixed.values())
-        self._idle: deque[_Connection] = deque()
+        self._shelf = shelf if shelf is not None else Shelf()
+        self._shelf.users += 1
         self._busy = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
-        self._open: set[_Connection] = set()
+        self._using: set[_Connection] = set()  # connections with a request of ours
         self._addresses: list[AddrInfoType] = []
         self._resolved_at = 0.0
         self._closed = False
@@ -277,10 +316,11 @@ class LeanTransport:
         fails the answer, not `asyncio.timeout`: a third of this client's CPU)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.total_s
-        connection = self._idle_connection()
+        connection = self._shelf.take()
         if connection is None:
             async with asyncio.timeout_at(deadline):  # rare: a new connection
                 connection = await self._connect()
+        self._using.add(connection)
         answer = connection.request(data, head)
         timer = loop.call_at(deadline, connection.expire)
         try:
@@ -290,6 +330,7 @@ class LeanTransport:
             raise
         finally:
             timer.cancel()
+            self._using.discard(connection)
         self._release(connection)
         return reply
 
@@ -336,25 +377,11 @@ class LeanTransport:
         head = f"{method} {target} HTTP/1.1\r\n{block}{length}\r\n".encode()
         return head + body if body else head
 
-    def _idle_connection(self) -> _Connection | None:
-        now = time.monotonic()
-        while self._idle:
-            connection = self._idle.pop()  # the most recently used: least likely closed
-            if connection.reusable and now - connection.idle_since < KEEPALIVE_S:
-                return connection
-            self._discard(connection)
-        return None
-
     def _release(self, connection: _Connection) -> None:
-        if connection.reusable:
-            connection.idle_since = time.monotonic()
-            self._idle.append(connection)
+        if connection.reusable and not self._closed:
+            self._shelf.put(connection)
         else:
-            self._discard(connection)
-
-    def _discard(self, connection: _Connection) -> None:
-        connection.close()
-        self._open.discard(connection)
+            connection.close()
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -379,7 +406,6 @@ class LeanTransport:
                     raise
                 # uvloop calls connection_made after create_connection returned
                 await connection.made
-                self._open.add(connection)
                 return connection
         raise last or OSError(f"cannot connect to {self._host}:{self._port}")
 
@@ -397,8 +423,10 @@ class LeanTransport:
         return self._closed
 
     async def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
-        for connection in list(self._open):
-            connection.close()
-        self._open.clear()
-        self._idle.clear()
+        for connection in list(self._using):
+            connection.close()  # its request fails, as any request in flight at close
+        self._using.clear()
+        self._shelf.leave()

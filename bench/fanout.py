@@ -1,0 +1,295 @@
+"""High fan-out (issue 24): many subscriptions of one topic, this code against another tree.
+
+    .venv/bin/python bench/fanout.py [--subscribers 1000] [--partitions 4] [--records 10]
+        [--baseline-records 20000] [--idle-s 10] [--compare DIR] [--timeout-s 300]
+
+Runs on loopback, everything started here and stopped at the end: the embedded broker,
+the receiver (bench/receiver.py, a uvloop responder answering `200`), and per code tree a
+worker process that runs the runtime in-process (uvloop, journal on). `--compare DIR`
+runs the same worker on another checkout (e.g. `git worktree add /tmp/old <commit>`)
+right after, against the same broker and receiver, so the figures come from one run.
+
+Per tree, on fresh topics:
+
+1. Single subscription (the reference): one subscription reads a backlog of
+   `--baseline-records` 100-byte records on a `--partitions` topic; CPU of the worker per
+   record, from the first delivery to the last.
+2. Fan-out: `--subscribers` subscriptions (each its own group.id) of one `--partitions`
+   topic, subscribed through the admin API 25 at a time: the time until all answered,
+   RSS growth per subscription once every cursor exists, idle CPU of the worker and of the
+   broker over `--idle-s` with nothing produced, then `--records` records produced: the
+   time until every subscriber has them all (records x subscribers deliveries), and the
+   worker's CPU per delivery over that window.
+
+The load average is printed beside every figure: a figure taken on a busy machine is not
+evidence. Every wait is bounded by `--timeout-s`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+RESULT = "RESULT "
+HERE = Path(__file__).resolve().parent
+POLL_S = 0.02
+SUBSCRIBE_BATCH = 25
+
+
+def load() -> str:
+    return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
+def cpu_s(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (this one by default)."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1])
+    return 0.0
+
+
+# -- the worker: one code tree ---------------------------------------------------------
+def body(sub_id: str, topic: str, url: str, **method: Any) -> dict[str, Any]:
+    return {"id": sub_id, "group": {"id": f"g-{sub_id}", "name": sub_id}, "broker": "Kafka",
+            "topics": [{"name": topic, "config": {"concurrencyFactor": 20}}],
+            "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100,
+                                   **method},
+            "properties": {"fetch.max.wait.ms": "100"}}
+
+
+async def worker(args: argparse.Namespace) -> dict[str, Any]:
+    import aiohttp
+
+    from actors.delivery.service import DeliveryService
+    from runtime.host.app import Runtime
+    from runtime.host.config import parse_config
+    from runtime.kafka import create_topics, make_producer
+
+    workdir = Path(args.workdir)
+    config = parse_config({
+        "brokers": [{"name": "Kafka", "bootstrap_servers": args.bootstrap}],
+        "admin": {"listen": "127.0.0.1:0"},
+        "persistence": {"dir": str(workdir / "persist")},
+        "journal": {"dir": str(workdir / "journal"), "enabled": True},
+        "runtime": {"shutdown_deadline_ms": 30_000},
+    })
+    result: dict[str, Any] = {"tree": args.tree}
+    producer = make_producer(args.bootstrap, acks=1, linger_ms=50)
+    await producer.start()
+    runtime = Runtime(config, services=[DeliveryService])
+    await runtime.start()
+
+    def delivered() -> float:
+        family = runtime.metrics.counter("hookstream_delivered_total", "")
+        return sum(c.value for c in family.children.values())
+
+    async def until(what: str, check: Any) -> float:
+        start = time.perf_counter()
+        while not check():
+            if time.perf_counter() - start > args.timeout_s:
+                raise TimeoutError(f"{what}: not within {args.timeout_s} s "
+                                   f"({delivered():.0f} delivered)")
+            await asyncio.sleep(POLL_S)
+        return time.perf_counter() - start
+
+    async def produce(topic: str, count: int) -> None:
+        futures = [await producer.send(topic, f"{i:012d}".encode().ljust(100, b"."),
+                                       partition=i % args.partitions) for i in range(count)]
+        await asyncio.gather(*futures)
+
+    async def subscribe(session: aiohttp.ClientSession, bodies: list[dict[str, Any]]) -> None:
+        async def one(b: dict[str, Any]) -> None:
+            async with session.post(runtime.admin.url + "/broker/subscription", json=b,
+                                    timeout=aiohttp.ClientTimeout(total=args.timeout_s)) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"refused: {r.status} {await r.text()}")
+
+        for first in range(0, len(bodies), SUBSCRIBE_BATCH):
+            await asyncio.gather(*(one(b) for b in bodies[first:first + SUBSCRIBE_BATCH]))
+
+    def cursors() -> int:
+        return len(runtime.metrics.gauge("hookstream_inflight", "").children)
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            # 1. the single subscription
+            single = f"single-{uuid.uuid4().hex[:8]}"
+            await create_topics(args.bootstrap, {single: args.partitions})
+            await produce(single, args.baseline_records)
+            await subscribe(session, [body("one", single, args.url)])
+            await until("first delivery", lambda: delivered() > 0)
+            t0, c0, d0 = time.perf_counter(), cpu_s(), delivered()
+            await until("baseline", lambda: delivered() >= args.baseline_records)
+            n = delivered() - d0
+            result["single_us"] = (cpu_s() - c0) / n * 1e6
+            result["single_rate"] = n / (time.perf_counter() - t0)
+            result["single_load"] = load()
+            note(args.tree, "single:", result)
+            # 2. fan-out
+            topic = f"fan-{uuid.uuid4().hex[:8]}"
+            await create_topics(args.bootstrap, {topic: args.partitions})
+            base_rss, base_cursors = rss_kib(), cursors()
+            start = time.perf_counter()
+            await subscribe(session, [body(f"s{i}", topic, args.url)
+                                      for i in range(args.subscribers)])
+            result["subscribe_s"] = time.perf_counter() - start
+            want = base_cursors + args.subscribers * args.partitions
+            result["cursors_s"] = result["subscribe_s"] + await until(
+                "cursors", lambda: cursors() >= want)
+            await asyncio.sleep(2)
+            import gc
+            gc.collect()
+            result["rss_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
+            note(args.tree, "subscribed:", result)
+            c0, b0, t0 = cpu_s(), cpu_s(args.broker_pid), time.perf_counter()
+            await asyncio.sleep(args.idle_s)
+            wall = time.perf_counter() - t0
+            result["idle_runtime_pct"] = (cpu_s() - c0) / wall * 100
+            result["idle_broker_pct"] = (cpu_s(args.broker_pid) - b0) / wall * 100
+            result["idle_load"] = load()
+            note(args.tree, "idle:", result)
+            d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
+            await produce(topic, args.records)
+            total = args.records * args.subscribers
+            result["fanout_s"] = await until("fan-out", lambda: delivered() - d0 >= total)
+            result["fanout_us"] = (cpu_s() - c0) / total * 1e6
+            result["fanout_load"] = load()
+            result["fanout_ratio"] = result["fanout_us"] / result["single_us"]
+            note(args.tree, "fan-out:", result)
+    finally:
+        await runtime.stop()
+        await producer.stop()
+    return result
+
+
+def note(*parts: object) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+# -- the driver ------------------------------------------------------------------------
+@contextlib.contextmanager
+def receiver() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    process = subprocess.Popen([sys.executable, str(HERE / "receiver.py")],
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                               start_new_session=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("listening"):
+            raise RuntimeError(f"receiver did not start: {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/hook", process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.asynccontextmanager
+async def broker() -> AsyncIterator[tuple[str, int]]:
+    sys.path.insert(0, str(HERE.parent))
+    from runtime.kafka.broker import EmbeddedBroker
+
+    async with EmbeddedBroker() as running:
+        assert running.pid is not None
+        yield running.bootstrap, running.pid
+
+
+async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_pid: int,
+                   url: str, workdir: Path) -> dict[str, Any]:
+    command = [sys.executable, str(HERE / "fanout.py"), "--worker", "--tree", str(tree),
+               "--bootstrap", bootstrap, "--broker-pid", str(broker_pid), "--url", url,
+               "--workdir", str(workdir), "--subscribers", str(args.subscribers),
+               "--partitions", str(args.partitions), "--records", str(args.records),
+               "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
+               "--timeout-s", str(args.timeout_s)]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
+                                                   cwd=tree, env=env)
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), args.timeout_s * 6)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    lines = [ln for ln in out.decode().splitlines() if ln.startswith(RESULT)]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"worker on {tree} failed ({process.returncode})")
+    return dict(json.loads(lines[-1].removeprefix(RESULT)))
+
+
+async def drive(args: argparse.Namespace) -> None:
+    trees = [HERE.parent] + ([Path(args.compare).resolve()] if args.compare else [])
+    with receiver() as (url, _), tempfile.TemporaryDirectory() as tmp:
+        async with broker() as (bootstrap, pid):
+            results = []
+            for n, tree in enumerate(trees):
+                results.append(await run_tree(tree, args, bootstrap, pid, url,
+                                              Path(tmp) / str(n)))
+    print(f"fanout: {args.subscribers} subscribers x {args.partitions} partitions, "
+          f"{args.records} records each; python {sys.version.split()[0]}")
+    for r in results:
+        print(f"{r['tree']}:\n"
+              f"  single subscription: {r['single_us']:.0f} us/record, "
+              f"{r['single_rate']:.0f} records/s ({r['single_load']})\n"
+              f"  subscribe all: {r['subscribe_s']:.1f} s (cursors running at "
+              f"{r['cursors_s']:.1f} s), RSS {r['rss_kib_per_sub']:.0f} KiB/subscription\n"
+              f"  idle: runtime {r['idle_runtime_pct']:.1f}% of a core, broker "
+              f"{r['idle_broker_pct']:.1f}% ({r['idle_load']})\n"
+              f"  {args.records * args.subscribers} deliveries in {r['fanout_s']:.2f} s, "
+              f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
+              f"({r['fanout_load']})")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--records", type=int, default=10)
+    parser.add_argument("--baseline-records", type=int, default=20_000)
+    parser.add_argument("--idle-s", type=float, default=10.0)
+    parser.add_argument("--compare", default="")
+    parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", default=str(HERE.parent), help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    import uvloop
+
+    args = parse(argv)
+    if args.worker:
+        sys.path.insert(0, args.tree)
+        result = uvloop.run(worker(args))
+        print(RESULT + json.dumps(result), flush=True)
+    else:
+        uvloop.run(drive(args))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,181 @@
+"""High fan-out (issue 24): one read per partition per instance, every subscription a
+cursor on it, with its own position committed under its own group."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+
+from actors.delivery.path.member import InstanceMemberActor
+from runtime.host.app import Runtime
+from runtime.kafka.group_offsets import GroupOffsets
+from runtime.kernel.supervisor import Supervisor
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Push,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def member(runtime: Runtime) -> InstanceMemberActor:
+    groups = runtime.system.root.child("groups")
+    assert isinstance(groups, Supervisor)
+    found = [a for n in groups.children()
+             if isinstance(a := groups.child(n), InstanceMemberActor)]
+    assert len(found) == 1
+    return found[0]
+
+
+async def group_positions(runtime: Runtime, groups: list[str], topic: str,
+                          partitions: int) -> dict[str, dict[int, int | None]]:
+    """Each group's committed offsets, read through the member's own client."""
+    offsets = member(runtime).offsets
+    assert offsets is not None
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    found = await asyncio.gather(*(offsets.fetch(g, tps) for g in groups))
+    return {g: {tp.partition: pos[tp] for tp in tps} for g, pos in zip(groups, found,
+                                                                      strict=True)}
+
+
+async def subscribe_many(api: Admin, ids: list[str], topic: str, url: str,
+                         concurrency: int = 4) -> None:
+    async def one(sub_id: str) -> None:
+        await api.subscribe(subscription(
+            sub_id, [{"name": topic, "config": {"concurrencyFactor": concurrency}}], url))
+
+    for first in range(0, len(ids), 25):
+        await asyncio.gather(*(one(i) for i in ids[first:first + 25]))
+
+
+def flaky(rate: float, seed: int = 7) -> object:
+    rand = random.Random(seed)
+
+    async def behaviour(push: Push) -> int:
+        return 500 if rand.random() < rate else 200
+
+    return behaviour
+
+
+async def test_200_subscribers_each_get_every_record_despite_failures_and_commit_to_the_end(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=4)
+    records, subscribers = 40, 200
+    receiver = await Receiver(flaky(0.2)).start()  # type: ignore[arg-type]
+    ids = [f"f{n}" for n in range(subscribers)]
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe_many(api, ids, topic, receiver.url)
+            await produce(kafka_bootstrap, topic, records, partitions=4)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == records * subscribers,
+                                    timeout_s=120)
+            the_member = member(runtime)
+            assert len(the_member.owned) == 4  # one read per partition, not one per cursor
+            groups = [f"g-{i}" for i in ids]
+
+            async def all_committed() -> bool:
+                found = await group_positions(runtime, groups, topic, 4)
+                return all(p == {0: 10, 1: 10, 2: 10, 3: 10} for p in found.values())
+
+            async with asyncio.timeout(30):
+                while not await all_committed():
+                    await asyncio.sleep(0.2)
+    finally:
+        await receiver.stop()
+    failures = len(receiver.pushes) - len(receiver.ok)
+    assert failures > 0.1 * records * subscribers  # the failures did happen
+    consumers = {c for c, _t, _p, _o in receiver.delivered()}
+    assert consumers == {f"{i}_g-{i}" for i in ids}
+
+
+async def test_a_hung_subscriber_holds_only_its_own_cursor_and_gets_everything_after(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=1)
+    healed = asyncio.Event()
+
+    async def hangs_until_healed(push: Push) -> int:
+        if push.consumer.startswith("hung_"):
+            await healed.wait()
+        return 200
+
+    receiver = await Receiver(hangs_until_healed).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe_many(api, ["hung", "a", "b"], topic, receiver.url, concurrency=2)
+            # the hung cursor's window (2) and buffer fill; the others go on: 3,000 records
+            # is more than the shared buffer keeps, so it must read on its own after
+            await produce(kafka_bootstrap, topic, 3000)
+
+            def others_done() -> bool:
+                got = {(c, o) for c, _t, _p, o in receiver.delivered()}
+                return sum(1 for c, _o in got if not c.startswith("hung_")) == 6000
+
+            await receiver.wait_for(others_done, timeout_s=60)
+            hung_so_far = sum(1 for c, *_ in receiver.delivered() if c.startswith("hung_"))
+            assert hung_so_far == 0
+            assert member(runtime).describe("hung_g-hung")["cursors"] == {f"{topic}-0": "paused"}
+            healed.set()
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 9000, timeout_s=60)
+    finally:
+        healed.set()
+        await receiver.stop()
+    hung = sorted(o for c, _t, _p, o in receiver.delivered() if c.startswith("hung_"))
+    assert hung == list(range(3000))
+
+
+async def test_a_subscriber_added_later_starts_at_its_group_commit_without_a_rebalance(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=2)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe_many(api, ["first"], topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 100, partitions=2)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 100)
+            the_member = member(runtime)
+            rebalances = the_member.rebalances
+            # the late group already committed 30 of partition 0 elsewhere
+            offsets = the_member.offsets
+            assert offsets is not None
+            await offsets.commit({"g-late": {TopicPartition(topic, 0): 30}})
+            await subscribe_many(api, ["late"], topic, receiver.url)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 100 + 20 + 50)
+            assert the_member.rebalances == rebalances  # same topic: no rebalance
+    finally:
+        await receiver.stop()
+    late = sorted((p, o) for c, _t, p, o in receiver.delivered() if c == "late_g-late")
+    assert late == [(0, o) for o in range(30, 50)] + [(1, o) for o in range(50)]
+
+
+async def test_unsubscribing_one_cursor_commits_it_and_the_others_go_on(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=1)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe_many(api, ["stay", "go"], topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 50)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 100)
+            status, _ = await api.call("POST", "/broker/unsubscribe",
+                                       {"id": "go", "group.id": "g-go"})
+            assert status == 200
+            positions = await group_positions(runtime, ["g-go"], topic, 1)
+            assert positions == {"g-go": {0: 50}}
+            await produce(kafka_bootstrap, topic, 10, start=50)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 110)
+    finally:
+        await receiver.stop()
+    assert sum(1 for c, *_ in receiver.delivered() if c == "go_g-go") == 50

@@ -1,0 +1,96 @@
+"""Cursors across process deaths (issue 24): a kill -9 loses nothing and duplicates only
+what was not committed; a SIGTERM lets every cursor finish and commit first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from runtime.kafka.broker import free_port
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
+from tests.integration.test_process_restart import admin, start_process, terminate, write_config
+
+pytestmark = pytest.mark.integration
+IDS = [f"k{n}" for n in range(5)]
+
+
+async def slow(push: Push) -> int:
+    await asyncio.sleep(0.002)
+    return 200
+
+
+async def subscribe(port: int, topic: str, url: str) -> None:
+    for sub_id in IDS:
+        status, reply = await admin(port, "POST", "/broker/subscription", subscription(
+            sub_id, [{"name": topic, "config": {"concurrencyFactor": 10}}], url))
+        assert status == 200, reply
+
+
+def pushes_of(receiver: Receiver) -> Counter[tuple[str, int, int]]:
+    return Counter((p.consumer, p.partition, p.offset) for p in receiver.ok)
+
+
+async def test_kill_9_mid_stream_loses_nothing_and_duplicates_only_uncommitted_records(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=4)
+    await produce(kafka_bootstrap, topic, 2000, partitions=4)
+    receiver = await Receiver(slow).start()
+    port = free_port()
+    config = write_config(tmp_path, kafka_bootstrap, port)
+    process = await start_process(config, port)
+    try:
+        await subscribe(port, topic, receiver.url)
+        await receiver.wait_for(lambda: len(receiver.delivered()) >= 3000, timeout_s=60)
+        before = {i: await committed(kafka_bootstrap, f"g-{i}", topic, 4) for i in IDS}
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        process = await start_process(config, port)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 10_000, timeout_s=90)
+        code, _ = await terminate(process)
+        assert code == 0
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        await receiver.stop()
+    for sub_id in IDS:
+        assert await committed(kafka_bootstrap, f"g-{sub_id}", topic, 4) == {
+            p: 500 for p in range(4)}
+    for (consumer, partition, offset), count in pushes_of(receiver).items():
+        if count > 1:  # delivered again: it was not committed before the kill
+            sub_id = consumer.split("_", 1)[0]
+            assert offset >= before[sub_id][partition], (consumer, partition, offset)
+
+
+async def test_sigterm_with_several_cursors_mid_stream_then_restart_duplicates_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=4)
+    await produce(kafka_bootstrap, topic, 2000, partitions=4)
+    receiver = await Receiver(slow).start()
+    port = free_port()
+    config = write_config(tmp_path, kafka_bootstrap, port)
+    process = await start_process(config, port)
+    try:
+        await subscribe(port, topic, receiver.url)
+        await receiver.wait_for(lambda: len(receiver.delivered()) >= 3000, timeout_s=60)
+        code, _ = await terminate(process)
+        assert code == 0
+        process = await start_process(config, port)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 10_000, timeout_s=90)
+        code, _ = await terminate(process)
+        assert code == 0
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        await receiver.stop()
+    duplicates = [k for k, n in pushes_of(receiver).items() if n > 1]
+    assert duplicates == []
