@@ -293,6 +293,10 @@ class Actor:
         if not task.cancelled() and task.exception() is not None:
             self.tell_system(_Crash(task.exception()))  # type: ignore[arg-type]
 
+    def timers_pending(self) -> bool:
+        """Whether any message of `schedule` is still to come."""
+        return self._timers is not None and self._timers.next_deadline() is not None
+
     def schedule(self, deadline_ms: int, message: object) -> TimerHandle[Any]:
         """Deliver `message` to this actor at monotonic time `deadline_ms`."""
         if self._timers is None:

@@ -179,3 +179,25 @@ async def test_unsubscribing_one_cursor_commits_it_and_the_others_go_on(
     finally:
         await receiver.stop()
     assert sum(1 for c, *_ in receiver.delivered() if c == "go_g-go") == 50
+
+
+async def test_a_subscriber_reset_to_latest_gets_only_records_produced_after_it_started(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 20)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            body = subscription("new", [{"name": topic}], receiver.url)
+            body["properties"]["auto.offset.reset"] = "latest"
+            await Admin(runtime).subscribe(body)
+            async with asyncio.timeout(30):
+                while member(runtime).describe("new_g-new")["cursors"] != {
+                        f"{topic}-0": "live"}:
+                    await asyncio.sleep(0.05)
+            await produce(kafka_bootstrap, topic, 5, start=20)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 5)
+            await asyncio.sleep(0.5)  # nothing older follows
+    finally:
+        await receiver.stop()
+    assert sorted(o for *_, o in receiver.delivered()) == [20, 21, 22, 23, 24]

@@ -93,10 +93,15 @@ def test_a_late_cursor_behind_the_head_catches_up_and_one_ahead_skips() -> None:
     fanout.add("ahead")
     assert fanout.position("old", 2) == CatchUp("old", 2)
     assert offsets(fanout.position("ahead", 8)) == {"ahead": [8, 9]}
+    fanout.add("further")
+    assert fanout.position("further", 11) == []
+    assert offsets(fanout.append(records(10, 1))) == {"a": [10], "ahead": [10]}
+    assert offsets(fanout.append(records(11, 1))) == {"a": [11], "ahead": [11],
+                                                      "further": [11]}
     fanout.add("new")
     assert fanout.position("new", None) == []  # reset to latest: from the head
-    assert offsets(fanout.append(records(10, 2))) == {"a": [10, 11], "ahead": [10, 11],
-                                                      "new": [10, 11]}
+    assert offsets(fanout.append(records(12, 2))) == {"a": [12, 13], "ahead": [12, 13],
+                                                      "further": [12, 13], "new": [12, 13]}
 
 
 def test_offsets_with_gaps_are_sliced_by_value() -> None:
@@ -117,3 +122,12 @@ def test_a_removed_cursor_gets_nothing_and_its_late_answers_are_ignored() -> Non
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity"):
         Fanout(0)
+
+
+def test_a_latest_cursor_with_nothing_fetched_yet_starts_at_the_first_high_watermark() -> None:
+    fanout = Fanout(10)
+    fanout.add("new")
+    assert fanout.position("new", None) == []
+    assert fanout.fetching  # it needs a fetch to learn where the end is
+    assert fanout.append(records(0, 5), highwater=8) == []  # history: not for it
+    assert offsets(fanout.append(records(5, 5))) == {"new": [8, 9]}

@@ -9,6 +9,10 @@ A cursor is, from the fetch's point of view, in one of four states:
 
 - `waiting`: started, its position not known yet (the member is reading its group's
   committed offset); it gets nothing.
+- `latest`: nothing committed and `auto.offset.reset=latest` before anything was fetched:
+  it starts at the high watermark the first fetch reports (the embedded broker's
+  ListOffsets is wrong, runtime/kafka/compat.py quirk 2, so the fetch says where the end
+  is).
 - `live`: at the head; every fetched record at or above its `next` offset goes to it.
 - `paused`: its buffer is full; it gets nothing, and `next` says where it stopped.
 - `behind`: its position is older than anything the shared buffer still holds; a
@@ -29,7 +33,7 @@ from typing import Literal
 
 from actors.shared.messages import Record
 
-State = Literal["waiting", "live", "paused", "behind"]
+State = Literal["waiting", "latest", "live", "paused", "behind"]
 EARLIEST: int = 0
 """The position of a cursor with nothing committed and `auto.offset.reset=earliest`: the
 fetch goes back to the log's start (an offset below it resets to the start)."""
@@ -94,6 +98,9 @@ class Fanout:
         cursor = self.cursors.get(key)
         if cursor is None:
             return []
+        if position is None and self.head is None:
+            cursor.state = "latest"
+            return []
         cursor.next = position if position is not None else self.head
         return self._rejoin(cursor)
 
@@ -136,11 +143,16 @@ class Fanout:
         return [(cursor.key, records)]
 
     # -- the shared fetch --------------------------------------------------------------
-    def append(self, records: list[Record]) -> Feed:
+    def append(self, records: list[Record], highwater: int | None = None) -> Feed:
         """A fetched batch (offset order): into the buffer, and to every live cursor the
-        part at or above its `next`."""
+        part at or above its `next`. A `latest` cursor starts at `highwater` (the log's
+        end when the batch was fetched)."""
         if not records:
             return []
+        for cursor in self.cursors.values():
+            if cursor.state == "latest":
+                cursor.state = "live"
+                cursor.next = highwater if highwater is not None else records[-1].offset + 1
         ring = self.ring
         ring.extend(records)
         while len(ring) > self.capacity:
@@ -151,7 +163,8 @@ class Fanout:
             if cursor.state != "live":
                 continue
             part = _at_or_above(records, cursor.next)
-            cursor.next = self.head
+            if cursor.next is None or cursor.next < self.head:
+                cursor.next = self.head  # else it starts further on: keep waiting for it
             if part:
                 feed.append((cursor.key, part))
         return feed
@@ -159,7 +172,7 @@ class Fanout:
     @property
     def fetching(self) -> bool:
         """Whether the shared fetch should run: some cursor is live."""
-        return any(c.state == "live" for c in self.cursors.values())
+        return any(c.state in ("live", "latest") for c in self.cursors.values())
 
     def behind(self) -> list[str]:
         return [c.key for c in self.cursors.values() if c.state == "behind"]

@@ -216,7 +216,8 @@ class InstanceMemberActor(GroupConsumerActor):
             if messages and fanout is not None:
                 records = [Record(m.topic, m.partition, m.offset, m.key, m.value,
                                   tuple(m.headers or ()), m.timestamp, now) for m in messages]
-                self._feed(tp, fanout.append(records), kafka.highwater(tp))
+                highwater = kafka.highwater(tp)
+                self._feed(tp, fanout.append(records, highwater), highwater)
 
     def _feed(self, tp: TopicPartition, feed: Feed, highwater: int | None) -> None:
         """Hand records to cursors. With several cursors each gets its own copies: a

@@ -164,7 +164,10 @@ class PartitionActor(Actor):
         elif isinstance(message, CommitTick):
             self._commit(self.book.request_commit())
             self._check_health()
-            self._schedule_commit_tick()
+            if self.book.pending or self.book.draining:
+                self._schedule_commit_tick()
+            # else idle: no tick until records come (a thousand idle cursors would wake
+            # a thousand times a second for nothing)
         elif isinstance(message, Assigned):
             if message.epoch == self.epoch:
                 self.book.assign(message.position)
@@ -195,6 +198,8 @@ class PartitionActor(Actor):
                        partition=self.partition, offset=record.offset,
                        record_ts_ms=record.timestamp_ms))
         self._commit(book.pin())
+        if not self.timers_pending():
+            self._schedule_commit_tick()  # it went idle: ticks again while records wait
         lag = book.lag()
         if lag is not None:
             self.m_lag.set(lag)
