@@ -3,6 +3,8 @@ fanout.py, issue 24): independent progress, the bounded buffer, catch-up entry a
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from actors.delivery.path.fanout import CatchUp, Fanout
@@ -119,6 +121,16 @@ def test_a_removed_cursor_gets_nothing_and_its_late_answers_are_ignored() -> Non
     assert fanout.caught_up("b", 0) == []
 
 
+def test_a_read_for_a_restarted_cursor_ends_without_feeding_it() -> None:
+    fanout = positioned(capacity=2, a=0, b=0)
+    fanout.pause("b")
+    fanout.append(records(0, 5))
+    assert fanout.resume("b") == CatchUp("b", 0)
+    fanout.add("b")  # restarted: it waits for its position again
+    assert fanout.caught_up("b", 4) == []
+    assert fanout.cursors["b"].state == "waiting"
+
+
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity"):
         Fanout(0)
@@ -131,3 +143,29 @@ def test_a_latest_cursor_with_nothing_fetched_yet_starts_at_the_first_high_water
     assert fanout.fetching  # it needs a fetch to learn where the end is
     assert fanout.append(records(0, 5), highwater=8) == []  # history: not for it
     assert offsets(fanout.append(records(5, 5))) == {"new": [8, 9]}
+
+
+def test_fetching_agrees_with_the_cursor_states_whatever_happens() -> None:
+    rand = random.Random(3)
+    fanout = Fanout(5)
+    next_offset = 0
+    for _ in range(2000):
+        key = f"c{rand.randrange(6)}"
+        action = rand.randrange(7)
+        if action == 0:
+            fanout.add(key)
+        elif action == 1:
+            fanout.remove(key)
+        elif action == 2:
+            fanout.position(key, rand.choice([None, 0, next_offset, next_offset + 3]))
+        elif action == 3:
+            fanout.pause(key)
+        elif action == 4:
+            fanout.resume(key)
+        elif action == 5:
+            fanout.caught_up(key, rand.randrange(next_offset + 1))
+        else:
+            fanout.append(records(next_offset, 3), highwater=next_offset + 3)
+            next_offset += 3
+        states = [c.state for c in fanout.cursors.values()]
+        assert fanout.fetching == any(s in ("live", "latest") for s in states)

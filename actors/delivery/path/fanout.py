@@ -62,7 +62,7 @@ Feed = list[tuple[str, list[Record]]]
 class Fanout:
     """The cursors of one topic-partition and its shared buffer; see the module docstring."""
 
-    __slots__ = ("capacity", "cursors", "head", "ring")
+    __slots__ = ("_takers", "capacity", "cursors", "head", "ring")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -72,14 +72,22 @@ class Fanout:
         self.head: int | None = None
         """The offset the shared fetch reads next (None: not positioned yet)."""
         self.cursors: dict[str, Cursor] = {}
+        self._takers = 0  # cursors live or latest: `fetching` without a scan
 
     # -- cursors ---------------------------------------------------------------------------
     def add(self, key: str) -> None:
         """A new cursor (or a restarted one): it waits for its position."""
+        self.remove(key)
         self.cursors[key] = Cursor(key)
 
     def remove(self, key: str) -> None:
-        self.cursors.pop(key, None)
+        cursor = self.cursors.pop(key, None)
+        if cursor is not None:
+            self._move(cursor, "waiting")
+
+    def _move(self, cursor: Cursor, state: State) -> None:
+        self._takers += _TAKES.get(state, 0) - _TAKES.get(cursor.state, 0)
+        cursor.state = state
 
     def seek_target(self, positions: dict[str, int | None]) -> int | None:
         """Where the shared fetch should start, given the first positions of waiting
@@ -99,7 +107,7 @@ class Fanout:
         if cursor is None:
             return []
         if position is None and self.head is None:
-            cursor.state = "latest"
+            self._move(cursor, "latest")
             return []
         cursor.next = position if position is not None else self.head
         return self._rejoin(cursor)
@@ -107,7 +115,7 @@ class Fanout:
     def pause(self, key: str) -> None:
         cursor = self.cursors.get(key)
         if cursor is not None and cursor.state == "live":
-            cursor.state = "paused"
+            self._move(cursor, "paused")
 
     def resume(self, key: str) -> Feed | CatchUp:
         """The cursor has room again: live from the buffer, or behind it."""
@@ -121,8 +129,8 @@ class Fanout:
         from there if it reaches back so far (the cursor is live again), else None (the
         reader goes on)."""
         cursor = self.cursors.get(key)
-        if cursor is None:
-            return []
+        if cursor is None or cursor.state != "behind":
+            return []  # gone or restarted meanwhile: this read is over
         if not self._covers(next_offset):
             return None
         cursor.next = next_offset
@@ -133,9 +141,9 @@ class Fanout:
     def _rejoin(self, cursor: Cursor) -> Feed | CatchUp:
         start = cursor.next
         if start is not None and not self._covers(start):
-            cursor.state = "behind"
+            self._move(cursor, "behind")
             return CatchUp(cursor.key, start)
-        cursor.state = "live"
+        self._move(cursor, "live")
         records = self._from(start)
         if not records:
             return []
@@ -149,10 +157,6 @@ class Fanout:
         end when the batch was fetched)."""
         if not records:
             return []
-        for cursor in self.cursors.values():
-            if cursor.state == "latest":
-                cursor.state = "live"
-                cursor.next = highwater if highwater is not None else records[-1].offset + 1
         ring = self.ring
         ring.extend(records)
         while len(ring) > self.capacity:
@@ -161,7 +165,10 @@ class Fanout:
         feed: Feed = []
         for cursor in self.cursors.values():
             if cursor.state != "live":
-                continue
+                if cursor.state != "latest":
+                    continue
+                cursor.state = "live"  # both take records: no change to `_takers`
+                cursor.next = highwater if highwater is not None else self.head
             part = _at_or_above(records, cursor.next)
             if cursor.next is None or cursor.next < self.head:
                 cursor.next = self.head  # else it starts further on: keep waiting for it
@@ -172,7 +179,7 @@ class Fanout:
     @property
     def fetching(self) -> bool:
         """Whether the shared fetch should run: some cursor is live."""
-        return any(c.state in ("live", "latest") for c in self.cursors.values())
+        return self._takers > 0
 
     def behind(self) -> list[str]:
         return [c.key for c in self.cursors.values() if c.state == "behind"]
@@ -195,6 +202,9 @@ class Fanout:
         for cursor in self.cursors.values():
             states[cursor.state] = states.get(cursor.state, 0) + 1
         return f"<Fanout head={self.head} ring={len(self.ring)}/{self.capacity} {states}>"
+
+
+_TAKES: dict[str, int] = {"live": 1, "latest": 1}
 
 
 def _at_or_above(records: list[Record], offset: int | None) -> list[Record]:

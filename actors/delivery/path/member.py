@@ -372,6 +372,8 @@ class InstanceMemberActor(GroupConsumerActor):
         clock = self.context.clock
         try:
             async with self._readers:
+                if read.cancelled:
+                    return
                 await catch_up(read, self.wiring.bootstrap, self.wiring.broker_settings,
                                self._handover, clock.monotonic_ms)
         except ActorDeadError:
@@ -397,6 +399,18 @@ class InstanceMemberActor(GroupConsumerActor):
                 message.answer.set_result(feed is not None)
 
     # -- cursors -----------------------------------------------------------------------
+    def _claimants(self, topic: str) -> list[str]:
+        """The subscriptions that get a cursor on `topic`'s partitions: every one that
+        reads it, but one per group (two cursors of one group would commit over each
+        other; only patterns can overlap within a group, the first to join wins)."""
+        riders, groups, keys = self.roster.riders, set(), []
+        for key in self.roster.claimants(topic):
+            group = riders[key].sub.group_id
+            if group not in groups:
+                groups.add(group)
+                keys.append(key)
+        return keys
+
     def _cursor(self, key: str, tp: TopicPartition) -> Actor | None:
         rider = self.roster.riders.get(key)
         if rider is None:
@@ -498,7 +512,7 @@ class InstanceMemberActor(GroupConsumerActor):
             self.fanouts[tp] = Fanout(capacity)
             if kafka is not None:
                 kafka.pause(tp)  # until some cursor knows where it starts
-            for key in self.roster.claimants(tp.topic):
+            for key in self._claimants(tp.topic):
                 await self._add_cursor(self.roster.riders[key], tp)
             self._journal("partition_assigned", tp, actor=self.path)
 
@@ -533,7 +547,7 @@ class InstanceMemberActor(GroupConsumerActor):
         self._noted()
         added = 0
         for tp, fanout in self.fanouts.items():
-            for key in self.roster.claimants(tp.topic):
+            for key in self._claimants(tp.topic):
                 if key not in fanout.cursors:
                     await self._add_cursor(self.roster.riders[key], tp)
                     added += 1
