@@ -48,7 +48,8 @@ SUBSCRIBE_BATCH = 25
 
 
 def load() -> str:
-    return "load %.2f %.2f %.2f" % os.getloadavg()
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
 def cpu_s(pid: int | None = None) -> float:
