@@ -12,7 +12,6 @@ from aiokafka import TopicPartition
 
 from actors.delivery.path.member import InstanceMemberActor
 from runtime.host.app import Runtime
-from runtime.kafka.group_offsets import GroupOffsets
 from runtime.kernel.supervisor import Supervisor
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
