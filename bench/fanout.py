@@ -239,8 +239,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     return dict(json.loads(lines[-1].removeprefix(RESULT)))
 
 
-async def drive(args: argparse.Namespace) -> None:
-    trees = [HERE.parent] + ([Path(args.compare).resolve()] if args.compare else [])
+async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
     with receiver() as (url, _), tempfile.TemporaryDirectory() as tmp:
         async with broker() as (bootstrap, pid):
             results = []
@@ -289,7 +288,8 @@ def main(argv: list[str]) -> None:
         result = uvloop.run(worker(args))
         print(RESULT + json.dumps(result), flush=True)
     else:
-        uvloop.run(drive(args))
+        trees = [HERE.parent] + ([Path(args.compare).resolve()] if args.compare else [])
+        uvloop.run(drive(args, trees))
 
 
 if __name__ == "__main__":

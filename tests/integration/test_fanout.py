@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,15 @@ async def subscribe_many(api: Admin, ids: list[str], topic: str, url: str,
         await asyncio.gather(*(one(i) for i in ids[first:first + 25]))
 
 
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 30) -> None:
+    """Until `check()` holds; polled, since what it reads has no event to wait on."""
+    for _ in range(int(timeout_s / 0.05)):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s} s")
+
+
 def flaky(rate: float, seed: int = 7) -> object:
     rand = random.Random(seed)
 
@@ -86,9 +96,7 @@ async def test_200_subscribers_each_get_every_record_despite_failures_and_commit
                 found = await group_positions(runtime, groups, topic, 4)
                 return all(p == {0: 10, 1: 10, 2: 10, 3: 10} for p in found.values())
 
-            async with asyncio.timeout(30):
-                while not await all_committed():
-                    await asyncio.sleep(0.2)
+            await eventually(all_committed)
     finally:
         await receiver.stop()
     failures = len(receiver.pushes) - len(receiver.ok)
@@ -190,10 +198,11 @@ async def test_a_subscriber_reset_to_latest_gets_only_records_produced_after_it_
             body = subscription("new", [{"name": topic}], receiver.url)
             body["properties"]["auto.offset.reset"] = "latest"
             await Admin(runtime).subscribe(body)
-            async with asyncio.timeout(30):
-                while member(runtime).describe("new_g-new")["cursors"] != {
-                        f"{topic}-0": "live"}:
-                    await asyncio.sleep(0.05)
+            async def live() -> bool:
+                cursors = member(runtime).describe("new_g-new")["cursors"]
+                return cursors == {f"{topic}-0": "live"}
+
+            await eventually(live)
             await produce(kafka_bootstrap, topic, 5, start=20)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 5)
             await asyncio.sleep(0.5)  # nothing older follows
