@@ -32,8 +32,9 @@ async def test_a_second_runtime_joining_takes_partitions_and_nothing_is_lost(
     total = 2000
     await produce(kafka_bootstrap, topic, total, partitions=4)
     receiver = await Receiver(paced).start()
-    first = make_runtime(kafka_bootstrap, tmp_path / "a")
-    second = make_runtime(kafka_bootstrap, tmp_path / "b")
+    shared = {"instance_group": f"rb-{topic}"}  # two instances of one deployment
+    first = make_runtime(kafka_bootstrap, tmp_path / "a", delivery=shared)
+    second = make_runtime(kafka_bootstrap, tmp_path / "b", delivery=shared)
     sub = subscription("rb", [{"name": topic, "config": {"concurrencyFactor": 4}}],
                        receiver.url, fast_group=fast_group_kwargs)
     await first.start()
@@ -43,7 +44,7 @@ async def test_a_second_runtime_joining_takes_partitions_and_nothing_is_lost(
         await second.start()
         await Admin(second).subscribe(sub)
         owners = runtime_partitions(first, second)
-        await receiver.wait_for(lambda: all(owners()), timeout_s=30)
+        await receiver.wait_for(lambda: all(owners()) and sum(owners()) == 4, timeout_s=30)
         await receiver.wait_for(lambda: len(receiver.delivered()) == total, timeout_s=60)
     finally:
         await second.stop()

@@ -108,9 +108,12 @@ async def _deliver(bootstrap: str, fast_group: dict[str, int], base: Path) -> Re
     body = subscription("rep", [{"name": topic, "config": {"concurrencyFactor": 8}}],
                         receiver.url, fast_group=fast_group, retryBeforeCommit=2,
                         deadLetterTopic=dlt, delayOnErrorMs=5)
-    async with make_runtime(bootstrap, base / "a") as first, \
-            make_runtime(bootstrap, base / "b") as second, \
-            make_runtime(bootstrap, base / "c") as third:
+    # three instances of one deployment: one instance group (their folders differ, so
+    # the default would make them three deployments, each reading everything)
+    shared = {"instance_group": f"e2e-{uuid.uuid4().hex[:8]}"}
+    async with make_runtime(bootstrap, base / "a", delivery=shared) as first, \
+            make_runtime(bootstrap, base / "b", delivery=shared) as second, \
+            make_runtime(bootstrap, base / "c", delivery=shared) as third:
         instances = [first, second, third]
         for runtime in instances:
             await Admin(runtime).subscribe(body)
