@@ -41,6 +41,10 @@ class Record:
     retry: RetryInfo | None = None
     """Set on a record read back from a retry topic, or one that failed with retry topics
     on (actors/delivery/path/retrytopic.py)."""
+    memo: dict[object, object] | None = None
+    """Filter evaluation on this record (actors/delivery/document/filters.py): each distinct
+    filter's result and the decoded JSON value; created by the first filter that looks.
+    One slot, None for records no filter saw: a record may go to many subscriptions."""
 
     def coordinates(self) -> tuple[str, int, int]:
         """Topic, partition and offset as pushed and journaled: the original ones for a
