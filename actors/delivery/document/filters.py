@@ -272,6 +272,12 @@ def _evaluate(decoded: Filter, record: Record, memo: dict[object, object]) -> bo
     return negated is None or not matches(negated, record)
 
 
+def reads_json(decoded: Filter) -> bool:
+    """True when evaluating `decoded` decodes record values."""
+    negated = decoded.negated
+    return bool(decoded.json) or (negated is not None and reads_json(negated))
+
+
 def drop_decoded(record: Record) -> None:
     """Forget `record`'s decoded JSON value, keeping the filters' results: call it once
     every filter that will see the record has (a buffered record would hold it)."""
