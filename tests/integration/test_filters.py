@@ -111,3 +111,45 @@ async def test_three_subscribers_each_receive_exactly_their_subset_despite_failu
     assert status == 200
     assert shown["data"]["consumer"]["topics"][0]["filter"] == json_filter
     assert shown["data"]["status"]["counters"]["filtered"] == RECORDS - len(by_json)
+
+
+async def test_a_bad_filter_is_a_400_naming_the_field_and_get_shows_a_good_one(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory()
+    receiver = await Receiver().start()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    try:
+        async with runtime:
+            admin = Admin(runtime)
+
+            def with_filter(value: Any) -> dict[str, Any]:
+                return subscription("f", [{"name": topic, "filter": value}], receiver.url)
+            bad = {
+                "invalid topics[0].filter.json.amount": {"json": {"amount": 42}},
+                "invalid topics[0].filter.headers.event-type": {
+                    "headers": {"event-type": {"equals": "a", "prefix": "b"}}},
+                "invalid topics[0].filter.kind": {"kind": "x"},
+                "invalid topics[0].filter.not.key.exists": {"not": {"key": {"exists": 1}}},
+                "invalid topics[0].filter": "order.created",
+                "invalid topics[0].filter.not.not.not.not.not": {
+                    "not": {"not": {"not": {"not": {"not": {"key": "k"}}}}}},
+            }
+            for reason, value in bad.items():
+                status, reply = await admin.call("POST", "/broker/subscription",
+                                                 with_filter(value))
+                assert (status, reply["reason"]) == (400, reason), reply
+            good = {"headers": {"event-type": {"in": ["a", "b"]}}, "key": {"prefix": "t/"},
+                    "json": {"customer.tier": "gold"}, "not": {"json": {"test": "true"}}}
+            await admin.subscribe(with_filter(good))
+            status, listed = await admin.call("GET", "/broker/subscription")
+            assert status == 200
+            shown = {"headers": {"event-type": ["a", "b"]}, "key": {"prefix": "t/"},
+                     "json": {"customer.tier": "gold"}, "not": {"json": {"test": "true"}}}
+            assert [c["topics"][0]["filter"] for c in listed["data"]] == [shown]
+            changed = with_filter({"key": "only-this"})
+            status, reply = await admin.call("PUT", "/broker/subscription/f/g-f", changed)
+            assert status == 200, reply
+            status, one = await admin.call("GET", "/broker/subscription/f/g-f")
+            assert one["data"]["consumer"]["topics"][0]["filter"] == {"key": "only-this"}
+    finally:
+        await receiver.stop()
