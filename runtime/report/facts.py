@@ -106,7 +106,9 @@ def record_facts(events: DataFrame) -> DataFrame:
     """Valid events -> one row per record (see the module doc), with `with_outcomes`;
     keyed by `HASHED_KEY`, whose fixed-width keys let Spark use its fast hash map."""
     rows = _hashed(events.filter(_is(*RECORD_EVENTS) & _has_record_key()))
-    return with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
+    records = with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
+    ranges = transforms.filtered_ranges(_hashed(events), HASHED_KEY[:-1])
+    return transforms.excuse_filtered(records, ranges, HASHED_KEY)
 
 
 def with_outcomes(records: DataFrame) -> DataFrame:
