@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from actors.delivery.egress.handler import ConsumedRecord
 from runtime.kafka import make_producer
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
@@ -153,3 +154,34 @@ async def test_a_bad_filter_is_a_400_naming_the_field_and_get_shows_a_good_one(
             assert one["data"]["consumer"]["topics"][0]["filter"] == {"key": "only-this"}
     finally:
         await receiver.stop()
+
+
+async def test_an_in_process_handler_receives_only_the_records_its_filter_matches(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=PARTITIONS)
+    types = await produce_events(kafka_bootstrap, topic)
+    wanted = {c for c, t in types.items() if t in ("order.paid", "user.signup")}
+    handled: list[Coordinates] = []
+    rand = random.Random(7)
+    everything = asyncio.Event()
+
+    async def handle(record: ConsumedRecord) -> None:
+        if rand.random() < 0.1:
+            raise RuntimeError("induced failure")
+        handled.append((record.partition, record.offset))
+        if set(handled) >= wanted:
+            everything.set()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    async with runtime:
+        consumer = await runtime.consume(
+            "in-proc", handle, topics=[topic], delay_on_error_ms=20,
+            filter={"json": {"type": ["order.paid", "user.signup"]}},
+            properties={k.replace("_", "."): v for k, v in fast_group_kwargs.items()})
+        await asyncio.wait_for(everything.wait(), 60)
+        ends = {0: RECORDS // PARTITIONS, 1: RECORDS // PARTITIONS}
+        await wait_committed(kafka_bootstrap, "in-proc", topic, ends)
+        counters = consumer.status()["status"]
+        await consumer.stop()
+    assert set(handled) == wanted
+    assert counters["counters"]["filtered"] == RECORDS - len(wanted)  # type: ignore[index]
