@@ -21,6 +21,7 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.integration.test_batching import batch_of, wait_committed
+from tests.integration.test_replay import _progress
 
 RECORDS, PARTITIONS = 1200, 2
 TYPES = ("order.created", "order.paid", "invoice.sent", "user.signup", "order.shipped")
@@ -185,3 +186,41 @@ async def test_an_in_process_handler_receives_only_the_records_its_filter_matche
         await consumer.stop()
     assert set(handled) == wanted
     assert counters["counters"]["filtered"] == RECORDS - len(wanted)  # type: ignore[index]
+
+
+async def test_a_replay_applies_the_current_filter_unless_asked_not_to(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    producer = make_producer(kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(20):
+            await producer.send_and_wait(topic, json.dumps({"type": type_of(i)}).encode(),
+                                         headers=[("event-type", type_of(i).encode())])
+    finally:
+        await producer.stop()
+    wanted = {i for i in range(20) if type_of(i) == "invoice.sent"}
+    receiver = await Receiver().start()
+    replay = "/broker/subscription/rf/g-rf/replay"
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription(
+                "rf", [{"name": topic, "filter": {"headers": {"event-type": "invoice.sent"}}}],
+                receiver.url, fast_group=fast_group_kwargs))
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == wanted)
+            progress = []
+            for apply in (True, False):
+                status, body = await admin.call("POST", replay, {
+                    "source": "topic", "topic": topic, "partition": 0, "fromOffset": 0,
+                    "toOffset": 19, "applyFilter": apply})
+                assert status == 202, body
+                progress.append(await _progress(admin, f"{replay}/{body['data']['replayId']}"))
+    finally:
+        await receiver.stop()
+    first, second = ({p.offset for p in receiver.ok if p.headers.get("QOH-Replay") == r}
+                     for r in (progress[0]["replayId"], progress[1]["replayId"]))
+    assert first == wanted and (progress[0]["delivered"], progress[0]["filtered"]) == (
+        len(wanted), 20 - len(wanted))
+    assert second == set(range(20)) and progress[1]["filtered"] == 0

@@ -20,6 +20,8 @@ from actors.delivery.document.filters import (
     filter_document,
     matches,
 )
+from actors.delivery.document.store import encode
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import InvalidSubscription
 from actors.shared.messages import Record
 
@@ -247,3 +249,18 @@ def test_limits_on_size_and_depth() -> None:
     for _ in range(MAX_NOT_DEPTH):
         deep_enough = {"not": deep_enough}
     assert decode_filter(deep_enough, WHERE) is not None
+
+
+def test_a_filter_survives_the_stored_and_cluster_form_of_a_subscription() -> None:
+    sub = decode_consumer({
+        "id": "s", "group": {"id": "g"}, "broker": "Kafka",
+        "topics": [{"name": "events", "filter": {"json": {"type": {"prefix": "order."}}}},
+                   {"name": "audit\\..*", "pattern": True, "filter": {"key": "k"}},
+                   {"name": "other"}],
+        "subscriptionMethod": {"uri": "http://h/x"}})
+    again = decode_consumer(encode(sub))  # the file and the subscriptions topic's value
+    assert again == sub
+    assert again.topic_filter("events") is sub.topic_filter("events") is not None
+    assert again.topic_filter("audit.x") == decoded({"key": "k"})
+    assert again.topic_filter("other") is None
+    assert again.topic_filter("events.retry") is None  # read for no entry

@@ -294,7 +294,12 @@ class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
         return self.topic_spec(topic).config
 
     def topic_filter(self, topic: str) -> Filter | None:
-        return self.topic_spec(topic).filter
+        """The filter of the entry that names or matches `topic`; None when it has none or
+        no entry reads `topic` (the retry topic: its records passed at their origin)."""
+        spec = self.topic_spec(topic)
+        if spec.name == topic or (spec.pattern is not None and matches(spec.pattern, topic)):
+            return spec.filter
+        return None
 
     @property
     def window(self) -> int:
