@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,51 +69,81 @@ def batched(receiver: Receiver) -> list[Coordinates]:
     return [(r["partition"], r["offset"]) for p in receiver.ok for r in batch_of(p)]
 
 
-async def test_three_subscribers_each_receive_exactly_their_subset_despite_failures(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
-    topic = await topic_factory(partitions=PARTITIONS)
-    types = await produce_events(kafka_bootstrap, topic)
-    by_header = {c for c, t in types.items() if t in ("order.created", "invoice.sent")}
-    by_json = {c for c, t in types.items() if t.startswith("order.")}
+@dataclass
+class ThreeSubscribers:
+    """A finished run of the three subscribers: what each received and should have."""
+
+    types: dict[Coordinates, str]
+    expected: dict[str, set[Coordinates]]  # subscription key -> its subset
+    received: dict[str, list[Coordinates]]  # subscription key -> 2xx answers
+    failures: int
+    shown: dict[str, Any]  # GET of the JSON-filtered subscription
+    journal: Path
+
+
+async def run_three_subscribers(bootstrap: str, topic: str, tmp_path: Path,
+                                fast_group: dict[str, int]) -> ThreeSubscribers:
+    """Three subscribers of `topic`: a header list (key order), a JSON prefix (batches of
+    20) and no filter, each endpoint failing 10% of requests; returns once every group
+    committed the end offsets and the runtime stopped (its journal closed)."""
+    types = await produce_events(bootstrap, topic)
+    expected = {
+        "by-header_g-by-header": {c for c, t in types.items()
+                                  if t in ("order.created", "invoice.sent")},
+        "by-json_g-by-json": {c for c, t in types.items() if t.startswith("order.")},
+        "everything_g-everything": set(types),
+    }
     receivers = [await Receiver(flaky(seed)).start() for seed in range(3)]
-    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    got = [lambda: single(receivers[0]), lambda: batched(receivers[1]),
+           lambda: single(receivers[2])]
+    runtime = make_runtime(bootstrap, tmp_path)
     await runtime.start()
     admin = Admin(runtime)
-    header_filter = {"headers": {"event-type": ["order.created", "invoice.sent"]}}
-    json_filter = {"json": {"type": {"prefix": "order."}}}
     try:
         await admin.subscribe(subscription(
-            "by-header", [{"name": topic, "filter": header_filter,
+            "by-header", [{"name": topic, "filter": HEADER_FILTER,
                            "config": {"concurrencyFactor": 8, "ordering": "key"}}],
-            receivers[0].url, fast_group=fast_group_kwargs))
+            receivers[0].url, fast_group=fast_group))
         await admin.subscribe(subscription(
-            "by-json", [{"name": topic, "filter": json_filter,
+            "by-json", [{"name": topic, "filter": JSON_FILTER,
                          "config": {"concurrencyFactor": 4}}],
-            receivers[1].url, fast_group=fast_group_kwargs, batchSize=20, batchLingerMs=10))
+            receivers[1].url, fast_group=fast_group, batchSize=20, batchLingerMs=10))
         await admin.subscribe(subscription(
             "everything", [{"name": topic, "config": {"concurrencyFactor": 8}}],
-            receivers[2].url, fast_group=fast_group_kwargs))
-        await receivers[0].wait_for(lambda: set(single(receivers[0])) >= by_header, 60)
-        await receivers[1].wait_for(lambda: set(batched(receivers[1])) >= by_json, 60)
-        await receivers[2].wait_for(lambda: len(set(single(receivers[2]))) == RECORDS, 60)
+            receivers[2].url, fast_group=fast_group))
+        for receiver, received, subset in zip(receivers, got, expected.values(), strict=True):
+            await receiver.wait_for(lambda r=received, s=subset: set(r()) >= s, 60)
         ends = {0: RECORDS // PARTITIONS, 1: RECORDS // PARTITIONS}
-        for group in ("g-by-header", "g-by-json", "g-everything"):
-            await wait_committed(kafka_bootstrap, group, topic, ends)
+        for key in expected:
+            await wait_committed(bootstrap, key.split("_", 1)[1], topic, ends)
         status, shown = await admin.call("GET", "/broker/subscription/by-json/g-by-json")
+        assert status == 200, shown
     finally:
         await runtime.stop()
         for receiver in receivers:
             await receiver.stop()
-    assert set(single(receivers[0])) == by_header
-    assert set(batched(receivers[1])) == by_json
-    assert set(single(receivers[2])) == set(types)
-    assert all(len(p.body) > 0 for r in receivers for p in r.ok)
-    failures = sum(len(r.pushes) - len(r.ok) for r in receivers)
-    assert failures > 0  # the retries were exercised
-    assert status == 200
-    assert shown["data"]["consumer"]["topics"][0]["filter"] == json_filter
-    assert shown["data"]["status"]["counters"]["filtered"] == RECORDS - len(by_json)
+    return ThreeSubscribers(
+        types, expected, {key: r() for key, r in zip(expected, got, strict=True)},
+        sum(len(r.pushes) - len(r.ok) for r in receivers), shown["data"],
+        tmp_path / "journal")
+
+
+HEADER_FILTER = {"headers": {"event-type": ["order.created", "invoice.sent"]}}
+JSON_FILTER = {"json": {"type": {"prefix": "order."}}}
+
+
+async def test_three_subscribers_each_receive_exactly_their_subset_despite_failures(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=PARTITIONS)
+    run = await run_three_subscribers(kafka_bootstrap, topic, tmp_path, fast_group_kwargs)
+    for key, subset in run.expected.items():
+        assert set(run.received[key]) == subset, key
+    assert run.failures > 0  # the retries were exercised
+    assert run.shown["consumer"]["topics"][0]["filter"] == JSON_FILTER
+    filtered = RECORDS - len(run.expected["by-json_g-by-json"])
+    assert run.shown["status"]["counters"]["filtered"] == filtered
+    assert sum(p["filtered"] for p in run.shown["status"]["partitions"]) == filtered
 
 
 async def test_a_bad_filter_is_a_400_naming_the_field_and_get_shows_a_good_one(
