@@ -22,6 +22,7 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.integration.test_batching import batch_of, wait_committed
+from tests.integration.test_inprocess import read_topic
 from tests.integration.test_replay import _progress
 
 RECORDS, PARTITIONS = 1200, 2
@@ -223,14 +224,7 @@ async def test_a_replay_applies_the_current_filter_unless_asked_not_to(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int]) -> None:
     topic = await topic_factory(partitions=1)
-    producer = make_producer(kafka_bootstrap, acks="all")
-    await producer.start()
-    try:
-        for i in range(20):
-            await producer.send_and_wait(topic, json.dumps({"type": type_of(i)}).encode(),
-                                         headers=[("event-type", type_of(i).encode())])
-    finally:
-        await producer.stop()
+    await produce_typed(kafka_bootstrap, topic, 20)
     wanted = {i for i in range(20) if type_of(i) == "invoice.sent"}
     receiver = await Receiver().start()
     replay = "/broker/subscription/rf/g-rf/replay"
@@ -255,3 +249,44 @@ async def test_a_replay_applies_the_current_filter_unless_asked_not_to(
     assert first == wanted and (progress[0]["delivered"], progress[0]["filtered"]) == (
         len(wanted), 20 - len(wanted))
     assert second == set(range(20)) and progress[1]["filtered"] == 0
+
+
+async def produce_typed(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
+    """`count` records of one partition: record i has type `type_of(i)` (header and JSON)."""
+    producer = make_producer(bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, json.dumps({"type": type_of(i)}).encode(),
+                                    headers=[("event-type", type_of(i).encode())])
+                for i in range(start, start + count)]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+async def test_a_matching_record_given_up_is_dead_lettered_and_filtered_ones_never_are(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    dlt = await topic_factory(partitions=1, prefix="dlt")
+    await produce_typed(kafka_bootstrap, topic, 40)
+    paid = {i for i in range(40) if type_of(i) == "order.paid"}  # 1, 6, 11, ...
+    poison = 6
+
+    async def answer(push: Push) -> int:
+        return 500 if push.offset == poison else 200
+    receiver = await Receiver(answer).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await Admin(runtime).subscribe(subscription(
+                "dl", [{"name": topic, "filter": {"json": {"type": "order.paid"}},
+                        "config": {"ordering": "partition"}}],
+                receiver.url, fast_group=fast_group_kwargs, retryBeforeCommit=1,
+                deadLetterTopic=dlt))
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == paid - {poison})
+            await wait_committed(kafka_bootstrap, "g-dl", topic, {0: 40})
+        dead = await read_topic(kafka_bootstrap, dlt, 1)
+    finally:
+        await receiver.stop()
+    assert {p.offset for p in receiver.pushes} == paid  # nothing else was requested
+    assert [dict(m.headers)["dlt-offset"] for m in dead] == [str(poison).encode()]
