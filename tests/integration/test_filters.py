@@ -290,3 +290,32 @@ async def test_a_matching_record_given_up_is_dead_lettered_and_filtered_ones_nev
         await receiver.stop()
     assert {p.offset for p in receiver.pushes} == paid  # nothing else was requested
     assert [dict(m.headers)["dlt-offset"] for m in dead] == [str(poison).encode()]
+
+
+async def test_a_new_filter_applies_from_the_committed_position_after_put(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce_typed(kafka_bootstrap, topic, 20)
+    before = {i for i in range(20) if type_of(i) == "order.paid"}
+    after = {i for i in range(20, 40) if type_of(i) == "invoice.sent"}
+    receiver = await Receiver().start()
+
+    def body(wanted: str) -> dict[str, Any]:
+        return subscription("pf", [{"name": topic, "filter": {"headers": {
+            "event-type": wanted}}}], receiver.url, fast_group=fast_group_kwargs)
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(body("order.paid"))
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == before)
+            await wait_committed(kafka_bootstrap, "g-pf", topic, {0: 20})
+            status, reply = await admin.call("PUT", "/broker/subscription/pf/g-pf",
+                                             body("invoice.sent"))
+            assert status == 200, reply
+            await produce_typed(kafka_bootstrap, topic, 20, start=20)
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == before | after)
+            await wait_committed(kafka_bootstrap, "g-pf", topic, {0: 40})
+    finally:
+        await receiver.stop()
+    assert sorted(p.offset for p in receiver.ok) == sorted(before | after)
