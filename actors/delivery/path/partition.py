@@ -87,6 +87,7 @@ PARTITION_SERIES = (
     "hookstream_dead_lettered_total", "hookstream_inflight", "hookstream_committed_offset",
     "hookstream_lag", "hookstream_oldest_pending_seconds", "hookstream_filtered_total",
 )
+_FILTERED = PARTITION_SERIES.index("hookstream_filtered_total")
 
 
 class PartitionActor(Actor):
@@ -115,7 +116,7 @@ class PartitionActor(Actor):
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
-        # One label key shared by the eight families, and one attribute for what `on_stop`
+        # One label key shared by the nine families, and one attribute for what `on_stop`
         # removes: with 30 instance attributes or more CPython stops sharing the class's
         # key table and every instance gets a dict of its own, 1.3 KiB more per partition
         # (bench/RESULTS.md, "Scale"; tests/unit/test_partition_footprint.py).
@@ -146,7 +147,7 @@ class PartitionActor(Actor):
 
     def _filtered_series(self) -> Value:
         families, key = self._series
-        return families[PARTITION_SERIES.index("hookstream_filtered_total")].child(key)
+        return families[_FILTERED].child(key)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
