@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tests.integration.delivery_harness import (
 from tests.integration.test_batching import batch_of, wait_committed
 from tests.integration.test_inprocess import read_topic
 from tests.integration.test_replay import _progress
+from tests.integration.test_retry_topics import _runtime as retry_runtime
 
 RECORDS, PARTITIONS = 1200, 2
 TYPES = ("order.created", "order.paid", "invoice.sent", "user.signup", "order.shipped")
@@ -319,3 +321,31 @@ async def test_a_new_filter_applies_from_the_committed_position_after_put(
     finally:
         await receiver.stop()
     assert sorted(p.offset for p in receiver.ok) == sorted(before | after)
+
+
+async def test_a_matching_record_moved_to_the_retry_topic_comes_back_past_the_filter(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce_typed(kafka_bootstrap, topic, 30)
+    paid = {i for i in range(30) if type_of(i) == "order.paid"}
+    attempts: Counter[int] = Counter()
+
+    async def answer(push: Push) -> int:  # offset 1 fails twice, then moves aside
+        attempts[push.offset] += 1
+        return 500 if push.offset == 1 and attempts[1] <= 2 else 200
+    receiver = await Receiver(answer).start()
+    try:
+        async with retry_runtime(kafka_bootstrap, tmp_path, fast_group_kwargs) as runtime:
+            await Admin(runtime).subscribe(subscription(
+                "rtf", [{"name": topic, "filter": {"headers": {"event-type": "order.paid"}}}],
+                receiver.url, fast_group=fast_group_kwargs, delayOnErrorMs=10,
+                retryBeforeCommit=1, retryTopics={"topic": f"{topic}.retry",
+                                                  "delaysMs": [200]}))
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == paid, 60)
+            await wait_committed(kafka_bootstrap, "g-rtf", topic, {0: 30})
+    finally:
+        await receiver.stop()
+    assert set(attempts) == paid and attempts[1] == 3
+    [back] = [p for p in receiver.ok if p.offset == 1]
+    assert back.topic == topic  # its original coordinates
