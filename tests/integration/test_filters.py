@@ -1,18 +1,22 @@
 """Filters (issue 26) on the embedded broker with real receivers on loopback: three
 subscribers of one topic (a header list, a JSON prefix, no filter), with failures
-induced, each receive exactly their subset, and every group commits to the end."""
+induced, each receive exactly their subset, and every group commits to the end; the
+filter with the admin API (400s, GET, PUT), in-process handlers, replay, dead letters,
+retry topics and cluster mode."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from actors.delivery.egress.handler import ConsumedRecord
+from actors.delivery.service import DeliveryService
 from runtime.kafka import make_producer
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
@@ -23,6 +27,8 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.integration.test_batching import batch_of, wait_committed
+from tests.integration.test_cluster import instance as cluster_instance
+from tests.integration.test_cluster import owned, until
 from tests.integration.test_inprocess import read_topic
 from tests.integration.test_replay import _progress
 from tests.integration.test_retry_topics import _runtime as retry_runtime
@@ -349,3 +355,30 @@ async def test_a_matching_record_moved_to_the_retry_topic_comes_back_past_the_fi
     assert set(attempts) == paid and attempts[1] == 3
     [back] = [p for p in receiver.ok if p.offset == 1]
     assert back.topic == topic  # its original coordinates
+
+
+async def test_in_cluster_mode_every_instance_applies_the_posted_filter(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=PARTITIONS)
+    log_topic = f"subs-{uuid.uuid4().hex[:8]}"
+    receiver = await Receiver().start()
+    key = "cf_g-cf"
+    try:
+        async with cluster_instance(kafka_bootstrap, tmp_path, "a", log_topic) as a, \
+                cluster_instance(kafka_bootstrap, tmp_path, "b", log_topic) as b:
+            await Admin(a).subscribe(subscription(
+                "cf", [{"name": topic, "filter": JSON_FILTER}], receiver.url,
+                fast_group=fast_group_kwargs))
+            await until(lambda: owned(a, key) == 1 and owned(b, key) == 1)
+            types = await produce_events(kafka_bootstrap, topic)
+            wanted = {c for c, t in types.items() if t.startswith("order.")}
+            await receiver.wait_for(lambda: set(single(receiver)) >= wanted, 60)
+            ends = {0: RECORDS // PARTITIONS, 1: RECORDS // PARTITIONS}
+            await wait_committed(kafka_bootstrap, "g-cf", topic, ends)
+            shown = [r.service(DeliveryService).status_of(key) for r in (a, b)]
+    finally:
+        await receiver.stop()
+    assert set(single(receiver)) == wanted
+    assert all(s["consumer"]["topics"][0]["filter"] == JSON_FILTER  # type: ignore[index]
+               for s in shown)
