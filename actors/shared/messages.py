@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime.kernel.actor import Ref
 
@@ -41,6 +41,10 @@ class Record:
     retry: RetryInfo | None = None
     """Set on a record read back from a retry topic, or one that failed with retry topics
     on (actors/delivery/path/retrytopic.py)."""
+    memo: dict[object, object] | None = field(default=None, compare=False, repr=False)
+    """Filter evaluation on this record (actors/delivery/document/filters.py): each distinct
+    filter's result and the decoded JSON value; created by the first filter that looks.
+    One slot, None for records no filter saw: a record may go to many subscriptions."""
 
     def clone(self) -> Record:
         """A copy for another subscription's cursor (issue 24): the fetched facts are

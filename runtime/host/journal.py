@@ -84,7 +84,7 @@ EventType = Literal[
     RecordEventType, "dead_letter_failed", "committed", "stalled", "replayed",
     "actor_started", "actor_restarted", "actor_stopped", "actor_crashed",
     "partition_assigned", "partition_revoked", "delay_forwarded", "journal_dropped",
-    "breaker_changed", "subscription_disabled",
+    "breaker_changed", "subscription_disabled", "filtered",
 ]
 RECORD_EVENT_TYPES: Final[tuple[str, ...]] = get_args(RecordEventType)
 EVENT_TYPES: Final[tuple[str, ...]] = get_args(EventType)  # nested Literals flatten
@@ -113,6 +113,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     - `actor` names the actor in lifecycle and partition events; `reason` explains crashes,
       failures, dead letters and drops; `count` is the number of events a
       `journal_dropped` stands for; `lateness_ms` on `delay_forwarded`.
+    - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
+      left out (finished without a request): `count` of them, `offset` the first, and
+      `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
+      and subscription, not one per record).
 
     Frozen and not tracked by the GC: an emitted event is shared with the writer thread.
     """
@@ -133,6 +137,7 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     actor: str | None = None
     reason: str | None = None
     count: int | None = None
+    offsets: str | None = None
 
 
 class EventJournal(Protocol):
@@ -149,6 +154,19 @@ class EventJournal(Protocol):
 
     @property
     def written(self) -> int: ...
+
+
+def offset_ranges(offsets: list[int]) -> str:
+    """Ascending offsets as the `offsets` field of a `filtered` event: `"3-7,9"`."""
+    parts: list[str] = []
+    start = prev = offsets[0]
+    for offset in offsets[1:]:
+        if offset != prev + 1:
+            parts.append(f"{start}-{prev}" if prev != start else str(start))
+            start = offset
+        prev = offset
+    parts.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(parts)
 
 
 def final_name(open_path: Path) -> Path:

@@ -61,6 +61,9 @@ class ConsumeOptions(TypedDict, total=False):
     id: str
     auto_commit_period_ms: int
     load_factor: float
+    filter: Mapping[str, Any]
+    """The records to handle: a filter as in a subscription's `topics[].filter` (issue 26),
+    applied to every topic and the pattern."""
 
 
 RecordHandler = Callable[[Any], Awaitable[object]]

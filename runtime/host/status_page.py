@@ -137,6 +137,7 @@ function subscriptionView(entry) {
       el("span", {}, "delivered " + (counters.delivered ?? "–")),
       el("span", {}, "failed attempts " + (counters.failed_attempts ?? "–")),
       el("span", {"class": "dead"}, "dead-lettered " + (counters.dead_lettered ?? "–")),
+      counters.filtered ? el("span", {}, "filtered " + counters.filtered) : "",
       el("span", {}, "endpoint: last status " + (endpoint.last_status ?? "–") +
         ", error rate " + ((endpoint.error_rate ?? 0) * 100).toFixed(1) + "%")),
     failures.length ? el("ul", {"class": "failures"}, ...failures) : "",

@@ -106,7 +106,9 @@ def record_facts(events: DataFrame) -> DataFrame:
     """Valid events -> one row per record (see the module doc), with `with_outcomes`;
     keyed by `HASHED_KEY`, whose fixed-width keys let Spark use its fast hash map."""
     rows = _hashed(events.filter(_is(*RECORD_EVENTS) & _has_record_key()))
-    return with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
+    records = with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
+    ranges = transforms.filtered_ranges(_hashed(events), HASHED_KEY[:-1])
+    return transforms.excuse_filtered(records, ranges, HASHED_KEY)
 
 
 def with_outcomes(records: DataFrame) -> DataFrame:
@@ -410,6 +412,10 @@ def _key_rows() -> list[Column]:
             kind, s1=c("subscription"), s2=c("topic"), s3=c("reason"), n1=c("partition"),
             n2=c("offset"), v=c("attempt")))
           for type_, kind in (("dead_lettered", "dead_letter"), ("replayed", "replay"))),
+        F.when(_is("filtered") & c("offsets").isNotNull() & c("subscription").isNotNull()
+               & c("topic").isNotNull() & c("partition").isNotNull(), _row(
+                   "filtered", s1=c("subscription"), s2=c("topic"), s3=c("offsets"),
+                   n1=c("partition"))),
         F.when(c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
         F.when(_is("sent"), _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
         F.when(_is("delivered"), _row("http", s1=sub, s2=endpoint,
@@ -433,6 +439,7 @@ def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
     | move | partition movements | subscription | topic | actor | partition | | |
     | commit | `committed` with an offset | subscription | topic | | partition | | |
     | dead_letter, replay | their events | sub. | topic | reason | partition | offset | attempt |
+    | filtered | `filtered` events | subscription | topic | offsets | partition | | |
     | instance | events with an instance | instance | type | | | | |
     | added, http, lateness | sent, delivered, delay fwd. | sub. or topic | endpoint | | | | value |
 

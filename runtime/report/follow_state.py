@@ -12,7 +12,11 @@ brought a fetch, a delivery and a dead letter. `FollowState.apply` folds such a 
   and a first delivery adds its end-to-end latency to a histogram;
 - records fetched and not yet delivered nor dead-lettered are kept (`open`), as are records
   delivered more than once (`duplicates`); every other record is only in Spark's state
-  store, so this state stays small (records in flight, lost and duplicated, plus facts).
+  store, so this state stays small (records in flight, lost and duplicated, plus facts);
+- a `filtered` event (a subscription's filter left these offsets out, issue 26) closes the
+  open records its ranges hold, after the batch's records (one fetched before a filter
+  change and filtered when fetched again is accounted for, as in the batch report); it
+  is not kept.
 
 Lost with a grace period: an open record is lost once the newest event in the journal is
 at least `grace_ms` later than its last fetch; before that it is in flight. Event time,
@@ -110,12 +114,25 @@ class FollowState:
 
     def apply(self, rows: Iterable[Mapping[str, Any]], batch_id: int) -> None:
         """Fold in one micro-batch's changed keys (see the module doc)."""
+        filtered: list[Mapping[str, Any]] = []
         for row in rows:
             if row["kind"] == "record":
                 self._record(row)
+            elif row["kind"] == "filtered":
+                filtered.append(row)
             else:
                 self.facts[tuple(row[k] for k in KEY)] = {k: row[k] for k in _FACT_FIELDS}
+        for row in filtered:
+            self._filtered(row["s1"], row["s2"], row["n1"], row["s3"])
         self.version = batch_id
+
+    def _filtered(self, subscription: str, topic: str, partition: int, offsets: str) -> None:
+        """Close the open records of the partition that the ranges ("3-7,9") hold."""
+        ranges = [(int(a), int(b or a)) for a, _, b in
+                  (part.partition("-") for part in offsets.split(","))]
+        for key in [k for k in self.open if k[:3] == (subscription, topic, partition)]:
+            if any(first <= key[3] <= last for first, last in ranges):
+                del self.open[key]
 
     def _record(self, row: Mapping[str, Any]) -> None:
         key: RecordKey = (row["s1"], row["s2"], row["n1"], row["n2"])

@@ -7,7 +7,10 @@ Definitions (the report and the audit use these, and the tests pin them down):
 - *delivered*: distinct records with at least one `delivered` event; *deliveries* counts
   the events; *duplicates* = deliveries - delivered (redeliveries of a delivered record).
 - *lost*: a record with a `fetched` event and neither a `delivered` nor a `dead_lettered`
-  one. A record fetched, abandoned by a crash and fetched and delivered again is not lost.
+  one, nor a `filtered` event whose `offsets` ranges hold it (issue 26: a record the
+  subscription's filter left out is accounted for; such a record has no `fetched` event,
+  unless it was fetched before a filter change and filtered when fetched again). A record
+  fetched, abandoned by a crash and fetched and delivered again is not lost.
   `lost_committed_past` narrows this to lost offsets below the partition's highest
   committed offset: those will not be fetched again, so they are lost for good; the
   others would be redelivered after a restart (or were in flight when the journal ends).
@@ -129,12 +132,40 @@ def record_outcomes(events: DataFrame) -> DataFrame:
         F.min(F.when(_is("fetched"), F.col("ts_ms"))).alias("first_fetched_ms"),
         F.min(F.when(_is("delivered"), F.col("ts_ms"))).alias("first_delivered_ms"),
     )
-    return fill_endpoints(records, events).withColumns({
+    outcomes = fill_endpoints(records, events).withColumns({
         "attempts": F.col("deliveries") + F.col("failures"),
         "e2e_latency_ms": F.col("first_delivered_ms") - F.col("record_ts_ms"),
         "lost": (F.col("fetches") > 0) & (F.col("deliveries") == 0)
         & (F.col("dead_letters") == 0),
     })
+    return excuse_filtered(outcomes, filtered_ranges(events), RECORD_KEY)
+
+
+def filtered_ranges(events: DataFrame, partition_key: list[str] | None = None) -> DataFrame:
+    """`filtered` events -> one row per range of their `offsets` ("3-7,9"): the partition
+    key columns (`PARTITION_KEY` unless given), `first` and `last` (inclusive)."""
+    key = partition_key or PARTITION_KEY
+    present = reduce(lambda acc, c: acc & F.col(c).isNotNull(), [*key, "offsets"], F.lit(True))
+    ranges = events.filter(_is("filtered") & present).select(
+        *key, F.explode(F.split(F.col("offsets"), ",")).alias("_range"))
+    bounds = F.split(F.col("_range"), "-")  # F.get: null past the end (ANSI mode)
+    first = F.get(bounds, 0).cast("long")
+    return ranges.select(*key, first.alias("first"),
+                         F.coalesce(F.get(bounds, 1).cast("long"), first).alias("last"))
+
+
+def excuse_filtered(records: DataFrame, ranges: DataFrame, record_key: list[str]) -> DataFrame:
+    """`lost` false for the lost records a filtered range holds. Only the lost ones (few)
+    are joined with the ranges; the records then meet a small, broadcast set."""
+    partition_key, offset = record_key[:-1], record_key[-1]
+    lost = records.filter(F.col("lost")).select(*record_key)
+    held = lost.join(ranges, partition_key).filter(
+        F.col(offset).between(F.col("first"), F.col("last")))
+    covered = held.select(*record_key).distinct().withColumn("_filtered", F.lit(True))
+    joined = records.join(F.broadcast(covered), record_key, "left")
+    excused = F.col("lost") & F.col("_filtered").isNull()
+    return joined.select(*(excused.alias(c) if c == "lost" else F.col(c)
+                           for c in records.columns))
 
 
 def fill_endpoints(records: DataFrame, events: DataFrame) -> DataFrame:

@@ -173,3 +173,18 @@ def test_dead_letters_and_replays_survive_the_stored_state_and_reach_their_table
     assert report.table("replays").rows == [{
         "replay_id": "r-1", "subscription": SUB, "records": 1, "delivered": 1, "failed": 0,
         "first_ms": 9_000, "last_ms": 9_000}]
+
+
+def test_a_filtered_event_closes_the_open_records_its_ranges_hold() -> None:
+    state = FollowState()
+    fetched = [record(o, 100, fetches=1, first_fetch_stamp=100, first_fetched_ms=1_000,
+                      last_fetched_ms=1_000) for o in (1, 3, 8)]
+    state.apply(fetched, 0)
+    filtered = {**KEYS, **MEASURES, "kind": "filtered", "s1": SUB, "s2": TOPIC,
+                "s3": "0-3,5", "n1": 0}
+    other = {**filtered, "n1": 1, "s3": "8"}  # another partition: closes nothing here
+    state.apply([filtered, other, tick("filtered", 1_000, 2, 60_000)], 1)
+    assert list(state.open) == [(SUB, TOPIC, 0, 8)]
+    assert all(f["kind"] != "filtered" for f in state.facts.values())
+    lost, _ = state.lost_and_in_flight(grace_ms=1_000)
+    assert lost == [(SUB, TOPIC, 0, 8)]

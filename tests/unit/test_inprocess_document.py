@@ -99,3 +99,13 @@ def test_a_misuse_says_what_to_write_instead(handler: Any, options: dict[str, An
                                              message: str) -> None:
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
         consumer_document("billing", handler, options, "Kafka")
+
+
+def test_a_filter_applies_to_every_topic_and_errors_name_the_parameter() -> None:
+    wanted = {"headers": {"event-type": ("order.created", "order.paid")}}
+    built = consumer(topics=["orders", "refunds"], pattern=r"audit\..*", filter=wanted)
+    assert built.topics[0].filter is built.topics[1].filter is built.topics[2].filter
+    assert built.topics[0].filter is not None
+    with pytest.raises(InvalidSubscription) as info:
+        consumer(topics=["orders"], filter={"json": {"amount": 42}})
+    assert info.value.reason == "invalid filter.json.amount"

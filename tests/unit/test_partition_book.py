@@ -11,7 +11,7 @@ import pytest
 from actors.delivery.document.subscription import SubscriptionMethod, TopicConfig
 from actors.delivery.path.book import PartitionBook, buffer_limit, retry_backoff
 from actors.delivery.path.lanes import Mode
-from actors.shared.messages import Drain, Record
+from actors.shared.messages import Drain, Record, RetryInfo
 from runtime.errors import UsageError
 from runtime.kernel.backoff import Backoff
 
@@ -338,3 +338,41 @@ def test_a_halted_book_dispatches_nothing_and_never_commits_past_the_gone_record
     assert book.dispatch() == []
     assert book.inflight == 0 and book.request_commit() is None
     assert book.position() == 0
+
+
+# -- filters (issue 26) -------------------------------------------------------------------
+
+
+def odd(record: Record) -> bool:
+    return record.offset % 2 == 1
+
+
+@pytest.mark.parametrize("ordering", ["none", "partition", "key"])
+def test_filtered_records_are_finished_at_intake_and_the_position_passes_them(
+        ordering: Mode) -> None:
+    book = new_book(ordering=ordering, position=10)
+    kept, filtered = book.take_wanted(recs(10, 11, 12, 13, 14), None, odd)
+    assert offsets(kept) == [11, 13] and filtered == [10, 12, 14]
+    assert book.pending == 2 and book.position() == 11
+    first = book.dispatch()
+    for record in first:  # partition order: one at a time
+        book.finish(record)
+    for record in book.dispatch():
+        book.finish(record)
+    assert book.position() == 15 and book.pending == 0
+
+
+def test_a_batch_the_filter_refuses_entirely_leaves_nothing_pending() -> None:
+    book = new_book(position=0)
+    kept, filtered = book.take_wanted(recs(0, 2, 4), None, odd)
+    assert kept == [] and filtered == [0, 2, 4]
+    assert book.dispatch() == [] and book.pending == 0
+    assert book.request_commit() == 5
+
+
+def test_a_record_read_back_from_the_retry_topic_skips_the_filter() -> None:
+    book = new_book(position=0)
+    back = rec(0)
+    back.retry = RetryInfo("orders", 0, 0, 1, 0, stage=1)
+    kept, filtered = book.take_wanted([back], None, odd)
+    assert kept == [back] and filtered == []

@@ -128,10 +128,12 @@ def consumer_document(group_id: str, handler: Handler, options: Mapping[str, Any
         raise UsageError(f"consume() got unknown parameters {', '.join(unknown)}; "
                          f"known: group_id, handler, {', '.join(sorted(OPTIONS))}")
     config = _fields(options, TOPIC_FIELDS)
-    topics: list[dict[str, Any]] = [{"name": name, "config": config}
+    chosen = {} if options.get("filter") is None else {"filter": _filter(options["filter"])}
+    topics: list[dict[str, Any]] = [{"name": name, "config": config, **chosen}
                                     for name in _topic_names(options.get("topics", ()))]
     if options.get("pattern") is not None:
-        topics.append({"name": options["pattern"], "pattern": True, "config": config})
+        topics.append({"name": options["pattern"], "pattern": True, "config": config,
+                       **chosen})
     if not topics:
         raise UsageError("consume() needs topics=[...] (names) or pattern=... (a regex)")
     method = {"type": "http", "uri": in_process_uri(handler), **_fields(options, METHOD_FIELDS)}
@@ -180,13 +182,27 @@ def _topic_names(topics: Any) -> list[str]:
     return [str(name) for name in topics]
 
 
+def _filter(value: Any) -> Any:
+    """The filter as JSON would give it (a Mapping becomes a dict, tuples lists), so it
+    is validated as a posted one is."""
+    if isinstance(value, Mapping):
+        return {str(k): _filter(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_filter(v) for v in value]
+    return value
+
+
 def _fields(options: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
     return {field: options[name] for name, field in names.items()
             if options.get(name) is not None}
 
 
 def _parameter_of(reason: str) -> str:
-    """"invalid topics[0].config.concurrencyFactor" -> "invalid concurrency"."""
+    """"invalid topics[0].config.concurrencyFactor" -> "invalid concurrency";
+    "invalid topics[0].filter.json.amount" -> "invalid filter.json.amount"."""
+    _, found, rest = reason.partition("].filter")
+    if found and reason.startswith("invalid topics["):
+        return f"invalid filter{rest}"
     for parameter, field in (*TOPIC_FIELDS.items(), *METHOD_FIELDS.items(),
                              *OTHER_FIELDS.items()):
         if reason.endswith(f".{field}") or reason == f"invalid {field}":

@@ -776,7 +776,8 @@ class DeliveryControl:
         counters: dict[str, object] | None = None
         if isinstance(outlet, OutletActor):
             dead = sum(int(str(p["dead_lettered"])) for p in partitions)
-            counters = {**outlet.counters(), "dead_lettered": dead}
+            filtered = sum(int(str(p["filtered"])) for p in partitions)
+            counters = {**outlet.counters(), "dead_lettered": dead, "filtered": filtered}
         return {"partitions": sorted(partitions, key=lambda p: (str(p["topic"]),
                                                                  str(p["partition"]))),
                 "endpoint": endpoint, "counters": counters, "member": self._member_of(key)}

@@ -43,6 +43,7 @@ import msgspec
 import yarl
 from msgspec import Meta
 
+from actors.delivery.document.filters import Filter, decode_filter, filter_document
 from actors.delivery.document.patterns import (
     MAX_PATTERN_CHARS,
     Node,
@@ -220,6 +221,8 @@ class TopicDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True
     """A boolean (Queue-Over-Http: `name` is the regex), or the deprecated regex itself."""
     partitions: Annotated[list[PartitionDocument], Meta(max_length=MAX_PARTITIONS)] | None = None
     config: TopicConfig = TopicConfig()
+    filter: dict[str, Any] | None = None
+    """Which records of the topic to deliver (actors/delivery/document/filters.py)."""
 
 
 class ConsumerDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -247,6 +250,8 @@ class TopicSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     partitions: list[PartitionSpec] | None = None
     """Pinned partitions; None: the group assigns them."""
     config: TopicConfig = TopicConfig()
+    filter: Filter | None = None
+    """Only records that match are delivered; None: every record."""
 
 
 class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -275,14 +280,26 @@ class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
         looks the same."""
         return (self.id, self.group_id) == (sub_id, group_id)
 
-    def topic_config(self, topic: str) -> TopicConfig:
+    def topic_spec(self, topic: str) -> TopicSpec:
+        """The entry of `topics` that `topic` is read for: by name, else by pattern."""
         for spec in self.topics:
             if spec.name == topic:
-                return spec.config
+                return spec
         for spec in self.topics:
             if spec.pattern is not None and matches(spec.pattern, topic):
-                return spec.config
-        return self.topics[0].config
+                return spec
+        return self.topics[0]
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        return self.topic_spec(topic).config
+
+    def topic_filter(self, topic: str) -> Filter | None:
+        """The filter of the entry that names or matches `topic`; None when it has none or
+        no entry reads `topic` (the retry topic: its records passed at their origin)."""
+        spec = self.topic_spec(topic)
+        if spec.name == topic or (spec.pattern is not None and matches(spec.pattern, topic)):
+            return spec.filter
+        return None
 
     @property
     def window(self) -> int:
@@ -369,7 +386,7 @@ def _topic(i: int, topic: TopicDocument) -> TopicSpec:
     partitions = [PartitionSpec(number=_partition(f"{where}.partitions[{j}]", p.number))
                   for j, p in enumerate(topic.partitions or [])]
     return TopicSpec(name=name, pattern=pattern, partitions=partitions or None,
-                     config=topic.config)
+                     config=topic.config, filter=decode_filter(topic.filter, f"{where}.filter"))
 
 
 def _partition(where: str, number: int | str) -> int:
@@ -646,12 +663,15 @@ def document(consumer: Consumer, *, redact: bool) -> dict[str, Any]:
 
 
 def _topic_document(topic: TopicSpec) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "name": topic.pattern if topic.pattern is not None else topic.name,
         "pattern": topic.pattern is not None,
         "partitions": [{"number": str(p.number)} for p in topic.partitions or []],
         "config": msgspec.to_builtins(topic.config),
     }
+    if topic.filter is not None:  # absent without one, as before filters existed
+        out["filter"] = filter_document(topic.filter)
+    return out
 
 
 def redacted(consumer: Consumer) -> dict[str, Any]:

@@ -137,6 +137,14 @@ class PartitionBook:
     def take(self, records: list[Record], highwater: int | None = None) -> list[Record]:
         """Track and buffer a fetched batch (offset order); return the records taken. Those
         at or below the last offset held are left out: a refetch after a rewind."""
+        return self.take_wanted(records, highwater, None)[0]
+
+    def take_wanted(self, records: list[Record], highwater: int | None,
+                    wanted: Callable[[Record], bool] | None) -> tuple[list[Record], list[int]]:
+        """`take`, with the subscription's filter: a record `wanted` refuses is finished at
+        once (the commit position may pass it) instead of buffered. Returns the records
+        buffered and the offsets filtered out. A record read back from the retry topic
+        passed the filter at its origin: it is always taken."""
         tracker = self._tracker()
         if highwater is not None:
             self.highwater = highwater
@@ -146,11 +154,24 @@ class PartitionBook:
                 skip += 1
         taken = records[skip:] if skip else records  # a copy only after a rewind
         add, offer = tracker.add, self.dispatcher.offer
+        if wanted is None:
+            for record in taken:
+                add(record.offset)
+                offer(record)
+            self._taken.extend(taken)
+            return taken, []
+        kept: list[Record] = []
+        filtered: list[int] = []
         for record in taken:
             add(record.offset)
-            offer(record)
-        self._taken.extend(taken)
-        return taken
+            if record.retry is None and not wanted(record):
+                tracker.finish(record.offset)
+                filtered.append(record.offset)
+            else:
+                offer(record)
+                kept.append(record)
+        self._taken.extend(kept)
+        return kept, filtered
 
     # -- health --------------------------------------------------------------------------
     @property

@@ -21,8 +21,11 @@ so a partition that is never idle still commits), and at drain (revoke, shutdown
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
+from actors.delivery.document.filters import Filter, drop_decoded, matches, reads_json
 from actors.delivery.document.subscription import Consumer, TopicConfig
 from actors.delivery.path.book import PartitionBook
 from actors.delivery.path.deadletter import DeadLetter
@@ -46,9 +49,9 @@ from actors.shared.messages import (
     RetryDue,
     Rewind,
 )
-from runtime.host.journal import Event, EventType
+from runtime.host.journal import Event, EventType, offset_ranges
 from runtime.host.logs import Throttle
-from runtime.host.metrics import Counter, Labels, Registry, label_key
+from runtime.host.metrics import Counter, Labels, Registry, Value, label_key
 from runtime.kernel import Actor, Ref
 
 log = logging.getLogger(__name__)
@@ -75,13 +78,16 @@ class PartitionTraits:
     stall_after_ms: int
     reads_retries: bool  # a partition of the subscription's retry topic
     batched: bool  # batchSize > 1: records go to the egress as `DeliverMany`
+    wanted: Callable[[Record], bool] | None = None  # the topic's filter (issue 26)
+    drops_json: bool = False  # the filter decodes values: forget them once filtered
 
 
 PARTITION_SERIES = (
     "hookstream_delivered_total", "hookstream_failed_attempts_total", "hookstream_retries_total",
     "hookstream_dead_lettered_total", "hookstream_inflight", "hookstream_committed_offset",
-    "hookstream_lag", "hookstream_oldest_pending_seconds",
+    "hookstream_lag", "hookstream_oldest_pending_seconds", "hookstream_filtered_total",
 )
+_FILTERED = PARTITION_SERIES.index("hookstream_filtered_total")
 
 
 class PartitionActor(Actor):
@@ -97,9 +103,12 @@ class PartitionActor(Actor):
         cfg: TopicConfig = sub.topic_config(topic)
         self.book = PartitionBook.for_topic(cfg, sub.subscriptionMethod)
         retry = sub.subscriptionMethod.retryTopics
+        wanted: Filter | None = sub.topic_filter(topic)
         self.traits = PartitionTraits(cfg, stall_after_ms,
                                       retry is not None and topic == retry.topic,
-                                      sub.subscriptionMethod.batchSize > 1)
+                                      sub.subscriptionMethod.batchSize > 1,
+                                      None if wanted is None else partial(matches, wanted),
+                                      wanted is not None and reads_json(wanted))
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
@@ -107,11 +116,13 @@ class PartitionActor(Actor):
         self._bind_metrics(metrics)
 
     def _bind_metrics(self, metrics: Registry) -> None:
-        # One label key shared by the eight families, and one attribute for what `on_stop`
+        # One label key shared by the nine families, and one attribute for what `on_stop`
         # removes: with 30 instance attributes or more CPython stops sharing the class's
         # key table and every instance gets a dict of its own, 1.3 KiB more per partition
         # (bench/RESULTS.md, "Scale"; tests/unit/test_partition_footprint.py).
         key = label_key(subscription=self.sub_key, topic=self.topic, partition=self.partition)
+        metrics.counter("hookstream_filtered_total", "Records the subscription's filter "
+                        "left out (finished without a request)")
         self._series: tuple[list[Counter], Labels] = (
             [metrics.counter(name, "") if name.endswith("_total") else
              metrics.gauge(name, "") for name in PARTITION_SERIES], key)
@@ -132,6 +143,11 @@ class PartitionActor(Actor):
         self.m_oldest = metrics.gauge(
             "hookstream_oldest_pending_seconds",
             "Age of the oldest record not yet finished").child(key)
+        self._filtered_series()  # created at 0, as the others; not an attribute (above)
+
+    def _filtered_series(self) -> Value:
+        families, key = self._series
+        return families[_FILTERED].child(key)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -191,12 +207,15 @@ class PartitionActor(Actor):
             for record in batch.records:
                 record.retry = read_retry(record.headers)
         emit, now, sub = self.context.emit, self.context.clock.wall_ms(), self.sub_key
-        for record in book.take(batch.records, batch.highwater):
+        taken, filtered = book.take_wanted(batch.records, batch.highwater, self.traits.wanted)
+        for record in taken:
             if record.retry is not None:
                 continue  # read back from the retry topic: fetched once, at its origin
             emit(Event(type="fetched", ts_ms=now, subscription=sub, topic=self.topic,
                        partition=self.partition, offset=record.offset,
                        record_ts_ms=record.timestamp_ms))
+        if filtered:
+            self._filtered(taken, filtered, now)
         self._commit(book.pin())
         if not self.timers_pending():
             self._schedule_commit_tick()  # it went idle: ticks again while records wait
@@ -206,6 +225,21 @@ class PartitionActor(Actor):
         await self._pump()
         self._flow(book.flow())
         return book.paused
+
+    def _filtered(self, taken: list[Record], filtered: list[int], now: int) -> None:
+        """The batch's records the filter left out, finished already: one journal event
+        for all of them (the audit counts them accounted for), the counter, and a commit
+        when nothing else is pending (a subscriber that wants none of a batch)."""
+        self._filtered_series().inc(len(filtered))
+        self.context.emit(Event(
+            type="filtered", ts_ms=now, subscription=self.sub_key, topic=self.topic,
+            partition=self.partition, offset=filtered[0], count=len(filtered),
+            offsets=offset_ranges(filtered)))
+        if self.traits.drops_json:
+            for record in taken:  # buffered until delivered: no decoded value with it
+                drop_decoded(record)
+        if self.book.pending == 0:
+            self._commit(self.book.request_commit())
 
     async def _pump(self) -> None:
         egress, epoch, records = self.peers.egress, self.epoch, self.book.dispatch()
@@ -398,6 +432,7 @@ class PartitionActor(Actor):
                 "pending": book.pending, "oldest_pending_ms": book.oldest_pending_ms(now),
                 "paused": book.paused, "last_error": self.last_error,
                 "dead_lettered": int(self.m_dead.value),
+                "filtered": int(self._filtered_series().value),
                 "stalled_for_ms": None if stalled is None else now - stalled}
 
     def _journal(self, kind: EventType, record: Record, *, reason: str | None,

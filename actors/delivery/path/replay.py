@@ -13,6 +13,10 @@ fixed when it starts: the high watermark of each partition at the first fetch (r
 dead-lettered later are not part of it). A failed push is retried per the subscription's
 policy (`delayOnErrorMs`, `retryBeforeCommit`), then counted as failed; it stays in the
 dead-letter topic either way.
+
+Filters (issue 26): a replay pushes only the records that match the subscription's current
+filter for their (original) topic, unless the request says `"applyFilter": false`; the
+others are counted as `filtered` in its progress. `limit` counts pushed records.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from actors.delivery.document.filters import matches
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.path.book import retry_backoff
 from actors.shared.deadletter import dead_letter_source
@@ -49,6 +54,8 @@ class ReplayRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     from_: int | str | None = msgspec.field(default=None, name="from")
     to: int | str | None = None
     limit: int | None = None
+    applyFilter: bool = True
+    """Push only the records the subscription's current filter matches."""
 
 
 @dataclass(slots=True)
@@ -62,13 +69,15 @@ class ReplayProgress:
     total: int | None = None
     delivered: int = 0
     failed: int = 0
+    filtered: int = 0
     reason: str = ""
     pending: dict[tuple[str, int, int], asyncio.Future[bool]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {"replayId": self.replay_id, "subscription": self.subscription,
                 "source": self.source, "state": self.state, "total": self.total,
-                "delivered": self.delivered, "failed": self.failed, "reason": self.reason}
+                "delivered": self.delivered, "failed": self.failed,
+                "filtered": self.filtered, "reason": self.reason}
 
 
 def time_ms(value: int | str | None) -> int | None:
@@ -170,11 +179,11 @@ class ReplayActor(Actor):
             for tp in kafka.assignment():
                 if tp not in ends and kafka.highwater(tp) is not None:
                     ends[tp] = kafka.highwater(tp)  # fixed at the first fetch
-            chosen = [m for tp, ms in batches.items() for m in ms
-                      if self._wanted(m, ends.get(tp), start, stop)]
+            chosen = self._matching([self._record(m) for tp, ms in batches.items() for m in ms
+                                     if self._wanted(m, ends.get(tp), start, stop)])
             if budget is not None:
                 chosen, budget = chosen[:budget], budget - len(chosen[:budget])
-            await asyncio.gather(*(self._deliver(m) for m in chosen))
+            await asyncio.gather(*(self._deliver(r) for r in chosen))
             if batches:
                 await kafka.commit()
             if await self._finished(kafka, ends) or budget == 0:
@@ -193,6 +202,19 @@ class ReplayActor(Actor):
         stamp = message.timestamp
         return (start is None or stamp >= start) and (stop is None or stamp <= stop)
 
+    def _matching(self, records: list[Record]) -> list[Record]:
+        """The records the subscription's filter lets through (all, with `applyFilter`
+        false); the others are counted."""
+        if not self.request.applyFilter:
+            return records
+        consumer, kept = self.consumer, []
+        for record in records:
+            wanted = consumer.topic_filter(record.topic)
+            if wanted is None or matches(wanted, record):
+                kept.append(record)
+        self.progress.filtered += len(records) - len(kept)
+        return kept
+
     async def _finished(self, kafka: AIOKafkaConsumer, ends: dict[TopicPartition, int]
                         ) -> bool:
         """Every partition read up to its end (or past `toOffset`)."""
@@ -206,8 +228,7 @@ class ReplayActor(Actor):
                 return False
         return True
 
-    async def _deliver(self, message: ConsumerRecord[bytes, bytes]) -> None:
-        record = self._record(message)
+    async def _deliver(self, record: Record) -> None:
         progress, clock = self.progress, self.context.clock
         while True:
             record.attempt += 1

@@ -1,0 +1,349 @@
+"""Subscription filters (issue 26): which records of a topic a subscriber receives.
+
+A topic entry may carry `filter`; every condition given must hold::
+
+    {"headers": {"event-type": ["order.created", "order.paid"]},
+     "key": {"prefix": "tenant-42/"},
+     "json": {"type": {"prefix": "order."}, "amount": {"exists": true},
+              "customer.tier": ["gold", "platinum"]},
+     "not": {"headers": {"test": "true"}}}
+
+A condition is a string (equals), a list of strings (any of them), or an object with
+exactly one of `equals` (a string), `in` (a list), `prefix` (a string or a list: any of
+them) and `exists` (a boolean).
+
+- `headers`: by Kafka header name (exact, case-sensitive); the header's bytes are compared
+  with the UTF-8 of the condition; a header that occurs several times matches when any
+  occurrence does. `exists: false` holds when the header is absent.
+- `key`: the record key's bytes against the UTF-8 of the condition; a record without a key
+  matches only `exists: false`.
+- `json`: dot paths (`customer.tier`; a decimal segment indexes an array) into the record
+  value decoded as JSON, once per record and only when some filter needs it. Values
+  compare as text: a string by its content, a number, `true`, `false` or `null` by its
+  JSON text (`"amount": "12.50"` matches `12.50`, not `12.5`); an object or array matches
+  only `exists`. A value that is not JSON, or lacks the path, matches only
+  `exists: false`.
+- `not`: a nested filter that must not match.
+
+Decoding (`decode_filter`) validates the wire JSON into frozen, hashable structures with
+sizes and depth bounded; an error is `InvalidSubscription("invalid <where>.<field>")`, which
+the admin API answers as 400. Equal filters decode to one shared object (interned), so
+the per-record memo (below) finds them by identity, without comparing structures.
+
+Evaluation (`matches(filter, record)`) is memoised on the record (`Record.memo`): the
+decoded JSON value and each distinct filter's result, keyed by the filter. With fan-out
+one record object goes to many subscriptions' cursors; a thousand subscribers with ten
+distinct filters then evaluate ten filters per record, and decode its JSON at most once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from actors.delivery.errors import InvalidSubscription
+from actors.shared.messages import Record
+
+K = TypeVar("K")
+Op = Literal["equals", "in", "prefix", "exists"]
+OPS: Final[tuple[Op, ...]] = ("equals", "in", "prefix", "exists")
+SECTIONS: Final = ("headers", "key", "json", "not")
+MAX_CONDITIONS: Final = 32
+"""Header and JSON conditions together, per filter (each `not` level counts its own)."""
+MAX_VALUES: Final = 256
+"""Strings in one list condition."""
+MAX_TEXT: Final = 1024
+"""Characters of one compared string, header name or JSON path."""
+MAX_PATH_SEGMENTS: Final = 16
+MAX_NOT_DEPTH: Final = 4
+
+
+class Condition(msgspec.Struct, frozen=True, cache_hash=True):
+    """One condition: `op` with `texts` (equals: one, in: several, prefix: one or more) or
+    `exists`; `raw` is `texts` in UTF-8, what header values and keys are compared with."""
+
+    op: Op
+    texts: tuple[str, ...] = ()
+    raw: tuple[bytes, ...] = ()
+    exists: bool = True
+
+
+class Filter(msgspec.Struct, frozen=True, cache_hash=True, weakref=True):
+    """A decoded filter: conditions sorted by name (equal filters compare equal however
+    their JSON was ordered), `negated` the `not` filter."""
+
+    headers: tuple[tuple[str, Condition], ...] = ()
+    key: Condition | None = None
+    json: tuple[tuple[tuple[str, ...], Condition], ...] = ()
+    negated: Filter | None = None
+
+
+_INTERNED: weakref.WeakValueDictionary[Filter, Filter] = weakref.WeakValueDictionary()
+
+
+# -- decoding ---------------------------------------------------------------------------
+def decode_filter(value: Any, where: str) -> Filter | None:
+    """The wire JSON of a `filter` (decoded builtins) as a `Filter`; None for no filter
+    (absent or `{}`). Raises `InvalidSubscription("invalid <where>...")`."""
+    if value is None:
+        return None
+    decoded = _filter(value, where, 0)
+    return None if decoded == Filter() else decoded
+
+
+def _filter(value: Any, where: str, depth: int) -> Filter:
+    if not isinstance(value, dict):
+        raise InvalidSubscription(f"invalid {where}", "expected an object with headers, "
+                                  "key, json or not")
+    for name in value:
+        if name not in SECTIONS:
+            raise InvalidSubscription(f"invalid {where}.{name}", "unknown; a filter has "
+                                      "headers, key, json and not")
+    headers = _named(value.get("headers"), f"{where}.headers", _header_name)
+    json = _named(value.get("json"), f"{where}.json", _json_path)
+    if len(headers) + len(json) > MAX_CONDITIONS:
+        raise InvalidSubscription(f"invalid {where}", f"at most {MAX_CONDITIONS} header "
+                                  "and json conditions")
+    key = None if "key" not in value else _condition(value["key"], f"{where}.key")
+    negated = None
+    if "not" in value:
+        if depth >= MAX_NOT_DEPTH:
+            raise InvalidSubscription(f"invalid {where}.not", f"at most {MAX_NOT_DEPTH} "
+                                      "nested not")
+        negated = _filter(value["not"], f"{where}.not", depth + 1)
+    return intern(Filter(headers=headers, key=key, json=json, negated=negated))
+
+
+def intern(decoded: Filter) -> Filter:
+    """The one shared object equal to `decoded`."""
+    return _INTERNED.setdefault(decoded, decoded)
+
+
+def _named(section: Any, where: str, name_of: Callable[[str, str], K]
+              ) -> tuple[tuple[K, Condition], ...]:
+    if section is None:
+        return ()
+    if not isinstance(section, dict):
+        raise InvalidSubscription(f"invalid {where}", "expected an object: name -> condition")
+    if len(section) > MAX_CONDITIONS:
+        raise InvalidSubscription(f"invalid {where}", f"at most {MAX_CONDITIONS} conditions")
+    pairs = [(name_of(name, f"{where}.{name}"), _condition(item, f"{where}.{name}"), name)
+             for name, item in section.items()]
+    return tuple((key, cond) for key, cond, _ in sorted(pairs, key=lambda p: p[2]))
+
+
+def _header_name(name: str, where: str) -> str:
+    if not name or len(name) > MAX_TEXT:
+        raise InvalidSubscription(f"invalid {where}", f"a header name of 1 to {MAX_TEXT} "
+                                  "characters")
+    return name
+
+
+def _json_path(path: str, where: str) -> tuple[str, ...]:
+    segments = tuple(path.split("."))
+    if not path or len(path) > MAX_TEXT or not all(segments):
+        raise InvalidSubscription(f"invalid {where}", f"a dot path like 'customer.tier' "
+                                  f"(no empty segment, at most {MAX_TEXT} characters)")
+    if len(segments) > MAX_PATH_SEGMENTS:
+        raise InvalidSubscription(f"invalid {where}", f"at most {MAX_PATH_SEGMENTS} segments")
+    return segments
+
+
+def _condition(value: Any, where: str) -> Condition:
+    if isinstance(value, str):
+        return _texts("equals", (value,), where)
+    if isinstance(value, list):
+        return _texts("in", _strings(value, where), where)
+    if not isinstance(value, dict):
+        raise InvalidSubscription(f"invalid {where}", "a condition is a string, a list of "
+                                  "strings, or an object with one of equals, in, prefix, "
+                                  "exists (numbers compare by their JSON text: write "
+                                  "\"42\")")
+    if len(value) != 1 or next(iter(value)) not in OPS:
+        raise InvalidSubscription(f"invalid {where}", "an object condition has exactly one "
+                                  "of equals, in, prefix, exists")
+    op, operand = next(iter(value.items()))
+    inner = f"{where}.{op}"
+    if op == "exists":
+        if not isinstance(operand, bool):
+            raise InvalidSubscription(f"invalid {inner}", "true or false")
+        return Condition("exists", exists=operand)
+    if op == "equals":
+        if not isinstance(operand, str):
+            raise InvalidSubscription(f"invalid {inner}", "a string (numbers compare by "
+                                      "their JSON text: write \"42\")")
+        return _texts("equals", (operand,), inner)
+    if op == "prefix" and isinstance(operand, str):
+        return _texts("prefix", (operand,), inner)
+    return _texts(op, _strings(operand, inner), inner)
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise InvalidSubscription(f"invalid {where}", "a non-empty list of strings")
+    if len(value) > MAX_VALUES:
+        raise InvalidSubscription(f"invalid {where}", f"at most {MAX_VALUES} values")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InvalidSubscription(f"invalid {where}[{i}]", "a string (numbers compare by "
+                                      "their JSON text: write \"42\")")
+    return tuple(value)
+
+
+def _texts(op: Op, texts: tuple[str, ...], where: str) -> Condition:
+    for text in texts:
+        if len(text) > MAX_TEXT:
+            raise InvalidSubscription(f"invalid {where}", f"at most {MAX_TEXT} characters "
+                                      "per value")
+    return Condition(op, texts, tuple(t.encode() for t in texts))
+
+
+# -- writing it back ------------------------------------------------------------------------
+def filter_document(decoded: Filter) -> dict[str, Any]:
+    """The wire JSON of `decoded`, in its short form (what GET shows): equals as a string,
+    in as a list."""
+    out: dict[str, Any] = {}
+    if decoded.headers:
+        out["headers"] = {name: _condition_document(c) for name, c in decoded.headers}
+    if decoded.key is not None:
+        out["key"] = _condition_document(decoded.key)
+    if decoded.json:
+        out["json"] = {".".join(path): _condition_document(c) for path, c in decoded.json}
+    if decoded.negated is not None:
+        out["not"] = filter_document(decoded.negated)
+    return out
+
+
+def _condition_document(condition: Condition) -> Any:
+    op, texts = condition.op, condition.texts
+    if op == "exists":
+        return {"exists": condition.exists}
+    if op == "equals":
+        return texts[0]
+    if op == "in":
+        return list(texts)
+    return {"prefix": texts[0] if len(texts) == 1 else list(texts)}
+
+
+# -- evaluation -----------------------------------------------------------------------------
+class _Absent:
+    """The memo's key for the decoded value, and what an absent JSON value decodes to."""
+
+    __slots__ = ()
+
+
+_JSON_VALUE: Final = _Absent()  # memo key of the record's decoded value
+_MISSING: Final = _Absent()  # the value is not JSON, or a path leads nowhere
+_DECODER: Final = msgspec.json.Decoder(float_hook=str)  # floats keep their JSON text
+
+
+def matches(decoded: Filter, record: Record) -> bool:
+    """True when `record` passes `decoded`; memoised on the record per distinct filter."""
+    memo = record.memo
+    if memo is None:
+        memo = record.memo = {}
+    else:
+        known = memo.get(decoded)
+        if known is not None:
+            return known is True
+    result = _evaluate(decoded, record, memo)
+    memo[decoded] = result
+    return result
+
+
+def _evaluate(decoded: Filter, record: Record, memo: dict[object, object]) -> bool:
+    for name, condition in decoded.headers:
+        if not _holds_raw(condition, [v for n, v in record.headers if n == name]):
+            return False
+    key = decoded.key
+    if key is not None and not _holds_raw(key, [] if record.key is None else [record.key]):
+        return False
+    if decoded.json:
+        value = memo.get(_JSON_VALUE, _JSON_VALUE)
+        if value is _JSON_VALUE:
+            value = memo[_JSON_VALUE] = _decode(record.value)
+        for path, condition in decoded.json:
+            if not _holds_json(condition, _walk(value, path)):
+                return False
+    negated = decoded.negated
+    return negated is None or not matches(negated, record)
+
+
+def reads_json(decoded: Filter) -> bool:
+    """True when evaluating `decoded` decodes record values."""
+    negated = decoded.negated
+    return bool(decoded.json) or (negated is not None and reads_json(negated))
+
+
+def drop_decoded(record: Record) -> None:
+    """Forget `record`'s decoded JSON value, keeping the filters' results: call it once
+    every filter that will see the record has (a buffered record would hold it)."""
+    memo = record.memo
+    if memo is not None:
+        memo.pop(_JSON_VALUE, None)
+
+
+def _holds_raw(condition: Condition, found: list[bytes | None]) -> bool:
+    """Header occurrences or the key: any one that satisfies `condition`."""
+    op = condition.op
+    if op == "exists":
+        return bool(found) == condition.exists
+    raw = condition.raw
+    for value in found:
+        if value is None:
+            continue
+        if op == "prefix":
+            if value.startswith(raw):
+                return True
+        elif value in raw:
+            return True
+    return False
+
+
+def _holds_json(condition: Condition, value: object) -> bool:
+    if condition.op == "exists":
+        return (value is not _MISSING) == condition.exists
+    text = _text(value)
+    if text is None:
+        return False
+    if condition.op == "prefix":
+        return text.startswith(condition.texts)
+    return text in condition.texts
+
+
+def _text(value: object) -> str | None:
+    """A JSON scalar as compared: strings (and floats, kept as their text) as they are."""
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    return None  # an object, an array, or missing
+
+
+def _decode(value: bytes | None) -> object:
+    if value is None:
+        return _MISSING
+    try:
+        return _DECODER.decode(value)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return _MISSING
+
+
+def _walk(value: object, path: tuple[str, ...]) -> object:
+    for segment in path:
+        if isinstance(value, dict):
+            value = value.get(segment, _MISSING)
+        elif isinstance(value, list) and segment.isdecimal() and int(segment) < len(value):
+            value = value[int(segment)]
+        else:
+            return _MISSING
+    return value
