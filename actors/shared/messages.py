@@ -47,10 +47,11 @@ class Record:
     One slot, None for records no filter saw: a record may go to many subscriptions."""
 
     def clone(self) -> Record:
-        """A copy for another subscription's cursor (issue 24): the fetched facts are
-        shared, what a cursor changes (attempt, retry) starts afresh."""
+        """A copy for another subscription's cursor (issue 24): the fetched facts and the
+        filter memo are shared (each distinct filter is evaluated once per record, issue
+        26), what a cursor changes (attempt, retry) starts afresh."""
         return Record(self.topic, self.partition, self.offset, self.key, self.value,
-                      self.headers, self.timestamp_ms, self.fetched_ms)
+                      self.headers, self.timestamp_ms, self.fetched_ms, memo=self.memo)
 
     def coordinates(self) -> tuple[str, int, int]:
         """Topic, partition and offset as pushed and journaled: the original ones for a

@@ -225,9 +225,14 @@ class InstanceMemberActor(GroupConsumerActor):
         shared = len(self.fanouts[tp].cursors) > 1
         for key, records in feed:
             cursor = self._cursor(key, tp)
-            if cursor is not None:
-                batch = [r.clone() for r in records] if shared else records
-                cursor.tell_system(Batch(batch, highwater))
+            if cursor is None:
+                continue
+            if shared:
+                for record in records:
+                    if record.memo is None:
+                        record.memo = {}  # one memo for every copy: filters run once
+                records = [r.clone() for r in records]
+            cursor.tell_system(Batch(records, highwater))
 
     def _steer(self, kafka: AIOKafkaConsumer) -> None:
         """Fetch a partition only while some cursor is live on it."""
