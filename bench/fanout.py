@@ -68,9 +68,13 @@ def rss_kib() -> float:
 
 
 # -- the worker: one code tree ---------------------------------------------------------
-def body(sub_id: str, topic: str, url: str, **method: Any) -> dict[str, Any]:
+def body(sub_id: str, topic: str, url: str, filter_: dict[str, Any] | None = None,
+         **method: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": topic, "config": {"concurrencyFactor": 20}}
+    if filter_ is not None:
+        spec["filter"] = filter_
     return {"id": sub_id, "group": {"id": f"g-{sub_id}", "name": sub_id}, "broker": "Kafka",
-            "topics": [{"name": topic, "config": {"concurrencyFactor": 20}}],
+            "topics": [spec],
             "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100,
                                    **method},
             "properties": {"fetch.max.wait.ms": "100"}}
@@ -111,9 +115,11 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(POLL_S)
         return time.perf_counter() - start
 
-    async def produce(topic: str, count: int) -> None:
-        futures = [await producer.send(topic, f"{i:012d}".encode().ljust(100, b"."),
-                                       partition=i % args.partitions) for i in range(count)]
+    async def produce(topic: str, count: int, types: int = 0) -> None:
+        futures = [await producer.send(
+            topic, f"{i:012d}".encode().ljust(100, b"."), partition=i % args.partitions,
+            headers=[("event-type", f"type-{i % types}".encode())] if types else None)
+            for i in range(count)]
         await asyncio.gather(*futures)
 
     async def subscribe(session: aiohttp.ClientSession, bodies: list[dict[str, Any]]) -> None:
@@ -129,6 +135,33 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     def cursors() -> int:
         return len(runtime.metrics.gauge("hookstream_inflight", "").children)
 
+    async def filtered(session: aiohttp.ClientSession, result: dict[str, Any]) -> None:
+        """3. The same number of subscribers, each with one of `--filters` distinct
+        header filters; records of as many event types, evenly mixed, so each record goes
+        to subscribers / filters of them: as many deliveries as the unfiltered phase."""
+        kinds, topic = args.filters, f"filt-{uuid.uuid4().hex[:8]}"
+        await create_topics(args.bootstrap, {topic: args.partitions})
+        bodies = [body(f"f{i}", topic, args.url, {"headers": {"event-type": [
+            f"type-{i % kinds}"]}}) for i in range(args.subscribers)]
+        try:
+            await subscribe(session, bodies)
+        except RuntimeError as exc:
+            note(args.tree, "filters refused:", exc)
+            return
+        want = base_cursors + 2 * args.subscribers * args.partitions
+        await until("filtered cursors", lambda: cursors() >= want)
+        await asyncio.sleep(2)
+        count = args.records * kinds
+        d0, c0 = delivered(), cpu_s()
+        await produce(topic, count, kinds)
+        total = count * args.subscribers // kinds
+        result["filtered_s"] = await until("filtered", lambda: delivered() - d0 >= total)
+        result["filtered_us"] = (cpu_s() - c0) / total * 1e6
+        result["filtered_ratio"] = result["filtered_us"] / result["fanout_us"]
+        result["filtered_load"] = load()
+        note(args.tree, "filtered:", result)
+
+    base_cursors = 0
     try:
         async with aiohttp.ClientSession() as session:
             # 1. the single subscription
@@ -147,7 +180,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             # 2. fan-out
             topic = f"fan-{uuid.uuid4().hex[:8]}"
             await create_topics(args.bootstrap, {topic: args.partitions})
-            base_rss, base_cursors = rss_kib(), cursors()
+            base_rss = rss_kib()
+            base_cursors = cursors()
             start = time.perf_counter()
             await subscribe(session, [body(f"s{i}", topic, args.url)
                                       for i in range(args.subscribers)])
@@ -175,6 +209,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["fanout_load"] = load()
             result["fanout_ratio"] = result["fanout_us"] / result["single_us"]
             note(args.tree, "fan-out:", result)
+            if args.filters:
+                await filtered(session, result)
     finally:
         await runtime.stop()
         await producer.stop()
@@ -223,7 +259,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
                "--workdir", str(workdir), "--subscribers", str(args.subscribers),
                "--partitions", str(args.partitions), "--records", str(args.records),
                "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
-               "--timeout-s", str(args.timeout_s)]
+               "--timeout-s", str(args.timeout_s), "--filters", str(args.filters)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
                                                    cwd=tree, env=env)
@@ -259,6 +295,10 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"  {args.records * args.subscribers} deliveries in {r['fanout_s']:.2f} s, "
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']})")
+        if "filtered_us" in r:
+            print(f"  filtered ({args.filters} distinct header filters): "
+                  f"{r['filtered_us']:.0f} us/delivery = {r['filtered_ratio']:.2f} x "
+                  f"unfiltered fan-out, in {r['filtered_s']:.2f} s ({r['filtered_load']})")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -269,6 +309,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--baseline-records", type=int, default=20_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--compare", default="")
+    parser.add_argument("--filters", type=int, default=0,
+                        help="distinct header filters for the filtered phase (0: none)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=str(HERE.parent), help=argparse.SUPPRESS)
