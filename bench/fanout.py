@@ -201,6 +201,11 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["idle_broker_pct"] = (cpu_s(args.broker_pid) - b0) / wall * 100
             result["idle_load"] = load()
             note(args.tree, "idle:", result)
+            profile = None
+            if args.profile:
+                import cProfile
+                profile = cProfile.Profile()
+                profile.enable()
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
             await produce(topic, args.records)
             total = args.records * args.subscribers
@@ -209,6 +214,17 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["fanout_load"] = load()
             result["fanout_ratio"] = result["fanout_us"] / result["single_us"]
             note(args.tree, "fan-out:", result)
+            # the same again: workers, connections and series exist now (warm)
+            await asyncio.sleep(1)
+            d0, c0 = delivered(), cpu_s()
+            await produce(topic, args.records)
+            result["warm_s"] = await until("warm", lambda: delivered() - d0 >= total)
+            result["warm_us"] = (cpu_s() - c0) / total * 1e6
+            result["warm_ratio"] = result["warm_us"] / result["single_us"]
+            result["warm_load"] = load()
+            if profile is not None:
+                profile.disable()
+                profile.dump_stats(args.profile)
             if args.filters:
                 await filtered(session, result)
     finally:
@@ -260,6 +276,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
                "--partitions", str(args.partitions), "--records", str(args.records),
                "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
                "--timeout-s", str(args.timeout_s), "--filters", str(args.filters)]
+    if args.profile and tree == HERE.parent:
+        command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
                                                    cwd=tree, env=env)
@@ -295,6 +313,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"  {args.records * args.subscribers} deliveries in {r['fanout_s']:.2f} s, "
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']})")
+        print(f"  again (warm): {r['warm_s']:.2f} s, {r['warm_us']:.0f} us/delivery = "
+              f"{r['warm_ratio']:.2f} x single ({r['warm_load']})")
         if "filtered_us" in r:
             print(f"  filtered ({args.filters} distinct header filters): "
                   f"{r['filtered_us']:.0f} us/delivery = {r['filtered_ratio']:.2f} x "
@@ -312,6 +332,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--filters", type=int, default=0,
                         help="distinct header filters for the filtered phase (0: none)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--profile", default="",
+                        help="cProfile the fan-out phases of this tree into this file")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=str(HERE.parent), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)

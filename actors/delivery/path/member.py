@@ -70,7 +70,7 @@ from actors.shared.messages import (
     Record,
     Rewind,
 )
-from runtime.errors import ActorDeadError
+from runtime.errors import ActorDeadError, ActorStartError
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kafka import compat, topic_creation
@@ -427,15 +427,25 @@ class InstanceMemberActor(GroupConsumerActor):
         return None
 
     async def _add_cursor(self, rider: Rider, tp: TopicPartition) -> None:
-        key = rider.sub.key
-        with contextlib.suppress(ActorDeadError):
+        """Start `rider`'s cursor on `tp` unless it has one. The fetch loop (a new rider)
+        and the rebalance listener (a new partition) may both ask: the fanout's entry,
+        taken before the first await, says it is being started."""
+        key, fanout = rider.sub.key, self.fanouts[tp]
+        if key in fanout.cursors:
+            return
+        try:
             sup = rider.partitions.actor_as(Supervisor)
-            if not sup.alive or sup.has_child(child_name(tp)):
-                return
-            self.fanouts[tp].add(key)
+        except ActorDeadError:
+            return
+        if not sup.alive or sup.has_child(child_name(tp)):
+            return
+        fanout.add(key)
+        try:
             await sup.start_child(ChildSpec(child_name(tp), self._cursor_factory(rider, tp),
                                             restart="transient",
                                             shutdown_ms=self.wiring.drain_ms + 2000))
+        except (ActorDeadError, ActorStartError):
+            fanout.remove(key)  # its subscription is stopping: it leaves anyway
 
     def _cursor_factory(self, rider: Rider, tp: TopicPartition) -> Callable[[], Actor]:
         def build() -> Actor:
@@ -581,7 +591,7 @@ class InstanceMemberActor(GroupConsumerActor):
                 _unsubscribe(kafka, listened)
             topic_creation.watch(kafka, self._missing)
         if self._missing:
-            log.warning("%s: waiting for topics that do not exist yet: %s", self.path,
+            log.info("%s: waiting for topics that do not exist yet: %s", self.path,
                         ", ".join(sorted(self._missing)))
         log.info("%s: subscribed for %d subscriptions (roster version %d)", self.path,
                  len(roster), roster.version)
