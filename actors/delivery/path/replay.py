@@ -12,7 +12,9 @@ each batch it finished, so a crash mid-replay resumes instead of starting over. 
 fixed when it starts: the high watermark of each partition at the first fetch (records
 dead-lettered later are not part of it). A failed push is retried per the subscription's
 policy (`delayOnErrorMs`, `retryBeforeCommit`), then counted as failed; it stays in the
-dead-letter topic either way.
+dead-letter topic either way. A push meeting the origin's open circuit breaker waits for
+its probe (no attempt is spent), as a replay usually follows an outage. A replay whose
+every record failed ends `failed`; `reason` names the count and the last error.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class ReplayActor(Actor):
         self.backoff = retry_backoff(consumer.subscriptionMethod)
         self.retries = consumer.subscriptionMethod.retryBeforeCommit
         self._kafka: AIOKafkaConsumer | None = None
+        self._last_error = ""
 
     @property
     def topic(self) -> str:
@@ -118,6 +121,8 @@ class ReplayActor(Actor):
 
     async def handle(self, message: object) -> None:
         if isinstance(message, Delivered | Failed):
+            if isinstance(message, Failed):
+                self._last_error = message.error
             done = self.progress.pending.pop(_coords(message.record), None)
             if done is not None and not done.done():
                 done.set_result(isinstance(message, Delivered))
@@ -136,9 +141,14 @@ class ReplayActor(Actor):
             progress.state, progress.reason = "failed", repr(exc)
             log.error("%s: replay %s failed: %r", self.path, progress.replay_id, exc)
             return
-        progress.state = "done"
-        log.info("%s: replay %s done: %d delivered, %d failed", self.path,
-                 progress.replay_id, progress.delivered, progress.failed)
+        if progress.failed:
+            progress.reason = (f"{progress.failed} of {progress.failed + progress.delivered}"
+                               f" records failed; the last error: {self._last_error}")
+        # a replay that delivered nothing of what it read did not do its job
+        progress.state = "failed" if progress.failed and not progress.delivered else "done"
+        log.log(logging.WARNING if progress.failed else logging.INFO,
+                "%s: replay %s %s: %d delivered, %d failed", self.path, progress.replay_id,
+                progress.state, progress.delivered, progress.failed)
 
     async def _assign(self, kafka: AIOKafkaConsumer) -> dict[TopicPartition, int]:
         """Assign the source partitions and seek where to start (the replay's own commit
