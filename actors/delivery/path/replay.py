@@ -20,13 +20,15 @@ every record failed ends `failed`; `reason` names the count and the last error.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
+from msgspec import Meta
 
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.path.book import retry_backoff
@@ -42,15 +44,34 @@ BATCH = 100
 DLT_PREFIX = "dlt-"  # the dead-letter headers a replay leaves out
 
 
+MAX_OFFSET: Final = 2**63 - 1  # Kafka offsets are int64
+MAX_PARTITION: Final = 2**31 - 1
+MAX_TIME_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+Offset = Annotated[int, Meta(ge=0, le=MAX_OFFSET)]
+TimeMs = Annotated[int, Meta(ge=0, le=MAX_TIME_MS)]
+TimeText = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
 class ReplayRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """The `POST .../replay` body, checked whole when decoded: an offset or a time out of
+    range, or a range that ends before it starts, is a 400 (never a fetcher crash: #25)."""
+
     source: Literal["deadLetter", "topic"]
-    topic: str | None = None
-    partition: int | None = msgspec.field(default=None)
-    fromOffset: int | None = None
-    toOffset: int | None = None
-    from_: int | str | None = msgspec.field(default=None, name="from")
-    to: int | str | None = None
-    limit: int | None = None
+    topic: Annotated[str, Meta(min_length=1, max_length=249)] | None = None
+    partition: Annotated[int, Meta(ge=0, le=MAX_PARTITION)] | None = None
+    fromOffset: Offset | None = None
+    toOffset: Offset | None = None
+    from_: TimeMs | TimeText | None = msgspec.field(default=None, name="from")
+    to: TimeMs | TimeText | None = None
+    limit: Annotated[int, Meta(ge=1, le=MAX_OFFSET)] | None = None
+
+    def __post_init__(self) -> None:
+        start, stop = time_ms(self.from_), time_ms(self.to)  # ValueError: not a time
+        if self.fromOffset is not None and self.toOffset is not None and \
+                self.fromOffset > self.toOffset:
+            raise ValueError(f"fromOffset {self.fromOffset} is after toOffset {self.toOffset}")
+        if start is not None and stop is not None and start > stop:
+            raise ValueError(f"'from' ({self.from_}) is after 'to' ({self.to})")
 
 
 @dataclass(slots=True)
@@ -74,15 +95,20 @@ class ReplayProgress:
 
 
 def time_ms(value: int | str | None) -> int | None:
-    """Epoch ms, or an ISO 8601 time (UTC when it has no zone)."""
+    """Epoch ms, or an ISO 8601 time (UTC when it has no zone); ValueError names a text
+    that is no time or one before 1970."""
     if value is None or isinstance(value, int):
         return value
-    import datetime as dt
-
-    parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r} is neither epoch ms nor an ISO 8601 time") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp() * 1000)
+    ms = int(parsed.timestamp() * 1000)
+    if ms < 0:
+        raise ValueError(f"{value!r} is before 1970")
+    return ms
 
 
 class ReplayActor(Actor):
@@ -198,6 +224,8 @@ class ReplayActor(Actor):
         request = self.request
         if end is not None and message.offset >= end:
             return False
+        if request.fromOffset is not None and message.offset < request.fromOffset:
+            return False  # a reset to the earliest offset reads from before the range
         if request.toOffset is not None and message.offset > request.toOffset:
             return False
         stamp = message.timestamp
