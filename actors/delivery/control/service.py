@@ -45,6 +45,7 @@ import msgspec
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.cluster.view import ClusterStatus, snapshot_of
 from actors.delivery.control.status import SubscriptionStatus
+from actors.delivery.document.secrets import kept_secrets
 from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import (
     CircuitBreakerSettings,
@@ -615,8 +616,8 @@ class DeliveryControl:
     async def update(self, key: str, consumer: Consumer) -> None:
         """Change a subscription in place: drain and commit, then start again with the new
         settings from the committed positions (nothing lost, nothing skipped). In cluster
-        mode every instance does so."""
-        self._known(key)
+        mode every instance does so. A `***` where GET showed a secret keeps the secret."""
+        consumer = kept_secrets(consumer, self._known(key))
         if consumer.key != key:
             raise InvalidSubscription("id and group.id cannot change",
                                       f"{key} would become {consumer.key}")
