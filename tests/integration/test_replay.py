@@ -4,6 +4,7 @@ as the original delivery, plus QOH-Replay (real broker, runtime and receiver).""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -155,5 +156,47 @@ async def test_a_replay_whose_every_record_failed_is_failed_with_the_reason(
                 "failed", 0, 3), progress
             assert "3 of 3 records failed" in progress["reason"]
             assert "HTTP 500" in progress["reason"]
+    finally:
+        await receiver.stop()
+
+
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_finished_replays_close_their_consumers(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("rc", [{"name": topic}], receiver.url,
+                                               fast_group=fast_group_kwargs))
+            await produce(kafka_bootstrap, topic, 3)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
+            body = {"source": "topic", "topic": topic, "partition": 0, "fromOffset": 0,
+                    "toOffset": 2}
+            path = "/broker/subscription/rc/g-rc/replay"
+
+            async def one_replay() -> None:
+                status, reply = await admin.call("POST", path, body)
+                assert status == 202, reply
+                done = await _progress(admin, f"{path}/{reply['data']['replayId']}")
+                assert (done["state"], done["delivered"]) == ("done", 3), done
+
+            await one_replay()  # warm: the first one opens what every later one shares
+            await asyncio.sleep(0.5)
+            before = _open_files()
+            for _ in range(10):
+                await one_replay()
+            for _ in range(50):
+                if _open_files() <= before + 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert _open_files() <= before + 2, (before, _open_files())
+            tree = runtime.service("delivery").tree("rc_g-rc")
+            assert [n for n in tree.children() if n.startswith("replay-")] == []
     finally:
         await receiver.stop()

@@ -157,6 +157,15 @@ class ReplayActor(Actor):
 
     # -- the replay (an owned task) ----------------------------------------------------
     async def _run(self) -> None:
+        """The replay, then the actor stops: its consumer closes with it (on_stop), and
+        the supervisor forgets a transient child that ended normally (#25: finished
+        replays kept their consumers and sockets open)."""
+        try:
+            await self._replay_all()
+        finally:
+            await self.stop()
+
+    async def _replay_all(self) -> None:
         kafka, progress = self._kafka, self.progress
         assert kafka is not None
         try:
