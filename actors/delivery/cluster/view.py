@@ -171,8 +171,12 @@ class ClusterStatus:
         self.instance = ""  # known once the admin server has its port
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def log(self) -> SubscriptionLog:
+        return self._log
+
     async def start(self) -> None:
-        await self._log.start()
+        await self._log.start_or_retry(self.runtime.clock)
         self.runtime.admin.app.router.add_get("/cluster", self._get)
         self.runtime.admin.openapi.describe("GET", "/cluster", {
             "summary": "The cluster: every instance, the owner and lag of each partition",

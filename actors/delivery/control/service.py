@@ -156,7 +156,10 @@ class DeliveryControl:
                 runtime.bootstrap(broker), cluster.subscriptions_topic, self._apply,
                 replication_factor=cluster.replication_factor,
                 client_settings=runtime.consumer_settings(broker))
-            await self._log.start()  # every subscription applied before we are ready
+            # every subscription applied before we are ready; with the broker away at
+            # boot, the log keeps trying and /readyz says why (as the keeper does for
+            # subscriptions stored in files)
+            await self._log.start_or_retry(runtime.clock)
         else:
             await self._restore()
         if cluster.status_topic:
@@ -792,7 +795,7 @@ class DeliveryControl:
     def readiness(self) -> list[str]:
         """Why the delivery service is not ready: each subscription that is not running
         (paused is fine) or runs without any partition yet."""
-        reasons: list[str] = []
+        reasons = [f"cluster: {log_.problem}" for log_ in self._logs() if log_.problem]
         for key, status in sorted(self.status.items()):
             if status.state in STOPPED:  # on purpose; `disabled` shows in the status API
                 continue
@@ -804,6 +807,11 @@ class DeliveryControl:
             else:
                 reasons += self._stalls(key)
         return reasons
+
+    def _logs(self) -> list[SubscriptionLog]:
+        """The cluster topics this instance follows (subscriptions, status)."""
+        logs = [self._log] if self._log is not None else []
+        return logs + ([self.cluster.log] if self.cluster is not None else [])
 
     def _stalls(self, key: str) -> list[str]:
         parts = self.tree(key).child("partitions") if self.tree(key).has_child(
