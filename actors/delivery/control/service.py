@@ -766,7 +766,9 @@ class DeliveryControl:
         outlet = tree.child("egress") if tree.has_child("egress") else None
         endpoint = outlet.health.as_dict() if isinstance(outlet, OutletActor) else None
         if endpoint is not None and isinstance(outlet, EgressActor):
-            endpoint["origin"] = outlet.origin.as_dict()  # breaker, throttle, rate
+            clock = outlet.context.clock
+            endpoint["origin"] = outlet.origin.as_dict(  # breaker, throttle, rate
+                clock.monotonic_ms(), clock.wall_ms())
         counters: dict[str, object] | None = None
         if isinstance(outlet, OutletActor):
             dead = sum(int(str(p["dead_lettered"])) for p in partitions)
