@@ -9,6 +9,11 @@ answered as JSON.
 
 Front-door rules, in `_guard`, before any handler runs (issue 13):
 
+- The `Host` header must name this server: an IP address, a loopback name (`localhost`,
+  `*.localhost`), the listen host, or a name in `[admin] allowed_hosts`; else 403. A page
+  whose own name an attacker re-points at us (DNS rebinding) sends its own name, so
+  neither the token-less demo nor the same-origin rule below can be reached that way
+  (issue 25). A request without `Host` (no browser sends one) passes.
 - With `[admin] token` set, every request needs `Authorization: Bearer <token>`, compared
   in constant time (SHA-256 of both sides, so not even the length leaks); a header that
   is not UTF-8 is just a wrong token (401). Without the token: `GET /` (the status page
@@ -28,9 +33,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -74,9 +80,10 @@ def fail(status: int, reason: str, details: str = "") -> web.Response:
                         content_type="application/json")
 
 
-def guard_middleware(token: str, public_health: bool) -> Any:
+def guard_middleware(token: str, public_health: bool,
+                     hosts: HostCheck | None = None) -> Any:
     """The rules in the module docstring, as aiohttp middleware."""
-    guard = _Guard(token, public_health)
+    guard = _Guard(token, public_health, hosts or HostCheck("127.0.0.1"))
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -85,12 +92,58 @@ def guard_middleware(token: str, public_health: bool) -> Any:
     return middleware
 
 
+class HostCheck:
+    """Which `Host` headers name this server (see the module docstring)."""
+
+    def __init__(self, listen_host: str, allowed: Sequence[str] = ()) -> None:
+        names = {_bare(n) for n in allowed}
+        self.any = "*" in names
+        self.suffixes = tuple(n[1:] for n in names if n.startswith("*."))  # ".example.com"
+        self.names = frozenset({_bare(listen_host), *names} - {"*"})
+
+    def allows(self, header: str | None) -> bool:
+        if header is None or self.any:
+            return True
+        name = _host_name(header)
+        if _is_ip(name) or name == "localhost" or name.endswith(".localhost"):
+            return True
+        return name in self.names or name.endswith(self.suffixes)
+
+
+def _bare(name: str) -> str:
+    return name.strip().strip("[]").rstrip(".").lower()
+
+
+def _host_name(header: str) -> str:
+    """The name of a `Host` header: without its port and brackets, lowercase."""
+    header = header.strip()
+    if header.startswith("["):
+        return _bare(header[1:].partition("]")[0])
+    if header.count(":") == 1:
+        header = header.partition(":")[0]
+    return _bare(header)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class _Guard:
-    def __init__(self, token: str, public_health: bool) -> None:
+    def __init__(self, token: str, public_health: bool, hosts: HostCheck) -> None:
         self._digest = _digest(f"Bearer {token}".encode()) if token else None
         self._public_health = public_health
+        self._hosts = hosts
 
     async def handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        host = request.headers.get(hdrs.HOST)
+        if not self._hosts.allows(host):
+            return fail(403, "host not allowed",
+                        f"Host {host!r} is not a name of this server: add it to "
+                        "[admin] allowed_hosts")
         authorized = self._digest is None or self._has_token(request)
         if not authorized and not self._public(request):
             return fail(401, "unauthorized", "send 'Authorization: Bearer <token>'")
@@ -193,14 +246,15 @@ def split_listen(listen: str) -> tuple[str, int]:
 class AdminServer:
     def __init__(self, listen: str, token: str, registry: Registry,
                  health: Callable[[], dict[str, Any]], *, public_health: bool = False,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 allowed_hosts: Sequence[str] = ()) -> None:
         self.host, self.port = split_listen(listen)
         self.registry = registry
         self.tls = tls
         self._health = health
         self.openapi = OpenApi(token=bool(token), public_health=public_health)
-        self.app = web.Application(middlewares=[guard_middleware(token, public_health)],
-                                   client_max_size=MAX_BODY_BYTES)
+        guard = guard_middleware(token, public_health, HostCheck(self.host, allowed_hosts))
+        self.app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
         self.app[OPENAPI] = self.openapi
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/metrics", self._metrics)
@@ -215,7 +269,8 @@ class AdminServer:
         tls = (server_context(config.tls_certfile, config.tls_keyfile)
                if config.tls_certfile else None)
         return cls(config.listen, config.token, registry, health,
-                   public_health=config.public_health, tls=tls)
+                   public_health=config.public_health, tls=tls,
+                   allowed_hosts=config.allowed_hosts)
 
     @property
     def url(self) -> str:

@@ -81,7 +81,7 @@ async def test_the_token_is_required_and_a_wrong_one_of_any_shape_is_a_401() -> 
 
 async def test_a_non_utf8_authorization_header_is_a_json_401_not_a_500() -> None:
     async with serving(token=TOKEN) as server:
-        answer = await raw_request(server, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+        answer = await raw_request(server, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                            b"Authorization: Bearer \xff\xfe\x80\r\n"
                                            b"Connection: close\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -199,3 +199,31 @@ async def test_tls_serves_https_only(tmp_path: Path) -> None:
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await call(server, "GET", "/metrics", token=TOKEN)  # the default trust store
 
+
+
+async def test_a_dns_rebinding_page_is_refused_by_its_host_name(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    async with make_runtime(kafka_bootstrap, tmp_path,
+                            admin={"listen": "127.0.0.1:0",
+                                   "allowed_hosts": ["hooks.internal", "*.corp.example"]}
+                            ) as runtime:
+        admin, port = Admin(runtime), runtime.admin.port
+        body = {"id": "x", "group": {"id": "g"}, "broker": "Kafka",
+                "topics": [{"name": "t"}], "subscriptionMethod": {"uri": "http://h/"}}
+        rebound = {"Host": f"attacker.example:{port}",
+                   "Origin": f"http://attacker.example:{port}"}
+        status, reply = await admin.call("POST", "/broker/subscription", body,
+                                         headers=rebound)
+        assert (status, reply["reason"]) == (403, "host not allowed"), reply
+        for path in ("/broker/subscription", "/healthz", "/"):
+            assert (await admin.call("GET", path, headers=rebound))[0] == 403, path
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}",
+                     f"hooks.internal:{port}", "a.corp.example", f"HOOKS.internal.:{port}"):
+            status, _ = await admin.call("GET", "/broker/subscription",
+                                         headers={"Host": host})
+            assert status == 200, host
+        for host in ("corp.example", "evilcorp.example", "hooks.internal.evil"):
+            status, _ = await admin.call("GET", "/broker/subscription",
+                                         headers={"Host": host})
+            assert status == 403, host
+        assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
