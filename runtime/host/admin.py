@@ -25,6 +25,9 @@ Front-door rules, in `_guard`, before any handler runs (issue 13):
   another origin (`Origin` or `Sec-Fetch-Site` say so) is refused with 403. Together they
   stop a web page in an operator's browser from posting to an API without a token.
 - Bodies are at most `MAX_BODY_BYTES` (413).
+- Before any of this, runtime/host/frontdoor.py bounds the open connections
+  (`[admin] max_connections`) and the time a request head may take
+  (`[admin] header_timeout_ms`).
 
 `[admin] tls_certfile` and `tls_keyfile` serve the API over HTTPS only.
 """
@@ -44,7 +47,12 @@ import msgspec
 from aiohttp import hdrs, web
 
 from runtime.errors import ActorError
-from runtime.host.config import AdminConfig
+from runtime.host.config import (
+    DEFAULT_HEADER_TIMEOUT_MS,
+    DEFAULT_MAX_CONNECTIONS,
+    AdminConfig,
+)
+from runtime.host.frontdoor import Doors, FrontDoorSite
 from runtime.host.metrics import Registry
 from runtime.host.openapi import OPENAPI, OpenApi
 from runtime.host.tls import server_context
@@ -81,13 +89,20 @@ def fail(status: int, reason: str, details: str = "") -> web.Response:
 
 
 def guard_middleware(token: str, public_health: bool,
-                     hosts: HostCheck | None = None) -> Any:
-    """The rules in the module docstring, as aiohttp middleware."""
+                     hosts: HostCheck | None = None, doors: Doors | None = None) -> Any:
+    """The rules in the module docstring, as aiohttp middleware. With `doors`, the request
+    head time limit (runtime/host/frontdoor.py) stops while a request is handled."""
     guard = _Guard(token, public_health, hosts or HostCheck("127.0.0.1"))
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        return await guard.handle(request, handler)
+        if doors is None:
+            return await guard.handle(request, handler)
+        doors.head_done(request.transport)
+        try:
+            return await guard.handle(request, handler)
+        finally:
+            doors.answered(request.transport)
 
     return middleware
 
@@ -247,13 +262,17 @@ class AdminServer:
     def __init__(self, listen: str, token: str, registry: Registry,
                  health: Callable[[], dict[str, Any]], *, public_health: bool = False,
                  tls: ssl.SSLContext | None = None,
-                 allowed_hosts: Sequence[str] = ()) -> None:
+                 allowed_hosts: Sequence[str] = (),
+                 header_timeout_ms: int = DEFAULT_HEADER_TIMEOUT_MS,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.host, self.port = split_listen(listen)
         self.registry = registry
         self.tls = tls
         self._health = health
+        self.doors = Doors(max_connections, header_timeout_ms / 1000)
         self.openapi = OpenApi(token=bool(token), public_health=public_health)
-        guard = guard_middleware(token, public_health, HostCheck(self.host, allowed_hosts))
+        guard = guard_middleware(token, public_health, HostCheck(self.host, allowed_hosts),
+                                 self.doors)
         self.app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
         self.app[OPENAPI] = self.openapi
         self.app.router.add_get("/healthz", self._healthz)
@@ -270,7 +289,9 @@ class AdminServer:
                if config.tls_certfile else None)
         return cls(config.listen, config.token, registry, health,
                    public_health=config.public_health, tls=tls,
-                   allowed_hosts=config.allowed_hosts)
+                   allowed_hosts=config.allowed_hosts,
+                   header_timeout_ms=config.header_timeout_ms,
+                   max_connections=config.max_connections)
 
     @property
     def url(self) -> str:
@@ -281,11 +302,10 @@ class AdminServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True,
-                           ssl_context=self.tls)
+        site = FrontDoorSite(self._runner, self.host, self.port, self.doors,
+                             ssl_context=self.tls)
         await site.start()
-        if self.port == 0:  # an ephemeral port: read back what the OS chose
-            self.port = self._runner.addresses[0][1]
+        self.port = site.port  # an ephemeral port (0): what the OS chose
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None

@@ -70,6 +70,10 @@ class BrokerConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 HOST_PATTERN: Final = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*")
 
 
+DEFAULT_HEADER_TIMEOUT_MS: Final = 10_000
+DEFAULT_MAX_CONNECTIONS: Final = 256
+
+
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     listen: str = "127.0.0.1:8080"
     """`host:port`, `[v6 address]:port`; port 0 picks a free one."""
@@ -80,6 +84,10 @@ class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     tls_certfile: str = ""
     """PEM certificate chain: with `tls_keyfile`, the admin API speaks HTTPS only."""
     tls_keyfile: str = ""
+    header_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_HEADER_TIMEOUT_MS
+    """How long a connection may take to send a request head (runtime/host/frontdoor.py)."""
+    max_connections: Annotated[int, Meta(ge=1, le=100_000)] = DEFAULT_MAX_CONNECTIONS
+    """Open admin connections at most; more are answered 503 and closed."""
     allowed_hosts: list[str] = []
     """Names the `Host` header may carry besides the listen address, loopback names and
     IP addresses (DNS rebinding: a page's own name resolved to us); `*.example.com`

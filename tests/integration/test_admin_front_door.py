@@ -5,6 +5,7 @@ JSON only (415), no cross-origin changes (403), bodies bounded (413), TLS."""
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -227,3 +228,44 @@ async def test_a_dns_rebinding_page_is_refused_by_its_host_name(
                                          headers={"Host": host})
             assert status == 403, host
         assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
+
+
+async def _read_until_closed(reader: asyncio.StreamReader, limit_s: float) -> bytes:
+    return await asyncio.wait_for(reader.read(), limit_s)
+
+
+async def test_slow_or_silent_request_heads_are_cut_off_and_connections_are_bounded(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    async with make_runtime(kafka_bootstrap, tmp_path, admin={
+            "listen": "127.0.0.1:0", "header_timeout_ms": 500, "max_connections": 4,
+            }) as runtime:
+        host, port = runtime.admin.host, runtime.admin.port
+        silent = await asyncio.open_connection(host, port)
+        assert await _read_until_closed(silent[0], 5) == b""  # closed, nothing said
+        silent[1].close()
+
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for i in range(3):  # a header line now and then: it never ends its head in time
+            await asyncio.sleep(0.2)
+            writer.write(f"X-Slow-{i}: 1\r\n".encode())
+        answer = await _read_until_closed(reader, 5)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408"), answer
+        assert json.loads(body)["reason"] == "request head too slow"
+        writer.close()
+
+        held = [await asyncio.open_connection(host, port) for _ in range(4)]
+        extra_reader, extra_writer = await asyncio.open_connection(host, port)
+        answer = await _read_until_closed(extra_reader, 5)
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["reason"] == \
+            "too many connections"
+        extra_writer.close()
+        for _, held_writer in held:
+            held_writer.close()
+        for _ in range(50):  # the server sees them go
+            if not runtime.admin.doors.open:
+                break
+            await asyncio.sleep(0.05)
+        assert (await Admin(runtime).call("GET", "/healthz"))[0] == 200
