@@ -16,10 +16,10 @@ Front-door rules, in `_guard`, before any handler runs (issue 13):
   (issue 25). A request without `Host` (no browser sends one) passes.
 - With `[admin] token` set, every request needs `Authorization: Bearer <token>`, compared
   in constant time (SHA-256 of both sides, so not even the length leaks); a header that
-  is not UTF-8 is just a wrong token (401). Without the token: `GET /` (the status page
-  holds no data and asks for the token itself) and, with `[admin] public_health = true`,
-  `GET /healthz` and `GET /readyz`, whose bodies are then cut to the state alone
-  (`status`, `ready`) for orchestrators' probes.
+  is not UTF-8 is just a wrong token (401). Without the token: `GET /` and
+  `GET /status.js` (the status page holds no data and asks for the token itself) and,
+  with `[admin] public_health = true`, `GET /healthz` and `GET /readyz`, whose bodies
+  are then cut to the state alone (`status`, `ready`) for orchestrators' probes.
 - A request that changes something (POST, PUT, PATCH, DELETE) with a body must say
   `Content-Type: application/json` (UTF-8), else 415; and one that a browser sent from
   another origin (`Origin` or `Sec-Fetch-Site` say so) is refused with 403. Together they
@@ -63,6 +63,8 @@ _encoder = msgspec.json.Encoder()
 MAX_BODY_BYTES: Final = 1024 * 1024
 CHANGING_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 HEALTH_PATHS: Final = frozenset({"/healthz", "/readyz"})
+PAGE_PATHS: Final = frozenset({"/", "/status.js"})
+"""The status page and its script: no data in them, so no token needed."""
 PUBLIC_HEALTH_KEYS: Final = frozenset({"status", "ready"})
 """All an unauthenticated health probe learns: no broker addresses, no reasons."""
 
@@ -180,7 +182,8 @@ class _Guard:
     def _public(self, request: web.Request) -> bool:
         if request.method != "GET":
             return False
-        return request.path == "/" or (self._public_health and request.path in HEALTH_PATHS)
+        return request.path in PAGE_PATHS or (self._public_health and
+                                               request.path in HEALTH_PATHS)
 
 
 def _digest(data: bytes) -> bytes:

@@ -269,3 +269,15 @@ async def test_slow_or_silent_request_heads_are_cut_off_and_connections_are_boun
                 break
             await asyncio.sleep(0.05)
         assert (await Admin(runtime).call("GET", "/healthz"))[0] == 200
+
+
+async def test_the_status_page_and_its_script_need_no_token_and_forbid_framing(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    runtime = make_runtime(kafka_bootstrap, tmp_path,
+                           admin={"listen": "127.0.0.1:0", "token": TOKEN})
+    async with runtime, aiohttp.ClientSession() as session:
+        for path in ("/", "/status.js"):
+            async with session.get(runtime.admin.url + path) as answer:
+                assert answer.status == 200, path
+                assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+                assert answer.headers["X-Frame-Options"] == "DENY"
