@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from runtime.errors import ActorError
 from runtime.host.config import (
@@ -256,6 +257,21 @@ def _state_only(response: web.StreamResponse) -> web.StreamResponse:
     return web.json_response(state, status=response.status)
 
 
+class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server log, with a request it cannot parse (a client's mistake or a
+    scanner: `HttpProcessingError`) as one WARNING line instead of an ERROR with a
+    traceback (#25). Anything else keeps its traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: object = True,
+                  **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            first = (exc_info.message or "").strip().splitlines()[:1]
+            self.warning(f"malformed request ({msg}): %s %s", *args, exc_info.code,
+                         first[0] if first else type(exc_info).__name__)
+            return
+        self.error(msg, *args, exc_info=exc_info, **kwargs)  # type: ignore[arg-type]
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
@@ -303,7 +319,8 @@ class AdminServer:
         return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     logger=ServerLog(logging.getLogger("aiohttp.server")))
         await self._runner.setup()
         site = FrontDoorSite(self._runner, self.host, self.port, self.doors,
                              ssl_context=self.tls)

@@ -281,3 +281,16 @@ async def test_the_status_page_and_its_script_need_no_token_and_forbid_framing(
                 assert answer.status == 200, path
                 assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
                 assert answer.headers["X-Frame-Options"] == "DENY"
+
+
+async def test_a_malformed_request_is_one_warning_line_without_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async with serving() as server:
+        for raw in (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n",
+                    b"GET /\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"):
+            answer = await raw_request(server, raw)
+            assert answer.startswith(b"HTTP/1.0 400") or answer.startswith(b"HTTP/1.1 400")
+    logged = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert logged and all(r.levelname == "WARNING" and r.exc_info is None for r in logged), [
+        (r.levelname, r.getMessage()) for r in logged]
+    assert "malformed request" in logged[0].getMessage()

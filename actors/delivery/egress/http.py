@@ -227,7 +227,7 @@ class EgressActor(OutletActor):
     async def on_start(self) -> None:
         # references resolved, TLS files loaded: a bad one fails the start, naming it
         method = resolved(self.consumer.subscriptionMethod, self.guard.references)
-        ssl_setting = client_context(method)
+        ssl_setting = client_context(method, self.guard.references)
         secret = method.signingSecret
         self._keys = signing_keys(secret) if secret else []  # a bad secret fails the start
         if method is not self.consumer.subscriptionMethod:
