@@ -288,3 +288,30 @@ async def test_a_replay_with_offsets_or_times_out_of_range_is_a_400(
             assert (await admin.call("GET", "/healthz"))[0] == 200
     finally:
         await receiver.stop()
+
+
+async def test_the_runtimes_own_topics_are_no_source_for_a_subscription_or_a_replay(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic, other = await topic_factory(), await topic_factory()
+    subs = f"own-subs-{time.monotonic_ns()}"
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path, cluster={
+                "subscriptions_topic": subs, "replication_factor": 1}) as runtime:
+            admin = Admin(runtime)
+            for topics in ([{"name": subs}], [{"name": "own-subs-.*", "pattern": True}]):
+                status, reply = await admin.call("POST", "/broker/subscription",
+                                                 subscription("o", topics, receiver.url))
+                assert (status, reply["reason"]) == (400, "invalid topics[0]"), reply
+            await admin.subscribe(subscription("rs", [{"name": topic}], receiver.url,
+                                               deadLetterTopic=f"{topic}.dlt"))
+            path = "/broker/subscription/rs/g-rs/replay"
+            for source in (subs, other):  # secrets, or another team's records
+                status, reply = await admin.call("POST", path, {
+                    "source": "topic", "topic": source, "partition": 0})
+                assert (status, reply["reason"]) == (400, "invalid replay request"), reply
+            status, reply = await admin.call("POST", path, {
+                "source": "topic", "topic": topic, "partition": 0})
+            assert status == 202, reply
+    finally:
+        await receiver.stop()

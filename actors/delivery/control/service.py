@@ -45,6 +45,7 @@ import msgspec
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.cluster.view import ClusterStatus, snapshot_of
 from actors.delivery.control.status import SubscriptionStatus
+from actors.delivery.document.patterns import matches
 from actors.delivery.document.secrets import kept_secrets
 from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import (
@@ -302,6 +303,7 @@ class DeliveryControl:
         self._bootstrap(consumer)
         self._check_retry_topics(consumer)
         self._refuse_shared_topic(consumer)
+        self._refuse_own_topics(consumer)
 
     def _check_retry_topics(self, consumer: Consumer) -> str | None:
         """With `retryTopics`: the delay queue's bootstrap, after checking that its delays
@@ -321,6 +323,25 @@ class DeliveryControl:
                 f"the delay queue runs on broker {delay_broker!r}, the subscription reads "
                 f"{consumer.broker!r}: retry topics need them to be the same")
         return self._runtime.bootstrap(delay_broker)
+
+    def own_topics(self) -> set[str]:
+        """The runtime's own topics: the cluster's subscriptions and status topics (they
+        hold every subscription's document, secrets included) and the delay levels'."""
+        config = self.runtime.config
+        cluster = config.cluster
+        own = {t for level in config.delay.levels for t in level.topics}
+        return own | {t for t in (cluster.subscriptions_topic, cluster.status_topic) if t}
+
+    def _refuse_own_topics(self, consumer: Consumer) -> None:
+        """No subscription reads the runtime's own topics (#25: subscribing to the
+        subscriptions topic pushed every subscription's secrets to the caller)."""
+        own = self.own_topics()
+        for i, topic in enumerate(consumer.topics):
+            hit = topic.name if topic.name in own else next(
+                (t for t in sorted(own) if topic.pattern and matches(topic.pattern, t)), None)
+            if hit is not None:
+                raise InvalidSubscription(f"invalid topics[{i}]", f"{hit} is one of the "
+                                          "runtime's own topics, not a source to subscribe to")
 
     def _refuse_shared_topic(self, consumer: Consumer) -> None:
         """Two subscriptions of one group may not consume one topic: Kafka would split its
@@ -630,6 +651,7 @@ class DeliveryControl:
         self._bootstrap(consumer)
         self._check_retry_topics(consumer)
         self._refuse_shared_topic(consumer)
+        self._refuse_own_topics(consumer)
         if self._log is not None:
             await self._log.write(key, encode(consumer))
             return
@@ -729,6 +751,8 @@ class DeliveryControl:
             raise InvalidSubscription("nothing to replay", f"{key} has no deadLetterTopic")
         if request.source == "topic" and (request.topic is None or request.partition is None):
             raise InvalidSubscription("invalid replay", "source 'topic' needs topic and partition")
+        if request.source == "topic":
+            self._check_replay_topic(consumer, request.topic or "")
         if self.status[key].state != "running" or not self._supervisor().has_child(key):
             raise SubscriptionStartFailed("subscription is not running",
                                           f"{key} is {self.status[key].state}: resume it first")
@@ -744,6 +768,19 @@ class DeliveryControl:
             restart="transient"))
         log.info("subscription %s: replay %s of %s started", key, rid, request.source)
         return progress
+
+    def _check_replay_topic(self, consumer: Consumer, topic: str) -> None:
+        """A replay reads the subscription's own sources only: its topics (named or
+        matching its patterns), its dead-letter topic and its retry topic; never the
+        runtime's own topics (#25)."""
+        method = consumer.subscriptionMethod
+        retry = method.retryTopics.topic if method.retryTopics is not None else None
+        ours = topic in {t.name for t in consumer.topics} | {method.deadLetterTopic, retry} \
+            or any(t.pattern and matches(t.pattern, topic) for t in consumer.topics)
+        if topic in self.own_topics() or not ours:
+            raise InvalidSubscription("invalid replay request", f"{topic!r} is not a topic "
+                                      f"of {consumer.key}: a replay reads its topics, its "
+                                      "deadLetterTopic or its retry topic")
 
     # -- status ------------------------------------------------------------------------
     def status_of(self, key: str) -> dict[str, object]:
