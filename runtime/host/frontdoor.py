@@ -24,7 +24,7 @@ import json
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, cast
 
 from aiohttp import web
 
@@ -73,8 +73,8 @@ class FrontDoor(asyncio.Protocol):
         self._partial = False  # bytes of a head arrived since the clock started
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are no `asyncio.Transport` subclasses: no isinstance here
+        self.transport = cast(asyncio.Transport, transport)
         if len(self.doors.open) >= self.doors.max_connections:
             self._refuse(REFUSED_BUSY)
             return
