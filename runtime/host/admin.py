@@ -9,17 +9,25 @@ answered as JSON.
 
 Front-door rules, in `_guard`, before any handler runs (issue 13):
 
+- The `Host` header must name this server: an IP address, a loopback name (`localhost`,
+  `*.localhost`), the listen host, or a name in `[admin] allowed_hosts`; else 403. A page
+  whose own name an attacker re-points at us (DNS rebinding) sends its own name, so
+  neither the token-less demo nor the same-origin rule below can be reached that way
+  (issue 25). A request without `Host` (no browser sends one) passes.
 - With `[admin] token` set, every request needs `Authorization: Bearer <token>`, compared
   in constant time (SHA-256 of both sides, so not even the length leaks); a header that
-  is not UTF-8 is just a wrong token (401). Without the token: `GET /` (the status page
-  holds no data and asks for the token itself) and, with `[admin] public_health = true`,
-  `GET /healthz` and `GET /readyz`, whose bodies are then cut to the state alone
-  (`status`, `ready`) for orchestrators' probes.
+  is not UTF-8 is just a wrong token (401). Without the token: `GET /` and
+  `GET /status.js` (the status page holds no data and asks for the token itself) and,
+  with `[admin] public_health = true`, `GET /healthz` and `GET /readyz`, whose bodies
+  are then cut to the state alone (`status`, `ready`) for orchestrators' probes.
 - A request that changes something (POST, PUT, PATCH, DELETE) with a body must say
   `Content-Type: application/json` (UTF-8), else 415; and one that a browser sent from
   another origin (`Origin` or `Sec-Fetch-Site` say so) is refused with 403. Together they
   stop a web page in an operator's browser from posting to an API without a token.
 - Bodies are at most `MAX_BODY_BYTES` (413).
+- Before any of this, runtime/host/frontdoor.py bounds the open connections
+  (`[admin] max_connections`) and the time a request head may take
+  (`[admin] header_timeout_ms`).
 
 `[admin] tls_certfile` and `tls_keyfile` serve the API over HTTPS only.
 """
@@ -28,17 +36,24 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 import msgspec
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from runtime.errors import ActorError
-from runtime.host.config import AdminConfig
+from runtime.host.config import (
+    DEFAULT_HEADER_TIMEOUT_MS,
+    DEFAULT_MAX_CONNECTIONS,
+    AdminConfig,
+)
+from runtime.host.frontdoor import Doors, FrontDoorSite
 from runtime.host.metrics import Registry
 from runtime.host.openapi import OPENAPI, OpenApi
 from runtime.host.tls import server_context
@@ -49,6 +64,8 @@ _encoder = msgspec.json.Encoder()
 MAX_BODY_BYTES: Final = 1024 * 1024
 CHANGING_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 HEALTH_PATHS: Final = frozenset({"/healthz", "/readyz"})
+PAGE_PATHS: Final = frozenset({"/", "/status.js"})
+"""The status page and its script: no data in them, so no token needed."""
 PUBLIC_HEALTH_KEYS: Final = frozenset({"status", "ready"})
 """All an unauthenticated health probe learns: no broker addresses, no reasons."""
 
@@ -74,23 +91,77 @@ def fail(status: int, reason: str, details: str = "") -> web.Response:
                         content_type="application/json")
 
 
-def guard_middleware(token: str, public_health: bool) -> Any:
-    """The rules in the module docstring, as aiohttp middleware."""
-    guard = _Guard(token, public_health)
+def guard_middleware(token: str, public_health: bool,
+                     hosts: HostCheck | None = None, doors: Doors | None = None) -> Any:
+    """The rules in the module docstring, as aiohttp middleware. With `doors`, the request
+    head time limit (runtime/host/frontdoor.py) stops while a request is handled."""
+    guard = _Guard(token, public_health, hosts or HostCheck("127.0.0.1"))
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        return await guard.handle(request, handler)
+        if doors is None:
+            return await guard.handle(request, handler)
+        doors.head_done(request.transport)
+        try:
+            return await guard.handle(request, handler)
+        finally:
+            doors.answered(request.transport)
 
     return middleware
 
 
+class HostCheck:
+    """Which `Host` headers name this server (see the module docstring)."""
+
+    def __init__(self, listen_host: str, allowed: Sequence[str] = ()) -> None:
+        names = {_bare(n) for n in allowed}
+        self.any = "*" in names
+        self.suffixes = tuple(n[1:] for n in names if n.startswith("*."))  # ".example.com"
+        self.names = frozenset({_bare(listen_host), *names} - {"*"})
+
+    def allows(self, header: str | None) -> bool:
+        if header is None or self.any:
+            return True
+        name = _host_name(header)
+        if _is_ip(name) or name == "localhost" or name.endswith(".localhost"):
+            return True
+        return name in self.names or name.endswith(self.suffixes)
+
+
+def _bare(name: str) -> str:
+    return name.strip().strip("[]").rstrip(".").lower()
+
+
+def _host_name(header: str) -> str:
+    """The name of a `Host` header: without its port and brackets, lowercase."""
+    header = header.strip()
+    if header.startswith("["):
+        return _bare(header[1:].partition("]")[0])
+    if header.count(":") == 1:
+        header = header.partition(":")[0]
+    return _bare(header)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class _Guard:
-    def __init__(self, token: str, public_health: bool) -> None:
+    def __init__(self, token: str, public_health: bool, hosts: HostCheck) -> None:
         self._digest = _digest(f"Bearer {token}".encode()) if token else None
         self._public_health = public_health
+        self._hosts = hosts
 
     async def handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        host = request.headers.get(hdrs.HOST)
+        if not self._hosts.allows(host):
+            return fail(403, "host not allowed",
+                        f"Host {host!r} is not a name of this server: add it to "
+                        "[admin] allowed_hosts")
         authorized = self._digest is None or self._has_token(request)
         if not authorized and not self._public(request):
             return fail(401, "unauthorized", "send 'Authorization: Bearer <token>'")
@@ -112,7 +183,8 @@ class _Guard:
     def _public(self, request: web.Request) -> bool:
         if request.method != "GET":
             return False
-        return request.path == "/" or (self._public_health and request.path in HEALTH_PATHS)
+        return request.path in PAGE_PATHS or (self._public_health and
+                                               request.path in HEALTH_PATHS)
 
 
 def _digest(data: bytes) -> bytes:
@@ -185,6 +257,21 @@ def _state_only(response: web.StreamResponse) -> web.StreamResponse:
     return web.json_response(state, status=response.status)
 
 
+class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server log, with a request it cannot parse (a client's mistake or a
+    scanner: `HttpProcessingError`) as one WARNING line instead of an ERROR with a
+    traceback (#25). Anything else keeps its traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: object = True,
+                  **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            first = (exc_info.message or "").strip().splitlines()[:1]
+            self.warning(f"malformed request ({msg}): %s %s", *args, exc_info.code,
+                         first[0] if first else type(exc_info).__name__)
+            return
+        self.error(msg, *args, exc_info=exc_info, **kwargs)  # type: ignore[arg-type]
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
@@ -193,14 +280,19 @@ def split_listen(listen: str) -> tuple[str, int]:
 class AdminServer:
     def __init__(self, listen: str, token: str, registry: Registry,
                  health: Callable[[], dict[str, Any]], *, public_health: bool = False,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 allowed_hosts: Sequence[str] = (),
+                 header_timeout_ms: int = DEFAULT_HEADER_TIMEOUT_MS,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.host, self.port = split_listen(listen)
         self.registry = registry
         self.tls = tls
         self._health = health
+        self.doors = Doors(max_connections, header_timeout_ms / 1000)
         self.openapi = OpenApi(token=bool(token), public_health=public_health)
-        self.app = web.Application(middlewares=[guard_middleware(token, public_health)],
-                                   client_max_size=MAX_BODY_BYTES)
+        guard = guard_middleware(token, public_health, HostCheck(self.host, allowed_hosts),
+                                 self.doors)
+        self.app = web.Application(middlewares=[guard], client_max_size=MAX_BODY_BYTES)
         self.app[OPENAPI] = self.openapi
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/metrics", self._metrics)
@@ -215,7 +307,10 @@ class AdminServer:
         tls = (server_context(config.tls_certfile, config.tls_keyfile)
                if config.tls_certfile else None)
         return cls(config.listen, config.token, registry, health,
-                   public_health=config.public_health, tls=tls)
+                   public_health=config.public_health, tls=tls,
+                   allowed_hosts=config.allowed_hosts,
+                   header_timeout_ms=config.header_timeout_ms,
+                   max_connections=config.max_connections)
 
     @property
     def url(self) -> str:
@@ -224,13 +319,13 @@ class AdminServer:
         return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     logger=ServerLog(logging.getLogger("aiohttp.server")))
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True,
-                           ssl_context=self.tls)
+        site = FrontDoorSite(self._runner, self.host, self.port, self.doors,
+                             ssl_context=self.tls)
         await site.start()
-        if self.port == 0:  # an ephemeral port: read back what the OS chose
-            self.port = self._runner.addresses[0][1]
+        self.port = site.port  # an ephemeral port (0): what the OS chose
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None

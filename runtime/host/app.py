@@ -40,7 +40,7 @@ from runtime.host.service import (
     readiness_of,
     summary_of,
 )
-from runtime.host.status_page import PAGE
+from runtime.host.status_page import HEADERS, PAGE, SCRIPT
 from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.actor import Lifecycle
@@ -62,6 +62,7 @@ class Runtime:
                                   lifecycle=self._lifecycle)
         self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
         self.admin.app.router.add_get("/", _status_page)
+        self.admin.app.router.add_get("/status.js", _status_script)
         self.admin.app.router.add_get("/readyz", self._readyz)
         self.services: dict[str, Service[Runtime]] = {}
         self._factories = list(services) if services is not None else None
@@ -322,9 +323,12 @@ class Runtime:
 
 async def _status_page(request: web.Request) -> web.Response:
     return web.Response(text=PAGE, content_type="text/html", charset="utf-8",
-                        headers={"Cache-Control": "no-store",
-                                 "Content-Security-Policy": "default-src 'self'; "
-                                 "script-src 'unsafe-inline'; style-src 'unsafe-inline'"})
+                        headers=HEADERS)
+
+
+async def _status_script(request: web.Request) -> web.Response:
+    return web.Response(text=SCRIPT, content_type="text/javascript", charset="utf-8",
+                        headers=HEADERS)
 
 
 __all__ = ["ConfigError", "Runtime"]

@@ -12,7 +12,7 @@ import re
 import ssl
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 from msgspec import Meta
@@ -67,6 +67,13 @@ class BrokerConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
                 f", security={self.security()!r})")
 
 
+HOST_PATTERN: Final = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*")
+
+
+DEFAULT_HEADER_TIMEOUT_MS: Final = 10_000
+DEFAULT_MAX_CONNECTIONS: Final = 256
+
+
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
     listen: str = "127.0.0.1:8080"
     """`host:port`, `[v6 address]:port`; port 0 picks a free one."""
@@ -77,6 +84,14 @@ class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     tls_certfile: str = ""
     """PEM certificate chain: with `tls_keyfile`, the admin API speaks HTTPS only."""
     tls_keyfile: str = ""
+    header_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_HEADER_TIMEOUT_MS
+    """How long a connection may take to send a request head (runtime/host/frontdoor.py)."""
+    max_connections: Annotated[int, Meta(ge=1, le=100_000)] = DEFAULT_MAX_CONNECTIONS
+    """Open admin connections at most; more are answered 503 and closed."""
+    allowed_hosts: list[str] = []
+    """Names the `Host` header may carry besides the listen address, loopback names and
+    IP addresses (DNS rebinding: a page's own name resolved to us); `*.example.com`
+    allows its subdomains, `*` any name."""
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -304,6 +319,10 @@ def _check_cluster(config: Config) -> None:
 
 def _check_admin(admin: AdminConfig) -> None:
     admin.host_port  # raises ConfigError naming admin.listen  # noqa: B018
+    for i, name in enumerate(admin.allowed_hosts):
+        if name != "*" and not HOST_PATTERN.fullmatch(name):
+            raise ConfigError(f"{name!r} is not a host name, `*.name` or `*`",
+                              f"admin.allowed_hosts[{i}]")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in admin.token):
         raise ConfigError("control characters cannot be sent in a header", "admin.token")
     if bool(admin.tls_certfile) != bool(admin.tls_keyfile):

@@ -88,6 +88,11 @@ HOST_OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
         "security": [],
         "responses": {"200": {"description": "the page",
                               "content": {"text/html": {"schema": {"type": "string"}}}}}},
+    ("GET", "/status.js"): {
+        "summary": "The status page's script (no data in it)",
+        "security": [],
+        "responses": {"200": {"description": "the script", "content": {
+            "text/javascript": {"schema": {"type": "string"}}}}}},
     ("GET", "/openapi.json"): {
         "summary": "This document",
         "responses": {"200": json_answer("OpenAPI 3.1", {"type": "object"})}},

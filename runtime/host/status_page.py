@@ -5,7 +5,12 @@ loaded from the internet. It reads the same JSON APIs as any client
 and `/cluster` when `[cluster] status_topic` is set: the cluster panel),
 refreshes itself every few seconds, asks for the admin token when the API answers 401
 (kept in the tab's sessionStorage only), and shows only what the APIs show (they redact
-secrets)."""
+secrets).
+
+The script is its own resource (`GET /status.js`, `SCRIPT`), so the page's
+Content-Security-Policy (`CSP`) allows no inline script: text that reaches the page from
+an API can never run as code. Only http(s) addresses become links. No page may frame it
+(`frame-ancestors 'none'`)."""
 
 from __future__ import annotations
 
@@ -58,8 +63,12 @@ PAGE: Final = """<!doctype html>
 <h2>Delay levels</h2>
 <div id="delay"><p class="muted">loading…</p></div>
 </main>
-<script>
-"use strict";
+<script src="/status.js"></script>
+</body>
+</html>
+"""
+
+SCRIPT: Final = """"use strict";
 const REFRESH_MS = 3000;
 const el = (tag, attrs = {}, ...children) => {
   const node = document.createElement(tag);
@@ -70,6 +79,14 @@ const el = (tag, attrs = {}, ...children) => {
   return node;
 };
 const token = () => sessionStorage.getItem("hookstream-token") || "";
+// Only http(s) addresses become links: an address comes from the status topic, which any
+// client of the broker may write (a `javascript:` one would run in this page).
+const link = (address) => {
+  let url = null;
+  try { url = new URL(address); } catch (e) { url = null; }
+  return url && (url.protocol === "http:" || url.protocol === "https:")
+    ? el("a", {href: url.href, rel: "noopener noreferrer"}, address) : String(address ?? "");
+};
 
 async function api(path, options = {}) {
   const headers = Object.assign({"Accept": "application/json"}, options.headers || {});
@@ -161,7 +178,7 @@ function clusterView(cluster) {
   const head = el("tr", {}, ...["instance", "admin", "state", "last seen", "partitions", "lag"]
     .map((h) => el("th", {}, h)));
   const rows = cluster.instances.map((i) => el("tr", {"data-instance": i.instance},
-    el("td", {}, i.instance), el("td", {}, el("a", {href: i.address}, i.address)),
+    el("td", {}, i.instance), el("td", {}, link(i.address)),
     el("td", {}, el("span", {"class": "state " + i.state}, i.state)),
     el("td", {}, ago(i.last_seen_ms_ago) + " ago"), el("td", {"class": "owned"}, i.partitions),
     el("td", {}, i.state === "running" ? i.lag : "–")));
@@ -207,7 +224,11 @@ async function refresh() {
 }
 refresh();
 setInterval(refresh, REFRESH_MS);
-</script>
-</body>
-</html>
 """
+
+CSP: Final = ("default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self'; "
+              "style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+              "frame-ancestors 'none'")
+HEADERS: Final = {"Cache-Control": "no-store", "Content-Security-Policy": CSP,
+                  "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+                  "Referrer-Policy": "no-referrer"}

@@ -7,8 +7,10 @@ The parent process runs no actors. It starts the embedded brokers the config nam
 broker the workers share, not one each), then the workers (`python -m runtime CONFIG`,
 told the brokers' addresses and their admin address through the environment: the
 configured port plus the worker's index, or a free port each when it is 0), restarts a
-worker that dies (after a second), and on SIGTERM or SIGINT stops them: SIGTERM to each,
-SIGKILL to those still running after the shutdown deadline, then the brokers.
+worker that dies (after a second, doubled after each death that follows a short run, up
+to a minute: a worker that cannot start is not restarted in a hot loop), and on SIGTERM
+or SIGINT stops them: SIGTERM to each, SIGKILL to those still running after the shutdown
+deadline, then the brokers.
 """
 
 from __future__ import annotations
@@ -20,16 +22,26 @@ import logging
 import os
 import signal
 import sys
+import time
+from typing import Final
 
 from runtime.host.config import Config
 from runtime.kafka.broker import EmbeddedBroker
+from runtime.kernel.backoff import Backoff
 
 log = logging.getLogger("runtime.workers")
 BOOTSTRAP_ENV = "HOOKSTREAM_BOOTSTRAP"  # JSON: broker name -> host:port (embedded ones)
 LISTEN_ENV = "HOOKSTREAM_ADMIN_LISTEN"
 WORKER_ENV = "HOOKSTREAM_WORKER"
-RESTART_DELAY_S = 1.0
+RESTART: Final = Backoff(initial_ms=1000, multiplier=2.0, max_ms=60_000)
+STABLE_S: Final = 60.0
+"""A worker that ran this long before it died is restarted after the first delay again."""
 STOP_MARGIN_S = 5.0
+
+
+def restart_delay_s(deaths: int) -> float:
+    """Seconds before restarting a worker after its `deaths`-th quick death in a row."""
+    return RESTART.delay_ms(max(deaths, 1)) / 1000
 
 
 def worker_listen(listen: str, index: int) -> str:
@@ -79,16 +91,20 @@ class Workers:
         """Run worker `index`; start it again when it dies (until we stop)."""
         env = {**os.environ, BOOTSTRAP_ENV: json.dumps(self.bootstrap), WORKER_ENV: str(index),
                LISTEN_ENV: worker_listen(self.config.admin.listen, index)}
+        deaths = 0
         while True:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "runtime", self.config_path, *self.argv, env=env)
             self.processes[index] = process
             log.info("worker %d started (pid %d, admin %s)", index, process.pid,
                      env[LISTEN_ENV])
+            started = time.monotonic()
             code = await process.wait()
-            log.error("worker %d (pid %d) exited with %s; restarting", index, process.pid,
-                      code)
-            await asyncio.sleep(RESTART_DELAY_S)
+            deaths = 1 if time.monotonic() - started >= STABLE_S else deaths + 1
+            delay = restart_delay_s(deaths)
+            log.error("worker %d (pid %d) exited with %s; restarting in %.0f s (%d quick "
+                      "deaths in a row)", index, process.pid, code, delay, deaths)
+            await asyncio.sleep(delay)
 
     async def _stop_all(self) -> None:
         running = [p for p in self.processes.values() if p.returncode is None]

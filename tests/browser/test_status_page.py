@@ -91,3 +91,49 @@ async def test_the_cluster_panel_shows_each_instance_and_the_owner_of_each_parti
                 assert lag == "total lag 0"
     finally:
         await receiver.stop()
+
+
+async def test_a_javascript_address_in_the_status_topic_is_no_link_and_no_script_runs_inline(
+        chromium: str, kafka_bootstrap: str, tmp_path: Path) -> None:
+    import json
+    import time
+    import uuid
+
+    import aiohttp
+
+    from runtime.kafka import make_producer
+
+    status_topic = f"status-{uuid.uuid4().hex[:8]}"
+    cluster = {"subscriptions_topic": f"subs-{uuid.uuid4().hex[:8]}",
+               "status_topic": status_topic, "status_interval_ms": 200}
+    async with make_runtime(kafka_bootstrap, tmp_path, cluster=cluster) as runtime:
+        producer = make_producer(kafka_bootstrap)
+        await producer.start()
+        try:  # any client of the broker may write the status topic
+            await producer.send_and_wait(status_topic, json.dumps({
+                "instance": "evil:1", "address": "javascript:document.title='owned'",
+                "state": "running", "published_ms": int(time.time() * 1000),
+                "interval_ms": 60_000, "subscriptions": {}}).encode(), key=b"evil:1")
+        finally:
+            await producer.stop()
+        async with aiohttp.ClientSession() as session:
+            async with session.get(runtime.admin.url + "/") as page:
+                csp = page.headers["Content-Security-Policy"]
+                html = await page.text()
+            async with session.get(runtime.admin.url + "/status.js") as script:
+                assert script.status == 200
+                assert script.content_type == "text/javascript"
+        assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp
+        assert "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+        assert '<script src="/status.js"></script>' in html and "<script>" not in html
+        async with Browser(chromium) as browser:
+            await browser.goto(runtime.admin.url + "/")
+            rows = "document.querySelectorAll('#cluster tr[data-instance]')"
+            await browser.wait_for(f"!document.getElementById('cluster').hidden && "
+                                   f"{rows}.length >= 1", timeout_s=30)
+            assert await browser.evaluate(
+                "document.querySelectorAll('a[href^=\"javascript\" i]').length") == 0
+            assert await browser.evaluate("document.title") == "hookstream status"
+            links = await browser.evaluate(
+                "[...document.querySelectorAll('#cluster a')].map(a => a.protocol)")
+            assert links and set(links) == {"http:"}

@@ -16,6 +16,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.standard_webhooks import accepts
 
 
 @pytest.fixture
@@ -162,3 +163,38 @@ async def test_a_subscription_to_an_unknown_pinned_topic_is_refused_and_nothing_
         await receiver.wait_for(lambda: len(receiver.delivered()) == 2)
         status, listed = await admin.call("GET", "/broker/subscription")
         assert [s["id"] for s in listed["data"]] == ["ok"]
+
+
+async def test_a_put_of_what_get_showed_keeps_the_stored_secrets(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver) -> None:
+    topic = await topic_factory()
+    secret = "whsec_c2VjcmV0"
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        admin = Admin(runtime)
+        await admin.subscribe(subscription(
+            "k", [{"name": topic}], receiver.url + "?token=t0k&plain=1",
+            additionalHeaders={"Authorization": "Bearer hush"},
+            signingSecret=f"{secret} whsec_b2xk"))
+        _, shown = await admin.call("GET", "/broker/subscription/k/g-k")
+        document = shown["data"]["consumer"]
+        assert document["subscriptionMethod"]["uri"].endswith("?token=***&plain=***")
+        document["subscriptionMethod"]["delayOnErrorMs"] = 60  # the change meant
+        status, reply = await admin.call("PUT", "/broker/subscription/k/g-k", document)
+        assert status == 200, reply
+        await produce(kafka_bootstrap, topic, 1)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 1)
+        [push] = receiver.pushes
+        assert push.headers["Authorization"] == "Bearer hush"
+        assert push.query["token"] == "t0k" and push.query["plain"] == "1"
+        assert accepts(secret, push.headers, push.body)
+        assert len(push.headers["webhook-signature"].split(" ")) == 2
+        document["subscriptionMethod"]["additionalHeaders"]["X-New"] = "***"
+        status, reply = await admin.call("PUT", "/broker/subscription/k/g-k", document)
+        assert (status, reply["reason"]) == (
+            400, "invalid subscriptionMethod.additionalHeaders.X-New"), reply
+        del document["subscriptionMethod"]["additionalHeaders"]["X-New"]
+        document["subscriptionMethod"]["signingSecret"] = "*** *** ***"
+        status, reply = await admin.call("PUT", "/broker/subscription/k/g-k", document)
+        assert (status, reply["reason"]) == (
+            400, "invalid subscriptionMethod.signingSecret"), reply

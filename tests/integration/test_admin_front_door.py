@@ -5,6 +5,7 @@ JSON only (415), no cross-origin changes (403), bodies bounded (413), TLS."""
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -81,7 +82,7 @@ async def test_the_token_is_required_and_a_wrong_one_of_any_shape_is_a_401() -> 
 
 async def test_a_non_utf8_authorization_header_is_a_json_401_not_a_500() -> None:
     async with serving(token=TOKEN) as server:
-        answer = await raw_request(server, b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+        answer = await raw_request(server, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                            b"Authorization: Bearer \xff\xfe\x80\r\n"
                                            b"Connection: close\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -199,3 +200,97 @@ async def test_tls_serves_https_only(tmp_path: Path) -> None:
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await call(server, "GET", "/metrics", token=TOKEN)  # the default trust store
 
+
+
+async def test_a_dns_rebinding_page_is_refused_by_its_host_name(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    async with make_runtime(kafka_bootstrap, tmp_path,
+                            admin={"listen": "127.0.0.1:0",
+                                   "allowed_hosts": ["hooks.internal", "*.corp.example"]}
+                            ) as runtime:
+        admin, port = Admin(runtime), runtime.admin.port
+        body = {"id": "x", "group": {"id": "g"}, "broker": "Kafka",
+                "topics": [{"name": "t"}], "subscriptionMethod": {"uri": "http://h/"}}
+        rebound = {"Host": f"attacker.example:{port}",
+                   "Origin": f"http://attacker.example:{port}"}
+        status, reply = await admin.call("POST", "/broker/subscription", body,
+                                         headers=rebound)
+        assert (status, reply["reason"]) == (403, "host not allowed"), reply
+        for path in ("/broker/subscription", "/healthz", "/"):
+            assert (await admin.call("GET", path, headers=rebound))[0] == 403, path
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}",
+                     f"hooks.internal:{port}", "a.corp.example", f"HOOKS.internal.:{port}"):
+            status, _ = await admin.call("GET", "/broker/subscription",
+                                         headers={"Host": host})
+            assert status == 200, host
+        for host in ("corp.example", "evilcorp.example", "hooks.internal.evil"):
+            status, _ = await admin.call("GET", "/broker/subscription",
+                                         headers={"Host": host})
+            assert status == 403, host
+        assert (await admin.call("GET", "/broker/subscription"))[1]["data"] == []
+
+
+async def _read_until_closed(reader: asyncio.StreamReader, limit_s: float) -> bytes:
+    return await asyncio.wait_for(reader.read(), limit_s)
+
+
+async def test_slow_or_silent_request_heads_are_cut_off_and_connections_are_bounded(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    async with make_runtime(kafka_bootstrap, tmp_path, admin={
+            "listen": "127.0.0.1:0", "header_timeout_ms": 500, "max_connections": 4,
+            }) as runtime:
+        host, port = runtime.admin.host, runtime.admin.port
+        silent = await asyncio.open_connection(host, port)
+        assert await _read_until_closed(silent[0], 5) == b""  # closed, nothing said
+        silent[1].close()
+
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for i in range(3):  # a header line now and then: it never ends its head in time
+            await asyncio.sleep(0.2)
+            writer.write(f"X-Slow-{i}: 1\r\n".encode())
+        answer = await _read_until_closed(reader, 5)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408"), answer
+        assert json.loads(body)["reason"] == "request head too slow"
+        writer.close()
+
+        held = [await asyncio.open_connection(host, port) for _ in range(4)]
+        extra_reader, extra_writer = await asyncio.open_connection(host, port)
+        answer = await _read_until_closed(extra_reader, 5)
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["reason"] == \
+            "too many connections"
+        extra_writer.close()
+        for _, held_writer in held:
+            held_writer.close()
+        for _ in range(50):  # the server sees them go
+            if not runtime.admin.doors.open:
+                break
+            await asyncio.sleep(0.05)
+        assert (await Admin(runtime).call("GET", "/healthz"))[0] == 200
+
+
+async def test_the_status_page_and_its_script_need_no_token_and_forbid_framing(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    runtime = make_runtime(kafka_bootstrap, tmp_path,
+                           admin={"listen": "127.0.0.1:0", "token": TOKEN})
+    async with runtime, aiohttp.ClientSession() as session:
+        for path in ("/", "/status.js"):
+            async with session.get(runtime.admin.url + path) as answer:
+                assert answer.status == 200, path
+                assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+                assert answer.headers["X-Frame-Options"] == "DENY"
+
+
+async def test_a_malformed_request_is_one_warning_line_without_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async with serving() as server:
+        for raw in (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n",
+                    b"GET /\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"):
+            answer = await raw_request(server, raw)
+            assert answer.startswith(b"HTTP/1.0 400") or answer.startswith(b"HTTP/1.1 400")
+    logged = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert logged and all(r.levelname == "WARNING" and r.exc_info is None for r in logged), [
+        (r.levelname, r.getMessage()) for r in logged]
+    assert "malformed request" in logged[0].getMessage()

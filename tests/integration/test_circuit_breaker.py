@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -239,3 +241,38 @@ async def test_a_503_with_retry_after_holds_every_subscription_of_the_origin(
     [throttled_at] = [t for topic, t in arrivals if topic == first][:1]
     later = [t for topic, t in arrivals if topic == second and t > throttled_at]
     assert later and min(later) - throttled_at >= 1.9  # Retry-After: 2 holds the origin
+
+
+async def test_every_time_the_breaker_status_shows_is_epoch_ms(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+
+    async def dead(push: Push) -> int:
+        return 500
+
+    receiver = await Receiver(dead).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription(
+                "ep", [{"name": topic, "config": {"concurrencyFactor": 10}}], receiver.url,
+                fast_group=fast_group_kwargs, delayOnErrorMs=20,
+                circuitBreaker={"minRequests": 5, "openMs": 60_000}))
+            await produce(kafka_bootstrap, topic, 10)
+            origin: dict[str, Any] = {}
+            for _ in range(200):
+                _, one = await admin.call("GET", "/broker/subscription/ep/g-ep")
+                origin = one["data"]["status"]["endpoint"]["origin"]
+                if origin["breaker"] == "open":
+                    break
+                await asyncio.sleep(0.05)
+            now = time.time() * 1000
+            assert origin["breaker"] == "open", origin
+            opened = origin["transitions"][0]["at"]
+            assert abs(origin["opened_at"] - now) < 10_000, (origin, now)
+            assert abs(origin["opened_at"] - opened) < 1_000, origin
+            assert origin["probe_at"] == origin["opened_at"] + 60_000
+            assert origin["throttled_until"] is None
+    finally:
+        await receiver.stop()

@@ -19,6 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from actors.delivery.cluster.log import SubscriptionLog
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
+from runtime.kafka import create_topics
+from runtime.kafka.broker import EmbeddedBroker
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -196,3 +198,36 @@ async def test_an_instance_starting_applies_only_the_last_record_of_each_key(
         assert applied[-1] == ("k3", b"e")
     finally:
         await reader.stop()
+
+
+async def test_cluster_mode_with_the_broker_down_at_boot_waits_and_recovers(
+        tmp_path: Path, unused_port: int, fast_group_kwargs: dict[str, int]) -> None:
+    bootstrap = f"127.0.0.1:{unused_port}"
+    receiver = await Receiver().start()
+    broker = EmbeddedBroker(port=unused_port)
+    body = subscription("late", [{"name": "late.topic"}], receiver.url,
+                        fast_group=fast_group_kwargs)
+    try:
+        async with make_runtime(bootstrap, tmp_path, cluster={
+                "subscriptions_topic": "subs.down", "status_topic": "status.down",
+                "replication_factor": 1}) as runtime:  # before: KafkaConnectionError
+            admin = Admin(runtime)
+            status, ready = await admin.call("GET", "/readyz")
+            assert status == 503
+            assert [r for r in ready["reasons"] if "subs.down" in r], ready
+            status, reply = await admin.call("POST", "/broker/subscription", body)
+            assert status == 503 and "subs.down" in reply["reason"], reply
+            await broker.start()  # the broker comes back: the runtime finds it alone
+            await create_topics(bootstrap, {"late.topic": 1})
+            for _ in range(300):
+                _, ready = await admin.call("GET", "/readyz")
+                if not [r for r in ready["reasons"] if "cluster" in r]:
+                    break
+                await asyncio.sleep(0.1)
+            assert not [r for r in ready["reasons"] if "cluster" in r], ready
+            await admin.subscribe(body)
+            await produce(bootstrap, "late.topic", 3)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 3, timeout_s=30)
+    finally:
+        await broker.stop()
+        await receiver.stop()

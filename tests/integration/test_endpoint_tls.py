@@ -217,3 +217,29 @@ async def test_the_host_name_is_still_checked_with_an_extra_ca(
         assert isinstance(outcome, Failed)
         assert outcome.error is not None and "mismatch" in outcome.error
         assert receiver.peers == []
+
+
+async def test_tls_files_outside_allow_references_are_refused_and_absence_is_not_told(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, pki: Pki) -> None:
+    topic = await topic_factory()
+    allowed = f"file:{pki.dir.resolve()}/*"
+    async with make_runtime(kafka_bootstrap, tmp_path,
+                            egress={"allow_references": [allowed]}) as runtime:
+        admin = Admin(runtime)
+        details = set()
+        for ca in ("/etc/hostname", "/etc/no-such-file"):  # outside the allowed files
+            status, reply = await admin.call("POST", "/broker/subscription", subscription(
+                "out", [{"name": topic}], "https://127.0.0.1:9/hook", tls={"caFile": ca}))
+            assert (status, reply["reason"]) == (400, "invalid subscriptionMethod.tls.caFile")
+            details.add(reply["details"].replace(ca, "FILE"))
+        (pki.dir / "notes.txt").write_text("no PEM here")
+        for ca in (str(pki.dir / "absent.pem"), str(pki.dir / "notes.txt")):
+            status, reply = await admin.call("POST", "/broker/subscription", subscription(
+                "in", [{"name": topic}], "https://127.0.0.1:9/hook", tls={"caFile": ca}))
+            assert status == 400, reply
+            details.add(reply["details"].replace(ca, "FILE"))
+        assert len(details) == 2, details  # not allowed, or unusable: never "exists"
+        status, reply = await admin.call("POST", "/broker/subscription", subscription(
+            "ok", [{"name": topic}], "https://127.0.0.1:9/hook",
+            tls={"caFile": str(pki.ca_file)}))
+        assert status == 200, reply

@@ -252,3 +252,66 @@ async def test_a_subscription_waits_for_its_topic_and_delivers_once_it_exists(
             assert sorted(p.offset for p in receiver.ok) == [0, 1, 2, 3, 4]
     finally:
         await receiver.stop()
+
+
+HOSTILE_REPLAYS: list[tuple[str, dict[str, Any], str]] = [
+    # (what, body, a part of the details)
+    ("an offset past int64", {"source": "topic", "partition": 0,
+                              "fromOffset": 2**63}, "$.fromOffset"),
+    ("a negative offset", {"source": "topic", "partition": 0, "toOffset": -1}, "$.toOffset"),
+    ("a range that ends first", {"source": "topic", "partition": 0, "fromOffset": 5,
+                                 "toOffset": 4}, "after toOffset"),
+    ("a partition past int32", {"source": "topic", "partition": 2**31}, "$.partition"),
+    ("a time that is no time", {"source": "deadLetter", "from": "yesterday"}, "ISO 8601"),
+    ("a time before 1970", {"source": "deadLetter", "to": "0001-01-01"}, "before 1970"),
+    ("a time past year 9999", {"source": "deadLetter", "to": 2**62}, "$.to"),
+    ("times that end first", {"source": "deadLetter", "from": 10, "to": 9}, "after 'to'"),
+    ("a limit of zero", {"source": "deadLetter", "limit": 0}, "$.limit"),
+]
+
+
+async def test_a_replay_with_offsets_or_times_out_of_range_is_a_400(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory()
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("rr", [{"name": topic}], receiver.url,
+                                               deadLetterTopic=f"{topic}.dlt"))
+            path = "/broker/subscription/rr/g-rr/replay"
+            for what, body, detail in HOSTILE_REPLAYS:
+                status, reply = await admin.call("POST", path, {**body, "topic": topic})
+                assert (status, reply["reason"]) == (400, "invalid replay request"), (
+                    what, status, reply)
+                assert detail in reply["details"], (what, reply)
+            assert (await admin.call("GET", "/healthz"))[0] == 200
+    finally:
+        await receiver.stop()
+
+
+async def test_the_runtimes_own_topics_are_no_source_for_a_subscription_or_a_replay(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic, other = await topic_factory(), await topic_factory()
+    subs = f"own-subs-{time.monotonic_ns()}"
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path, cluster={
+                "subscriptions_topic": subs, "replication_factor": 1}) as runtime:
+            admin = Admin(runtime)
+            for topics in ([{"name": subs}], [{"name": "own-subs-.*", "pattern": True}]):
+                status, reply = await admin.call("POST", "/broker/subscription",
+                                                 subscription("o", topics, receiver.url))
+                assert (status, reply["reason"]) == (400, "invalid topics[0]"), reply
+            await admin.subscribe(subscription("rs", [{"name": topic}], receiver.url,
+                                               deadLetterTopic=f"{topic}.dlt"))
+            path = "/broker/subscription/rs/g-rs/replay"
+            for source in (subs, other):  # secrets, or another team's records
+                status, reply = await admin.call("POST", path, {
+                    "source": "topic", "topic": source, "partition": 0})
+                assert (status, reply["reason"]) == (400, "invalid replay request"), reply
+            status, reply = await admin.call("POST", path, {
+                "source": "topic", "topic": topic, "partition": 0})
+            assert status == 202, reply
+    finally:
+        await receiver.stop()

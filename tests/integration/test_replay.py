@@ -4,6 +4,7 @@ as the original delivery, plus QOH-Replay (real broker, runtime and receiver).""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,5 +77,126 @@ async def test_a_dead_letter_is_delivered_by_a_replay_with_its_original_webhook_
             bad = await admin.call("POST", "/broker/subscription/rp/g-rp/replay",
                                    {"source": "elsewhere"})
             assert bad[0] == 400
+    finally:
+        await receiver.stop()
+
+
+async def _dead_letter_all(admin: Admin, sub_id: str, records: int) -> dict[str, Any]:
+    """Wait until every record is in the dead-letter topic; the subscription's status."""
+    status: dict[str, Any] = {}
+    for _ in range(300):
+        _, one = await admin.call("GET", f"/broker/subscription/{sub_id}/g-{sub_id}")
+        status = one["data"]["status"]
+        if sum(p["dead_lettered"] for p in status["partitions"]) == records:
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not all dead-lettered: {status}")
+
+
+async def test_a_replay_right_after_an_outage_waits_for_the_breaker_probe(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    dlt = await topic_factory(partitions=1, prefix="dlt")
+    records, broken = 20, {"yes": True}
+
+    async def receiver_behaviour(push: Push) -> int:
+        return 500 if broken["yes"] else 200
+
+    receiver = await Receiver(receiver_behaviour).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription(
+                "ro", [{"name": topic, "config": {"concurrencyFactor": 10}}], receiver.url,
+                fast_group=fast_group_kwargs, delayOnErrorMs=20, retryBeforeCommit=1,
+                deadLetterTopic=dlt,
+                circuitBreaker={"failureRatio": 0.5, "minRequests": 5, "openMs": 2000}))
+            await produce(kafka_bootstrap, topic, records)
+            status = await _dead_letter_all(admin, "ro", records)
+            assert status["endpoint"]["origin"]["breaker"] == "open"
+            broken["yes"] = False  # healed, and the operator presses replay at once
+            status_code, body = await admin.call(
+                "POST", "/broker/subscription/ro/g-ro/replay", {"source": "deadLetter"})
+            assert status_code == 202, body
+            rid = body["data"]["replayId"]
+            progress = await _progress(admin, f"/broker/subscription/ro/g-ro/replay/{rid}")
+            assert (progress["state"], progress["delivered"], progress["failed"]) == (
+                "done", records, 0), progress
+            assert len({p.offset for p in receiver.ok}) == records
+    finally:
+        await receiver.stop()
+
+
+async def test_a_replay_whose_every_record_failed_is_failed_with_the_reason(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    dlt = await topic_factory(partitions=1, prefix="dlt")
+
+    async def still_broken(push: Push) -> int:
+        return 500
+
+    receiver = await Receiver(still_broken).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription(
+                "rf", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs,
+                delayOnErrorMs=20, retryBeforeCommit=1, deadLetterTopic=dlt,
+                circuitBreaker={"minRequests": 1_000_000}))
+            await produce(kafka_bootstrap, topic, 3)
+            await _dead_letter_all(admin, "rf", 3)
+            status_code, body = await admin.call(
+                "POST", "/broker/subscription/rf/g-rf/replay", {"source": "deadLetter"})
+            assert status_code == 202, body
+            rid = body["data"]["replayId"]
+            progress = await _progress(admin, f"/broker/subscription/rf/g-rf/replay/{rid}")
+            assert (progress["state"], progress["delivered"], progress["failed"]) == (
+                "failed", 0, 3), progress
+            assert "3 of 3 records failed" in progress["reason"]
+            assert "HTTP 500" in progress["reason"]
+    finally:
+        await receiver.stop()
+
+
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_finished_replays_close_their_consumers(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("rc", [{"name": topic}], receiver.url,
+                                               fast_group=fast_group_kwargs))
+            await produce(kafka_bootstrap, topic, 3)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
+            body = {"source": "topic", "topic": topic, "partition": 0, "fromOffset": 0,
+                    "toOffset": 2}
+            path = "/broker/subscription/rc/g-rc/replay"
+
+            async def one_replay() -> None:
+                status, reply = await admin.call("POST", path, body)
+                assert status == 202, reply
+                done = await _progress(admin, f"{path}/{reply['data']['replayId']}")
+                assert (done["state"], done["delivered"]) == ("done", 3), done
+
+            await one_replay()  # warm: the first one opens what every later one shares
+            await asyncio.sleep(0.5)
+            before = _open_files()
+            for _ in range(10):
+                await one_replay()
+            for _ in range(50):
+                if _open_files() <= before + 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert _open_files() <= before + 2, (before, _open_files())
+            tree = runtime.service("delivery").tree("rc_g-rc")
+            assert [n for n in tree.children() if n.startswith("replay-")] == []
     finally:
         await receiver.stop()

@@ -5,6 +5,7 @@ real processes, real receiver)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -124,3 +125,45 @@ shutdown_deadline_ms = 4000
     for pid in workers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+async def test_a_worker_that_keeps_dying_is_restarted_with_growing_delays(
+        tmp_path: Path, kafka_bootstrap: str) -> None:
+    port = two_free_ports()
+    config = tmp_path / "workers.toml"
+    config.write_text(f"""
+[[brokers]]
+name = "Kafka"
+bootstrap_servers = "{kafka_bootstrap}"
+[admin]
+listen = "127.0.0.1:{port}"
+[persistence]
+dir = "{tmp_path / 'persist'}"
+[journal]
+dir = "{tmp_path / 'journal'}"
+[cluster]
+subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
+replication_factor = 1
+[runtime]
+workers = 2
+""")
+    stderr = tmp_path / "stderr.log"
+    parent = start_parent(config, stderr)
+    killed: set[int] = set()
+    try:
+        delays: list[str] = []
+        for _ in range(400):  # kill -9 each worker 0 as soon as it is started
+            text = stderr.read_text()
+            for pid in map(int, re.findall(r"worker 0 started \(pid (\d+)", text)):
+                if pid not in killed:
+                    killed.add(pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            delays = re.findall(r"restarting in (\d+) s", text)
+            if len(delays) >= 3:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        code = stop_parent(parent)
+    assert delays[:3] == ["1", "2", "4"], stderr.read_text()[-3000:]
+    assert code == 0

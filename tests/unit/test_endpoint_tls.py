@@ -87,10 +87,25 @@ def test_files_that_hold_the_wrong_thing_name_their_field(
     assert error.reason == f"invalid subscriptionMethod.tls.{field}"
 
 
-def test_a_missing_file_names_its_field(files: dict[str, str], tmp_path: Path) -> None:
-    error = refused(method(caFile=str(tmp_path / "absent.pem")))
-    assert error.reason == "invalid subscriptionMethod.tls.caFile"
-    assert "cannot read" in error.details
+def test_a_missing_file_names_its_field_and_says_no_more_than_for_a_present_one(
+        files: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "garbage.pem").write_text("not PEM")
+    details = set()
+    for name in ("absent.pem", "garbage.pem"):
+        error = refused(method(caFile=str(tmp_path / name)))
+        assert error.reason == "invalid subscriptionMethod.tls.caFile"
+        details.add(error.details.replace(name, "FILE"))
+    assert len(details) == 1, details  # an answer does not tell which files exist
+
+
+def test_tls_files_are_covered_by_allow_references(files: dict[str, str]) -> None:
+    chosen = method(caFile=files["ca"])
+    with pytest.raises(InvalidSubscription) as raised:
+        client_context(chosen, ["file:/run/secrets/*"])
+    assert raised.value.reason == "invalid subscriptionMethod.tls.caFile"
+    assert "allow_references" in raised.value.details
+    parent = os.path.dirname(os.path.realpath(files["ca"]))
+    assert client_context(chosen, [f"file:{parent}/*"]) is not True
 
 
 @pytest.mark.parametrize(("uri", "tls", "field"), [
@@ -125,4 +140,4 @@ def test_a_device_or_a_fifo_as_a_tls_file_is_refused_without_reading_it(
     for path in ("/dev/zero", str(fifo)):
         error = refused(method(caFile=path))
         assert error.reason == "invalid subscriptionMethod.tls.caFile"
-        assert "not a regular file" in error.details
+        assert "not a readable regular PEM file" in error.details

@@ -24,7 +24,9 @@ def test_loopback_private_and_public_addresses_are_allowed_by_default(address: s
 
 def test_the_multi_tenant_profile_denies_loopback_and_private_ranges() -> None:
     guard = DestinationGuard(deny=MULTI_TENANT_DENY)
-    for address in ("127.0.0.1", "::ffff:127.0.0.1", "10.0.0.1", "172.20.0.1", "fc00::1"):
+    for address in ("127.0.0.1", "::ffff:127.0.0.1", "10.0.0.1", "172.20.0.1", "fc00::1",
+                    "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1",  # NAT64 of metadata, loopback
+                    "64:ff9b:1::a00:1", "::10.0.0.1"):
         assert guard.refusal(address) is not None, address
     assert guard.refusal("93.184.216.34") is None
 

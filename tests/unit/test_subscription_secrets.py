@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.delivery.document.secrets import resolved
+from actors.delivery.document.secrets import kept_secrets, resolved
 from actors.delivery.document.subscription import Consumer, decode_consumer, document
 from actors.delivery.errors import InvalidSubscription
 from runtime.errors import ConfigError
@@ -148,3 +148,25 @@ def test_the_config_refuses_a_pattern_that_is_no_reference_kind() -> None:
     assert parse_config(base).egress.allow_references is None
     with pytest.raises(ConfigError, match=r"egress\.allow_references\[1\]"):
         parse_config({**base, "egress": {"allow_references": ["env:A", "HOOK_*"]}})
+
+
+def test_a_put_of_the_redacted_document_keeps_every_stored_secret() -> None:
+    stored = consumer(uri="http://u:pw@127.0.0.1:9/hook?a=1&flag&b=2#frag",
+                      additionalHeaders={"X-Token": "t0k", "X-Ref": f"${{env:{ENV}}}"},
+                      signingSecret=f"whsec_c2VjcmV0 ${{env:{ENV}}}")
+    shown = decode_consumer(document(stored, redact=True))
+    assert shown.subscriptionMethod.uri == "http://***@127.0.0.1:9/hook?a=***&***&b=***#***"
+
+    assert kept_secrets(shown, stored) == stored
+
+
+def test_a_redaction_mark_with_no_stored_secret_behind_it_is_refused() -> None:
+    stored = consumer(uri="http://127.0.0.1:9/hook?a=1", signingSecret="whsec_c2VjcmV0")
+    for method, field in (({"additionalHeaders": {"X-Token": "***"}},
+                           "subscriptionMethod.additionalHeaders.X-Token"),
+                          ({"signingSecret": "*** ***"}, "subscriptionMethod.signingSecret"),
+                          ({"uri": "http://***@127.0.0.1:9/hook"}, "subscriptionMethod.uri"),
+                          ({"uri": "http://127.0.0.1:9/hook?z=***"}, "subscriptionMethod.uri")):
+        with pytest.raises(InvalidSubscription) as caught:
+            kept_secrets(consumer(**method), stored)
+        assert caught.value.reason == f"invalid {field}", method

@@ -13,6 +13,12 @@ so an instance is not ready before it knows every subscription; then an owned ta
 follows the topic.
 `write()` returns once the broker acknowledged the record (acks=all) *and* this instance's
 follower applied it: an admin call answers when the change is in force here.
+
+`start_or_retry(clock)` is how the runtime starts it: one `start()`, and when the broker
+cannot be reached (down at boot), an owned task tries again with capped backoff until it
+can, as subscriptions stored in files wait for their broker (#25). Meanwhile `problem`
+says why (for `/readyz`) and `write()` raises `SubscriptionStartFailed` (a 503): nothing
+is known of the cluster's subscriptions yet, and nothing is lost by waiting.
 """
 
 from __future__ import annotations
@@ -21,16 +27,22 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from actors.delivery.errors import SubscriptionStartFailed
 from runtime.kafka import create_topics, make_consumer, make_producer
+from runtime.kernel.backoff import Backoff
+from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
 PAUSED_PREFIX = "paused:"
 DISABLED_PREFIX = "disabled:"
 CATCH_UP_ROUNDS = 300  # x 200 ms fetches
 Apply = Callable[[str, bytes | None], Awaitable[None]]
+RETRY: Final = Backoff(initial_ms=500, multiplier=2.0, max_ms=15_000, jitter=0.2)
+"""Between attempts to reach the topic while the broker is away."""
 
 
 class SubscriptionLog:
@@ -47,8 +59,52 @@ class SubscriptionLog:
         self._applied = -1  # the offset of the last record applied
         self._read = -1  # during the catch-up: the offset of the last record read
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._retrying: asyncio.Task[None] | None = None
+        self.problem: str | None = None
+        """Why the topic is not followed yet (None: it is, or it was never started)."""
+
+    @property
+    def ready(self) -> bool:
+        """Read to its end once and followed since."""
+        return self._follower is not None
+
+    async def start_or_retry(self, clock: Clock) -> None:
+        """`start()`; if that fails, keep trying in an owned task (see the module doc)."""
+        try:
+            await self.start()
+        except Exception as exc:  # the broker is away (or refuses us): try again later
+            self._failed(exc, 1)
+            self._retrying = asyncio.get_running_loop().create_task(
+                self._retry(clock), name=f"subscription-log-retry:{self.topic}")
+
+    async def _retry(self, clock: Clock) -> None:
+        attempt = 1
+        while True:
+            await clock.sleep_ms(RETRY.delay_ms(attempt))
+            try:
+                await self.start()
+            except Exception as exc:
+                attempt += 1
+                self._failed(exc, attempt)
+                continue
+            log.info("subscription log %s: reached after %d attempts", self.topic, attempt + 1)
+            self.problem = None
+            return
+
+    def _failed(self, exc: Exception, attempt: int) -> None:
+        self.problem = f"cannot read topic {self.topic} yet ({attempt} attempts): {exc!r}"
+        log.log(logging.WARNING if attempt == 1 or attempt % 10 == 0 else logging.INFO,
+                "subscription log %s: %s; retrying", self.topic, self.problem)
 
     async def start(self) -> None:
+        """Read the topic to its end, then follow it; on failure nothing stays open."""
+        try:
+            await self._start()
+        except BaseException:
+            await self._close_clients()
+            raise
+
+    async def _start(self) -> None:
         await create_topics(self.bootstrap, {self.topic: 1},
                             replication_factor=self.replication_factor,
                             configs={"cleanup.policy": "compact"})
@@ -125,7 +181,9 @@ class SubscriptionLog:
 
     async def write(self, key: str, value: bytes | None) -> None:
         """Write a record (None: a tombstone); return once it is applied here too."""
-        assert self._producer is not None
+        if self._producer is None or not self.ready:
+            raise SubscriptionStartFailed(f"topic {self.topic} not reachable",
+                                          self.problem or "not read yet: try again")
         meta = await self._producer.send_and_wait(self.topic, value, key=key.encode())
         if meta.offset <= self._applied:
             return
@@ -134,12 +192,16 @@ class SubscriptionLog:
         await waiter
 
     async def stop(self) -> None:
-        follower, self._follower = self._follower, None
-        if follower is not None:
-            follower.cancel()
-            await asyncio.gather(follower, return_exceptions=True)
+        for task in (self._retrying, self._follower):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._retrying = self._follower = None
         for waiter in (w for _, w in self._waiters):
             waiter.cancel()
+        await self._close_clients()
+
+    async def _close_clients(self) -> None:
         for client in (self._consumer, self._producer):
             if client is not None:
                 with contextlib.suppress(Exception):

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Final, Literal, Protocol
 
 import msgspec
 from aiohttp import web
@@ -64,7 +64,9 @@ class Share(msgspec.Struct, frozen=True, kw_only=True):
 
 class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True):
     instance: str
-    address: str
+    address: Annotated[str, msgspec.Meta(max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://")]
+    """An instance's admin URL; anything else (the topic is writable by any client of the
+    broker: a `javascript:` address) makes the record ignored (#25)."""
     state: InstanceState
     published_ms: int
     interval_ms: int
@@ -171,8 +173,12 @@ class ClusterStatus:
         self.instance = ""  # known once the admin server has its port
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def log(self) -> SubscriptionLog:
+        return self._log
+
     async def start(self) -> None:
-        await self._log.start()
+        await self._log.start_or_retry(self.runtime.clock)
         self.runtime.admin.app.router.add_get("/cluster", self._get)
         self.runtime.admin.openapi.describe("GET", "/cluster", {
             "summary": "The cluster: every instance, the owner and lag of each partition",

@@ -45,6 +45,8 @@ import msgspec
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.cluster.view import ClusterStatus, snapshot_of
 from actors.delivery.control.status import SubscriptionStatus
+from actors.delivery.document.patterns import matches
+from actors.delivery.document.secrets import kept_secrets
 from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import (
     CircuitBreakerSettings,
@@ -155,7 +157,10 @@ class DeliveryControl:
                 runtime.bootstrap(broker), cluster.subscriptions_topic, self._apply,
                 replication_factor=cluster.replication_factor,
                 client_settings=runtime.consumer_settings(broker))
-            await self._log.start()  # every subscription applied before we are ready
+            # every subscription applied before we are ready; with the broker away at
+            # boot, the log keeps trying and /readyz says why (as the keeper does for
+            # subscriptions stored in files)
+            await self._log.start_or_retry(runtime.clock)
         else:
             await self._restore()
         if cluster.status_topic:
@@ -298,6 +303,7 @@ class DeliveryControl:
         self._bootstrap(consumer)
         self._check_retry_topics(consumer)
         self._refuse_shared_topic(consumer)
+        self._refuse_own_topics(consumer)
 
     def _check_retry_topics(self, consumer: Consumer) -> str | None:
         """With `retryTopics`: the delay queue's bootstrap, after checking that its delays
@@ -317,6 +323,25 @@ class DeliveryControl:
                 f"the delay queue runs on broker {delay_broker!r}, the subscription reads "
                 f"{consumer.broker!r}: retry topics need them to be the same")
         return self._runtime.bootstrap(delay_broker)
+
+    def own_topics(self) -> set[str]:
+        """The runtime's own topics: the cluster's subscriptions and status topics (they
+        hold every subscription's document, secrets included) and the delay levels'."""
+        config = self.runtime.config
+        cluster = config.cluster
+        own = {t for level in config.delay.levels for t in level.topics}
+        return own | {t for t in (cluster.subscriptions_topic, cluster.status_topic) if t}
+
+    def _refuse_own_topics(self, consumer: Consumer) -> None:
+        """No subscription reads the runtime's own topics (#25: subscribing to the
+        subscriptions topic pushed every subscription's secrets to the caller)."""
+        own = self.own_topics()
+        for i, topic in enumerate(consumer.topics):
+            hit = topic.name if topic.name in own else next(
+                (t for t in sorted(own) if topic.pattern and matches(topic.pattern, t)), None)
+            if hit is not None:
+                raise InvalidSubscription(f"invalid topics[{i}]", f"{hit} is one of the "
+                                          "runtime's own topics, not a source to subscribe to")
 
     def _refuse_shared_topic(self, consumer: Consumer) -> None:
         """Two subscriptions of one group may not consume one topic: Kafka would split its
@@ -625,8 +650,8 @@ class DeliveryControl:
     async def update(self, key: str, consumer: Consumer) -> None:
         """Change a subscription in place: drain and commit, then start again with the new
         settings from the committed positions (nothing lost, nothing skipped). In cluster
-        mode every instance does so."""
-        self._known(key)
+        mode every instance does so. A `***` where GET showed a secret keeps the secret."""
+        consumer = kept_secrets(consumer, self._known(key))
         if consumer.key != key:
             raise InvalidSubscription("id and group.id cannot change",
                                       f"{key} would become {consumer.key}")
@@ -636,6 +661,7 @@ class DeliveryControl:
         self._bootstrap(consumer)
         self._check_retry_topics(consumer)
         self._refuse_shared_topic(consumer)
+        self._refuse_own_topics(consumer)
         if self._log is not None:
             await self._log.write(key, encode(consumer))
             return
@@ -735,6 +761,8 @@ class DeliveryControl:
             raise InvalidSubscription("nothing to replay", f"{key} has no deadLetterTopic")
         if request.source == "topic" and (request.topic is None or request.partition is None):
             raise InvalidSubscription("invalid replay", "source 'topic' needs topic and partition")
+        if request.source == "topic":
+            self._check_replay_topic(consumer, request.topic or "")
         if self.status[key].state != "running" or not self._supervisor().has_child(key):
             raise SubscriptionStartFailed("subscription is not running",
                                           f"{key} is {self.status[key].state}: resume it first")
@@ -750,6 +778,19 @@ class DeliveryControl:
             restart="transient"))
         log.info("subscription %s: replay %s of %s started", key, rid, request.source)
         return progress
+
+    def _check_replay_topic(self, consumer: Consumer, topic: str) -> None:
+        """A replay reads the subscription's own sources only: its topics (named or
+        matching its patterns), its dead-letter topic and its retry topic; never the
+        runtime's own topics (#25)."""
+        method = consumer.subscriptionMethod
+        retry = method.retryTopics.topic if method.retryTopics is not None else None
+        ours = topic in {t.name for t in consumer.topics} | {method.deadLetterTopic, retry} \
+            or any(t.pattern and matches(t.pattern, topic) for t in consumer.topics)
+        if topic in self.own_topics() or not ours:
+            raise InvalidSubscription("invalid replay request", f"{topic!r} is not a topic "
+                                      f"of {consumer.key}: a replay reads its topics, its "
+                                      "deadLetterTopic or its retry topic")
 
     # -- status ------------------------------------------------------------------------
     def status_of(self, key: str) -> dict[str, object]:
@@ -772,7 +813,9 @@ class DeliveryControl:
         outlet = tree.child("egress") if tree.has_child("egress") else None
         endpoint = outlet.health.as_dict() if isinstance(outlet, OutletActor) else None
         if endpoint is not None and isinstance(outlet, EgressActor):
-            endpoint["origin"] = outlet.origin.as_dict()  # breaker, throttle, rate
+            clock = outlet.context.clock
+            endpoint["origin"] = outlet.origin.as_dict(  # breaker, throttle, rate
+                clock.monotonic_ms(), clock.wall_ms())
         counters: dict[str, object] | None = None
         if isinstance(outlet, OutletActor):
             dead = sum(int(str(p["dead_lettered"])) for p in partitions)
@@ -802,7 +845,7 @@ class DeliveryControl:
     def readiness(self) -> list[str]:
         """Why the delivery service is not ready: each subscription that is not running
         (paused is fine) or runs without any partition yet."""
-        reasons: list[str] = []
+        reasons = [f"cluster: {log_.problem}" for log_ in self._logs() if log_.problem]
         for key, status in sorted(self.status.items()):
             if status.state in STOPPED:  # on purpose; `disabled` shows in the status API
                 continue
@@ -814,6 +857,11 @@ class DeliveryControl:
             else:
                 reasons += self._stalls(key)
         return reasons
+
+    def _logs(self) -> list[SubscriptionLog]:
+        """The cluster topics this instance follows (subscriptions, status)."""
+        logs = [self._log] if self._log is not None else []
+        return logs + ([self.cluster.log] if self.cluster is not None else [])
 
     def _stalls(self, key: str) -> list[str]:
         parts = self.tree(key).child("partitions") if self.tree(key).has_child(

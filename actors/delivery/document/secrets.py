@@ -18,13 +18,20 @@ the subscription's state becomes `failed` with it as the reason (retried).
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Sequence
 from typing import Final
 
 import msgspec
 
 from actors.delivery.document.signing import secrets_of, signing_keys
-from actors.delivery.document.subscription import MAX_HEADER_VALUE, SubscriptionMethod
+from actors.delivery.document.subscription import (
+    MAX_HEADER_VALUE,
+    REDACTED,
+    Consumer,
+    SubscriptionMethod,
+    redact_pair,
+)
 from actors.delivery.errors import InvalidSubscription
 from runtime.host.references import UnresolvedReference, is_reference, resolve
 
@@ -87,3 +94,87 @@ def _secret(secret: str, allowed: Sequence[str] | None) -> str:
                                   f"secret: {exc}") from None
     return text
 
+
+
+# -- a PUT of what GET showed ----------------------------------------------------------------
+def kept_secrets(new: Consumer, old: Consumer) -> Consumer:
+    """`new` (a PUT body) with every redaction mark `***` that `GET` put in place of a
+    secret replaced by the stored secret it hides: a header value of the same name, the
+    signing secret part at the same place, the URI's user-info, a query value of the same
+    name and place, its fragment. A mark with no stored secret behind it raises
+    `InvalidSubscription` naming the field (it would be sent, or sign, as `***`: #25)."""
+    method, before = new.subscriptionMethod, old.subscriptionMethod
+    headers = {name: _kept_header(name, value, before.additionalHeaders)
+               for name, value in method.additionalHeaders.items()}
+    secret = method.signingSecret
+    if secret is not None and REDACTED in secrets_of(secret):
+        secret = _kept_secret(secret, before.signingSecret)
+    uri = _kept_uri(method.uri, before.uri) if REDACTED in method.uri else method.uri
+    if (headers, secret, uri) == (method.additionalHeaders, method.signingSecret, method.uri):
+        return new
+    return msgspec.structs.replace(new, subscriptionMethod=msgspec.structs.replace(
+        method, additionalHeaders=headers, signingSecret=secret, uri=uri))
+
+
+def _kept_header(name: str, value: str, stored: dict[str, str]) -> str:
+    if value != REDACTED:
+        return value
+    found = next((v for k, v in stored.items() if k.lower() == name.lower()), None)
+    if found is None or found == REDACTED:
+        raise InvalidSubscription(f"invalid {HEADERS_FIELD}.{name}", "*** is what GET shows "
+                                  "in place of a secret, and no header of this name is stored")
+    return found
+
+
+def _kept_secret(secret: str, stored: str | None) -> str:
+    old = secrets_of(stored or "")
+    parts = secrets_of(secret)
+    for i, part in enumerate(parts):
+        if part == REDACTED and (i >= len(old) or old[i] == REDACTED):
+            raise InvalidSubscription(f"invalid {SECRET_FIELD}", f"secret {i + 1} is ***, "
+                                      "what GET shows in place of a secret, and no secret is "
+                                      "stored at that place")
+    return " ".join(old[i] if part == REDACTED else part for i, part in enumerate(parts))
+
+
+def _kept_uri(uri: str, stored: str) -> str:
+    """The URI's marks (`redact_uri`) filled in from the stored URI."""
+    field = "invalid subscriptionMethod.uri"
+    try:
+        new, old = urllib.parse.urlsplit(uri), urllib.parse.urlsplit(stored)
+    except ValueError:
+        raise InvalidSubscription(field, "not a URL") from None
+    user, at, host = new.netloc.rpartition("@")
+    if at and user == REDACTED:
+        old_user, old_at, _ = old.netloc.rpartition("@")
+        if not old_at:
+            raise InvalidSubscription(field, "*** in place of user-info, and none is stored")
+        user = old_user
+    old_pairs = old.query.split("&") if old.query else []
+    pairs = [_kept_pair(i, pair, old_pairs) for i, pair in
+             enumerate(new.query.split("&") if new.query else [])]
+    fragment = new.fragment
+    if fragment == REDACTED:
+        if not old.fragment:
+            raise InvalidSubscription(field, "*** in place of the fragment, and none is stored")
+        fragment = old.fragment
+    netloc = f"{user}@{host}" if at else host
+    return urllib.parse.urlunsplit((new.scheme, netloc, new.path, "&".join(pairs), fragment))
+
+
+def _kept_pair(i: int, pair: str, old_pairs: list[str]) -> str:
+    """Query pair `i` of a PUT URI: a mark takes the stored pair at its place when that is
+    what it hides, else `name=***` the first stored pair of that name."""
+    if REDACTED not in pair:
+        return pair
+    if i < len(old_pairs) and redact_pair(old_pairs[i]) == pair:
+        return old_pairs[i]
+    name, sep, value = pair.partition("=")
+    if sep and value == REDACTED:
+        for old in old_pairs:
+            if old.partition("=")[0] == name and old.partition("=")[1]:
+                return old
+    if pair == REDACTED or (sep and value == REDACTED):
+        raise InvalidSubscription("invalid subscriptionMethod.uri", "*** in place of a query "
+                                  f"value ({pair!r}), and no such value is stored")
+    return pair

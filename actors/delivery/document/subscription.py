@@ -82,6 +82,8 @@ MAX_URI: Final = 4096
 MAX_HEADERS: Final = 50
 MAX_HEADER_VALUE: Final = 8192
 MAX_SECRET: Final = 1024
+REDACTED: Final = "***"
+"""What GET shows in place of a secret (a PUT of it keeps the stored secret)."""
 MAX_PATH: Final = 4096
 MAX_MS: Final = 86_400_000
 """One day: the longest delay, period or timeout a subscription may ask for."""
@@ -647,11 +649,11 @@ def document(consumer: Consumer, *, redact: bool) -> dict[str, Any]:
         method.pop("tls", None)  # absent, as before the field existed
     if redact:
         method["uri"] = redact_uri(consumer.subscriptionMethod.uri)
-        method["additionalHeaders"] = {k: v if is_reference(v) else "***"
+        method["additionalHeaders"] = {k: v if is_reference(v) else REDACTED
                                        for k, v in method["additionalHeaders"].items()}
         if method.get("signingSecret"):
             method["signingSecret"] = " ".join(
-                p if is_reference(p) else "***" for p in secrets_of(method["signingSecret"]))
+                p if is_reference(p) else REDACTED for p in secrets_of(method["signingSecret"]))
     return {
         "id": consumer.id,
         "group": msgspec.to_builtins(consumer.group),
@@ -690,12 +692,12 @@ def redact_uri(uri: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = "***@" + netloc.rpartition("@")[2]
-    query = "&".join(_redact_pair(pair) for pair in parts.query.split("&")) if parts.query else ""
+    query = "&".join(redact_pair(pair) for pair in parts.query.split("&")) if parts.query else ""
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query,
                                     "***" if parts.fragment else ""))
 
 
-def _redact_pair(pair: str) -> str:
+def redact_pair(pair: str) -> str:
     name, sep, _ = pair.partition("=")
     return f"{name}=***" if sep else "***"
 

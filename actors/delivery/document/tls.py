@@ -18,6 +18,12 @@ Errors name the field: `InvalidSubscription("invalid subscriptionMethod.tls.keyF
 "does not match certFile ...")`. The admin API checks at subscribe time (400); an
 instance that cannot read the files later fails that subscription's start (state
 `failed` with the reason, retried).
+
+The paths are files on the instance, as `${file:...}` references are, so `[egress]
+allow_references` covers them too (`file:<path>` must match a pattern, checked before the
+file is touched). A file that is missing, unreadable, not a regular file, too large or
+holds no usable PEM gets one and the same answer, so the API tells a caller nothing about
+which files exist (#25).
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+from collections.abc import Sequence
 from typing import Final
 
 from actors.delivery.document.subscription import SubscriptionMethod
 from actors.delivery.errors import InvalidSubscription
-from runtime.host.references import read_small_file
+from runtime.host.references import permitted, read_small_file
 
 FIELD: Final = "subscriptionMethod.tls"
 CACHED_CONTEXTS: Final = 64
@@ -37,16 +44,31 @@ FileStamp = tuple[str, int, int] | None
 """(path, size, mtime_ns) of a file, None when the setting is absent."""
 
 
-def client_context(method: SubscriptionMethod) -> ssl.SSLContext | bool:
+WHAT: Final = {"caFile": "CA certificate", "certFile": "certificate",
+               "keyFile": "unencrypted private key"}
+
+
+def unusable(path: str, name: str) -> InvalidSubscription:
+    """The one error for a file that cannot serve as `name`, whatever the reason."""
+    return InvalidSubscription(f"invalid {FIELD}.{name}", f"{path}: not a readable regular "
+                               f"PEM file of at most 1 MiB holding a {WHAT[name]}")
+
+
+def client_context(method: SubscriptionMethod, allowed: Sequence[str] | None = None
+                   ) -> ssl.SSLContext | bool:
     """The `ssl` argument for the endpoint's connector: a cached context for a `tls`
-    setting, else True (aiohttp's default verified context). Raises `InvalidSubscription`
-    naming the field."""
+    setting, else True (aiohttp's default verified context). `allowed`: the `[egress]
+    allow_references` patterns (None: any file). Raises `InvalidSubscription` naming the
+    field."""
     tls = method.tls
     if tls is None or (tls.caFile is None and tls.certFile is None):
         return True
-    stamps = (_stamp(tls.caFile, "caFile"), _stamp(tls.certFile, "certFile"),
-              _stamp(tls.keyFile, "keyFile"))
-    return _context(*stamps)
+    files = (("caFile", tls.caFile), ("certFile", tls.certFile), ("keyFile", tls.keyFile))
+    for name, path in files:
+        if path is not None and allowed is not None and not permitted("file", path, allowed):
+            raise InvalidSubscription(f"invalid {FIELD}.{name}", f"{path}: not allowed by "
+                                      "[egress] allow_references")
+    return _context(*(_stamp(path, name) for name, path in files))
 
 
 def _stamp(path: str | None, name: str) -> FileStamp:
@@ -55,9 +77,8 @@ def _stamp(path: str | None, name: str) -> FileStamp:
     try:
         read_small_file(path)  # readable, regular (no FIFO, no device), at most 1 MiB
         info = os.stat(path)
-    except OSError as exc:
-        raise InvalidSubscription(f"invalid {FIELD}.{name}",
-                                  f"cannot read {path}: {exc.strerror or exc}") from None
+    except OSError:
+        raise unusable(path, name) from None
     return path, info.st_size, info.st_mtime_ns
 
 
@@ -69,10 +90,8 @@ def _context(ca: FileStamp, cert: FileStamp, key: FileStamp) -> ssl.SSLContext:
     if ca is not None:
         try:
             context.load_verify_locations(cafile=ca[0])
-        except (ssl.SSLError, OSError, ValueError) as exc:
-            raise InvalidSubscription(f"invalid {FIELD}.caFile",
-                                      f"{ca[0]} holds no usable PEM CA certificate: {exc}"
-                                      ) from None
+        except (ssl.SSLError, OSError, ValueError):
+            raise unusable(ca[0], "caFile") from None
     if cert is not None:
         _load_client_cert(context, cert[0], key[0] if key is not None else None)
     return context
@@ -82,7 +101,7 @@ def _load_client_cert(context: ssl.SSLContext, cert: str, key: str | None) -> No
     try:
         context.load_cert_chain(cert, key, password=_no_password)
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise InvalidSubscription(*_blame(cert, key, exc)) from None
+        raise _blame(cert, key, exc) from None
 
 
 def _no_password() -> str:
@@ -90,16 +109,16 @@ def _no_password() -> str:
     raise ValueError("the private key is encrypted; give an unencrypted PEM key")
 
 
-def _blame(cert: str, key: str | None, exc: BaseException) -> tuple[str, str]:
+def _blame(cert: str, key: str | None, exc: BaseException) -> InvalidSubscription:
     """Which field a failed `load_cert_chain` is about."""
     text = str(exc)
     if "KEY_VALUES_MISMATCH" in text or "key values mismatch" in text:
-        return f"invalid {FIELD}.keyFile", f"{key or cert}: the key does not match certFile"
+        return InvalidSubscription(f"invalid {FIELD}.keyFile",
+                                   f"{key or cert}: the key does not match certFile")
     probe = ssl.create_default_context()
     try:
         probe.load_verify_locations(cafile=cert)  # does certFile hold a certificate at all?
     except (ssl.SSLError, OSError, ValueError):
-        return f"invalid {FIELD}.certFile", f"{cert} holds no PEM certificate: {text}"
-    field = "keyFile" if key is not None else "certFile"
-    return f"invalid {FIELD}.{field}", f"{key or cert}: no usable private key: {text}"
+        return unusable(cert, "certFile")
+    return unusable(key or cert, "keyFile" if key is not None else "certFile")
 

@@ -39,9 +39,13 @@ DEFAULT_DENY: Final = (
 MULTI_TENANT_DENY: Final = (
     *DEFAULT_DENY, "127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12",
     "192.168.0.0/16", "100.64.0.0/10", "fc00::/7",
+    "64:ff9b::/96",    # NAT64 (RFC 6052): a gateway turns it into any IPv4 address
+    "64:ff9b:1::/48",  # local-use NAT64 (RFC 8215)
+    "::/96",           # IPv4-compatible IPv6 (deprecated): ::10.0.0.1 and the like
 )
 """For multi-tenant use (endpoints posted by people you do not trust): no loopback, no
-private or carrier-grade NAT ranges (IPv4-mapped IPv6 spellings are checked as IPv4)."""
+private or carrier-grade NAT ranges (IPv4-mapped IPv6 spellings are checked as IPv4), and
+no IPv6 prefix that a translator turns into an IPv4 address of its choosing."""
 
 
 class DestinationDenied(OSError):

@@ -227,7 +227,7 @@ class EgressActor(OutletActor):
     async def on_start(self) -> None:
         # references resolved, TLS files loaded: a bad one fails the start, naming it
         method = resolved(self.consumer.subscriptionMethod, self.guard.references)
-        ssl_setting = client_context(method)
+        ssl_setting = client_context(method, self.guard.references)
         secret = method.signingSecret
         self._keys = signing_keys(secret) if secret else []  # a bad secret fails the start
         if method is not self.consumer.subscriptionMethod:
@@ -319,7 +319,10 @@ class EgressActor(OutletActor):
 
     async def push(self, record: Record | list[Record]) -> Answer:
         """One record, or a batch of one partition's records (`batchSize` > 1)."""
-        if not await self._wait_for_origin():
+        first = record[0] if isinstance(record, list) else record
+        # a replay is pressed once, after an outage: its pushes wait for the probe like
+        # records retried forever instead of failing at the breaker still open (#25)
+        if not await self._wait_for_origin(self._fail_fast and first.replay is None):
             return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
                           local=True)
         async with self.origin.slots:  # the origin's connection limit
@@ -354,7 +357,7 @@ class EgressActor(OutletActor):
             self._gone = True
             self.on_gone(self.consumer.key, f"{self.endpoint} answered 410 Gone")
 
-    async def _wait_for_origin(self) -> bool:
+    async def _wait_for_origin(self, fail_fast: bool) -> bool:
         """Hold this worker while the origin says no (throttled by its Retry-After, rate
         used up, breaker open): its records wait here, the partitions' windows fill and
         fetching pauses; nothing is retried in a hot loop and no attempt is spent. False:
@@ -363,7 +366,7 @@ class EgressActor(OutletActor):
         clock, origin = self.context.clock, self.origin
         while (held := origin.hold(clock.monotonic_ms())) is not None:
             self._report_transitions()
-            if held.breaker and self._fail_fast:
+            if held.breaker and fail_fast:
                 return False
             await clock.sleep_ms(held.ms)
         self._report_transitions()

@@ -56,7 +56,8 @@ STATE_VALUES: Final[dict[str, int]] = {"closed": 0, "half_open": 1, "open": 2}
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One breaker state change, at `at_ms` (monotonic), with what caused it."""
+    """One breaker state change, at `at_ms` (monotonic: shown as epoch ms in `history`),
+    with what caused it."""
 
     before: BreakerState
     after: BreakerState
@@ -259,13 +260,21 @@ class Origin:
             self.bucket = TokenBucket(rate)
         self.breaker.apply(strictest(breakers))
 
-    def as_dict(self) -> dict[str, object]:
-        breaker = self.breaker
+    def as_dict(self, now_mono_ms: int, now_wall_ms: int) -> dict[str, object]:
+        """What the status API shows. The decisions above run on the monotonic clock;
+        every time shown is epoch ms, as `transitions[].at` is (one clock for all a user
+        reads, #25): a monotonic time `t` is shown as `t + (now_wall - now_mono)`."""
+        breaker, shift = self.breaker, now_wall_ms - now_mono_ms
+
+        def wall(mono_ms: int | None) -> int | None:
+            return None if mono_ms is None else mono_ms + shift
+
+        throttled = self.throttled_until if self.throttled_until > now_mono_ms else None
         return {"origin": self.name, "breaker": breaker.state,
-                "breaker_enabled": breaker.enabled, "opened_at": breaker.opened_at,
-                "probe_at": breaker.retry_at(), "failure_ratio": breaker.failure_ratio,
+                "breaker_enabled": breaker.enabled, "opened_at": wall(breaker.opened_at),
+                "probe_at": wall(breaker.retry_at()), "failure_ratio": breaker.failure_ratio,
                 "min_requests": breaker.min_requests, "open_ms": breaker.open_ms,
-                "throttled_until": self.throttled_until,
+                "throttled_until": wall(throttled),
                 "rate_limit": self.bucket.rate if self.bucket else None,
                 "max_connections": self.max_connections, "transitions": list(self.history)}
 

@@ -12,7 +12,9 @@ each batch it finished, so a crash mid-replay resumes instead of starting over. 
 fixed when it starts: the high watermark of each partition at the first fetch (records
 dead-lettered later are not part of it). A failed push is retried per the subscription's
 policy (`delayOnErrorMs`, `retryBeforeCommit`), then counted as failed; it stays in the
-dead-letter topic either way.
+dead-letter topic either way. A push meeting the origin's open circuit breaker waits for
+its probe (no attempt is spent), as a replay usually follows an outage. A replay whose
+every record failed ends `failed`; `reason` names the count and the last error.
 
 Filters (issue 26): a replay pushes only the records that match the subscription's current
 filter for their (original) topic, unless the request says `"applyFilter": false`; the
@@ -22,13 +24,15 @@ others are counted as `filtered` in its progress. `limit` counts pushed records.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
+from msgspec import Meta
 
 from actors.delivery.document.filters import matches
 from actors.delivery.document.subscription import Consumer
@@ -45,17 +49,36 @@ BATCH = 100
 DLT_PREFIX = "dlt-"  # the dead-letter headers a replay leaves out
 
 
+MAX_OFFSET: Final = 2**63 - 1  # Kafka offsets are int64
+MAX_PARTITION: Final = 2**31 - 1
+MAX_TIME_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+Offset = Annotated[int, Meta(ge=0, le=MAX_OFFSET)]
+TimeMs = Annotated[int, Meta(ge=0, le=MAX_TIME_MS)]
+TimeText = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
 class ReplayRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """The `POST .../replay` body, checked whole when decoded: an offset or a time out of
+    range, or a range that ends before it starts, is a 400 (never a fetcher crash: #25)."""
+
     source: Literal["deadLetter", "topic"]
-    topic: str | None = None
-    partition: int | None = msgspec.field(default=None)
-    fromOffset: int | None = None
-    toOffset: int | None = None
-    from_: int | str | None = msgspec.field(default=None, name="from")
-    to: int | str | None = None
-    limit: int | None = None
+    topic: Annotated[str, Meta(min_length=1, max_length=249)] | None = None
+    partition: Annotated[int, Meta(ge=0, le=MAX_PARTITION)] | None = None
+    fromOffset: Offset | None = None
+    toOffset: Offset | None = None
+    from_: TimeMs | TimeText | None = msgspec.field(default=None, name="from")
+    to: TimeMs | TimeText | None = None
+    limit: Annotated[int, Meta(ge=1, le=MAX_OFFSET)] | None = None
     applyFilter: bool = True
     """Push only the records the subscription's current filter matches."""
+
+    def __post_init__(self) -> None:
+        start, stop = time_ms(self.from_), time_ms(self.to)  # ValueError: not a time
+        if self.fromOffset is not None and self.toOffset is not None and \
+                self.fromOffset > self.toOffset:
+            raise ValueError(f"fromOffset {self.fromOffset} is after toOffset {self.toOffset}")
+        if start is not None and stop is not None and start > stop:
+            raise ValueError(f"'from' ({self.from_}) is after 'to' ({self.to})")
 
 
 @dataclass(slots=True)
@@ -81,15 +104,20 @@ class ReplayProgress:
 
 
 def time_ms(value: int | str | None) -> int | None:
-    """Epoch ms, or an ISO 8601 time (UTC when it has no zone)."""
+    """Epoch ms, or an ISO 8601 time (UTC when it has no zone); ValueError names a text
+    that is no time or one before 1970."""
     if value is None or isinstance(value, int):
         return value
-    import datetime as dt
-
-    parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r} is neither epoch ms nor an ISO 8601 time") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp() * 1000)
+    ms = int(parsed.timestamp() * 1000)
+    if ms < 0:
+        raise ValueError(f"{value!r} is before 1970")
+    return ms
 
 
 class ReplayActor(Actor):
@@ -103,6 +131,7 @@ class ReplayActor(Actor):
         self.backoff = retry_backoff(consumer.subscriptionMethod)
         self.retries = consumer.subscriptionMethod.retryBeforeCommit
         self._kafka: AIOKafkaConsumer | None = None
+        self._last_error = ""
 
     @property
     def topic(self) -> str:
@@ -127,6 +156,8 @@ class ReplayActor(Actor):
 
     async def handle(self, message: object) -> None:
         if isinstance(message, Delivered | Failed):
+            if isinstance(message, Failed):
+                self._last_error = message.error
             done = self.progress.pending.pop(_coords(message.record), None)
             if done is not None and not done.done():
                 done.set_result(isinstance(message, Delivered))
@@ -135,6 +166,15 @@ class ReplayActor(Actor):
 
     # -- the replay (an owned task) ----------------------------------------------------
     async def _run(self) -> None:
+        """The replay, then the actor stops: its consumer closes with it (on_stop), and
+        the supervisor forgets a transient child that ended normally (#25: finished
+        replays kept their consumers and sockets open)."""
+        try:
+            await self._replay_all()
+        finally:
+            await self.stop()
+
+    async def _replay_all(self) -> None:
         kafka, progress = self._kafka, self.progress
         assert kafka is not None
         try:
@@ -145,9 +185,14 @@ class ReplayActor(Actor):
             progress.state, progress.reason = "failed", repr(exc)
             log.error("%s: replay %s failed: %r", self.path, progress.replay_id, exc)
             return
-        progress.state = "done"
-        log.info("%s: replay %s done: %d delivered, %d failed", self.path,
-                 progress.replay_id, progress.delivered, progress.failed)
+        if progress.failed:
+            progress.reason = (f"{progress.failed} of {progress.failed + progress.delivered}"
+                               f" records failed; the last error: {self._last_error}")
+        # a replay that delivered nothing of what it read did not do its job
+        progress.state = "failed" if progress.failed and not progress.delivered else "done"
+        log.log(logging.WARNING if progress.failed else logging.INFO,
+                "%s: replay %s %s: %d delivered, %d failed", self.path, progress.replay_id,
+                progress.state, progress.delivered, progress.failed)
 
     async def _assign(self, kafka: AIOKafkaConsumer) -> dict[TopicPartition, int]:
         """Assign the source partitions and seek where to start (the replay's own commit
@@ -197,6 +242,8 @@ class ReplayActor(Actor):
         request = self.request
         if end is not None and message.offset >= end:
             return False
+        if request.fromOffset is not None and message.offset < request.fromOffset:
+            return False  # a reset to the earliest offset reads from before the range
         if request.toOffset is not None and message.offset > request.toOffset:
             return False
         stamp = message.timestamp

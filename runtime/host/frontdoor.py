@@ -1,0 +1,164 @@
+"""The admin server's connections, before HTTP (issue 25): a bound on how many are open at
+once, and on how long a client may take to send a request head.
+
+aiohttp's server waits for a request head as long as its keep-alive timeout (an hour)
+allows, and any byte received restarts even that: a client that sends nothing, or one
+header line a minute, holds a connection and its memory forever, before the token is
+ever checked. Here each connection is a `FrontDoor` protocol in front of aiohttp's own
+handler:
+
+- Past `max_connections` open connections a new one is answered `503` (JSON) and closed.
+- A connection must complete a request head within `header_timeout_ms` of its opening,
+  and the next one within as long of the previous answer; otherwise it is closed, with a
+  `408` (JSON) when part of a head had come. One that sent nothing is closed silently, as
+  an idle keep-alive connection is (a client could take an unasked answer on a connection
+  it reuses for the answer to its next request). The clock stops when the request reaches the admin
+  middleware (its head is complete) and starts again when the handler has answered; a
+  request body is bounded by size (`MAX_BODY_BYTES`), not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, cast
+
+from aiohttp import web
+
+REFUSED_BUSY: Final = (503, "Service Unavailable", "too many connections",
+                       "the admin API holds its limit of open connections: try again")
+REFUSED_SLOW: Final = (408, "Request Timeout", "request head too slow",
+                       "a request head must arrive within the header time limit")
+
+
+def refusal(status: int, text: str, reason: str, details: str) -> bytes:
+    """A complete HTTP/1.1 answer in the API's JSON shape, closing the connection."""
+    body = json.dumps({"success": False, "reason": reason, "details": details}).encode()
+    head = (f"HTTP/1.1 {status} {text}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    return head.encode() + body
+
+
+@dataclass(slots=True)
+class Doors:
+    """The open connections of one server, by transport (the middleware finds its own)."""
+
+    max_connections: int
+    header_timeout_s: float
+    open: dict[asyncio.BaseTransport, FrontDoor] = field(default_factory=dict)
+
+    def head_done(self, transport: asyncio.BaseTransport | None) -> None:
+        door = self.open.get(transport) if transport is not None else None
+        if door is not None:
+            door.stop_clock()
+
+    def answered(self, transport: asyncio.BaseTransport | None) -> None:
+        door = self.open.get(transport) if transport is not None else None
+        if door is not None:
+            door.start_clock()
+
+
+class FrontDoor(asyncio.Protocol):
+    """One connection: counts it, times its request heads, hands everything else to
+    aiohttp's handler (`inner`)."""
+
+    def __init__(self, inner: asyncio.Protocol, doors: Doors) -> None:
+        self.inner, self.doors = inner, doors
+        self.transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._admitted = False
+        self._partial = False  # bytes of a head arrived since the clock started
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are no `asyncio.Transport` subclasses: no isinstance here
+        self.transport = cast(asyncio.Transport, transport)
+        if len(self.doors.open) >= self.doors.max_connections:
+            self._refuse(REFUSED_BUSY)
+            return
+        self._admitted = True
+        self.doors.open[transport] = self
+        self.inner.connection_made(transport)
+        self.start_clock()
+
+    def data_received(self, data: bytes) -> None:
+        if self._admitted:
+            self._partial = self._timer is not None
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self._admitted else None
+
+    def pause_writing(self) -> None:
+        if self._admitted:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._admitted:
+            self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stop_clock()
+        if self._admitted:
+            self._admitted = False
+            if self.transport is not None:
+                self.doors.open.pop(self.transport, None)
+            self.inner.connection_lost(exc)
+
+    def start_clock(self) -> None:
+        self.stop_clock()
+        self._partial = False
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.doors.header_timeout_s, self._too_slow)
+
+    def stop_clock(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _too_slow(self) -> None:
+        self._timer = None
+        self._refuse(REFUSED_SLOW if self._partial else None)
+
+    def _refuse(self, answer: tuple[int, str, str, str] | None) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            if answer is not None:
+                transport.write(refusal(*answer))
+            transport.close()
+
+
+class FrontDoorSite(web.BaseSite):
+    """`web.TCPSite`, with a `FrontDoor` in front of every connection."""
+
+    __slots__ = ("_bound_port", "_doors", "_host", "_port")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, doors: Doors, *,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host, self._port, self._doors = host, port, doors
+        self._bound_port = port
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host}:{self._bound_port}"
+
+    @property
+    def port(self) -> int:
+        return self._bound_port
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        doors = self._doors
+        factory: Callable[[], asyncio.Protocol] = lambda: FrontDoor(server(), doors)  # noqa: E731
+        self._server = await asyncio.get_running_loop().create_server(
+            factory, self._host, self._port, ssl=self._ssl_context,
+            backlog=self._backlog, reuse_address=True)
+        sockets = self._server.sockets
+        if sockets:
+            self._bound_port = sockets[0].getsockname()[1]
