@@ -32,7 +32,7 @@ browser:
 	  echo "chromium could not be installed: the browser test will be skipped"
 
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests; rc=$$?; \
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)
