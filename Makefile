@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m runtime config/demo.toml
+	$(BIN)/hookstream config/demo.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime actors tests bench

@@ -1,4 +1,5 @@
-"""`python -m runtime report JOURNAL_DIR... --out OUT_DIR [--master URL]`: the PySpark report.
+"""`hookstream report JOURNAL_DIR... --out OUT_DIR [--master URL]`: the PySpark report
+(`python -m runtime report` is the same).
 
 Turns one or more journal directories (runtime/host/journal.py; one per runtime instance,
 read as one journal) into per subscription and endpoint delivery counts and latency
@@ -34,7 +35,7 @@ MAX_REFRESH_S = 10.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m runtime report",
+        prog="hookstream report",
         description="Delivery report and loss/duplicate audit of a hookstream journal.",
     )
     parser.add_argument("journal_dirs", type=Path, nargs="+", metavar="JOURNAL_DIR",
