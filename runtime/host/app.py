@@ -183,6 +183,15 @@ class Runtime:
             gc.freeze()
         log.info("actors:\n%s", "\n".join(self.system.root.describe("  ")))
         log.info("admin API listening on %s", self.admin.url)
+        log.info("%s", self.next_steps())
+
+    def next_steps(self) -> str:
+        """The last line of the start: where to look and what to try (issue 27)."""
+        url = self.admin.url
+        embedded = [broker.bootstrap for broker in self._brokers.values()]
+        produce = f" and produce to the embedded broker at {embedded[0]}" if embedded else ""
+        return (f"ready: status page {url}/ ; next: subscribe an endpoint with POST "
+                f"{url}/broker/subscription{produce} (README, \"Try it\")")
 
     async def _start_admin(self) -> None:
         try:
