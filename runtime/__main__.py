@@ -3,7 +3,7 @@
 
     hookstream CONFIG.toml [--log-format text|json]   run until SIGINT/SIGTERM
     hookstream check CONFIG.toml           validate a config, name the bad key
-    hookstream report JOURNAL --out DIR    PySpark delivery report and audit
+    hookstream report JOURNAL [--out DIR]  PySpark delivery report and audit
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from runtime.host.workers import WORKER_ENV, Workers, apply_worker_env
 USAGE = """\
 usage: hookstream CONFIG.toml [--log-format text|json]
        hookstream check CONFIG.toml
-       hookstream report JOURNAL_DIR --out OUT_DIR [--master URL]
+       hookstream report JOURNAL_DIR [--out OUT_DIR] [--master URL]
 
 Runs the Kafka-to-webhook runtime described by CONFIG.toml until SIGINT or SIGTERM.
 `python -m runtime ...` is the same command.
