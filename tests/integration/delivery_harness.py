@@ -173,12 +173,13 @@ class Admin:
 
 async def produce(bootstrap: str, topic: str, count: int, *, partitions: int = 1,
                   key: Callable[[int], bytes | None] = lambda i: None,
-                  start: int = 0) -> None:
+                  start: int = 0,
+                  timestamp: Callable[[int], int | None] = lambda i: None) -> None:
     producer = make_producer(bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
         futures = [await producer.send(topic, f"v{i}".encode(), key=key(i),
-                                       partition=i % partitions)
+                                       partition=i % partitions, timestamp_ms=timestamp(i))
                    for i in range(start, start + count)]
         await asyncio.gather(*futures)
     finally:

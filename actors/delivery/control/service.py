@@ -105,6 +105,18 @@ STOPPED: Final = ("paused", "disabled")
 """States in which a subscription has no actors on purpose (resume starts it again)."""
 
 
+
+def restored_note(consumers: list[Consumer], directory: Path, runtime: Runtime) -> str:
+    """What a restart kept (issue 27): the subscriptions in `directory` survive it, but an
+    embedded broker keeps nothing, so theirs start from empty topics."""
+    note = f"restored {len(consumers)} subscription(s) from {directory}"
+    embedded = sorted({c.broker for c in consumers if runtime.is_embedded(c.broker)})
+    if not embedded:
+        return note
+    return (f"{note}; the embedded broker {', '.join(map(repr, embedded))} started empty "
+            f"(records, topics and committed positions are gone): they wait for their "
+            f"topics; remove {directory} to start without them")
+
 class DeliveryControl:
     name = "delivery"
 
@@ -172,6 +184,8 @@ class DeliveryControl:
         """Every stored subscription is listed again, whether or not it can start now."""
         assert self._store is not None
         consumers, self.problems = await self._store.load_all()
+        if consumers:
+            log.info("%s", restored_note(consumers, self._store.directory, self.runtime))
         paused = await asyncio.to_thread(self._load_paused)
         disabled = await asyncio.to_thread(self._load_disabled)
         self._restoring = True

@@ -67,7 +67,7 @@ import msgspec
 from yarl import URL
 
 from actors.delivery.document.secrets import resolved
-from actors.delivery.document.signing import sign_all, signing_keys, webhook_id
+from actors.delivery.document.signing import sign_all, signing_keys, webhook_id_of
 from actors.delivery.document.subscription import (
     BODYLESS_METHODS,
     Consumer,
@@ -407,7 +407,7 @@ class EgressActor(OutletActor):
         """The per-record headers (the static ones are the session's defaults), body, query."""
         key, encoded = key_header(record.key)
         topic, partition, offset = record.coordinates()  # a retry: the original ones
-        msg_id = webhook_id(topic, partition, offset)
+        msg_id = webhook_id_of(record)
         timestamp_s = self.context.clock.wall_ms() // 1000
         headers = {
             "QOH-Topic": topic,  # Kafka topic names are [a-zA-Z0-9._-]: header-safe
@@ -436,7 +436,7 @@ class EgressActor(OutletActor):
         """A batch's headers and JSON body (actors/delivery/egress/batching.py). `webhook-id`
         names the first and last record, so a batch grouped the same way again keeps it."""
         first, last = records[0], records[-1]
-        msg_id = f"{webhook_id(first.topic, first.partition, first.offset)}-{last.offset}"
+        msg_id = f"{webhook_id_of(first)}-{last.offset}"
         timestamp_s = self.context.clock.wall_ms() // 1000
         body = batch_body(records)
         headers = {
