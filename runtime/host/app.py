@@ -14,7 +14,7 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Unpack, cast, overload
 
@@ -23,7 +23,7 @@ from aiohttp import web
 from runtime.errors import ConfigError, UsageError
 from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
-from runtime.host.journal import Event, EventJournal, Journal, NullJournal
+from runtime.host.journal import Event, EventJournal, EventType, Journal, NullJournal
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
 from runtime.host.probe import BrokerProbe
@@ -58,6 +58,7 @@ class Runtime:
         self.clock = clock or RealClock()
         self.metrics = Registry()
         self.journal: EventJournal = NullJournal()
+        self._listeners: dict[str, list[Callable[[Event], None]]] = {}
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
                                   lifecycle=self._lifecycle)
         self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
@@ -131,8 +132,21 @@ class Runtime:
         consumers = cast(InProcessConsumers[Runtime], service)
         return await consumers.consume(group_id, handler, **options)
 
+    def listen(self, event_type: EventType, listener: Callable[[Event], None]) -> None:
+        """Call `listener` with every event of `event_type` the actors emit, as they emit
+        it (on the event loop, inside the emitting actor's step: keep it short; an error
+        is logged, never raised into the actor)."""
+        self._listeners.setdefault(event_type, []).append(listener)
+
     def _emit(self, event: Event) -> None:
         self.journal.emit(event)
+        listeners = self._listeners.get(event.type)
+        if listeners:
+            for listener in listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("event listener %r failed on %s", listener, event.type)
 
     def _lifecycle(self, event: Lifecycle) -> None:
         self.journal.emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,

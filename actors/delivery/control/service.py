@@ -44,6 +44,7 @@ import msgspec
 
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.cluster.view import ClusterStatus, snapshot_of
+from actors.delivery.control import attempts
 from actors.delivery.control.status import SubscriptionStatus
 from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import (
@@ -53,6 +54,7 @@ from actors.delivery.document.subscription import (
     redact_uri,
     redacted,
 )
+from actors.delivery.egress.attempts import AttemptRing, Coordinates, GiveUp, GiveUpKind
 from actors.delivery.egress.guard import DEFAULT_DENY, DestinationGuard
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.origin import BreakerSettings, Origin, Origins
@@ -106,6 +108,12 @@ STOPPED: Final = ("paused", "disabled")
 
 
 
+def with_ring(outlet: OutletActor, ring: AttemptRing) -> OutletActor:
+    """The outlet, writing its attempts into the subscription's ring."""
+    outlet.attempts = ring
+    return outlet
+
+
 def restored_note(consumers: list[Consumer], directory: Path, runtime: Runtime) -> str:
     """What a restart kept (issue 27): the subscriptions in `directory` survive it, but an
     embedded broker keeps nothing, so theirs start from empty topics."""
@@ -132,6 +140,7 @@ class DeliveryControl:
         self._log: SubscriptionLog | None = None  # cluster mode: the subscriptions topic
         self.cluster: ClusterStatus | None = None  # [cluster] status_topic: the whole view
         self.problems: list[str] = []
+        self.attempts: dict[str, AttemptRing] = {}  # by subscription key: the attempts API
         self._runtime: Runtime | None = None
         self._store: SubscriptionStore | None = None
         self._root: ChildRef | None = None
@@ -146,6 +155,8 @@ class DeliveryControl:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        runtime.listen("dead_lettered", self._note_give_up)
+        runtime.listen("retry_scheduled", self._note_give_up)
         egress = runtime.config.egress
         self.origins = Origins(breaker=egress.circuit_breaker,
                                max_connections=egress.origin_max_connections)
@@ -755,6 +766,48 @@ class DeliveryControl:
         log.info("subscription %s: replay %s of %s started", key, rid, request.source)
         return progress
 
+    # -- attempts (issue 27) -------------------------------------------------------------
+    def _note_give_up(self, event: Event) -> None:
+        """The partition path's give-ups, into the subscription's ring (it owns no other
+        way to tell us: actors/delivery/path is not ours to change)."""
+        ring = self.attempts.get(event.subscription or "")
+        if ring is None or event.topic is None or event.partition is None \
+                or event.offset is None:
+            return
+        kind: GiveUpKind = ("dead_lettered" if event.type == "dead_lettered"
+                            else "retry_scheduled")
+        ring.give_up((event.topic, event.partition, event.offset),
+                     GiveUp(event.ts_ms, kind, event.reason))
+
+    def _scan(self, key: str) -> attempts.Scan:
+        journal = self.runtime.config.journal
+        return attempts.Scan(Path(journal.dir) if journal.enabled else None, key)
+
+    async def attempts_of(self, key: str, coordinates: Coordinates | None = None,
+                          webhook_id: str | None = None) -> dict[str, object]:
+        """What happened to one record, named by coordinates or `webhook-id`."""
+        self._known(key)
+        ring, scan = self.attempts.get(key), self._scan(key)
+        stamp: int | None = None
+        if coordinates is None:
+            assert webhook_id is not None
+            coordinates = ring.find(webhook_id) if ring is not None else None
+            if coordinates is None:
+                found = await asyncio.to_thread(attempts.find_webhook_id, self._scan(key),
+                                                webhook_id)
+                if found is None:
+                    return {"record": {"webhookId": webhook_id}, "state": "unknown",
+                            "attempts": [], "reason": "no record with this webhook-id in "
+                            "memory nor in the journal scanned"}
+                coordinates, stamp = found
+        return await asyncio.to_thread(attempts.lookup_record, ring, scan, coordinates, stamp)
+
+    async def failures_of(self, key: str, limit: int) -> dict[str, object]:
+        """The latest `limit` failed attempts across the subscription's records."""
+        self._known(key)
+        return await asyncio.to_thread(attempts.lookup_failures, self.attempts.get(key),
+                                       self._scan(key), limit)
+
     # -- status ------------------------------------------------------------------------
     def status_of(self, key: str) -> dict[str, object]:
         """The consumer (redacted) and its status: state, partitions, endpoint, counters."""
@@ -860,6 +913,7 @@ class DeliveryControl:
             await self._stop_tree(key)
             del self.subscriptions[key]
             del self.status[key]
+            self.attempts.pop(key, None)
             if self.outlets.pop(key, None) is None:
                 self._settle_origin(consumer.subscriptionMethod.uri)
                 if self._store is not None:
@@ -905,7 +959,8 @@ class DeliveryControl:
         outlet = self.outlets.get(consumer.key) or (
             lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics,
                                      self.guard, origin, self._gone))
-        specs = [ChildSpec("egress", lambda: outlet("egress"))]
+        ring = self.attempts.setdefault(consumer.key, AttemptRing())
+        specs = [ChildSpec("egress", lambda: with_ring(outlet("egress"), ring))]
         if method.deadLetterTopic:
             topic = method.deadLetterTopic
             specs.append(ChildSpec("deadletter",

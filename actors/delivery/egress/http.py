@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -336,7 +337,11 @@ class EgressActor(OutletActor):
         return answer
 
     async def _push(self, record: Record | list[Record]) -> Answer:
-        status, retry_after, action = await self._request(record)
+        status, retry_after, action, body = await self._request(record)
+        answer = self._decide(status, retry_after, action)
+        return dataclasses.replace(answer, response=body) if body else answer
+
+    def _decide(self, status: int, retry_after: str | None, action: str | None) -> Answer:
         decided = receiver_action(status, action) if action is not None else None
         if decided is not None:
             return decided
@@ -396,7 +401,7 @@ class EgressActor(OutletActor):
         return describe(exc, self._timeout_ms)
 
     async def _request(self, record: Record | list[Record],
-                       ) -> tuple[int, str | None, str | None]:
+                       ) -> tuple[int, str | None, str | None, bytes]:
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
         headers, body, params = (self._build_batch(record) if isinstance(record, list) else
