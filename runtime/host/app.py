@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.metadata
 import logging
 import signal
 from collections.abc import Callable, Sequence
@@ -47,6 +48,10 @@ from runtime.kernel.actor import Lifecycle
 from runtime.kernel.clock import Clock, RealClock, within
 from runtime.kernel.system import ActorSystem
 
+try:
+    VERSION: str = importlib.metadata.version("hookstream")
+except importlib.metadata.PackageNotFoundError:  # run from a clone without `pip install`
+    VERSION = "unknown"
 log = logging.getLogger("runtime")
 S = TypeVar("S")
 
@@ -59,6 +64,7 @@ class Runtime:
         self.metrics = Registry()
         self.journal: EventJournal = NullJournal()
         self._listeners: dict[str, list[Callable[[Event], None]]] = {}
+        self._started_ms: int | None = None  # monotonic, once running (uptime)
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
                                   lifecycle=self._lifecycle)
         self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
@@ -153,9 +159,12 @@ class Runtime:
                                 reason=event.reason))
 
     def _health(self) -> dict[str, Any]:
+        started = self._started_ms
+        uptime = None if started is None else (self.clock.monotonic_ms() - started) // 1000
         return {"status": "ok" if self._state == "running" else self._state,
                 "services": list(self.services),
-                "brokers": dict(self._bootstrap)}
+                "brokers": dict(self._bootstrap),
+                "version": VERSION, "uptime_s": uptime}
 
     def readiness(self) -> list[str]:
         """Why this instance is not ready to do its work; empty when it is."""
@@ -191,6 +200,7 @@ class Runtime:
             await self.stop()
             raise
         self._state = "running"
+        self._started_ms = self.clock.monotonic_ms()
         if self.config.runtime.gc_freeze:
             # What start-up built lives for the whole run: keep it out of the collector's
             # full passes, which otherwise pause the loop for tens of ms (delay lateness).

@@ -103,3 +103,56 @@ async def test_the_cluster_panel_shows_each_instance_and_the_owner_of_each_parti
                 assert lag == "total lag 0"
     finally:
         await receiver.stop()
+
+
+async def test_the_page_shows_attempts_and_charts_and_looks_a_record_up(
+        chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    from tests.integration.delivery_harness import Admin, Push
+
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 5)
+    tries: dict[int, int] = {}
+
+    async def first_fails_twice(push: Push) -> int:
+        tries[push.offset] = tries.get(push.offset, 0) + 1
+        return 500 if push.offset == 0 and tries[0] <= 2 else 200
+
+    receiver = await Receiver(first_fails_twice,
+                              answer_body=lambda push, status: b"nope: db down"
+                              if status >= 300 else b"").start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await Admin(runtime).subscribe(subscription(
+                "look", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs,
+                retryBeforeCommit=5))
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 5)
+            async with Browser(chromium) as browser:
+                await browser.goto(runtime.admin.url + "/")
+                row = "document.querySelector('section.sub[data-key=\"look_g-look\"]')"
+                await browser.wait_for(f"{row} && {row}.querySelectorAll('tr.attempt').length == 7")
+                statuses = await browser.evaluate(
+                    f"[...{row}.querySelectorAll('tr.attempt td.status')].map(t => t.textContent)")
+                assert sorted(statuses) == ["200"] * 5 + ["500"] * 2
+                responses = await browser.evaluate(
+                    f"[...{row}.querySelectorAll('td.response')].map(t => t.textContent)")
+                assert responses.count("nope: db down") == 2
+                assert await browser.evaluate(
+                    f"{row}.querySelectorAll('svg path.rate').length == 1 && "
+                    f"{row}.querySelectorAll('svg path.p50').length == 1")
+                about = await browser.evaluate("document.getElementById('about').textContent")
+                assert about.startswith("v") and " · up " in about
+                await browser.evaluate(
+                    f"[...{row}.querySelectorAll('a.record')].find(a => "
+                    f"a.textContent.endsWith('@0')).click()")
+                await browser.wait_for(
+                    "document.getElementById('lookup-state').textContent.startsWith('delivered')")
+                looked = await browser.evaluate(
+                    "[...document.querySelectorAll('#lookup-result tr')].length")
+                assert looked == 4  # a header and three attempts
+                shot = tmp_path / "status-page-attempts.png"
+                png = await browser.screenshot(shot)
+                assert png[:8] == b"\x89PNG\r\n\x1a\n"
+                keep_screenshot(shot)
+    finally:
+        await receiver.stop()

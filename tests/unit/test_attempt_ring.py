@@ -9,6 +9,7 @@ from actors.delivery.egress.attempts import (
     AttemptRing,
     GiveUp,
     Outcome,
+    Series,
     snippet,
     state_of,
 )
@@ -61,3 +62,17 @@ def test_a_snippet_is_the_first_kib_as_text() -> None:
     assert snippet(b"") is None and snippet(None) is None
     text = snippet("é".encode() * 600)
     assert text is not None and len(text.encode()) <= 1024 and text.startswith("éé")
+
+
+def test_the_series_counts_deliveries_per_minute_and_the_latency_steps() -> None:
+    series = Series(bucket_ms=60_000, buckets=3)
+    for latency in (1.0, 1.5, 3.0, 40.0):
+        series.add(120_000 + 5, latency, delivered=True)
+    series.add(120_010, 4000.0, delivered=False)  # a failed attempt: latency, no delivery
+    series.add(0, 1.0, delivered=True)  # the oldest minute
+    shown = series.as_dict(now_ms=150_000)
+    assert shown["start_ms"] == 0 and shown["bucket_ms"] == 60_000
+    assert shown["delivered_per_s"] == [round(1 / 60, 3), 0, round(4 / 60, 3)]
+    assert shown["p50_ms"] == [1.0, None, 5.0]  # 3 ms is in the step up to 5 ms
+    assert shown["p99_ms"] == [1.0, None, 5000.0]
+    assert series.as_dict(now_ms=400_000)["p50_ms"] == [None, None, None]  # all gone by

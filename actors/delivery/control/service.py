@@ -99,6 +99,7 @@ DRAIN_MS = 2500
 CONSUMER_STOP_MS = DRAIN_MS + 1000
 SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
 KEEP_TICK_MS = 250
+RECENT_ATTEMPTS = 10  # per subscription in its status (the status page's table)
 RESTORE_BATCH = 16
 """Stored subscriptions started at once on restore."""
 PAUSED_FILE = "paused.list"  # not *.json: those are subscriptions
@@ -836,7 +837,17 @@ class DeliveryControl:
             counters = {**outlet.counters(), "dead_lettered": dead}
         return {"partitions": sorted(partitions, key=lambda p: (str(p["topic"]),
                                                                  str(p["partition"]))),
-                "endpoint": endpoint, "counters": counters, "member": self._member_of(key)}
+                "endpoint": endpoint, "counters": counters, "member": self._member_of(key),
+                "activity": self._activity(key)}
+
+    def _activity(self, key: str) -> dict[str, object] | None:
+        """The status page's charts and attempts table (actors/delivery/egress/attempts.py)."""
+        ring = self.attempts.get(key)
+        if ring is None:
+            return None
+        recent = [{"record": {"topic": a.topic, "partition": a.partition, "offset": a.offset},
+                   **a.as_dict()} for a in ring.recent(RECENT_ATTEMPTS)]
+        return {"recent_attempts": recent, "series": ring.series.as_dict(self._now())}
 
     def _member_of(self, key: str) -> dict[str, object] | None:
         """The shared group member the subscription rides on (None: its own consumer)."""

@@ -17,10 +17,17 @@ or body of ours can appear in an answer.
 receiver answered `QOH-Action: skip`), `dead_lettered` (given up: to the dead-letter
 topic or journaled as given up), `retrying` (the last attempt failed and it was not
 given up), `pending` (fetched, no attempt yet: known from the journal only), `unknown`.
+
+The ring also keeps the last 15 minutes per minute (`Series`): attempts delivered per
+second and the p50/p99 of every attempt's round trip, for the status page's small charts.
+Percentiles come from a fixed histogram (1-2-5 steps from 0.5 ms to 60 s), so they are
+the upper edge of their step: coarse, bounded, and enough to see a p99 of seconds next to
+a p50 of milliseconds.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +41,10 @@ RESPONSE_BYTES: Final = 1024
 Outcome = Literal["delivered", "failed", "skipped"]
 State = Literal["delivered", "retrying", "dead_lettered", "filtered", "pending", "unknown"]
 Coordinates = tuple[str, int, int]
+SERIES_BUCKET_MS: Final = 60_000
+SERIES_BUCKETS: Final = 15
+LATENCY_EDGES_MS: Final = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000,
+                           20_000, 60_000)
 GiveUpKind = Literal["dead_lettered", "retry_scheduled"]
 
 
@@ -101,19 +112,75 @@ def state_of(attempts: list[Attempt], given_up: GiveUp | None) -> State:
     return "retrying"
 
 
+class _Bucket:
+    __slots__ = ("counts", "delivered", "start_ms")
+
+    def __init__(self, start_ms: int) -> None:
+        self.start_ms = start_ms
+        self.delivered = 0
+        self.counts = [0] * (len(LATENCY_EDGES_MS) + 1)  # the last: above 60 s
+
+    def percentile(self, q: float) -> float | None:
+        total = sum(self.counts)
+        if not total:
+            return None
+        rank, seen = q * total, 0
+        for i, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                return float(LATENCY_EDGES_MS[min(i, len(LATENCY_EDGES_MS) - 1)])
+        return float(LATENCY_EDGES_MS[-1])
+
+
+class Series:
+    """Per `bucket_ms` over the last `buckets`: delivered records and a latency histogram."""
+
+    __slots__ = ("_buckets", "bucket_ms", "size")
+
+    def __init__(self, bucket_ms: int = SERIES_BUCKET_MS, buckets: int = SERIES_BUCKETS) -> None:
+        self.bucket_ms, self.size = bucket_ms, buckets
+        self._buckets: dict[int, _Bucket] = {}  # by start; at most `size` + 1
+
+    def add(self, at_ms: int, latency_ms: float | None, delivered: bool) -> None:
+        start = at_ms - at_ms % self.bucket_ms
+        bucket = self._buckets.get(start)
+        if bucket is None:
+            bucket = self._buckets[start] = _Bucket(start)
+            oldest = max(self._buckets) - (self.size - 1) * self.bucket_ms
+            for gone in [s for s in self._buckets if s < oldest]:
+                del self._buckets[gone]  # out of the window (maybe the one just made)
+        bucket.delivered += delivered
+        if latency_ms is not None:
+            bucket.counts[bisect.bisect_left(LATENCY_EDGES_MS, latency_ms)] += 1
+
+    def as_dict(self, now_ms: int) -> dict[str, object]:
+        """`size` values each, oldest first, ending with the bucket of `now_ms`; None
+        where no attempt completed."""
+        last = now_ms - now_ms % self.bucket_ms
+        starts = [last - (self.size - 1 - i) * self.bucket_ms for i in range(self.size)]
+        found = [self._buckets.get(start) for start in starts]
+        seconds = self.bucket_ms / 1000
+        return {"bucket_ms": self.bucket_ms, "start_ms": starts[0],
+                "delivered_per_s": [round(b.delivered / seconds, 3) if b else 0 for b in found],
+                "p50_ms": [b.percentile(0.5) if b else None for b in found],
+                "p99_ms": [b.percentile(0.99) if b else None for b in found]}
+
+
 class AttemptRing:
     """The recent attempts and give-ups of one subscription (see the module docstring)."""
 
-    __slots__ = ("_attempts", "_given_up", "_responses", "capacity")
+    __slots__ = ("_attempts", "_given_up", "_responses", "capacity", "series")
 
     def __init__(self, capacity: int = RING_CAPACITY, responses: int = RESPONSES_KEPT) -> None:
         self.capacity = capacity
         self._attempts: deque[Attempt] = deque(maxlen=capacity)
         self._responses: deque[Attempt] = deque(maxlen=responses)
         self._given_up: OrderedDict[Coordinates, GiveUp] = OrderedDict()
+        self.series = Series()
 
     def add(self, attempt: Attempt) -> None:
         self._attempts.append(attempt)
+        self.series.add(attempt.at, attempt.latency_ms, attempt.outcome == "delivered")
         if attempt.response is not None:
             responses = self._responses
             if len(responses) == responses.maxlen:
@@ -149,6 +216,11 @@ class AttemptRing:
                 found.append(attempt)
         found.reverse()
         return found
+
+    def recent(self, limit: int) -> list[Attempt]:
+        """The newest `limit` attempts, oldest first."""
+        attempts = self._attempts
+        return [attempts[i] for i in range(max(len(attempts) - limit, 0), len(attempts))]
 
     @property
     def oldest_at(self) -> int | None:
