@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m runtime config/demo.toml
+	$(BIN)/hookstream config/demo.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime actors tests bench
@@ -32,7 +32,7 @@ browser:
 	  echo "chromium could not be installed: the browser test will be skipped"
 
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests; rc=$$?; \
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)

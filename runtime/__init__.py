@@ -8,12 +8,16 @@ admin API, metrics, journal, services), `runtime.report` (the PySpark jobs).
 `runtime/` never imports `actors/`; docs/ARCHITECTURE.md has the map.
 """
 
-from runtime.errors import ConfigError, DeadLetter, Skip, UsageError
-from runtime.host.app import Runtime
-from runtime.host.config import Config, load_config, parse_config
-from runtime.host.journal import EVENT_TYPES, Event, EventType
-from runtime.host.service import DelayQueue, Service, ServiceFactory
-from runtime.kernel import (
+from runtime.dependencies import require as _require_dependencies
+
+_require_dependencies()
+
+from runtime.errors import ConfigError, DeadLetter, Skip, UsageError  # noqa: E402
+from runtime.host.app import Runtime  # noqa: E402
+from runtime.host.config import Config, load_config, parse_config  # noqa: E402
+from runtime.host.journal import EVENT_TYPES, Event, EventType  # noqa: E402
+from runtime.host.service import DelayQueue, Service, ServiceFactory  # noqa: E402
+from runtime.kernel import (  # noqa: E402
     Actor,
     ActorSystem,
     ChildRef,

@@ -1,8 +1,9 @@
-"""Command line: a thin shell over `Runtime`.
+"""Command line: a thin shell over `Runtime`. `hookstream` ([project.scripts]) and
+`python -m runtime` are the same command.
 
-    python -m runtime CONFIG.toml [--log-format text|json]   run until SIGINT/SIGTERM
-    python -m runtime check CONFIG.toml           validate a config, name the bad key
-    python -m runtime report JOURNAL --out DIR    PySpark delivery report and audit
+    hookstream CONFIG.toml [--log-format text|json]   run until SIGINT/SIGTERM
+    hookstream check CONFIG.toml           validate a config, name the bad key
+    hookstream report JOURNAL [--out DIR]  PySpark delivery report and audit
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from runtime.host.logs import LogFormat, configure
 from runtime.host.workers import WORKER_ENV, Workers, apply_worker_env
 
 USAGE = """\
-usage: python -m runtime CONFIG.toml [--log-format text|json]
-       python -m runtime check CONFIG.toml
-       python -m runtime report JOURNAL_DIR --out OUT_DIR [--master URL]
+usage: hookstream CONFIG.toml [--log-format text|json]
+       hookstream check CONFIG.toml
+       hookstream report JOURNAL_DIR [--out OUT_DIR] [--master URL]
 
 Runs the Kafka-to-webhook runtime described by CONFIG.toml until SIGINT or SIGTERM.
+`python -m runtime ...` is the same command.
   check    validate CONFIG.toml and exit non-zero naming the bad key
   report   build the delivery report and loss/duplicate audit from a journal (PySpark)
 """
@@ -105,5 +107,10 @@ def main(argv: list[str]) -> int:
     return run(command, log_format)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The `hookstream` console command."""
     sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    entry()

@@ -22,12 +22,32 @@ import pytest
 
 from runtime.kafka import create_topics
 from runtime.kafka.broker import EmbeddedBroker, free_port
+from tests import tracked
 
 BrokerKind = Literal["external", "container", "embedded"]
 TopicFactory = Callable[..., Awaitable[str]]
 
 _DOCKER_PING_TIMEOUT_S = 2
 _DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
+
+
+_TRACKED = pytest.StashKey[dict[Path, str]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.stash[_TRACKED] = tracked.digests(tracked.tracked_files())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test that rewrites a tracked file fails the run, naming the file."""
+    rewritten = tracked.changed(session.stash.get(_TRACKED, {}))
+    if rewritten:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("")
+            reporter.write_line(f"the tests rewrote tracked files: {', '.join(rewritten)} "
+                                "(write to tmp_path instead)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @dataclass(frozen=True, slots=True)

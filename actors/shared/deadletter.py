@@ -7,6 +7,8 @@ as is) and gains, after them:
     dlt-topic       the topic it was read from
     dlt-partition   its partition (ASCII decimal)
     dlt-offset      its offset (ASCII decimal)
+    dlt-timestamp-ms    its timestamp (epoch ms, ASCII decimal): a replay pushes it with
+                    the `webhook-id` its first pushes had
     dlt-attempts    delivery attempts made (webhook delivery only)
     dlt-status      the last HTTP status, empty when there was none: a timeout or a
                     connection error (webhook delivery only)
@@ -51,6 +53,7 @@ OFFSET = "dlt-offset"
 ATTEMPTS = "dlt-attempts"
 STATUS = "dlt-status"
 VALUE_DROPPED = "dlt-value-dropped"
+TIMESTAMP = "dlt-timestamp-ms"
 REASON_LIMIT: Final = 1000  # characters of a reason we compose (exception texts can be long)
 
 TOO_LARGE: Final = (MessageSizeTooLargeError, RecordListTooLargeError)
@@ -85,7 +88,7 @@ def dead_letter_headers(record: Record, reason: str, attempts: Attempts | None =
     `value_dropped`, the size of the value left out)."""
     topic, partition, offset = record.coordinates()  # a retry-topic record: the original
     extra = [(REASON, reason), (TOPIC, topic), (PARTITION, str(partition)),
-             (OFFSET, str(offset))]
+             (OFFSET, str(offset)), (TIMESTAMP, str(record.original_timestamp_ms()))]
     if attempts is not None:
         status = "" if attempts.status is None else str(attempts.status)
         extra += [(ATTEMPTS, str(attempts.count)), (STATUS, status)]
@@ -120,6 +123,7 @@ class DeadLetterSource:
     reason: str
     attempts: int | None = None
     status: int | None = None
+    timestamp_ms: int | None = None
 
 
 def dead_letter_source(headers: Iterable[tuple[str, bytes | None]]) -> DeadLetterSource | None:
@@ -141,7 +145,8 @@ def _source(values: dict[str, bytes], reason: str, topic: str, partition: str,
     if not name or number is None or position is None:
         return None
     return DeadLetterSource(name, number, position, _text(values.get(reason)) or "",
-                            _number(values.get(ATTEMPTS)), _number(values.get(STATUS)))
+                            _number(values.get(ATTEMPTS)), _number(values.get(STATUS)),
+                            _number(values.get(TIMESTAMP)))
 
 
 def _text(raw: bytes | None) -> str | None:

@@ -21,6 +21,8 @@ class RetryInfo:
     attempts: int
     first_failure_ms: int
     stage: int = 0
+    timestamp_ms: int = -1
+    """The original record's timestamp (its `webhook-id` depends on it)."""
 
 
 @dataclass(slots=True)
@@ -60,6 +62,13 @@ class Record:
         if retry is not None and retry.stage:
             return retry.topic, retry.partition, retry.offset
         return self.topic, self.partition, self.offset
+
+    def original_timestamp_ms(self) -> int:
+        """The timestamp of the record as first read: its `webhook-id`'s last part."""
+        retry = self.retry
+        if retry is not None and retry.stage:
+            return retry.timestamp_ms
+        return self.timestamp_ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.metadata
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Unpack, cast, overload
 
@@ -23,7 +24,7 @@ from aiohttp import web
 from runtime.errors import ConfigError, UsageError
 from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
-from runtime.host.journal import Event, EventJournal, Journal, NullJournal
+from runtime.host.journal import Event, EventJournal, EventType, Journal, NullJournal
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
 from runtime.host.probe import BrokerProbe
@@ -47,6 +48,10 @@ from runtime.kernel.actor import Lifecycle
 from runtime.kernel.clock import Clock, RealClock, within
 from runtime.kernel.system import ActorSystem
 
+try:
+    VERSION: str = importlib.metadata.version("hookstream")
+except importlib.metadata.PackageNotFoundError:  # run from a clone without `pip install`
+    VERSION = "unknown"
 log = logging.getLogger("runtime")
 S = TypeVar("S")
 
@@ -58,6 +63,8 @@ class Runtime:
         self.clock = clock or RealClock()
         self.metrics = Registry()
         self.journal: EventJournal = NullJournal()
+        self._listeners: dict[str, list[Callable[[Event], None]]] = {}
+        self._started_ms: int | None = None  # monotonic, once running (uptime)
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
                                   lifecycle=self._lifecycle)
         self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
@@ -132,17 +139,33 @@ class Runtime:
         consumers = cast(InProcessConsumers[Runtime], service)
         return await consumers.consume(group_id, handler, **options)
 
+    def listen(self, event_type: EventType, listener: Callable[[Event], None]) -> None:
+        """Call `listener` with every event of `event_type` the actors emit, as they emit
+        it (on the event loop, inside the emitting actor's step: keep it short; an error
+        is logged, never raised into the actor)."""
+        self._listeners.setdefault(event_type, []).append(listener)
+
     def _emit(self, event: Event) -> None:
         self.journal.emit(event)
+        listeners = self._listeners.get(event.type)
+        if listeners:
+            for listener in listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("event listener %r failed on %s", listener, event.type)
 
     def _lifecycle(self, event: Lifecycle) -> None:
         self.journal.emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,
                                 reason=event.reason))
 
     def _health(self) -> dict[str, Any]:
+        started = self._started_ms
+        uptime = None if started is None else (self.clock.monotonic_ms() - started) // 1000
         return {"status": "ok" if self._state == "running" else self._state,
                 "services": list(self.services),
-                "brokers": dict(self._bootstrap)}
+                "brokers": dict(self._bootstrap),
+                "version": VERSION, "uptime_s": uptime}
 
     def readiness(self) -> list[str]:
         """Why this instance is not ready to do its work; empty when it is."""
@@ -178,12 +201,22 @@ class Runtime:
             await self.stop()
             raise
         self._state = "running"
+        self._started_ms = self.clock.monotonic_ms()
         if self.config.runtime.gc_freeze:
             # What start-up built lives for the whole run: keep it out of the collector's
             # full passes, which otherwise pause the loop for tens of ms (delay lateness).
             gc.freeze()
         log.info("actors:\n%s", "\n".join(self.system.root.describe("  ")))
         log.info("admin API listening on %s", self.admin.url)
+        log.info("%s", self.next_steps())
+
+    def next_steps(self) -> str:
+        """The last line of the start: where to look and what to try (issue 27)."""
+        url = self.admin.url
+        embedded = [broker.bootstrap for broker in self._brokers.values()]
+        produce = f" and produce to the embedded broker at {embedded[0]}" if embedded else ""
+        return (f"ready: status page {url}/ ; next: subscribe an endpoint with POST "
+                f"{url}/broker/subscription{produce} (README, \"Try it\")")
 
     async def _start_admin(self) -> None:
         try:

@@ -1,8 +1,9 @@
 # ruff: noqa: E501, RUF001  (an HTML document: long lines and typographic dashes are fine)
 """The status page at `GET /`: one self-contained HTML document, no build step, nothing
 loaded from the internet. It reads the same JSON APIs as any client
-(`/broker/subscription`, `/broker/subscription/{id}/{groupId}`, `/delay/levels`, `/readyz`,
-and `/cluster` when `[cluster] status_topic` is set: the cluster panel),
+(`/broker/subscription`, `/broker/subscription/{id}/{groupId}` and its `/attempts`,
+`/delay/levels`, `/readyz`, `/healthz` for the version and uptime, and `/cluster` when
+`[cluster] status_topic` is set: the cluster panel),
 refreshes itself every few seconds, asks for the admin token when the API answers 401
 (kept in the tab's sessionStorage only), and shows only what the APIs show (they redact
 secrets).
@@ -10,7 +11,13 @@ secrets).
 The script is its own resource (`GET /status.js`, `SCRIPT`), so the page's
 Content-Security-Policy (`CSP`) allows no inline script: text that reaches the page from
 an API can never run as code. Only http(s) addresses become links. No page may frame it
-(`frame-ancestors 'none'`)."""
+(`frame-ancestors 'none'`).
+
+Per subscription (issue 27): delivered per second and p50/p99 latency over the last 15
+minutes as small inline SVG charts (the status API's `activity.series`, from memory; no
+library), the recent attempts with status, latency and the start of a failed answer, each
+row opening that record's attempts in the lookup box (topic/partition/offset or
+webhook-id) at the top."""
 
 from __future__ import annotations
 
@@ -50,13 +57,33 @@ PAGE: Final = """<!doctype html>
   #error { color: var(--bad); margin-bottom: 10px; }
   .state.gone { background: var(--bad); } .state.stopped { background: var(--muted); }
   #cluster table { background: #fff; }
+  .charts { display: flex; gap: 18px; margin-top: 6px; flex-wrap: wrap; }
+  .chart { font-size: 12px; } .chart svg { display: block; background: #f6f8fa;
+           border: 1px solid var(--line); border-radius: 4px; }
+  .p50 { stroke: #0969da; } .p99 { stroke: #cf222e; } .rate { stroke: #1a7f37; }
+  .legend-p50 { color: #0969da; } .legend-p99 { color: #cf222e; } .legend-rate { color: #1a7f37; }
+  table.attempts td { font-size: 12px; } td.response { max-width: 420px; overflow: hidden;
+           text-overflow: ellipsis; white-space: nowrap; text-align: left; font-family: monospace; }
+  #lookup { background: #fff; border: 1px solid var(--line); border-radius: 6px;
+            padding: 8px 14px; margin-bottom: 14px; }
+  #lookup input, #lookup select { font: inherit; padding: 2px 6px; margin-right: 6px; }
+  #lookup input.num { width: 70px; }
+  #lookup-state { font-weight: 600; margin-left: 8px; }
 </style>
 </head>
 <body>
 <header><h1>hookstream</h1><span class="ready" id="ready">…</span>
-<span class="muted" id="updated"></span></header>
+<span class="muted" id="about"></span><span class="muted" id="updated"></span></header>
 <main>
 <div id="error"></div>
+<form id="lookup"><b>What happened to a record?</b>
+<select id="lookup-sub" aria-label="subscription"></select>
+<input id="lookup-topic" placeholder="topic" aria-label="topic">
+<input id="lookup-partition" class="num" placeholder="partition" aria-label="partition">
+<input id="lookup-offset" class="num" placeholder="offset" aria-label="offset">
+or <input id="lookup-webhook" placeholder="webhook-id" aria-label="webhook-id" size="38">
+<button type="submit">Look up</button><span id="lookup-state"></span>
+<div id="lookup-result"></div></form>
 <div id="cluster" hidden><h2>Cluster <span class="muted" id="cluster-lag"></span></h2>
 <div id="cluster-instances"></div><div id="cluster-owners"></div></div>
 <div id="subscriptions"><p class="muted">loading…</p></div>
@@ -121,12 +148,126 @@ function partitionTable(partitions) {
   const head = el("tr", {}, ...["partition", "committed", "high watermark", "lag", "in flight",
     "retrying", "oldest pending", "last error"].map((h) => el("th", {}, h)));
   const rows = (partitions || []).map((p) => el("tr", {"data-partition": p.topic + "-" + p.partition},
-    el("td", {}, p.topic + "-" + p.partition), el("td", {}, p.committed ?? "–"),
-    el("td", {}, p.highwater ?? "–"), el("td", {"class": "lag"}, p.lag ?? "–"),
+    el("td", {}, p.topic + "-" + p.partition), el("td", {}, p.committed ?? 0),
+    el("td", {}, p.highwater ?? 0), el("td", {"class": "lag"}, p.lag ?? 0),
     el("td", {}, p.inflight ?? 0), el("td", {}, p.retrying ?? 0),
     el("td", {}, ago(p.oldest_pending_ms)), el("td", {}, p.last_error || "")));
   return el("table", {}, head, ...rows);
 }
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+// A small line chart of equally spaced values (null: a gap); `log` for latencies.
+function chart(series, title, unit, log) {
+  const W = 260, H = 54, PAD = 3;
+  const all = series.flatMap((s) => s.values).filter((v) => v != null && (!log || v > 0));
+  const box = svg("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img"});
+  const scale = (v) => log ? Math.log10(v) : v;
+  const top = all.length ? Math.max(...all.map(scale)) : 1;
+  const bottom = log && all.length ? Math.min(...all.map(scale)) : 0;
+  const span = top - bottom || 1;
+  for (const s of series) {
+    const n = s.values.length;
+    let d = "";
+    const shown = (v) => v != null && (!log || v > 0);
+    s.values.forEach((v, i) => {
+      if (!shown(v)) return;
+      const x = PAD + (W - 2 * PAD) * (n > 1 ? i / (n - 1) : 0.5);
+      const y = H - PAD - (H - 2 * PAD) * (scale(v) - bottom) / span;
+      d += (d && shown(s.values[i - 1]) ? " L" : " M") + x.toFixed(1) + " " + y.toFixed(1);
+      if (!shown(s.values[i - 1]) && !shown(s.values[i + 1])) {  // a lone point: a dot
+        box.append(svg("circle", {cx: x, cy: y, r: 2.5, class: s.cls, fill: "none", "stroke-width": 2}));
+      }
+    });
+    if (d) box.append(svg("path", {d, fill: "none", "stroke-width": 1.6, class: s.cls}));
+  }
+  if (!all.length) {
+    const t = svg("text", {x: W / 2, y: H / 2 + 4, "text-anchor": "middle", fill: "#57606a", "font-size": 12});
+    t.textContent = "no data";
+    box.append(t);
+  }
+  const last = (s) => [...s.values].reverse().find((v) => v != null);
+  const legend = series.map((s) => el("span", {"class": "legend-" + s.cls},
+    " " + s.label + " " + (last(s) ?? "–") + (last(s) != null ? " " + unit : "")));
+  return el("div", {"class": "chart"}, el("div", {}, title, ...legend), box);
+}
+
+function activityView(sub, activity) {
+  if (!activity) return "";
+  const series = activity.series;
+  const charts = el("div", {"class": "charts"},
+    chart([{values: series.delivered_per_s, cls: "rate", label: "now"}],
+      "delivered / s, last 15 min", "/s", false),
+    chart([{values: series.p50_ms, cls: "p50", label: "p50"},
+           {values: series.p99_ms, cls: "p99", label: "p99"}],
+      "latency (log scale)", "ms", true));
+  const attempts = activity.recent_attempts || [];
+  if (!attempts.length) return el("div", {}, charts, el("p", {"class": "muted"}, "no attempts yet"));
+  const head = el("tr", {}, ...["sent", "record", "attempt", "status", "latency", "error",
+    "response"].map((h) => el("th", {}, h)));
+  const rows = attempts.slice().reverse().map((a) => {
+    const r = a.record, name = r.topic + "-" + r.partition + "@" + r.offset;
+    return el("tr", {"class": "attempt"},
+      el("td", {}, new Date(a.at).toLocaleTimeString()),
+      el("td", {}, el("a", {href: "#lookup", "class": "record",
+        onclick: () => lookup(sub, {topic: r.topic, partition: r.partition, offset: r.offset})}, name)),
+      el("td", {}, a.attempt), el("td", {"class": "status"}, a.status ?? "–"),
+      el("td", {}, a.latencyMs == null ? "–" : a.latencyMs.toFixed(1) + " ms"),
+      el("td", {}, a.error || ""), el("td", {"class": "response", title: a.response || ""}, a.response || ""));
+  });
+  return el("div", {}, charts, el("table", {"class": "attempts"}, head, ...rows));
+}
+
+const lookupSubs = new Map();
+function fillLookup(subs) {
+  const select = document.getElementById("lookup-sub"), chosen = select.value;
+  lookupSubs.clear();
+  select.replaceChildren(...subs.map((sub) => {
+    const key = sub.id + "_" + groupId(sub);
+    lookupSubs.set(key, sub);
+    return el("option", {value: key}, key);
+  }));
+  if (lookupSubs.has(chosen)) select.value = chosen;
+}
+
+async function lookup(sub, record) {
+  const key = sub.id + "_" + groupId(sub);
+  document.getElementById("lookup-sub").value = key;
+  for (const f of ["topic", "partition", "offset"]) {
+    document.getElementById("lookup-" + f).value = record[f] ?? "";
+  }
+  document.getElementById("lookup-webhook").value = record.webhookId ?? "";
+  const query = record.webhookId ? "webhookId=" + encodeURIComponent(record.webhookId)
+    : ["topic", "partition", "offset"].map((f) => f + "=" + encodeURIComponent(record[f])).join("&");
+  const out = document.getElementById("lookup-result"), state = document.getElementById("lookup-state");
+  try {
+    const data = (await api(path(sub) + "/attempts?" + query)).data;
+    state.textContent = data.state + (data.record.webhookId ? " · " + data.record.webhookId : "");
+    state.className = "state-" + data.state;
+    const head = el("tr", {}, ...["sent", "attempt", "status", "latency", "error", "response"]
+      .map((h) => el("th", {}, h)));
+    const rows = data.attempts.map((a) => el("tr", {},
+      el("td", {}, new Date(a.at).toLocaleString()), el("td", {}, a.attempt),
+      el("td", {}, a.status ?? "–"), el("td", {}, a.latencyMs == null ? "–" : a.latencyMs.toFixed(1) + " ms"),
+      el("td", {}, a.error || ""), el("td", {"class": "response", title: a.response || ""}, a.response || "")));
+    out.replaceChildren(data.reason ? el("p", {"class": "muted"}, data.reason) : "",
+      rows.length ? el("table", {"class": "attempts"}, head, ...rows) : "");
+  } catch (e) { state.textContent = ""; out.replaceChildren(el("p", {"class": "muted"}, String(e.message || e))); }
+}
+
+document.getElementById("lookup").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const sub = lookupSubs.get(document.getElementById("lookup-sub").value);
+  if (!sub) return;
+  const value = (f) => document.getElementById("lookup-" + f).value.trim();
+  lookup(sub, value("webhook") ? {webhookId: value("webhook")}
+    : {topic: value("topic"), partition: value("partition"), offset: value("offset")});
+});
 
 function subscriptionView(entry) {
   const sub = entry.consumer, status = entry.status || {};
@@ -158,6 +299,7 @@ function subscriptionView(entry) {
       el("span", {}, "endpoint: last status " + (endpoint.last_status ?? "–") +
         ", error rate " + ((endpoint.error_rate ?? 0) * 100).toFixed(1) + "%")),
     failures.length ? el("ul", {"class": "failures"}, ...failures) : "",
+    activityView(sub, status.activity),
     partitionTable(status.partitions));
 }
 
@@ -210,6 +352,13 @@ async function refresh() {
       one.consumer.inProcess = sub.inProcess;  // the list says which ones are in-process
       return one;
     }));
+    fillLookup(list);
+    const health = await api("/healthz").catch(() => ({}));
+    if (health.version) {
+      const up = health.uptime_s ?? 0;
+      document.getElementById("about").textContent = "v" + health.version + " · up " +
+        (up < 3600 ? Math.floor(up / 60) + " min" : (up / 3600).toFixed(1) + " h");
+    }
     const target = document.getElementById("subscriptions");
     target.replaceChildren(...(detailed.length ? detailed.map(subscriptionView)
       : [el("p", {"class": "muted"}, "no subscriptions yet: POST /broker/subscription")]));

@@ -21,11 +21,18 @@ with the same subscription, and Tansu then keeps the old (empty) assignment. `sp
 says which of a member's topics exist; the missing ones are `watch`ed (kept in the
 metadata requests, rechecked every 2 s) until they appear, and the member subscribes
 anew with them: a changed subscription, which every broker rebalances.
+
+While a topic is watched, aiokafka logs `ERROR Topic ... not found in cluster metadata` at
+every recheck; the member says once, itself, that it waits for the topic (issue 27).
+`MissingTopicQuiet` keeps those records, and only those of topics a `forbid`den client
+asks for, out of the log: a producer naming a missing topic is still reported.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any
@@ -38,6 +45,29 @@ from aiokafka.protocol.metadata import MetadataRequest
 MISSING_TOPIC_RECHECK_MS = 2000
 
 _FORBIDDEN: ContextVar[bool] = ContextVar("topic_creation_forbidden", default=False)
+_NOT_FOUND = "Topic %s not found in cluster metadata"  # aiokafka/cluster.py, its format
+
+
+class MissingTopicQuiet(logging.Filter):
+    """On aiokafka's cluster logger: drops "not found in cluster metadata" for topics that
+    a client made by `forbid` asks for, and counts them (`held`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clients: weakref.WeakSet[AIOKafkaClient] = weakref.WeakSet()
+        self.held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != _NOT_FOUND or not record.args:
+            return True
+        topic = record.args[0] if isinstance(record.args, tuple) else None
+        if not any(topic in client._topics for client in list(self.clients)):
+            return True
+        self.held += 1
+        return False
+
+
+QUIET = MissingTopicQuiet()
 
 
 def _metadata_request(topics: list[str] | None = None,
@@ -50,6 +80,10 @@ def _metadata_request(topics: list[str] | None = None,
 def forbid(client: AIOKafkaClient) -> None:
     """Make `client`'s metadata requests never create topics."""
     aiokafka.client.MetadataRequest = _metadata_request
+    QUIET.clients.add(client)
+    cluster_log = logging.getLogger("aiokafka.cluster")
+    if QUIET not in cluster_log.filters:
+        cluster_log.addFilter(QUIET)
     update: Callable[..., Awaitable[Any]] = client._metadata_update
     max_age_ms = client._metadata_max_age_ms
 

@@ -1,4 +1,5 @@
-"""`python -m runtime report JOURNAL_DIR... --out OUT_DIR [--master URL]`: the PySpark report.
+"""`hookstream report JOURNAL_DIR... [--out OUT_DIR] [--master URL]`: the PySpark report
+(`python -m runtime report` is the same).
 
 Turns one or more journal directories (runtime/host/journal.py; one per runtime instance,
 read as one journal) into per subscription and endpoint delivery counts and latency
@@ -21,27 +22,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from runtime.errors import UsageError
 
 DEFAULT_GRACE_S = 300.0
+DEFAULT_OUT = Path("report")  # in the working directory; the repository ignores /report/
 DEFAULT_REFRESH_S = 5.0
 MAX_REFRESH_S = 10.0
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m runtime report",
+        prog="hookstream report",
         description="Delivery report and loss/duplicate audit of a hookstream journal.",
     )
     parser.add_argument("journal_dirs", type=Path, nargs="+", metavar="JOURNAL_DIR",
                         help="journal directories ([journal] dir), one per instance, or a "
                              "quoted pattern such as 'journals/*'")
-    parser.add_argument("--out", type=Path, required=True, help="directory for the report")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"directory for the report (default ./{DEFAULT_OUT})")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--java-options", default=None, metavar="OPTIONS",
+                        help="the driver JVM's options (default on a local master: "
+                             "options for short jobs, see README; '' for none)")
     parser.add_argument("--store", type=Path,
                         help="Parquet store of the journal: convert new segments, read from "
                              "there (default with --follow: OUT/store)")
@@ -78,8 +86,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         options = follow.FollowOptions(
             out_dir=args.out, store=Store(args.store or args.out / "store"),
             grace_ms=round(args.grace_s * 1000), refresh_s=args.refresh_s)
-        progress(f"starting Spark ({args.master}) ...")
-        spark, owned = job.spark_session(args.master)
+        spark, owned = _start_spark(args, progress)
         try:
             return follow.run(spark, args.journal_dirs, options, progress)
         finally:
@@ -89,14 +96,23 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         return job.report(args.journal_dirs, args.out, master=args.master, progress=progress)
     files = sources.find_journal_files(args.journal_dirs)
     job.check_java()
-    progress(f"starting Spark ({args.master}) ...")
-    spark, owned = job.spark_session(args.master)
+    spark, owned = _start_spark(args, progress)
     try:
         store = Store(args.store) if args.store else None
         return batch.run_report(spark, files, args.out, store=store, progress=progress)
     finally:
         if owned:
             spark.stop()
+
+
+def _start_spark(args: argparse.Namespace, progress: Callable[[str], None]) -> tuple[Any, bool]:
+    from runtime.report import job
+
+    progress(f"starting Spark ({args.master}) ...")
+    started = time.perf_counter()
+    spark, owned = job.spark_session(args.master, args.java_options)
+    progress(f"Spark ready ({time.perf_counter() - started:.1f} s)")
+    return spark, owned
 
 
 def print_flush(line: str) -> None:

@@ -7,6 +7,10 @@ Small runs read too (issue 11): a panel without values says "no data" instead of
 empty axes; series of few points get markers (one bucket is one point, which a line alone
 does not show); the value axis keeps a margin below 0 and above 100 %, so a series at 0 or
 at 100 % is drawn inside the frame, not on it.
+
+Latency bars carry their values, and when the largest is LOG_SCALE_RATIO times the
+smallest or more (a p99 of seconds next to a p50 of milliseconds) the axis is logarithmic,
+so the small bars stay visible (issue 27).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ Rows = Sequence[Mapping[str, Any]]
 MAX_SERIES = 8  # more subscriptions than this are summed into "other"
 MARKERS_UP_TO = 60  # points per series; more points make a line readable alone
 MARGIN = 0.05  # of the value range, below and above
+LOG_SCALE_RATIO = 30
 
 
 def _figure(title: str, note: str, nrows: int = 1) -> tuple[Figure, list[Axes]]:
@@ -140,32 +145,51 @@ def latency_chart(rows: Rows, path: Path, note: str = "") -> Path:
     panels = [("e2e", "end-to-end (record timestamp to delivered)"),
               ("added", "added by the service (fetch to HTTP send)")]
     for ax, (name, title) in zip(axes, panels, strict=True):
-        _latency_bars(ax, rows[:MAX_SERIES * 2], name)
+        log = _latency_bars(ax, rows[:MAX_SERIES * 2], name)
         ax.set_title(title)
-        ax.set_ylabel("milliseconds")
+        ax.set_ylabel("latency (ms, log scale)" if log else "latency (ms)")
         ax.grid(axis="y", alpha=0.3)
     fig.savefig(path)
     return path
 
 
-def _latency_bars(ax: Axes, rows: Rows, name: str) -> None:
+def _latency_bars(ax: Axes, rows: Rows, name: str) -> bool:
+    """Grouped bars with their values on top; True when the axis is logarithmic."""
     rows = [r for r in rows if any(r.get(f"{name}_p{q}_ms") is not None
                                    for q in (50, 95, 99))]
     if not rows:
         _no_data(ax)
-        return
+        return False
     labels = [_label(r["subscription"]) for r in rows]
+    values = {q: [r.get(f"{name}_p{q}_ms") for r in rows] for q in (50, 95, 99)}
+    positive = [v for vs in values.values() for v in vs if v is not None and v > 0]
+    log = bool(positive) and max(positive) >= LOG_SCALE_RATIO * min(positive)
     width = 0.25
-    for i, q in enumerate((50, 95, 99)):
-        values = [r.get(f"{name}_p{q}_ms") or 0 for r in rows]
+    for i, (q, vs) in enumerate(values.items()):
         positions = [x + (i - 1) * width for x in range(len(rows))]
-        ax.bar(positions, values, width=width, label=f"p{q}")
+        bars = ax.bar(positions, [math.nan if v is None else v for v in vs], width=width,
+                      label=f"p{q}")
+        ax.bar_label(bars, labels=[_duration(v) for v in vs], fontsize="x-small", padding=2)
     ax.set_xticks(range(len(rows)), labels, rotation=15, ha="right")
     pad = 1.5 if len(rows) < 3 else 0.6  # one or two groups: not a wall of colour
     ax.set_xlim(-pad, len(rows) - 1 + pad)
-    ax.margins(y=0.1)  # the tallest bar below the frame's top
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(min(positive) / 2, max(positive) * 4)  # room for the top labels
+    else:
+        ax.margins(y=0.15)  # the tallest bar and its label below the frame's top
     ax.set_xlabel("subscription")
-    ax.legend(loc="best", fontsize="small")
+    ax.legend(loc="upper left", fontsize="small")
+    return log
+
+
+def _duration(ms: float | None) -> str:
+    """A bar's label: 0.42 ms, 12 ms, 950 ms, 4.2 s."""
+    if ms is None or math.isnan(ms):
+        return ""
+    if ms >= 1000:
+        return f"{ms / 1000:.3g} s"
+    return f"{ms:.2g} ms" if ms < 10 else f"{ms:.0f} ms"
 
 
 def _step_s(rows: Rows) -> float:

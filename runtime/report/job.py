@@ -269,8 +269,17 @@ def quiet_spark_logs() -> None:
     os.environ[LOG4J2_ENV] = str(path)
 
 
-def spark_session(master: str) -> tuple[SparkSession, bool]:
-    """An active session in this process is reused (and not stopped); else a new one."""
+# A report is a short job: the driver JVM lives seconds. C2 compilations then compete
+# with the tasks for the cores (C1 alone halved a report on 2 cores, bench/RESULTS.md,
+# "Report: fast path"), and the serial collector starts faster than G1 on a small heap.
+# Used for local masters (the driver runs the tasks) unless `--java-options` says else.
+SHORT_JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
+
+
+def spark_session(master: str, java_options: str | None = None) -> tuple[SparkSession, bool]:
+    """An active session in this process is reused (and not stopped); else a new one.
+    `java_options` for the driver JVM: None means SHORT_JOB_JAVA_OPTIONS on a local
+    master, nothing on a cluster."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
@@ -282,10 +291,15 @@ def spark_session(master: str) -> tuple[SparkSession, bool]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    if master.startswith("local"):
+    local = master.startswith("local")
+    if local:
         # The default 200 shuffle partitions suit clusters; on one machine their task
         # overhead doubled the report's time (bench/report.py). A few per core suffice.
         builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
+    if java_options is None:
+        java_options = SHORT_JOB_JAVA_OPTIONS if local else ""
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     return builder.getOrCreate(), True
 
 

@@ -60,6 +60,7 @@ class Receiver:
     """An HTTP endpoint that records every push and answers with `behaviour`."""
 
     behaviour: Behaviour = always_ok
+    answer_body: Callable[[Push, int], bytes] | None = None  # (push, status) -> body
     pushes: list[Push] = field(default_factory=list)
     ok: list[Push] = field(default_factory=list)
     port: int = 0
@@ -93,7 +94,8 @@ class Receiver:
         if 200 <= status < 300:
             self.ok.append(push)
         self._changed.set()
-        return web.Response(status=status)
+        body = self.answer_body(push, status) if self.answer_body is not None else None
+        return web.Response(status=status, body=body)
 
     def delivered(self) -> set[tuple[str, str, int, int]]:
         return {(p.consumer, p.topic, p.partition, p.offset) for p in self.ok}
@@ -173,12 +175,13 @@ class Admin:
 
 async def produce(bootstrap: str, topic: str, count: int, *, partitions: int = 1,
                   key: Callable[[int], bytes | None] = lambda i: None,
-                  start: int = 0) -> None:
+                  start: int = 0,
+                  timestamp: Callable[[int], int | None] = lambda i: None) -> None:
     producer = make_producer(bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
         futures = [await producer.send(topic, f"v{i}".encode(), key=key(i),
-                                       partition=i % partitions)
+                                       partition=i % partitions, timestamp_ms=timestamp(i))
                    for i in range(start, start + count)]
         await asyncio.gather(*futures)
     finally:

@@ -64,6 +64,10 @@ async def test_demo_answers_healthz_and_exits_cleanly_on_a_signal(
         log = (await process.stdout.read()).decode()
         assert "embedded broker 'Kafka' listening on 127.0.0.1:" in log
         assert "admin API listening on" in log
+        ready = [line for line in log.splitlines() if "ready: status page" in line]
+        assert len(ready) == 1
+        assert f"status page http://127.0.0.1:{port}/ ; next: subscribe" in ready[0]
+        assert "produce to the embedded broker at 127.0.0.1:" in ready[0]
     finally:
         if process.returncode is None:
             process.kill()

@@ -43,6 +43,9 @@ WAIT_S = 5.0
 SECRET_KEY = b"0123456789abcdef0123456789abcdef"
 SECRET = "whsec_" + base64.b64encode(SECRET_KEY).decode()
 
+# record orders/3/7 of `record()` below, with its timestamp (signing.py)
+ORDERS_3_7_ID = "msg_" + hashlib.sha256(b"orders/3/7/1699999000000").hexdigest()[:32]
+
 
 @dataclass
 class Seen:
@@ -234,7 +237,7 @@ async def test_push_carries_the_value_and_every_contract_header(harness: Harness
     assert headers["QOH-Message-Number"] == "7"
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
     assert headers["Authorization"] == "Bearer t0k"
-    assert headers["webhook-id"] == "msg_" + hashlib.sha256(b"orders/3/7").hexdigest()[:32]
+    assert headers["webhook-id"] == ORDERS_3_7_ID
     assert headers["webhook-timestamp"] == str((WALL_OFFSET_MS + START_MS) // 1000)
     assert "webhook-signature" not in headers
 
@@ -251,7 +254,7 @@ async def test_additional_headers_may_set_content_type_but_never_forge_our_heade
 
     headers = harness.endpoint.seen[0].headers
     assert headers.getall("Content-Type") == ["application/json"]
-    assert headers.getall("webhook-id") == ["msg_" + hashlib.sha256(b"orders/3/7").hexdigest()[:32]]
+    assert headers.getall("webhook-id") == [ORDERS_3_7_ID]
     assert headers.getall("QOH-Topic") == ["orders"]
     assert headers["X-Injected"] == "aEvil: 1"
     assert "Evil" not in headers

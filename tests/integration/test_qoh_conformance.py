@@ -43,10 +43,17 @@ def topic(name: str, *, pattern: bool = False, partitions: list[str] | None = No
             "config": {"concurrencyFactor": 1, "autoCommitPeriodMs": 0}}
 
 
-def webhook_id(topic_name: str, partition: int, offset: int) -> str:
+STAMP_MS = 1_700_000_000_000  # record `v<i>` is produced with timestamp STAMP_MS + i
+
+
+def stamp(i: int) -> int:
+    return STAMP_MS + i
+
+
+def webhook_id(topic_name: str, partition: int, offset: int, timestamp_ms: int) -> str:
     """The README's contract, computed here independently of the code under test."""
-    digest = hashlib.sha256(f"{topic_name}/{partition}/{offset}".encode()).hexdigest()
-    return "msg_" + digest[:32]
+    fact = f"{topic_name}/{partition}/{offset}/{timestamp_ms}"
+    return "msg_" + hashlib.sha256(fact.encode()).hexdigest()[:32]
 
 
 def check_push(push: Push, *, consumer: str, topic_name: str, partition: int) -> None:
@@ -58,7 +65,8 @@ def check_push(push: Push, *, consumer: str, topic_name: str, partition: int) ->
     assert push.headers["QOH-Broker"] == "Kafka"
     assert push.headers["QOH-Message-Key"] == "key-" + value.removeprefix("v")
     assert push.headers["QOH-Message-Number"] == str(push.offset)
-    assert push.headers["webhook-id"] == webhook_id(topic_name, partition, push.offset)
+    assert push.headers["webhook-id"] == webhook_id(
+        topic_name, partition, push.offset, stamp(int(value.removeprefix("v"))))
     assert push.headers["webhook-timestamp"].isdecimal()
 
 
@@ -94,7 +102,8 @@ async def test_the_issue_document_subscribes_delivers_lists_and_unsubscribes_who
         receiver: Receiver) -> None:
     name = await topic_factory(prefix="test")
     doc = qoh_document(receiver.url, [topic(name, partitions=["0"])])
-    await produce(kafka_bootstrap, name, 5, key=lambda i: f"key-{i}".encode())
+    await produce(kafka_bootstrap, name, 5, key=lambda i: f"key-{i}".encode(),
+                  timestamp=stamp)
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
         admin = Admin(runtime)
         answer = await admin.subscribe(copy.deepcopy(doc))
@@ -127,7 +136,8 @@ async def test_a_pattern_topic_takes_the_regex_in_name(
     ignored = await topic_factory(prefix="qohpat-no")
     await create_topics(kafka_bootstrap, {second: 1})
     for name in (first, second, ignored):
-        await produce(kafka_bootstrap, name, 3, key=lambda i: f"key-{i}".encode())
+        await produce(kafka_bootstrap, name, 3, key=lambda i: f"key-{i}".encode(),
+                  timestamp=stamp)
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
         admin = Admin(runtime)
         echoed = read_as_qoh_dto((await admin.subscribe(doc))["data"])
@@ -146,7 +156,8 @@ async def test_partitions_given_as_strings_pin_exactly_those(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         receiver: Receiver) -> None:
     name = await topic_factory(partitions=3, prefix="qohpin")
-    await produce(kafka_bootstrap, name, 9, partitions=3, key=lambda i: f"key-{i}".encode())
+    await produce(kafka_bootstrap, name, 9, partitions=3, key=lambda i: f"key-{i}".encode(),
+                  timestamp=stamp)
     doc = qoh_document(receiver.url, [topic(name, partitions=["1", "2"])], sub_id="pin")
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
         admin = Admin(runtime)
@@ -163,7 +174,8 @@ async def test_a_get_method_sends_the_value_in_the_query_parameter(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         receiver: Receiver) -> None:
     name = await topic_factory(prefix="qohget")
-    await produce(kafka_bootstrap, name, 3, key=lambda i: f"key-{i}".encode())
+    await produce(kafka_bootstrap, name, 3, key=lambda i: f"key-{i}".encode(),
+                  timestamp=stamp)
     doc = qoh_document(receiver.url, [topic(name, partitions=["0"])], sub_id="getter",
                        method="GET", queryParamKey="payload")
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:

@@ -11,8 +11,10 @@ from yarl import URL
 
 from actors.delivery.egress.guard import DestinationGuard
 from actors.delivery.egress.transport import (
+    SNIPPET_BYTES,
     LeanTransport,
     Shelf,
+    TransportName,
     TransportSettings,
     make_transport,
 )
@@ -28,6 +30,7 @@ class Server:
         app = web.Application()
         app.router.add_route("*", "/keep", self._keep)
         app.router.add_route("*", "/close", self._close)
+        app.router.add_route("*", "/fail", self._fail)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", 0).start()
@@ -40,6 +43,9 @@ class Server:
     async def _keep(self, request: web.Request) -> web.Response:
         self._peer(request)
         return web.Response(text="ok", headers={"Retry-After": "3", "QOH-Action": "skip"})
+
+    async def _fail(self, request: web.Request) -> web.Response:
+        return web.Response(status=502, body=b"e" * 3000)
 
     async def _close(self, request: web.Request) -> web.Response:
         self._peer(request)
@@ -72,7 +78,7 @@ async def test_keep_alive_reuses_one_connection_and_reads_the_answer_headers(
         replies = [await transport.send("POST", {}, b"x", None) for _ in range(3)]
     finally:
         await transport.close()
-    assert replies == [(200, "3", "skip")] * 3
+    assert replies == [(200, "3", "skip", b"")] * 3  # no body kept from a 2xx
     assert len(set(server.peers)) == 1
 
 
@@ -122,3 +128,16 @@ async def test_https_endpoints_use_aiohttp_whatever_the_default() -> None:
         assert type(transport).__name__ == "AiohttpTransport"
     finally:
         await transport.close()
+
+
+@pytest.mark.parametrize("name", ["lean", "aiohttp"])
+async def test_a_failed_answer_keeps_the_first_kib_of_its_body(
+        server: Server, name: TransportName) -> None:
+    settings = TransportSettings(URL(server.url + "/fail"), {}, 1, 5.0, 5.0,
+                                 DestinationGuard().socket_factory)
+    transport = make_transport(settings, name)
+    try:
+        replies = [await transport.send("POST", {}, b"x", None) for _ in range(2)]
+    finally:
+        await transport.close()
+    assert replies == [(502, None, None, b"e" * SNIPPET_BYTES)] * 2  # the next one too

@@ -231,7 +231,22 @@ def test_charts_of_a_small_run_show_every_value_inside_the_frame(tmp_path: Path)
     latency = [{"subscription": "s", "e2e_p50_ms": 3, "e2e_p95_ms": 5, "e2e_p99_ms": 9}]
     e2e, added = _drawn(charts.latency_chart, latency, tmp_path / "l.png").axes
     assert [t.get_text() for t in added.texts] == ["no data"]
-    assert e2e.get_ylim()[1] > 9 and not e2e.texts
+    assert e2e.get_ylim()[1] > 9 and e2e.get_yscale() == "linear"
+    assert [t.get_text() for t in e2e.texts] == ["3 ms", "5 ms", "9 ms"]
+    assert e2e.get_ylabel() == "latency (ms)" and e2e.get_xlabel() == "subscription"
+
+
+def test_a_p99_three_orders_above_the_p50_is_drawn_on_a_log_scale_with_values(
+        tmp_path: Path) -> None:
+    latency = [{"subscription": "s", "e2e_p50_ms": 2.5, "e2e_p95_ms": 40, "e2e_p99_ms": 4200,
+                "added_p50_ms": 0.4, "added_p95_ms": 0.9, "added_p99_ms": 1.1}]
+    e2e, added = _drawn(charts.latency_chart, latency, tmp_path / "l.png").axes
+    assert e2e.get_yscale() == "log" and e2e.get_ylabel() == "latency (ms, log scale)"
+    assert [t.get_text() for t in e2e.texts] == ["2.5 ms", "40 ms", "4.2 s"]
+    bottom, top = e2e.get_ylim()
+    assert bottom < 2.5 and top > 4200  # the smallest bar is visible, the largest inside
+    assert added.get_yscale() == "linear"
+    assert [t.get_text() for t in added.texts] == ["0.4 ms", "0.9 ms", "1.1 ms"]
 
 
 def test_markdown_lists_offsets_and_says_how_many_more() -> None:

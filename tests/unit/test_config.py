@@ -137,3 +137,27 @@ def test_a_listen_address_without_a_port_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"admin\.listen"):
         parse_config({"brokers": [{"name": "K", "bootstrap_servers": "embedded"}],
                       "admin": {"listen": "0.0.0.0"}})
+
+
+def test_the_hookstream_command_is_the_same_cli() -> None:
+    import tomllib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, function = target["hookstream"].split(":")
+    call = (f"import sys; sys.argv = ['hookstream', 'check', 'config/demo.toml']; "
+            f"from {module} import {function}; {function}()")
+    result = subprocess.run([sys.executable, "-c", call], capture_output=True, text=True,
+                            cwd=ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("config/demo.toml: ok")
+    assert "usage: hookstream" in run_cli("--help").stdout
+
+
+def test_without_the_dependencies_check_says_what_to_run_instead_of_a_traceback() -> None:
+    """`-S`: this interpreter without site-packages, like a fresh clone's system python3."""
+    result = subprocess.run([sys.executable, "-S", "-m", "runtime", "check", "config/demo.toml"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "cannot import msgspec" in result.stderr
+    assert ".venv/bin/hookstream" in result.stderr and "make venv" in result.stderr

@@ -28,6 +28,7 @@ def test_delivery_writes_where_why_attempts_and_status_after_the_records_headers
         ("dlt-topic", b"orders"),
         ("dlt-partition", b"3"),
         ("dlt-offset", b"7"),
+        ("dlt-timestamp-ms", b"0"),
         ("dlt-attempts", b"4"),
         ("dlt-status", b"500"),
     ]
@@ -51,7 +52,7 @@ def test_the_delay_queue_writes_the_scheme_and_its_legacy_names() -> None:
 
 def test_the_reader_reads_what_delivery_wrote() -> None:
     headers = dead_letter_headers(rec(), "gave up", Attempts(4, 503))
-    assert dead_letter_source(headers) == DeadLetterSource("orders", 3, 7, "gave up", 4, 503)
+    assert dead_letter_source(headers) == DeadLetterSource("orders", 3, 7, "gave up", 4, 503, 0)
 
 
 def test_the_reader_reads_the_delay_queues_legacy_headers() -> None:
@@ -65,7 +66,7 @@ def test_the_reader_prefers_the_scheme_and_the_last_of_repeated_headers() -> Non
     older = dead_letter_headers(rec(offset=1), "first time", Attempts(2, 500))
     again = Record("orders.replay", 0, 9, None, b"v", tuple(older), 0, 0, attempt=3)
     source = dead_letter_source(dead_letter_headers(again, "second time", Attempts(3, 502)))
-    assert source == DeadLetterSource("orders.replay", 0, 9, "second time", 3, 502)
+    assert source == DeadLetterSource("orders.replay", 0, 9, "second time", 3, 502, 0)
     delayed = dead_letter_source(dead_letter(again, "dlt", "bad due").headers)
     assert delayed is not None and (delayed.offset, delayed.reason) == (9, "bad due")
 

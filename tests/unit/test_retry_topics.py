@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors.delivery.document.signing import webhook_id_of
 from actors.delivery.document.subscription import RetryTopics, decode_consumer
 from actors.delivery.errors import InvalidSubscription
 from actors.delivery.path.book import PartitionBook
@@ -100,6 +101,17 @@ def test_a_record_read_back_gets_one_attempt_per_delay_then_the_dead_letter_topi
     assert stage2.retry is not None and stage2.retry.stage == 2
     assert stage2.coordinates() == ("orders", 0, 3)
     assert book.move_aside_ms(stage2) is None  # the last delay is used up
+
+
+def test_a_record_read_back_and_its_dead_letter_keep_the_original_webhook_id() -> None:
+    original = Record("orders", 0, 9, b"k", b"v", (), 1_700_000_000_123, 0)
+    note_failure(original, 1_700_000_009_000)
+    back = read_back(original, 77)  # the retry topic's record has a timestamp of its own
+    again = read_back(back, 78)
+    assert back.timestamp_ms == 0 and back.original_timestamp_ms() == 1_700_000_000_123
+    assert webhook_id_of(back) == webhook_id_of(again) == webhook_id_of(original)
+    source = dead_letter_source(dead_letter_headers(again, "gave up"))
+    assert source is not None and source.timestamp_ms == 1_700_000_000_123
 
 
 def test_its_dead_letter_names_the_original_coordinates() -> None:

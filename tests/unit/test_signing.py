@@ -55,10 +55,20 @@ def test_verify_accepts_any_of_several_space_separated_signatures() -> None:
     assert verify(key, SPEC_ID, SPEC_TIMESTAMP, SPEC_PAYLOAD, header, now_s=SPEC_TIMESTAMP)
 
 
-def test_webhook_id_is_a_function_of_topic_partition_and_offset_only() -> None:
-    expected = "msg_" + hashlib.sha256(b"orders/3/1042").hexdigest()[:32]
-    assert webhook_id("orders", 3, 1042) == expected
-    assert webhook_id("orders", 3, 1042) == webhook_id("orders", 3, 1042)
+def test_webhook_id_is_a_function_of_coordinates_and_timestamp_only() -> None:
+    expected = "msg_" + hashlib.sha256(b"orders/3/1042/1700000000123").hexdigest()[:32]
+    assert webhook_id("orders", 3, 1042, 1_700_000_000_123) == expected
+    assert webhook_id("orders", 3, 1042, 5) == webhook_id("orders", 3, 1042, 5)
+
+
+def test_a_recreated_topic_s_record_at_the_same_offset_gets_another_id() -> None:
+    before = webhook_id("orders", 0, 0, 1_700_000_000_000)
+    assert webhook_id("orders", 0, 0, 1_700_000_000_001) != before
+
+
+def test_a_record_without_a_timestamp_gets_the_coordinates_only_id() -> None:
+    assert webhook_id("orders", 3, 1042, -1) == \
+        "msg_" + hashlib.sha256(b"orders/3/1042").hexdigest()[:32]
 
 
 def test_webhook_ids_differ_across_offsets_partitions_and_topics() -> None:

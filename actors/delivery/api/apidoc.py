@@ -42,6 +42,15 @@ LISTED: Final[dict[str, Any]] = {
     "type": "object", "required": ["id", "group", "state", "inProcess"],
     "properties": {"id": _ID, "state": {"type": "string"}, "inProcess": {"type": "boolean"}},
 }
+ATTEMPT_QUERY: Final = [
+    {"name": name, "in": "query", "required": False, "schema": schema}
+    for name, schema in (("topic", {"type": "string"}),
+                         ("partition", {"type": "integer", "minimum": 0}),
+                         ("offset", {"type": "integer", "minimum": 0}),
+                         ("webhookId", {"type": "string"}),
+                         ("failed", {"type": "string", "enum": ["true"]}),
+                         ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}))
+]
 _CHANGE: Final = (403, 413, 415)  # what any request with a body may get
 _CONSUMER: Final = success(ref("ConsumerDocument"))
 _STATUS: Final = success(ref("SubscriptionStatus"))
@@ -89,6 +98,10 @@ def describe_delivery_api(doc: OpenApi) -> None:
         body=json_body({"type": "object"}, required=False), parameters=_PAIR)
     replay["responses"]["202"] = replay["responses"].pop("200")  # accepted: it runs on
     doc.describe("POST", f"{ONE}/replay", replay)
+    doc.describe("GET", f"{ONE}/attempts", _operation(
+        "What happened to a record (topic, partition and offset, or webhookId), or the "
+        "latest failed attempts (failed=true, limit)", success({"type": "object"}), 400, 404,
+        parameters=[*_PAIR, *ATTEMPT_QUERY]))
     doc.describe("GET", f"{ONE}/replay/{{replayId}}", _operation(
         "A replay's progress", success({"type": "object"}), 404,
         parameters=[*_PAIR, {"name": "replayId", "in": "path", "required": True,

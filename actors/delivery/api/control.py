@@ -7,11 +7,16 @@
     POST .../{id}/{groupId}/resume    start again from the committed positions
     POST .../{id}/{groupId}/replay    deliver again (actors/delivery/path/replay.py): 202
     GET  .../{id}/{groupId}/replay/{replayId}   its progress
+    GET  .../{id}/{groupId}/attempts?topic=T&partition=P&offset=O (or ?webhookId=W)
+                                      what happened to that record (control/attempts.py)
+    GET  .../{id}/{groupId}/attempts?failed=true&limit=N   the latest failed attempts
 
 Answers use the admin API's envelope; errors go through routes.py's one translation.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import msgspec
 from aiohttp import web
@@ -22,6 +27,7 @@ from actors.delivery.api.subscriptions import (
     known_key,
     refuse_in_process,
 )
+from actors.delivery.control.attempts import DEFAULT_LIMIT, MAX_LIMIT
 from actors.delivery.control.service import DeliveryControl
 from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
@@ -46,6 +52,7 @@ class ControlRoutes:
         app.router.add_post(BASE + "/resume", answering(self.resume))
         app.router.add_post(BASE + "/replay", answering(self.replay))
         app.router.add_get(BASE + "/replay/{replayId}", answering(self.replay_progress))
+        app.router.add_get(BASE + "/attempts", answering(self.attempts))
 
     def key_of(self, request: web.Request) -> str:
         """The subscription the path names: the (id, groupId) pair, 404 when unknown."""
@@ -97,5 +104,39 @@ class ControlRoutes:
             raise SubscriptionNotFound("replay not found", f"{key}: {rid}")
         return ok(progress.as_dict())
 
+    async def attempts(self, request: web.Request) -> web.Response:
+        key, query = self.key_of(request), request.query
+        # every parameter given is checked, also one the query form does not use
+        limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        partition = _number(query, "partition", -1, 0)
+        offset = _number(query, "offset", -1, 0)
+        if query.get("failed", "true") != "true":
+            raise InvalidSubscription("invalid failed", f"only failed=true; {ATTEMPTS_QUERY}")
+        if "failed" in query:
+            return ok(await self.service.failures_of(key, limit))
+        if "webhookId" in query:
+            return ok(await self.service.attempts_of(key, webhook_id=query["webhookId"]))
+        if "topic" in query and min(partition, offset) >= 0:
+            coordinates = (query["topic"], partition, offset)
+            return ok(await self.service.attempts_of(key, coordinates))
+        raise InvalidSubscription("invalid attempts query", ATTEMPTS_QUERY)
+
     def __repr__(self) -> str:
         return f"<ControlRoutes {BASE}>"
+
+
+ATTEMPTS_QUERY = "give topic, partition and offset; or webhookId; or failed=true (and limit)"
+
+
+def _number(query: Mapping[str, str], name: str, default: int, low: int,
+            high: int | None = None) -> int:
+    """An integer query parameter in [low, high], `default` when absent; a 400 naming it
+    otherwise."""
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdecimal() or int(raw) < low or (high is not None and int(raw) > high):
+        bounds = f"from {low} to {high}" if high is not None else f"from {low}"
+        raise InvalidSubscription(f"invalid {name}",
+                                  f"{raw!r}: an integer {bounds}; {ATTEMPTS_QUERY}")
+    return int(raw)

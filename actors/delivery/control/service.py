@@ -44,6 +44,7 @@ import msgspec
 
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
 from actors.delivery.cluster.view import ClusterStatus, snapshot_of
+from actors.delivery.control import attempts
 from actors.delivery.control.status import SubscriptionStatus
 from actors.delivery.document.patterns import matches
 from actors.delivery.document.secrets import kept_secrets
@@ -55,6 +56,7 @@ from actors.delivery.document.subscription import (
     redact_uri,
     redacted,
 )
+from actors.delivery.egress.attempts import AttemptRing, Coordinates, GiveUp, GiveUpKind
 from actors.delivery.egress.guard import DEFAULT_DENY, DestinationGuard
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.origin import BreakerSettings, Origin, Origins
@@ -99,6 +101,7 @@ DRAIN_MS = 2500
 CONSUMER_STOP_MS = DRAIN_MS + 1000
 SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
 KEEP_TICK_MS = 250
+RECENT_ATTEMPTS = 10  # per subscription in its status (the status page's table)
 RESTORE_BATCH = 16
 """Stored subscriptions started at once on restore."""
 PAUSED_FILE = "paused.list"  # not *.json: those are subscriptions
@@ -106,6 +109,24 @@ DISABLED_FILE = "disabled.list"  # key -> reason: subscriptions a 410 Gone disab
 STOPPED: Final = ("paused", "disabled")
 """States in which a subscription has no actors on purpose (resume starts it again)."""
 
+
+
+def with_ring(outlet: OutletActor, ring: AttemptRing) -> OutletActor:
+    """The outlet, writing its attempts into the subscription's ring."""
+    outlet.attempts = ring
+    return outlet
+
+
+def restored_note(consumers: list[Consumer], directory: Path, runtime: Runtime) -> str:
+    """What a restart kept (issue 27): the subscriptions in `directory` survive it, but an
+    embedded broker keeps nothing, so theirs start from empty topics."""
+    note = f"restored {len(consumers)} subscription(s) from {directory}"
+    embedded = sorted({c.broker for c in consumers if runtime.is_embedded(c.broker)})
+    if not embedded:
+        return note
+    return (f"{note}; the embedded broker {', '.join(map(repr, embedded))} started empty "
+            f"(records, topics and committed positions are gone): they wait for their "
+            f"topics; remove {directory} to start without them")
 
 class DeliveryControl:
     name = "delivery"
@@ -122,6 +143,7 @@ class DeliveryControl:
         self._log: SubscriptionLog | None = None  # cluster mode: the subscriptions topic
         self.cluster: ClusterStatus | None = None  # [cluster] status_topic: the whole view
         self.problems: list[str] = []
+        self.attempts: dict[str, AttemptRing] = {}  # by subscription key: the attempts API
         self._runtime: Runtime | None = None
         self._store: SubscriptionStore | None = None
         self._root: ChildRef | None = None
@@ -136,6 +158,8 @@ class DeliveryControl:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        runtime.listen("dead_lettered", self._note_give_up)
+        runtime.listen("retry_scheduled", self._note_give_up)
         egress = runtime.config.egress
         self.origins = Origins(breaker=egress.circuit_breaker,
                                max_connections=egress.origin_max_connections)
@@ -177,6 +201,8 @@ class DeliveryControl:
         """Every stored subscription is listed again, whether or not it can start now."""
         assert self._store is not None
         consumers, self.problems = await self._store.load_all()
+        if consumers:
+            log.info("%s", restored_note(consumers, self._store.directory, self.runtime))
         paused = await asyncio.to_thread(self._load_paused)
         disabled = await asyncio.to_thread(self._load_disabled)
         self._restoring = True
@@ -792,6 +818,48 @@ class DeliveryControl:
                                       f"of {consumer.key}: a replay reads its topics, its "
                                       "deadLetterTopic or its retry topic")
 
+    # -- attempts (issue 27) -------------------------------------------------------------
+    def _note_give_up(self, event: Event) -> None:
+        """The partition path's give-ups, into the subscription's ring (it owns no other
+        way to tell us: actors/delivery/path is not ours to change)."""
+        ring = self.attempts.get(event.subscription or "")
+        if ring is None or event.topic is None or event.partition is None \
+                or event.offset is None:
+            return
+        kind: GiveUpKind = ("dead_lettered" if event.type == "dead_lettered"
+                            else "retry_scheduled")
+        ring.give_up((event.topic, event.partition, event.offset),
+                     GiveUp(event.ts_ms, kind, event.reason))
+
+    def _scan(self, key: str) -> attempts.Scan:
+        journal = self.runtime.config.journal
+        return attempts.Scan(Path(journal.dir) if journal.enabled else None, key)
+
+    async def attempts_of(self, key: str, coordinates: Coordinates | None = None,
+                          webhook_id: str | None = None) -> dict[str, object]:
+        """What happened to one record, named by coordinates or `webhook-id`."""
+        self._known(key)
+        ring, scan = self.attempts.get(key), self._scan(key)
+        stamp: int | None = None
+        if coordinates is None:
+            assert webhook_id is not None
+            coordinates = ring.find(webhook_id) if ring is not None else None
+            if coordinates is None:
+                found = await asyncio.to_thread(attempts.find_webhook_id, self._scan(key),
+                                                webhook_id)
+                if found is None:
+                    return {"record": {"webhookId": webhook_id}, "state": "unknown",
+                            "attempts": [], "reason": "no record with this webhook-id in "
+                            "memory nor in the journal scanned"}
+                coordinates, stamp = found
+        return await asyncio.to_thread(attempts.lookup_record, ring, scan, coordinates, stamp)
+
+    async def failures_of(self, key: str, limit: int) -> dict[str, object]:
+        """The latest `limit` failed attempts across the subscription's records."""
+        self._known(key)
+        return await asyncio.to_thread(attempts.lookup_failures, self.attempts.get(key),
+                                       self._scan(key), limit)
+
     # -- status ------------------------------------------------------------------------
     def status_of(self, key: str) -> dict[str, object]:
         """The consumer (redacted) and its status: state, partitions, endpoint, counters."""
@@ -823,7 +891,17 @@ class DeliveryControl:
             counters = {**outlet.counters(), "dead_lettered": dead, "filtered": filtered}
         return {"partitions": sorted(partitions, key=lambda p: (str(p["topic"]),
                                                                  str(p["partition"]))),
-                "endpoint": endpoint, "counters": counters, "member": self._member_of(key)}
+                "endpoint": endpoint, "counters": counters, "member": self._member_of(key),
+                "activity": self._activity(key)}
+
+    def _activity(self, key: str) -> dict[str, object] | None:
+        """The status page's charts and attempts table (actors/delivery/egress/attempts.py)."""
+        ring = self.attempts.get(key)
+        if ring is None:
+            return None
+        recent = [{"record": {"topic": a.topic, "partition": a.partition, "offset": a.offset},
+                   **a.as_dict()} for a in ring.recent(RECENT_ATTEMPTS)]
+        return {"recent_attempts": recent, "series": ring.series.as_dict(self._now())}
 
     def _member_of(self, key: str) -> dict[str, object] | None:
         """The shared group member the subscription rides on (None: its own consumer)."""
@@ -905,6 +983,7 @@ class DeliveryControl:
             await self._stop_tree(key)
             del self.subscriptions[key]
             del self.status[key]
+            self.attempts.pop(key, None)
             if self.outlets.pop(key, None) is None:
                 self._settle_origin(consumer.subscriptionMethod.uri)
                 if self._store is not None:
@@ -950,7 +1029,8 @@ class DeliveryControl:
         outlet = self.outlets.get(consumer.key) or (
             lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics,
                                      self.guard, origin, self._gone))
-        specs = [ChildSpec("egress", lambda: outlet("egress"))]
+        ring = self.attempts.setdefault(consumer.key, AttemptRing())
+        specs = [ChildSpec("egress", lambda: with_ring(outlet("egress"), ring))]
         if method.deadLetterTopic:
             topic = method.deadLetterTopic
             specs.append(ChildSpec("deadletter",

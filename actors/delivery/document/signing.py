@@ -14,7 +14,13 @@ entries are joined by single spaces, the header's own syntax, so a receiver that
 one of the secrets verifies the push. A plain password therefore cannot contain spaces.
 
 `webhook-id` must be stable across retries and redeliveries (a receiver deduplicates on
-it), so it depends on nothing but the record's coordinates: topic, partition, offset.
+it), so it depends on nothing but facts of the record: topic, partition, offset, and its
+timestamp (issue 27). Coordinates alone repeat once a topic, or the embedded broker, is
+recreated and offsets start again at 0: a receiver that deduplicates would then drop new
+records. The timestamp is the record's own (CreateTime, or LogAppendTime on topics so
+configured) and travels with it to retry topics (`retry-timestamp-ms`) and dead letters
+(`dlt-timestamp-ms`), so every push of one record carries one id. A record without a
+timestamp (-1, the pre-0.10 message format) gets the coordinates-only id.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ import base64
 import binascii
 import hashlib
 import hmac
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from actors.shared.messages import Record
 
 SECRET_PREFIX: Final = "whsec_"
 SIGNATURE_VERSION: Final = "v1"
@@ -31,10 +40,19 @@ MAX_SECRETS: Final = 10
 DEFAULT_TOLERANCE_S: Final = 300
 
 
-def webhook_id(topic: str, partition: int, offset: int) -> str:
-    """`msg_` + 32 hex digits of SHA-256("topic/partition/offset")."""
-    digest = hashlib.sha256(f"{topic}/{partition}/{offset}".encode()).hexdigest()
-    return "msg_" + digest[:32]
+def webhook_id(topic: str, partition: int, offset: int, timestamp_ms: int = -1) -> str:
+    """`msg_` + 32 hex digits of SHA-256("topic/partition/offset/timestamp_ms"), or of
+    "topic/partition/offset" for a record without a timestamp (negative)."""
+    fact = f"{topic}/{partition}/{offset}"
+    if timestamp_ms >= 0:
+        fact += f"/{timestamp_ms}"
+    return "msg_" + hashlib.sha256(fact.encode()).hexdigest()[:32]
+
+
+def webhook_id_of(record: Record) -> str:
+    """A record's `webhook-id`: of its original coordinates and timestamp when it was read
+    back from a retry topic."""
+    return webhook_id(*record.coordinates(), record.original_timestamp_ms())
 
 
 def signing_key(secret: str) -> bytes:

@@ -58,7 +58,7 @@ class ConsumedRecord:
     @property
     def id(self) -> str:
         # computed when asked (a hash): most handlers never look
-        return webhook_id(self.topic, self.partition, self.offset)
+        return webhook_id(self.topic, self.partition, self.offset, self.timestamp)
 
 
 Handler = Callable[[ConsumedRecord], Awaitable[object]]

@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -67,7 +68,7 @@ import msgspec
 from yarl import URL
 
 from actors.delivery.document.secrets import resolved
-from actors.delivery.document.signing import sign_all, signing_keys, webhook_id
+from actors.delivery.document.signing import sign_all, signing_keys, webhook_id_of
 from actors.delivery.document.subscription import (
     BODYLESS_METHODS,
     Consumer,
@@ -339,7 +340,11 @@ class EgressActor(OutletActor):
         return answer
 
     async def _push(self, record: Record | list[Record]) -> Answer:
-        status, retry_after, action = await self._request(record)
+        status, retry_after, action, body = await self._request(record)
+        answer = self._decide(status, retry_after, action)
+        return dataclasses.replace(answer, response=body) if body else answer
+
+    def _decide(self, status: int, retry_after: str | None, action: str | None) -> Answer:
         decided = receiver_action(status, action) if action is not None else None
         if decided is not None:
             return decided
@@ -399,7 +404,7 @@ class EgressActor(OutletActor):
         return describe(exc, self._timeout_ms)
 
     async def _request(self, record: Record | list[Record],
-                       ) -> tuple[int, str | None, str | None]:
+                       ) -> tuple[int, str | None, str | None, bytes]:
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
         headers, body, params = (self._build_batch(record) if isinstance(record, list) else
@@ -410,7 +415,7 @@ class EgressActor(OutletActor):
         """The per-record headers (the static ones are the session's defaults), body, query."""
         key, encoded = key_header(record.key)
         topic, partition, offset = record.coordinates()  # a retry: the original ones
-        msg_id = webhook_id(topic, partition, offset)
+        msg_id = webhook_id_of(record)
         timestamp_s = self.context.clock.wall_ms() // 1000
         headers = {
             "QOH-Topic": topic,  # Kafka topic names are [a-zA-Z0-9._-]: header-safe
@@ -439,7 +444,7 @@ class EgressActor(OutletActor):
         """A batch's headers and JSON body (actors/delivery/egress/batching.py). `webhook-id`
         names the first and last record, so a batch grouped the same way again keeps it."""
         first, last = records[0], records[-1]
-        msg_id = f"{webhook_id(first.topic, first.partition, first.offset)}-{last.offset}"
+        msg_id = f"{webhook_id_of(first)}-{last.offset}"
         timestamp_s = self.context.clock.wall_ms() // 1000
         body = batch_body(records)
         headers = {

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from actors.delivery.egress.attempts import Attempt, AttemptRing, Outcome, snippet
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.errors import UsageError
 from runtime.host.journal import Event, EventType
@@ -96,6 +97,8 @@ class Answer:
     action: Action | None = None
     reason: str | None = None
     local: bool = False
+    response: bytes | None = None
+    """The first bytes of a non-2xx answer's body (actors/delivery/egress/attempts.py)."""
 
 
 def status_class(status: int) -> str:
@@ -135,6 +138,7 @@ class OutletActor(Actor):
         self._workers = 0
         self._inflight = 0
         self.health = EndpointHealth()
+        self.attempts: AttemptRing | None = None  # the subscription's, set by its owner
         self._failing_logged = False
         self._bind_metrics(metrics, subscription)
 
@@ -232,6 +236,22 @@ class OutletActor(Actor):
         for record in records:
             self._journal_outcome("delivered" if finished else "failed", record, status,
                                   latency_ms, reason)
+        if self.attempts is not None:
+            outcome: Outcome = "skipped" if skipped else "delivered" if finished else "failed"
+            self._remember(records, answer, latency_ms, outcome)
+
+    def _remember(self, records: Sequence[Record], answer: Answer, latency_ms: float,
+                  outcome: Outcome) -> None:
+        """One `Attempt` per record into the subscription's ring (the attempts API)."""
+        assert self.attempts is not None
+        at = self.context.clock.wall_ms() - round(latency_ms)
+        response = snippet(answer.response) if outcome == "failed" else None
+        error = answer.reason if outcome == "skipped" else answer.error
+        for record in records:
+            topic, partition, offset = record.coordinates()
+            self.attempts.add(Attempt(
+                topic, partition, offset, record.original_timestamp_ms(), at, record.attempt,
+                outcome, answer.status, latency_ms, error, response))
 
     def _observe(self, ok: bool, status: int | None, error: str | None) -> None:
         """Track the endpoint's health; log when it starts failing and when it recovered

@@ -1,6 +1,7 @@
 """Egress transports: how an `EgressActor` sends one HTTP request to its endpoint.
 
-One small interface (`Transport.send` -> status, Retry-After, QOH-Action; `close`) and
+One small interface (`Transport.send` -> status, Retry-After, QOH-Action and the start
+of a non-2xx answer's body; `close`) and
 two implementations:
 
 - `AiohttpTransport`: an `aiohttp.ClientSession` (any URL, http and https).
@@ -14,7 +15,8 @@ two implementations:
 Both keep every semantic of the egress: connect timeout (`connectTimeoutMs`) and total
 timeout (`timeoutMs`, the request from the moment a pooled connection is ours); no
 redirects (a 3xx is a status like any other); the response body read up to
-`RESPONSE_BODY_CAP` and dropped (a longer one closes the connection); at most `pool`
+`RESPONSE_BODY_CAP` and dropped (a longer one closes the connection), but for its first
+`SNIPPET_BYTES` when the status is not 2xx (the attempts API shows them); at most `pool`
 connections, kept alive `KEEPALIVE_S` when idle; every connection through the
 destination guard's socket factory. A response with `Connection: close`, a timeout, or
 anything unexpected closes its connection, never reuses it.
@@ -40,10 +42,11 @@ from aiohappyeyeballs.types import AddrInfoType
 from yarl import URL
 
 RESPONSE_BODY_CAP: Final = 64 * 1024
+SNIPPET_BYTES: Final = 1024
 KEEPALIVE_S: Final = 30
 DNS_CACHE_S: Final = 300
-Reply = tuple[int, str | None, str | None]
-"""status, Retry-After, QOH-Action"""
+Reply = tuple[int, str | None, str | None, bytes]
+"""status, Retry-After, QOH-Action, the first SNIPPET_BYTES of a non-2xx answer's body"""
 TransportName = Literal["aiohttp", "lean"]
 DEFAULT_TRANSPORT: TransportName = "lean"
 """Chosen by bench/delivery.py (bench/RESULTS.md, issue 14)."""
@@ -106,9 +109,10 @@ class AiohttpTransport:
                    params: Mapping[str, str] | None) -> Reply:
         async with self._session.request(method, self._url, data=body, params=params,
                                          headers=headers, allow_redirects=False) as response:
-            await discard_body(response)
+            status = response.status
+            kept = await discard_body(response, 0 if 200 <= status < 300 else SNIPPET_BYTES)
             answer = response.headers
-            return response.status, answer.get("Retry-After"), answer.get("QOH-Action")
+            return status, answer.get("Retry-After"), answer.get("QOH-Action"), kept
 
     async def close(self) -> None:
         await self._session.close()
@@ -118,16 +122,20 @@ class AiohttpTransport:
         return self._session.closed
 
 
-async def discard_body(response: aiohttp.ClientResponse) -> None:
-    """Read at most `RESPONSE_BODY_CAP` bytes; close the connection if more is coming."""
-    remaining = RESPONSE_BODY_CAP
+async def discard_body(response: aiohttp.ClientResponse, keep: int = 0) -> bytes:
+    """Read at most `RESPONSE_BODY_CAP` bytes, keep the first `keep`; close the connection
+    if more is coming."""
+    remaining, kept = RESPONSE_BODY_CAP, b""
     while remaining > 0:
         chunk = await response.content.read(remaining)
         if not chunk:
-            return
+            return kept
+        if len(kept) < keep:
+            kept += chunk[:keep - len(kept)]
         remaining -= len(chunk)
     if not response.content.at_eof():
         response.close()  # unread bytes make the connection unusable for the next request
+    return kept
 
 
 # -- lean: asyncio.Protocol + httptools --------------------------------------------------
@@ -148,6 +156,8 @@ class _Connection(asyncio.Protocol):
         self._action: str | None = None
         self._header: bytes = b""
         self._body_bytes = 0
+        self._snippet = b""
+        self._keep = False  # a non-2xx answer: its first SNIPPET_BYTES are kept
         self._head = False
         self.reusable = True
 
@@ -185,11 +195,14 @@ class _Connection(asyncio.Protocol):
             self._action = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self._keep = not 200 <= self._parser.get_status_code() < 300
         if self._head:  # a HEAD answer has no body, whatever Content-Length says
             self.reusable = False
             self._complete()
 
     def on_body(self, body: bytes) -> None:
+        if self._keep and len(self._snippet) < SNIPPET_BYTES:
+            self._snippet += body[:SNIPPET_BYTES - len(self._snippet)]
         self._body_bytes += len(body)
         if self._body_bytes > RESPONSE_BODY_CAP:
             self.reusable = False  # stop reading: close instead of reading to the end
@@ -208,13 +221,15 @@ class _Connection(asyncio.Protocol):
         self._done = asyncio.get_running_loop().create_future()
         self._retry_after = self._action = None
         self._body_bytes = 0
+        self._snippet = b""
         self.transport.write(data)
         return self._done
 
     def _complete(self) -> None:
         done = self._done
         if done is not None and not done.done():
-            done.set_result((self._parser.get_status_code(), self._retry_after, self._action))
+            done.set_result((self._parser.get_status_code(), self._retry_after, self._action,
+                             self._snippet))
 
     def expire(self) -> None:
         """The total timeout passed: fail the answer (TimeoutError, no text, like

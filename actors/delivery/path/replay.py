@@ -301,9 +301,11 @@ class ReplayActor(Actor):
                           message.value, headers, message.timestamp, now,
                           replay=self.progress.replay_id)
         original = tuple((k, v) for k, v in headers if not k.startswith(DLT_PREFIX))
+        # the original timestamp, for the original webhook-id (signing.py); a dead letter
+        # written before `dlt-timestamp-ms` existed has only its own
+        stamp = message.timestamp if source.timestamp_ms is None else source.timestamp_ms
         return Record(source.topic, source.partition, source.offset, message.key,
-                      message.value, original, message.timestamp, now,
-                      replay=self.progress.replay_id)
+                      message.value, original, stamp, now, replay=self.progress.replay_id)
 
     def _journal(self, record: Record, reason: str) -> None:
         self.context.emit(Event(

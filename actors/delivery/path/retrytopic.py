@@ -60,7 +60,8 @@ OFFSET = "retry-offset"
 ATTEMPTS = "retry-attempts"
 FIRST_FAILURE = "retry-first-failure-ms"
 STAGE = "retry-stage"
-HEADERS = frozenset({TOPIC, PARTITION, OFFSET, ATTEMPTS, FIRST_FAILURE, STAGE})
+TIMESTAMP = "retry-timestamp-ms"  # the original record's: its webhook-id depends on it
+HEADERS = frozenset({TOPIC, PARTITION, OFFSET, ATTEMPTS, FIRST_FAILURE, STAGE, TIMESTAMP})
 RETRY_FIRST_MS = 100
 RETRY_CAP_MS = 5000
 
@@ -101,7 +102,7 @@ def note_failure(record: Record, now_wall_ms: int) -> None:
     """Remember when a record first failed (the header travels from here on)."""
     if record.retry is None:
         record.retry = RetryInfo(record.topic, record.partition, record.offset, 0,
-                                 now_wall_ms)
+                                 now_wall_ms, timestamp_ms=record.timestamp_ms)
 
 
 def moved_headers(record: Record) -> list[tuple[str, bytes]]:
@@ -113,7 +114,7 @@ def moved_headers(record: Record) -> list[tuple[str, bytes]]:
     own = [(k, v) for k, v in record.headers if k not in HEADERS]
     extra = [(TOPIC, topic), (PARTITION, str(partition)), (OFFSET, str(offset)),
              (ATTEMPTS, str(record.attempt)), (FIRST_FAILURE, str(first)),
-             (STAGE, str(stage))]
+             (STAGE, str(stage)), (TIMESTAMP, str(record.original_timestamp_ms()))]
     return [*own, *((k, v.encode()) for k, v in extra)]
 
 
@@ -130,7 +131,16 @@ def read_retry(headers: Iterable[tuple[str, bytes | None]]) -> RetryInfo | None:
     partition, offset, attempts, first, stage = numbers
     if not topic or min(numbers) < 0 or stage < 1:
         return None
-    return RetryInfo(topic, partition, offset, attempts, first, stage)
+    return RetryInfo(topic, partition, offset, attempts, first, stage,
+                     _timestamp(values.get(TIMESTAMP)))
+
+
+def _timestamp(raw: bytes | None) -> int:
+    """`retry-timestamp-ms`, -1 when absent (moved before it was written) or malformed."""
+    try:
+        return int(raw) if raw is not None else -1
+    except ValueError:
+        return -1
 
 
 # -- messages --------------------------------------------------------------------------

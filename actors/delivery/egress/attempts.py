@@ -1,0 +1,239 @@
+"""What happened to a record (issue 27): the recent attempts of one subscription, in memory.
+
+The outlet (actors/delivery/egress/outlet.py) knows every attempt's outcome: it adds one
+`Attempt` per record per request to its subscription's `AttemptRing`. The ring belongs to
+the subscription, not to the outlet, so it survives the outlet's restarts; the control
+service creates it and the admin API reads it (`GET .../attempts`). Give-ups are decided
+on the partition path: the service hands the ring the `dead_lettered` and
+`retry_scheduled` events it sees go by (`note_event`), nothing more.
+
+Bounded: `capacity` attempts (the oldest leave first), the first `RESPONSE_BYTES` of the
+answer body kept only on failures and only for the newest `responses` of them, and
+`capacity` give-ups. What is older comes from the journal (actors/delivery/control/
+attempts.py reads it with a bounded scan). The request is never kept: no secret, header
+or body of ours can appear in an answer.
+
+`state` of a record from its attempts, newest last: `delivered` (a 2xx), `filtered` (the
+receiver answered `QOH-Action: skip`), `dead_lettered` (given up: to the dead-letter
+topic or journaled as given up), `retrying` (the last attempt failed and it was not
+given up), `pending` (fetched, no attempt yet: known from the journal only), `unknown`.
+
+The ring also keeps the last 15 minutes per minute (`Series`): attempts delivered per
+second and the p50/p99 of every attempt's round trip, for the status page's small charts.
+Percentiles come from a fixed histogram (1-2-5 steps from 0.5 ms to 60 s), so they are
+the upper edge of their step: coarse, bounded, and enough to see a p99 of seconds next to
+a p50 of milliseconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from actors.delivery.document.signing import webhook_id
+
+RING_CAPACITY: Final = 1000
+RESPONSES_KEPT: Final = 100
+RESPONSE_BYTES: Final = 1024
+Outcome = Literal["delivered", "failed", "skipped"]
+State = Literal["delivered", "retrying", "dead_lettered", "filtered", "pending", "unknown"]
+Coordinates = tuple[str, int, int]
+SERIES_BUCKET_MS: Final = 60_000
+SERIES_BUCKETS: Final = 15
+LATENCY_EDGES_MS: Final = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000,
+                           20_000, 60_000)
+GiveUpKind = Literal["dead_lettered", "retry_scheduled"]
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One push of one record: `at` is when it was sent (epoch ms), `number` counts from 1,
+    `response` is the start of a failed answer's body (text, invalid UTF-8 replaced).
+    `record_ts_ms` is the record's timestamp: the `webhook-id` is computed from it when
+    asked (a hash per push is too much for the hot path)."""
+
+    topic: str
+    partition: int
+    offset: int
+    record_ts_ms: int
+    at: int
+    number: int
+    outcome: Outcome
+    status: int | None = None
+    latency_ms: float | None = None
+    error: str | None = None
+    response: str | None = None
+
+    @property
+    def coordinates(self) -> Coordinates:
+        return self.topic, self.partition, self.offset
+
+    @property
+    def webhook_id(self) -> str:
+        return webhook_id(self.topic, self.partition, self.offset, self.record_ts_ms)
+
+    def as_dict(self) -> dict[str, object]:
+        latency = None if self.latency_ms is None else round(self.latency_ms, 3)
+        return {"at": self.at, "attempt": self.number, "status": self.status,
+                "latencyMs": latency, "error": self.error, "response": self.response}
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """A record given up (`dead_lettered`) or moved to a retry topic (`retry_scheduled`)."""
+
+    at: int
+    kind: GiveUpKind
+    reason: str | None
+
+
+def snippet(body: bytes | None) -> str | None:
+    """The first RESPONSE_BYTES of an answer body as text; None when there was none."""
+    if not body:
+        return None
+    return body[:RESPONSE_BYTES].decode("utf-8", errors="replace")
+
+
+def state_of(attempts: list[Attempt], given_up: GiveUp | None) -> State:
+    """The record's state from its attempts (oldest first) and its last give-up."""
+    last = attempts[-1] if attempts else None
+    if given_up is not None and given_up.kind == "dead_lettered" and (
+            last is None or last.at <= given_up.at):
+        return "dead_lettered"
+    if last is None:
+        return "unknown"
+    if last.outcome == "delivered":
+        return "delivered"
+    if last.outcome == "skipped":
+        return "filtered"
+    return "retrying"
+
+
+class _Bucket:
+    __slots__ = ("counts", "delivered", "start_ms")
+
+    def __init__(self, start_ms: int) -> None:
+        self.start_ms = start_ms
+        self.delivered = 0
+        self.counts = [0] * (len(LATENCY_EDGES_MS) + 1)  # the last: above 60 s
+
+    def percentile(self, q: float) -> float | None:
+        total = sum(self.counts)
+        if not total:
+            return None
+        rank, seen = q * total, 0
+        for i, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                return float(LATENCY_EDGES_MS[min(i, len(LATENCY_EDGES_MS) - 1)])
+        return float(LATENCY_EDGES_MS[-1])
+
+
+class Series:
+    """Per `bucket_ms` over the last `buckets`: delivered records and a latency histogram."""
+
+    __slots__ = ("_buckets", "bucket_ms", "size")
+
+    def __init__(self, bucket_ms: int = SERIES_BUCKET_MS, buckets: int = SERIES_BUCKETS) -> None:
+        self.bucket_ms, self.size = bucket_ms, buckets
+        self._buckets: dict[int, _Bucket] = {}  # by start; at most `size` + 1
+
+    def add(self, at_ms: int, latency_ms: float | None, delivered: bool) -> None:
+        start = at_ms - at_ms % self.bucket_ms
+        bucket = self._buckets.get(start)
+        if bucket is None:
+            bucket = self._buckets[start] = _Bucket(start)
+            oldest = max(self._buckets) - (self.size - 1) * self.bucket_ms
+            for gone in [s for s in self._buckets if s < oldest]:
+                del self._buckets[gone]  # out of the window (maybe the one just made)
+        bucket.delivered += delivered
+        if latency_ms is not None:
+            bucket.counts[bisect.bisect_left(LATENCY_EDGES_MS, latency_ms)] += 1
+
+    def as_dict(self, now_ms: int) -> dict[str, object]:
+        """`size` values each, oldest first, ending with the bucket of `now_ms`; None
+        where no attempt completed."""
+        last = now_ms - now_ms % self.bucket_ms
+        starts = [last - (self.size - 1 - i) * self.bucket_ms for i in range(self.size)]
+        found = [self._buckets.get(start) for start in starts]
+        seconds = self.bucket_ms / 1000
+        return {"bucket_ms": self.bucket_ms, "start_ms": starts[0],
+                "delivered_per_s": [round(b.delivered / seconds, 3) if b else 0 for b in found],
+                "p50_ms": [b.percentile(0.5) if b else None for b in found],
+                "p99_ms": [b.percentile(0.99) if b else None for b in found]}
+
+
+class AttemptRing:
+    """The recent attempts and give-ups of one subscription (see the module docstring)."""
+
+    __slots__ = ("_attempts", "_given_up", "_responses", "capacity", "series")
+
+    def __init__(self, capacity: int = RING_CAPACITY, responses: int = RESPONSES_KEPT) -> None:
+        self.capacity = capacity
+        self._attempts: deque[Attempt] = deque(maxlen=capacity)
+        self._responses: deque[Attempt] = deque(maxlen=responses)
+        self._given_up: OrderedDict[Coordinates, GiveUp] = OrderedDict()
+        self.series = Series()
+
+    def add(self, attempt: Attempt) -> None:
+        self._attempts.append(attempt)
+        self.series.add(attempt.at, attempt.latency_ms, attempt.outcome == "delivered")
+        if attempt.response is not None:
+            responses = self._responses
+            if len(responses) == responses.maxlen:
+                responses[0].response = None  # the oldest snippet leaves memory
+            responses.append(attempt)
+
+    def give_up(self, coordinates: Coordinates, given_up: GiveUp) -> None:
+        book = self._given_up
+        book[coordinates] = given_up
+        book.move_to_end(coordinates)
+        if len(book) > self.capacity:
+            book.popitem(last=False)
+
+    def of_record(self, coordinates: Coordinates) -> tuple[list[Attempt], GiveUp | None]:
+        """The record's attempts still in memory, oldest first, and its last give-up."""
+        found = [a for a in self._attempts if a.coordinates == coordinates]
+        return found, self._given_up.get(coordinates)
+
+    def find(self, webhook_id: str) -> Coordinates | None:
+        """The record a `webhook-id` names, if one of its attempts is still in memory."""
+        for attempt in reversed(self._attempts):
+            if attempt.webhook_id == webhook_id:
+                return attempt.coordinates
+        return None
+
+    def failed(self, limit: int) -> list[Attempt]:
+        """The newest `limit` failed attempts, oldest first."""
+        found: list[Attempt] = []
+        for attempt in reversed(self._attempts):
+            if len(found) >= limit:
+                break
+            if attempt.outcome == "failed":
+                found.append(attempt)
+        found.reverse()
+        return found
+
+    def recent(self, limit: int) -> list[Attempt]:
+        """The newest `limit` attempts, oldest first."""
+        attempts = self._attempts
+        return [attempts[i] for i in range(max(len(attempts) - limit, 0), len(attempts))]
+
+    @property
+    def oldest_at(self) -> int | None:
+        """When the oldest attempt in memory was sent: older ones are in the journal only."""
+        return self._attempts[0].at if self._attempts else None
+
+    def __len__(self) -> int:
+        return len(self._attempts)
+
+    def __iter__(self) -> Iterable[Attempt]:
+        return iter(self._attempts)
+
+    def __repr__(self) -> str:
+        return (f"<AttemptRing attempts={len(self._attempts)}/{self.capacity} "
+                f"responses={len(self._responses)}/{self._responses.maxlen} "
+                f"given_up={len(self._given_up)}>")

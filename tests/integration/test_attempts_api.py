@@ -1,0 +1,134 @@
+"""The attempts API (issue 27) on the real broker and a real receiver that fails twice,
+then succeeds: three attempts, newest last, two response snippets; the same answer by
+`webhookId`; the failures listed; after a restart (memory empty) the journal answers; no
+secret of the subscription in any answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Push,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
+
+pytestmark = pytest.mark.integration
+STAMP_MS = 1_700_000_000_000
+SECRET_HEADER = "Bearer s3cret-header-value"
+SIGNING = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+
+
+class FailsTwice:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def __call__(self, push: Push) -> int:
+        self.seen += 1
+        return 500 if self.seen <= 2 else 200
+
+
+def body(push: Push, status: int) -> bytes:
+    return f"upstream says no ({status}) ".encode() + b"x" * 2000 if status >= 300 else b"ok"
+
+
+async def attempts(admin: Admin, query: str) -> tuple[int, Any, str]:
+    status, reply = await admin.call("GET", f"/broker/subscription/att/g-att/attempts?{query}")
+    return status, reply, json.dumps(reply)
+
+
+async def test_an_endpoint_failing_twice_then_succeeding_shows_three_attempts(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 1, timestamp=lambda i: STAMP_MS)
+    receiver = await Receiver(FailsTwice(), answer_body=body).start()
+    sub = subscription("att", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs,
+                       retryBeforeCommit=5, signingSecret=SIGNING,
+                       additionalHeaders={"Authorization": SECRET_HEADER})
+    record = f"topic={topic}&partition=0&offset=0"
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(sub)
+            await receiver.wait_for(lambda: len(receiver.ok) == 1)
+            wid = receiver.ok[0].headers["webhook-id"]
+            status, reply, text = await attempts(admin, record)
+            assert status == 200, reply
+            data = reply["data"]
+            assert data["record"] == {"topic": topic, "partition": 0, "offset": 0,
+                                      "webhookId": wid}
+            assert data["state"] == "delivered"
+            tried = data["attempts"]
+            assert [a["status"] for a in tried] == [500, 500, 200]
+            assert [a["attempt"] for a in tried] == [1, 2, 3]
+            assert [a["error"] for a in tried] == ["HTTP 500", "HTTP 500", None]
+            snippets = [a["response"] for a in tried]
+            assert snippets[2] is None and all(s.startswith("upstream says no (500) ")
+                                               for s in snippets[:2])
+            assert [len(s.encode()) for s in snippets[:2]] == [1024, 1024]  # first 1 KiB
+            assert tried[0]["at"] <= tried[1]["at"] <= tried[2]["at"]
+            assert all(a["latencyMs"] >= 0 for a in tried)
+            assert "s3cret" not in text and "whsec_" not in text
+            _, by_id, _ = await attempts(admin, f"webhookId={wid}")
+            assert by_id["data"] == data
+            _, failed, text = await attempts(admin, "failed=true&limit=5")
+            listed = failed["data"]["attempts"]
+            assert [(a["record"]["offset"], a["attempt"], a["status"]) for a in listed] == [
+                (0, 1, 500), (0, 2, 500)]
+            assert listed[0]["record"]["webhookId"] == wid and listed[1]["response"]
+            assert "s3cret" not in text
+            _, unknown, _ = await attempts(admin, f"topic={topic}&partition=0&offset=99")
+            assert unknown["data"]["state"] == "unknown" and unknown["data"]["reason"]
+            assert (await attempts(admin, ""))[0] == 400
+            assert (await attempts(admin, f"topic={topic}&partition=x&offset=0"))[0] == 400
+            assert (await admin.call("GET", "/broker/subscription/no/such/attempts"))[0] == 404
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:  # memory is empty
+            _, again, _ = await attempts(Admin(runtime), record)
+            journaled = again["data"]
+            assert journaled["state"] == "delivered"
+            assert journaled["record"]["webhookId"] == wid
+            assert [(a["attempt"], a["status"], a["response"]) for a in
+                    journaled["attempts"]] == [(1, 500, None), (2, 500, None), (3, 200, None)]
+            _, by_id, _ = await attempts(Admin(runtime), f"webhookId={wid}")
+            assert by_id["data"]["state"] == "delivered"
+    finally:
+        await receiver.stop()
+
+
+async def test_a_record_given_up_is_dead_lettered_and_its_attempts_are_listed(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 1)
+
+    async def never(push: Push) -> int:
+        return 503
+
+    receiver = await Receiver(never, answer_body=body).start()
+    sub = subscription("att", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs,
+                       retryBeforeCommit=1, deadLetterTopic=f"{topic}.dlt")
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(sub)
+            await receiver.wait_for(lambda: len(receiver.pushes) == 2)
+            query = f"topic={topic}&partition=0&offset=0"
+            for _ in range(200):  # the dead letter is written after the last answer
+                data = (await attempts(admin, query))[1]["data"]
+                if data["state"] == "dead_lettered":
+                    break
+                await asyncio.sleep(0.05)  # the journal event has no waiter to tell
+            assert data["state"] == "dead_lettered", data
+            assert [a["status"] for a in data["attempts"]] == [503, 503]
+    finally:
+        await receiver.stop()
