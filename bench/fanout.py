@@ -97,6 +97,18 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         "runtime": {"shutdown_deadline_ms": 30_000},
     })
     result: dict[str, Any] = {"tree": args.tree}
+    import gc
+    gc_time = [0.0, 0.0]  # total seconds, start of the running collection
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_time[1] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_time[1]
+
+    gc.callbacks.append(on_gc)
+    if args.gc_threshold:
+        gc.set_threshold(*(int(n) for n in args.gc_threshold.split(",")))
     producer = make_producer(args.bootstrap, acks=1, linger_ms=50)
     await producer.start()
     runtime = Runtime(config, services=[DeliveryService])
@@ -190,7 +202,6 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["cursors_s"] = result["subscribe_s"] + await until(
                 "cursors", lambda: cursors() >= want)
             await asyncio.sleep(2)
-            import gc
             gc.collect()
             result["rss_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
             note(args.tree, "subscribed:", result)
@@ -207,10 +218,12 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 profile = cProfile.Profile()
                 profile.enable()
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
+            g0 = gc_time[0]
             await produce(topic, args.records)
             total = args.records * args.subscribers
             result["fanout_s"] = await until("fan-out", lambda: delivered() - d0 >= total)
             result["fanout_us"] = (cpu_s() - c0) / total * 1e6
+            result["fanout_gc_us"] = (gc_time[0] - g0) / total * 1e6
             result["fanout_load"] = load()
             result["fanout_ratio"] = result["fanout_us"] / result["single_us"]
             note(args.tree, "fan-out:", result)
@@ -276,6 +289,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
                "--partitions", str(args.partitions), "--records", str(args.records),
                "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
                "--timeout-s", str(args.timeout_s), "--filters", str(args.filters)]
+    if args.gc_threshold:
+        command += ["--gc-threshold", args.gc_threshold]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -312,7 +327,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['idle_broker_pct']:.1f}% ({r['idle_load']})\n"
               f"  {args.records * args.subscribers} deliveries in {r['fanout_s']:.2f} s, "
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
-              f"({r['fanout_load']})")
+              f"({r['fanout_load']}; of which garbage collection "
+              f"{r['fanout_gc_us']:.0f} us)")
         print(f"  again (warm): {r['warm_s']:.2f} s, {r['warm_us']:.0f} us/delivery = "
               f"{r['warm_ratio']:.2f} x single ({r['warm_load']})")
         if "filtered_us" in r:
@@ -334,6 +350,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=300.0)
     parser.add_argument("--profile", default="",
                         help="cProfile the fan-out phases of this tree into this file")
+    parser.add_argument("--gc-threshold", default="",
+                        help="gc.set_threshold for the workers, e.g. 10000,20,100")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=str(HERE.parent), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)

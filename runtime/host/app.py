@@ -56,6 +56,9 @@ log = logging.getLogger("runtime")
 S = TypeVar("S")
 
 
+GC_YOUNG_THRESHOLD = 20_000
+
+
 class Runtime:
     def __init__(self, config: Config, *, clock: Clock | None = None,
                  services: Sequence[ServiceFactory[Runtime]] | None = None) -> None:
@@ -206,9 +209,29 @@ class Runtime:
             # What start-up built lives for the whole run: keep it out of the collector's
             # full passes, which otherwise pause the loop for tens of ms (delay lateness).
             gc.freeze()
+            # Young collections every GC_YOUNG_THRESHOLD allocations instead of 700: a
+            # fan-out holds tens of thousands of records, futures and tasks in flight, and
+            # each young pass walked them (bench/RESULTS.md, "Fan-out": 37 -> 6 us of GC
+            # per delivery with a thousand subscriptions). Only cycles wait longer.
+            gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         log.info("actors:\n%s", "\n".join(self.system.root.describe("  ")))
         log.info("admin API listening on %s", self.admin.url)
         log.info("%s", self.next_steps())
+
+    def keep_long_lived(self) -> None:
+        """What a service just built (a subscription's actors) lives long: out of the
+        garbage collector's full passes too, as start-up's objects are. With a thousand
+        subscriptions those passes took 45% of the CPU of a fan-out delivery
+        (bench/RESULTS.md, "Fan-out"). Cheap: the collector's lists are spliced."""
+        if self.config.runtime.gc_freeze:
+            gc.freeze()
+
+    def release_long_lived(self) -> None:
+        """Something long-lived went away (an unsubscribe): give everything back to the
+        collector, so the cycles it left are freed; the next `keep_long_lived` freezes
+        what remains."""
+        if self.config.runtime.gc_freeze:
+            gc.unfreeze()
 
     def next_steps(self) -> str:
         """The last line of the start: where to look and what to try (issue 27)."""

@@ -109,3 +109,44 @@ def test_the_strictest_settings_of_an_origins_subscriptions_apply() -> None:
 
 def test_the_breaker_is_on_by_default() -> None:
     assert Origins().get("http://h:1").breaker.enabled
+
+
+async def test_slots_bound_the_holders_and_serve_waiters_in_arrival_order() -> None:
+    import asyncio
+
+    from actors.delivery.egress.origin import Slots
+
+    slots, order, holding, most = Slots(2), [], [0], [0]
+    gate = asyncio.Event()
+
+    async def use(n: int) -> None:
+        async with slots:
+            order.append(n)
+            holding[0] += 1
+            most[0] = max(most[0], holding[0])
+            await gate.wait()
+            holding[0] -= 1
+
+    tasks = [asyncio.create_task(use(n)) for n in range(6)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert order == [0, 1] and slots.waiting == 4
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert order == list(range(6)) and most[0] == 2 and slots.waiting == 0
+
+
+async def test_a_cancelled_waiter_gives_its_turn_to_the_next() -> None:
+    import asyncio
+
+    from actors.delivery.egress.origin import Slots
+
+    slots = Slots(1)
+    await slots.__aenter__()
+    cancelled = asyncio.create_task(slots.__aenter__())
+    second = asyncio.create_task(slots.__aenter__())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await slots.__aexit__()
+    await asyncio.wait_for(second, 1)  # the slot went past the cancelled waiter
+    assert cancelled.cancelled() and slots.waiting == 0

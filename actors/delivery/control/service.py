@@ -315,6 +315,7 @@ class DeliveryControl:
                 raise
             self.status[key].move("running", self._now())
             self.subscriptions[key] = consumer
+            self.runtime.keep_long_lived()
             log.info("subscribed %s: %s", key, _summary(consumer))
             if persist and self._store is not None:
                 await self._store.save(consumer)
@@ -433,7 +434,8 @@ class DeliveryControl:
             runtime.consumer_settings(consumer.broker)))
         settings = instance_client_settings(roster.group_id)
         return ChildSpec(
-            name, lambda: InstanceMemberActor(name, roster, wiring, settings, runtime.metrics),
+            name, lambda: InstanceMemberActor(name, roster, wiring, settings, runtime.metrics,
+                                              runtime.keep_long_lived),
             shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
 
     async def _release_member(self, consumer: Consumer) -> None:
@@ -499,6 +501,7 @@ class DeliveryControl:
 
     def _started(self, consumer: Consumer, what: str) -> None:
         self.status[consumer.key].move("running", self._now())
+        self.runtime.keep_long_lived()
         log.info("subscription %s %s", consumer.key, what)
 
     def _start_failed(self, consumer: Consumer, exc: DeliveryError) -> None:
@@ -981,6 +984,7 @@ class DeliveryControl:
             if consumer is None:
                 raise SubscriptionNotFound("subscription not found", key)
             await self._stop_tree(key)
+            self.runtime.release_long_lived()
             del self.subscriptions[key]
             del self.status[key]
             self.attempts.pop(key, None)

@@ -110,9 +110,12 @@ class CaughtUp:
 
 class InstanceMemberActor(GroupConsumerActor):
     def __init__(self, name: str, roster: Roster, wiring: Wiring, settings: ClientSettings,
-                 metrics: Registry) -> None:
+                 metrics: Registry, long_lived: Callable[[], None] = lambda: None) -> None:
         super().__init__(name, wiring)
         self.roster = roster
+        self.long_lived = long_lived
+        """Called once new cursors run: what they built lives long (`Runtime.
+        keep_long_lived`, out of the garbage collector's full passes)."""
         self.settings = settings
         self.fanouts: dict[TopicPartition, Fanout] = {}
         self.offsets: GroupOffsets | None = None
@@ -530,6 +533,8 @@ class InstanceMemberActor(GroupConsumerActor):
             for key in self._claimants(tp.topic):
                 await self._add_cursor(self.roster.riders[key], tp)
             self._journal("partition_assigned", tp, actor=self.path)
+        if new:
+            self.long_lived()
 
     async def _revoke_with(self, kafka: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
         ordered = sorted(tps & self.owned)
@@ -566,6 +571,8 @@ class InstanceMemberActor(GroupConsumerActor):
                 if key not in fanout.cursors:
                     await self._add_cursor(self.roster.riders[key], tp)
                     added += 1
+        if added:
+            self.long_lived()
         log.info("%s: %d subscriptions (roster version %d): %d cursors added without a "
                  "rebalance", self.path, len(self.roster), self.roster.version, added)
 
