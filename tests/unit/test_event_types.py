@@ -1,5 +1,5 @@
 """The journal's event types are one list: every listed type is emitted somewhere, and the
-README documents exactly that list."""
+docs/report.md documents exactly that list."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def test_every_event_type_is_emitted_by_some_actor_or_the_journal() -> None:
     assert never == [], f"listed in EventType but never emitted: {never}"
 
 
-def test_the_readme_documents_exactly_the_event_types() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_report_page_documents_exactly_the_event_types() -> None:
+    readme = (ROOT / "docs" / "report.md").read_text()
     table = readme.split("| type | emitted by | when |", 1)[1].split("\n\n", 1)[0]
     documented = set(re.findall(r"`([a-z_]+)`", "\n".join(
         line.split("|")[1] for line in table.splitlines()[2:] if line.startswith("|"))))
