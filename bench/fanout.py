@@ -147,6 +147,28 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     def cursors() -> int:
         return len(runtime.metrics.gauge("hookstream_inflight", "").children)
 
+    async def produce_all(topics: list[str], count: int) -> None:
+        await asyncio.gather(*(produce(topic, count) for topic in topics))
+
+    async def restart(topics: list[str], want: int, result: dict[str, Any]) -> None:
+        """4. Stop, then start a new runtime on the persisted subscriptions: until every
+        cursor runs, and until every subscriber got one new record of its topic."""
+        nonlocal runtime
+        await runtime.stop()
+        start = time.perf_counter()
+        runtime = Runtime(config, services=[DeliveryService])
+        await runtime.start()
+        result["restart_ready_s"] = time.perf_counter() - start
+        await until("cursors after the restart", lambda: cursors() >= want)
+        result["restart_cursors_s"] = time.perf_counter() - start
+        d0 = delivered()
+        await asyncio.gather(*(producer.send_and_wait(topic, b"after the restart",
+                                                      partition=0) for topic in topics))
+        await until("every subscriber after the restart",
+                    lambda: delivered() - d0 >= args.subscribers)
+        result["restart_delivering_s"] = time.perf_counter() - start
+        note(args.tree, "restart:", result)
+
     async def filtered(session: aiohttp.ClientSession, result: dict[str, Any]) -> None:
         """3. The same number of subscribers, each with one of `--filters` distinct
         header filters; records of as many event types, evenly mixed, so each record goes
@@ -190,12 +212,15 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["single_load"] = load()
             note(args.tree, "single:", result)
             # 2. fan-out
-            topic = f"fan-{uuid.uuid4().hex[:8]}"
-            await create_topics(args.bootstrap, {topic: args.partitions})
+            run = uuid.uuid4().hex[:8]
+            topics = [f"fan-{run}-{n}" for n in range(args.topics)]
+            for first in range(0, len(topics), 100):
+                await create_topics(args.bootstrap, dict.fromkeys(topics[first:first + 100],
+                                                                  args.partitions))
             base_rss = rss_kib()
             base_cursors = cursors()
             start = time.perf_counter()
-            await subscribe(session, [body(f"s{i}", topic, args.url)
+            await subscribe(session, [body(f"s{i}", topics[i % args.topics], args.url)
                                       for i in range(args.subscribers)])
             result["subscribe_s"] = time.perf_counter() - start
             want = base_cursors + args.subscribers * args.partitions
@@ -219,7 +244,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 profile.enable()
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
             g0 = gc_time[0]
-            await produce(topic, args.records)
+            await produce_all(topics, args.records)
             total = args.records * args.subscribers
             result["fanout_s"] = await until("fan-out", lambda: delivered() - d0 >= total)
             result["fanout_us"] = (cpu_s() - c0) / total * 1e6
@@ -230,7 +255,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             # the same again: workers, connections and series exist now (warm)
             await asyncio.sleep(1)
             d0, c0 = delivered(), cpu_s()
-            await produce(topic, args.records)
+            await produce_all(topics, args.records)
             result["warm_s"] = await until("warm", lambda: delivered() - d0 >= total)
             result["warm_us"] = (cpu_s() - c0) / total * 1e6
             result["warm_ratio"] = result["warm_us"] / result["single_us"]
@@ -240,6 +265,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 profile.dump_stats(args.profile)
             if args.filters:
                 await filtered(session, result)
+        if args.restart:
+            await restart(topics, want, result)
     finally:
         await runtime.stop()
         await producer.stop()
@@ -288,7 +315,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
                "--workdir", str(workdir), "--subscribers", str(args.subscribers),
                "--partitions", str(args.partitions), "--records", str(args.records),
                "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
-               "--timeout-s", str(args.timeout_s), "--filters", str(args.filters)]
+               "--timeout-s", str(args.timeout_s), "--filters", str(args.filters),
+               "--topics", str(args.topics)] + (["--restart"] if args.restart else [])
     if args.gc_threshold:
         command += ["--gc-threshold", args.gc_threshold]
     if args.profile and tree == HERE.parent:
@@ -315,7 +343,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
             for n, tree in enumerate(trees):
                 results.append(await run_tree(tree, args, bootstrap, pid, url,
                                               Path(tmp) / str(n)))
-    print(f"fanout: {args.subscribers} subscribers x {args.partitions} partitions, "
+    print(f"fanout: {args.subscribers} subscribers on {args.topics} topic(s) x "
+          f"{args.partitions} partitions, "
           f"{args.records} records each; python {sys.version.split()[0]}")
     for r in results:
         print(f"{r['tree']}:\n"
@@ -329,6 +358,10 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']}; of which garbage collection "
               f"{r['fanout_gc_us']:.0f} us)")
+        if "restart_ready_s" in r:
+            print(f"  restart: started in {r['restart_ready_s']:.1f} s, every cursor running "
+                  f"at {r['restart_cursors_s']:.1f} s, every subscriber delivering at "
+                  f"{r['restart_delivering_s']:.1f} s")
         print(f"  again (warm): {r['warm_s']:.2f} s, {r['warm_us']:.0f} us/delivery = "
               f"{r['warm_ratio']:.2f} x single ({r['warm_load']})")
         if "filtered_us" in r:
@@ -345,6 +378,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--baseline-records", type=int, default=20_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--compare", default="")
+    parser.add_argument("--topics", type=int, default=1,
+                        help="subscriber i reads topic i %% topics")
+    parser.add_argument("--restart", action="store_true",
+                        help="then restart from the persisted subscriptions")
     parser.add_argument("--filters", type=int, default=0,
                         help="distinct header filters for the filtered phase (0: none)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
