@@ -36,9 +36,12 @@ def pushes_of(receiver: Receiver) -> Counter[tuple[str, int, int]]:
     return Counter((p.consumer, p.partition, p.offset) for p in receiver.ok)
 
 
-async def test_kill_9_mid_stream_loses_nothing_and_duplicates_only_uncommitted_records(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
-    topic = await topic_factory(partitions=4)
+async def stop_mid_stream_then_restart(
+        kafka_bootstrap: str, topic: str, tmp_path: Path, kill: bool,
+) -> tuple[Receiver, dict[str, dict[int, int]]]:
+    """Five cursors on a 4-partition backlog of 2,000; mid-stream the process is killed
+    (SIGKILL) or stopped (SIGTERM), then restarted until every subscriber has every
+    record. Returns the receiver and each group's commits read just before the stop."""
     await produce(kafka_bootstrap, topic, 2000, partitions=4)
     receiver = await Receiver(slow).start()
     port = free_port()
@@ -48,18 +51,28 @@ async def test_kill_9_mid_stream_loses_nothing_and_duplicates_only_uncommitted_r
         await subscribe(port, topic, receiver.url)
         await receiver.wait_for(lambda: len(receiver.delivered()) >= 3000, timeout_s=60)
         before = {i: await committed(kafka_bootstrap, f"g-{i}", topic, 4) for i in IDS}
-        process.send_signal(signal.SIGKILL)
-        await process.wait()
+        if kill:
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+        else:
+            assert (await terminate(process))[0] == 0
         process = await start_process(config, port)
         await receiver.wait_for(lambda: len(receiver.delivered()) == 10_000, timeout_s=90)
-        code, _ = await terminate(process)
-        assert code == 0
+        assert (await terminate(process))[0] == 0
     finally:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
         await receiver.stop()
+    return receiver, before
+
+
+async def test_kill_9_mid_stream_loses_nothing_and_duplicates_only_uncommitted_records(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=4)
+    receiver, before = await stop_mid_stream_then_restart(kafka_bootstrap, topic, tmp_path,
+                                                          kill=True)
     for sub_id in IDS:
         assert await committed(kafka_bootstrap, f"g-{sub_id}", topic, 4) == {
             p: 500 for p in range(4)}
@@ -72,25 +85,7 @@ async def test_kill_9_mid_stream_loses_nothing_and_duplicates_only_uncommitted_r
 async def test_sigterm_with_several_cursors_mid_stream_then_restart_duplicates_nothing(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
     topic = await topic_factory(partitions=4)
-    await produce(kafka_bootstrap, topic, 2000, partitions=4)
-    receiver = await Receiver(slow).start()
-    port = free_port()
-    config = write_config(tmp_path, kafka_bootstrap, port)
-    process = await start_process(config, port)
-    try:
-        await subscribe(port, topic, receiver.url)
-        await receiver.wait_for(lambda: len(receiver.delivered()) >= 3000, timeout_s=60)
-        code, _ = await terminate(process)
-        assert code == 0
-        process = await start_process(config, port)
-        await receiver.wait_for(lambda: len(receiver.delivered()) == 10_000, timeout_s=90)
-        code, _ = await terminate(process)
-        assert code == 0
-    finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-        await receiver.stop()
+    receiver, _ = await stop_mid_stream_then_restart(kafka_bootstrap, topic, tmp_path,
+                                                     kill=False)
     duplicates = [k for k, n in pushes_of(receiver).items() if n > 1]
     assert duplicates == []
