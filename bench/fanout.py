@@ -147,6 +147,44 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     def cursors() -> int:
         return len(runtime.metrics.gauge("hookstream_inflight", "").children)
 
+    async def hanging_endpoint() -> tuple[asyncio.AbstractServer, str]:
+        """Accepts connections, reads, never answers."""
+        async def never(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while await reader.read(65536):
+                    pass
+            writer.close()
+
+        server = await asyncio.start_server(never, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        return server, f"http://127.0.0.1:{port}/hook"
+
+    async def isolation(session: aiohttp.ClientSession, result: dict[str, Any]) -> None:
+        """5. `--isolation-subscribers` subscribers of a topic each get `--isolation`
+        records; once all answered, once with subscriber 0's endpoint hanging (1 s
+        timeout, retried): the others' rate with and without it; then it heals."""
+        count, n = args.isolation, args.isolation_subscribers
+        server, hang_url = await hanging_endpoint()
+        try:
+            for hung in (False, True):
+                topic = f"iso-{uuid.uuid4().hex[:8]}"
+                await create_topics(args.bootstrap, {topic: args.partitions})
+                first = body(f"i{int(hung)}-0", topic, hang_url if hung else args.url,
+                             timeoutMs=1000)
+                await subscribe(session, [first] + [body(f"i{int(hung)}-{i}", topic,
+                                                         args.url) for i in range(1, n)])
+                await asyncio.sleep(5)  # every cursor placed
+                d0, rss0 = delivered(), rss_kib()
+                await produce(topic, count)
+                others = count * (n - 1)
+                took = await until("isolation", lambda: delivered() - d0 >= others)
+                name = "hung" if hung else "healthy"
+                result[f"iso_{name}_rate"] = others / took
+                result[f"iso_{name}_rss_kib"] = rss_kib() - rss0
+                note(args.tree, "isolation", name, took)
+        finally:
+            server.close()
+
     async def produce_all(topics: list[str], count: int) -> None:
         await asyncio.gather(*(produce(topic, count) for topic in topics))
 
@@ -265,6 +303,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 profile.dump_stats(args.profile)
             if args.filters:
                 await filtered(session, result)
+            if args.isolation:
+                await isolation(session, result)
         if args.restart:
             await restart(topics, want, result)
     finally:
@@ -316,7 +356,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
                "--partitions", str(args.partitions), "--records", str(args.records),
                "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
                "--timeout-s", str(args.timeout_s), "--filters", str(args.filters),
-               "--topics", str(args.topics)] + (["--restart"] if args.restart else [])
+               "--topics", str(args.topics), "--isolation", str(args.isolation),
+               "--isolation-subscribers", str(args.isolation_subscribers)] + (["--restart"] if args.restart else [])
     if args.gc_threshold:
         command += ["--gc-threshold", args.gc_threshold]
     if args.profile and tree == HERE.parent:
@@ -358,6 +399,12 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']}; of which garbage collection "
               f"{r['fanout_gc_us']:.0f} us)")
+        if "iso_hung_rate" in r:
+            print(f"  isolation ({args.isolation_subscribers} subscribers x "
+                  f"{args.isolation} records): the others at {r['iso_healthy_rate']:.0f} "
+                  f"deliveries/s without a hung endpoint, {r['iso_hung_rate']:.0f} with one "
+                  f"({r['iso_hung_rate'] / r['iso_healthy_rate']:.2f} x); RSS grew "
+                  f"{r['iso_healthy_rss_kib']:.0f} / {r['iso_hung_rss_kib']:.0f} KiB")
         if "restart_ready_s" in r:
             print(f"  restart: started in {r['restart_ready_s']:.1f} s, every cursor running "
                   f"at {r['restart_cursors_s']:.1f} s, every subscriber delivering at "
@@ -380,6 +427,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--compare", default="")
     parser.add_argument("--topics", type=int, default=1,
                         help="subscriber i reads topic i %% topics")
+    parser.add_argument("--isolation", type=int, default=0,
+                        help="records per subscriber in the hung-endpoint phase (0: none)")
+    parser.add_argument("--isolation-subscribers", type=int, default=100)
     parser.add_argument("--restart", action="store_true",
                         help="then restart from the persisted subscriptions")
     parser.add_argument("--filters", type=int, default=0,
