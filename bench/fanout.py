@@ -177,7 +177,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 d0, rss0 = delivered(), rss_kib()
                 await produce(topic, count)
                 others = count * (n - 1)
-                took = await until("isolation", lambda: delivered() - d0 >= others)
+                took = await until("isolation",
+                                   lambda d0=d0, others=others: delivered() - d0 >= others)
                 name = "hung" if hung else "healthy"
                 result[f"iso_{name}_rate"] = others / took
                 result[f"iso_{name}_rss_kib"] = rss_kib() - rss0
@@ -357,7 +358,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
                "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
                "--timeout-s", str(args.timeout_s), "--filters", str(args.filters),
                "--topics", str(args.topics), "--isolation", str(args.isolation),
-               "--isolation-subscribers", str(args.isolation_subscribers)] + (["--restart"] if args.restart else [])
+               "--isolation-subscribers", str(args.isolation_subscribers)]
+    command += ["--restart"] if args.restart else []
     if args.gc_threshold:
         command += ["--gc-threshold", args.gc_threshold]
     if args.profile and tree == HERE.parent:
