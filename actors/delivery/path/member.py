@@ -313,10 +313,11 @@ class InstanceMemberActor(GroupConsumerActor):
         if positions is None:
             self._seat_rewinds.update(current)  # the coordinator did not answer: again
             return
+        starts = await self._starts(kafka, positions)
         for tp in {tp for _key, tp in current}:
-            self._seek(kafka, tp, {k: p for (k, t), p in positions.items() if t == tp})
+            self._seek(kafka, tp, {k: s for (k, t), s in starts.items() if t == tp})
         for seat, position in positions.items():
-            self._start_cursor(seat, current[seat], position)
+            self._start_cursor(seat, current[seat], position, starts[seat])
 
     async def _committed(self, seats: dict[Seat, int]) -> dict[Seat, int | None] | None:
         by_group: dict[str, list[Seat]] = defaultdict(list)
@@ -337,30 +338,56 @@ class InstanceMemberActor(GroupConsumerActor):
                 positions[seat] = offsets[seat[1]]
         return positions
 
-    def _start_position(self, key: str, committed: int | None) -> int | None:
-        """Where a cursor starts on the shared fetch: its commit, else its reset policy
-        (None: latest, from the head)."""
-        if committed is not None:
-            return committed
-        reset = self.roster.riders[key].sub.properties.get("auto.offset.reset", "earliest")
-        return EARLIEST if reset == "earliest" else None
+    async def _starts(self, kafka: AIOKafkaConsumer, committed: dict[Seat, int | None],
+                      ) -> dict[Seat, int | None]:
+        """Where each cursor starts on the shared fetch: its group's commit, else its
+        `auto.offset.reset`: `earliest` the log's start, `latest` the log's end now (None:
+        the head of a fetch that runs already)."""
+        starts: dict[Seat, int | None] = {}
+        latest: list[Seat] = []
+        for (key, tp), position in committed.items():
+            reset = self.roster.riders[key].sub.properties.get("auto.offset.reset", "earliest")
+            if position is None and reset != "earliest":
+                latest.append((key, tp))
+            starts[(key, tp)] = position if position is not None else EARLIEST
+        unread = sorted({tp for _key, tp in latest if self.fanouts[tp].head is None})
+        ends = await self._log_ends(kafka, unread)
+        for seat in latest:
+            starts[seat] = ends.get(seat[1])
+        return starts
+
+    async def _log_ends(self, kafka: AIOKafkaConsumer, tps: list[TopicPartition],
+                        ) -> dict[TopicPartition, int]:
+        """The log end of partitions nothing was fetched from yet (ListOffsets; on the
+        embedded broker it may say less after multi-record batches, runtime/kafka/compat.py
+        quirk 2: then older records are delivered too, never skipped). Unknown: the first
+        fetch's high watermark decides (`Fanout`'s `latest` state)."""
+        if not tps:
+            return {}
+        try:
+            return {tp: int(offset) for tp, offset in (await kafka.end_offsets(tps)).items()}
+        except KafkaError as exc:
+            log.warning("%s: reading log ends failed (%r); starting at the first fetch's "
+                        "high watermark", self.path, exc)
+            return {}
 
     def _seek(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
-              committed: dict[str, int | None]) -> None:
+              starts: dict[str, int | None]) -> None:
         fanout = self.fanouts[tp]
-        wanted = {key: self._start_position(key, off) for key, off in committed.items()}
-        target = fanout.seek_target(wanted)
+        target = fanout.seek_target(starts)
         if target is not None:
             kafka.seek(tp, target)
             fanout.seeked(target)
 
-    def _start_cursor(self, seat: Seat, epoch: int, committed: int | None) -> None:
+    def _start_cursor(self, seat: Seat, epoch: int, committed: int | None,
+                      start: int | None) -> None:
         key, tp = seat
         cursor = self._cursor(key, tp)
         if cursor is None:
             return
-        cursor.tell_system(Assigned(committed, epoch))
-        self._perform(tp, self.fanouts[tp].position(key, self._start_position(key, committed)))
+        told = committed if committed is not None or start == EARLIEST else start
+        cursor.tell_system(Assigned(told, epoch))
+        self._perform(tp, self.fanouts[tp].position(key, start))
 
     def _current(self, seat: Seat, epoch: int) -> bool:
         key, tp = seat
