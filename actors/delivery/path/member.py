@@ -132,6 +132,7 @@ class InstanceMemberActor(GroupConsumerActor):
         self._listening = False
         self._missing: set[str] = set()  # named topics not on the broker yet (watched)
         self._leaves: list[Leave] = []
+        self._client_wait_ms: int | None = None  # the client's fetch wait, once started
         self.rebalances = 0
         labels = {"group": roster.group_id, "member": name}
         self.m_generation = metrics.gauge(
@@ -631,12 +632,29 @@ class InstanceMemberActor(GroupConsumerActor):
                  len(roster), roster.version)
 
     def _noted(self) -> None:
-        """The roster's version is taken into account: its size and fetch size apply."""
+        """The roster's version is taken into account: its size, fetch size and fetch
+        wait apply."""
         roster = self.roster
         self._subscribed = roster.version
         self.m_riders.set(len(roster))
         if roster.riders:
             self.wiring.max_records = max(fetch_size(r.sub) for r in roster.riders.values())
+        self._apply_fetch_wait()
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        self._client_wait_ms = self._configured_wait_ms
+        self._apply_fetch_wait()
+
+    def _apply_fetch_wait(self) -> None:
+        """The shortest `fetch.max.wait.ms` a subscription asks for (a fetch serves them
+        all; on the embedded broker every fetch waits that long, compat.py quirk 4), else
+        the client's."""
+        waits = [int(r.sub.properties["fetch.max.wait.ms"]) for r in self.roster.riders.values()
+                 if "fetch.max.wait.ms" in r.sub.properties]
+        client = self._client_wait_ms
+        if client is not None:
+            self._configured_wait_ms = min(waits) if waits else client
 
     # -- status ------------------------------------------------------------------------
     def subscription_of(self, tp: TopicPartition) -> str | None:
