@@ -80,6 +80,8 @@ from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 log = logging.getLogger(__name__)
 LEAVE_GRACE_MS = 2000
 """How long a rider waits for its member beyond the drain deadline before leaving alone."""
+SETTLE_MS = 300
+SETTLE_MAX_MS = 3000
 RING_MIN_RECORDS = 2000
 """The shared buffer of a partition holds at least this many records (more when one
 fetch brings more), so a cursor that paused briefly resumes from memory."""
@@ -133,6 +135,7 @@ class InstanceMemberActor(GroupConsumerActor):
         self._missing: set[str] = set()  # named topics not on the broker yet (watched)
         self._leaves: list[Leave] = []
         self._client_wait_ms: int | None = None  # the client's fetch wait, once started
+        self._settling: tuple[int, int, int] | None = None  # first change, version, since
         self.rebalances = 0
         labels = {"group": roster.group_id, "member": name}
         self.m_generation = metrics.gauge(
@@ -201,10 +204,24 @@ class InstanceMemberActor(GroupConsumerActor):
         if not self.roster.held and self._subscribed != self.roster.version:
             if self._target == _target_of(self.roster):
                 await self._reroute()
-            else:
+            elif self._settled():
                 await self._resubscribe(kafka)
         elif self._missing and topic_creation.missing(kafka, self._missing) != self._missing:
             await self._resubscribe(kafka)
+
+    def _settled(self) -> bool:
+        """Whether a change of topics may be subscribed now: once the riders stopped
+        changing for `SETTLE_MS` (at most `SETTLE_MAX_MS` after the first change), so a
+        burst of subscriptions to new topics costs one rebalance, not one each."""
+        now, version = self.context.clock.monotonic_ms(), self.roster.version
+        first, seen, since = self._settling or (now, version, now)
+        if version != seen:
+            seen, since = version, now
+        self._settling = (first, seen, since)
+        if now - since >= SETTLE_MS or now - first >= SETTLE_MAX_MS:
+            self._settling = None
+            return True
+        return False
 
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
         if not self._listening:
@@ -240,9 +257,9 @@ class InstanceMemberActor(GroupConsumerActor):
 
     def _steer(self, kafka: AIOKafkaConsumer) -> None:
         """Fetch a partition only while some cursor is live on it."""
-        paused = kafka.paused()
+        paused, assigned = kafka.paused(), kafka.assignment()
         for tp, fanout in self.fanouts.items():
-            if fanout.fetching == (tp in paused):
+            if fanout.fetching == (tp in paused) and tp in assigned:
                 (kafka.resume if fanout.fetching else kafka.pause)(tp)
 
     def _apply_flow(self) -> None:
@@ -376,7 +393,7 @@ class InstanceMemberActor(GroupConsumerActor):
               starts: dict[str, int | None]) -> None:
         fanout = self.fanouts[tp]
         target = fanout.seek_target(starts)
-        if target is not None:
+        if target is not None and tp in kafka.assignment():  # else being revoked
             kafka.seek(tp, target)
             fanout.seeked(target)
 
@@ -556,8 +573,10 @@ class InstanceMemberActor(GroupConsumerActor):
         for tp in new:
             self.owned.add(tp)
             self.fanouts[tp] = Fanout(capacity)
-            if kafka is not None:
-                kafka.pause(tp)  # until some cursor knows where it starts
+            if kafka is not None and tp in kafka.assignment():
+                # until some cursor knows where it starts; not assigned any more: a new
+                # subscription of the client came meanwhile, a rebalance follows
+                kafka.pause(tp)
             for key in self._claimants(tp.topic):
                 await self._add_cursor(self.roster.riders[key], tp)
             self._journal("partition_assigned", tp, actor=self.path)
