@@ -373,7 +373,14 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
         if process.returncode is None:
             process.kill()
             await process.wait()
-    lines = [ln for ln in out.decode().splitlines() if ln.startswith(RESULT)]
+    # the worker's own output (the runtime logs to stdout), kept for a look afterwards
+    log_file = Path(tempfile.gettempdir()) / f"fanout-worker-{workdir.name}.log"
+    log_file.write_bytes(out)
+    text = out.decode().splitlines()
+    for line in text:  # the runtime logs to stdout: its errors are part of the result
+        if " ERROR " in line or "crashed" in line:
+            print(line[:400], file=sys.stderr)
+    lines = [ln for ln in text if ln.startswith(RESULT)]
     if process.returncode != 0 or not lines:
         raise RuntimeError(f"worker on {tree} failed ({process.returncode})")
     return dict(json.loads(lines[-1].removeprefix(RESULT)))
@@ -455,6 +462,9 @@ def main(argv: list[str]) -> None:
 
     args = parse(argv)
     if args.worker:
+        import logging
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         sys.path.insert(0, args.tree)
         result = uvloop.run(worker(args))
         print(RESULT + json.dumps(result), flush=True)

@@ -331,8 +331,11 @@ class InstanceMemberActor(GroupConsumerActor):
         if positions is None:
             self._seat_rewinds.update(current)  # the coordinator did not answer: again
             return
+        # the awaits let the rebalance listener revoke partitions: keep those still ours
+        positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
         starts = await self._starts(kafka, positions)
-        for tp in {tp for _key, tp in current}:
+        positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
+        for tp in {tp for _key, tp in positions}:
             self._seek(kafka, tp, {k: s for (k, t), s in starts.items() if t == tp})
         for seat, position in positions.items():
             self._start_cursor(seat, current[seat], position, starts[seat])
@@ -613,7 +616,9 @@ class InstanceMemberActor(GroupConsumerActor):
         partitions already owned; no rebalance."""
         self._noted()
         added = 0
-        for tp, fanout in self.fanouts.items():
+        # a snapshot: the rebalance listener (aiokafka's task) may add or drop partitions
+        # while a cursor starts
+        for tp, fanout in list(self.fanouts.items()):
             for key in self._claimants(tp.topic):
                 if key not in fanout.cursors:
                     await self._add_cursor(self.roster.riders[key], tp)
