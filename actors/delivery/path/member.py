@@ -51,7 +51,7 @@ from actors.delivery.path.catchup import CATCH_UP_READERS, CatchUpRead, catch_up
 from actors.delivery.path.consumer import fetch_size
 from actors.delivery.path.fanout import EARLIEST, CatchUp, Fanout, Feed
 from actors.delivery.path.partition import PartitionActor, PartitionPeers
-from actors.delivery.path.roster import Rider, Roster
+from actors.delivery.path.roster import Rider, Roster, consumes
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.group_consumer import (
     DRAIN_GRACE_MS,
@@ -136,6 +136,11 @@ class InstanceMemberActor(GroupConsumerActor):
         self._leaves: list[Leave] = []
         self._client_wait_ms: int | None = None  # the client's fetch wait, once started
         self._settling: tuple[int, int, int] | None = None  # first change, version, since
+        self._routed: set[str] = set()  # riders whose cursors on owned partitions exist
+        self._tuned: set[str] = set()  # riders counted in the fetch size and wait
+        self._retune = False  # a rider left: recompute the fetch size and wait
+        self._fetch_records = 0
+        self._rider_wait_ms: int | None = None
         self.rebalances = 0
         labels = {"group": roster.group_id, "member": name}
         self.m_generation = metrics.gauge(
@@ -455,6 +460,11 @@ class InstanceMemberActor(GroupConsumerActor):
                 message.answer.set_result(feed is not None)
 
     # -- cursors -----------------------------------------------------------------------
+    def _group_reads(self, fanout: Fanout, group: str) -> bool:
+        """Whether a subscription of `group` has a cursor on that partition already."""
+        riders = self.roster.riders
+        return any(k in riders and riders[k].sub.group_id == group for k in fanout.cursors)
+
     def _claimants(self, topic: str) -> list[str]:
         """The subscriptions that get a cursor on `topic`'s partitions: every one that
         reads it, but one per group (two cursors of one group would commit over each
@@ -583,6 +593,7 @@ class InstanceMemberActor(GroupConsumerActor):
             for key in self._claimants(tp.topic):
                 await self._add_cursor(self.roster.riders[key], tp)
             self._journal("partition_assigned", tp, actor=self.path)
+        self._routed.update(self.roster.riders)
         if new:
             self.long_lived()
 
@@ -608,20 +619,28 @@ class InstanceMemberActor(GroupConsumerActor):
                                 if leave.key in fanout.cursors])
         finally:
             self.roster.leave(leave.key)
+            self._routed.discard(leave.key)
+            self._retune = True
             if not leave.done.done():
                 leave.done.set_result(None)
 
     async def _reroute(self) -> None:
-        """The riders changed, the union did not: new riders get cursors on the
-        partitions already owned; no rebalance."""
+        """The riders changed, the union did not: riders that joined since get cursors
+        on the partitions already owned (only theirs are looked at: a burst of thousands
+        of joins must not rescan every rider); no rebalance."""
         self._noted()
-        added = 0
+        riders, added = self.roster.riders, 0
+        joined = [key for key in riders if key not in self._routed]
+        self._routed.update(joined)
         # a snapshot: the rebalance listener (aiokafka's task) may add or drop partitions
         # while a cursor starts
-        for tp, fanout in list(self.fanouts.items()):
-            for key in self._claimants(tp.topic):
-                if key not in fanout.cursors:
-                    await self._add_cursor(self.roster.riders[key], tp)
+        owned = list(self.fanouts.items())
+        for key in joined:
+            rider = riders[key]
+            for tp, fanout in owned:
+                if key not in fanout.cursors and consumes(rider.sub, tp.topic) \
+                        and not self._group_reads(fanout, rider.sub.group_id):
+                    await self._add_cursor(rider, tp)
                     added += 1
         if added:
             self.long_lived()
@@ -657,12 +676,25 @@ class InstanceMemberActor(GroupConsumerActor):
 
     def _noted(self) -> None:
         """The roster's version is taken into account: its size, fetch size and fetch
-        wait apply."""
+        wait apply (over every rider only when some left; joins only raise the bounds:
+        a burst of thousands of joins must not rescan them all each time)."""
         roster = self.roster
         self._subscribed = roster.version
         self.m_riders.set(len(roster))
-        if roster.riders:
-            self.wiring.max_records = max(fetch_size(r.sub) for r in roster.riders.values())
+        left, self._retune = self._retune, False
+        riders = roster.riders.values() if left else [
+            roster.riders[k] for k in roster.riders if k not in self._tuned]
+        if left:
+            self._fetch_records, self._rider_wait_ms = 0, None
+            self._tuned.clear()
+        for rider in riders:
+            self._tuned.add(rider.sub.key)
+            self._fetch_records = max(self._fetch_records, fetch_size(rider.sub))
+            wait = rider.sub.properties.get("fetch.max.wait.ms")
+            if wait is not None:
+                self._rider_wait_ms = min(int(wait), self._rider_wait_ms or int(wait))
+        if self._fetch_records:
+            self.wiring.max_records = self._fetch_records
         self._apply_fetch_wait()
 
     async def on_start(self) -> None:
@@ -674,11 +706,9 @@ class InstanceMemberActor(GroupConsumerActor):
         """The shortest `fetch.max.wait.ms` a subscription asks for (a fetch serves them
         all; on the embedded broker every fetch waits that long, compat.py quirk 4), else
         the client's."""
-        waits = [int(r.sub.properties["fetch.max.wait.ms"]) for r in self.roster.riders.values()
-                 if "fetch.max.wait.ms" in r.sub.properties]
         client = self._client_wait_ms
         if client is not None:
-            self._configured_wait_ms = min(waits) if waits else client
+            self._configured_wait_ms = self._rider_wait_ms or client
 
     # -- status ------------------------------------------------------------------------
     def subscription_of(self, tp: TopicPartition) -> str | None:

@@ -107,12 +107,12 @@ class Roster:
         return self.riders.get(key) if key is not None else None
 
     def _find_owner(self, topic: str) -> str | None:
-        owners = [key for key, rider in self.riders.items() if _consumes(rider.sub, topic)]
+        owners = [key for key, rider in self.riders.items() if consumes(rider.sub, topic)]
         return owners[0] if owners else None
 
     def claimants(self, topic: str) -> list[str]:
         """Every rider that consumes `topic` (more than one only through patterns)."""
-        return [key for key, rider in self.riders.items() if _consumes(rider.sub, topic)]
+        return [key for key, rider in self.riders.items() if consumes(rider.sub, topic)]
 
     def topics(self) -> list[str]:
         """The names to subscribe to when no rider uses a pattern."""
@@ -131,7 +131,8 @@ class Roster:
         return len(self.riders)
 
 
-def _consumes(sub: Consumer, topic: str) -> bool:
+def consumes(sub: Consumer, topic: str) -> bool:
+    """Whether `sub` reads `topic` (by name, or its pattern matches the whole name)."""
     return any(t.name == topic if not t.pattern else _matches(t.pattern, topic)
                for t in sub.topics)
 
