@@ -7,10 +7,11 @@ resume); key `disabled:<id>_<group.id>`, value the reason, once an endpoint answ
 Gone (a tombstone on resume). One partition, so every instance sees every change in the
 same order: the last write of a key wins everywhere.
 
-`SubscriptionLog.start()` reads the topic from the beginning to its end (the high
+`SubscriptionLog.start(apply)` reads the topic from the beginning to its end (the high
 watermark at that moment), applying the last record of each key, and only then returns,
-so an instance is not ready before it knows every subscription; then an owned task
-follows the topic.
+so an instance is not ready before it knows every subscription; then its owner runs
+`follow(apply)` as a task it owns (an actor's `spawn`), so a failure of the follower
+crashes that actor and reaches its supervisor.
 `write()` returns once the broker acknowledged the record (acks=all) *and* this instance's
 follower applied it: an admin call answers when the change is in force here.
 """
@@ -34,21 +35,19 @@ Apply = Callable[[str, bytes | None], Awaitable[None]]
 
 
 class SubscriptionLog:
-    def __init__(self, bootstrap: str, topic: str, apply: Apply, *,
-                 replication_factor: int = 1,
+    def __init__(self, bootstrap: str, topic: str, *, replication_factor: int = 1,
                  client_settings: dict[str, object] | None = None) -> None:
-        self.bootstrap, self.topic, self.apply = bootstrap, topic, apply
+        self.bootstrap, self.topic = bootstrap, topic
         self.replication_factor = replication_factor
         self.client_settings = dict(client_settings or {})
         self._tp = TopicPartition(topic, 0)
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._follower: asyncio.Task[None] | None = None
         self._applied = -1  # the offset of the last record applied
         self._read = -1  # during the catch-up: the offset of the last record read
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
-    async def start(self) -> None:
+    async def start(self, apply: Apply) -> None:
         await create_topics(self.bootstrap, {self.topic: 1},
                             replication_factor=self.replication_factor,
                             configs={"cleanup.policy": "compact"})
@@ -59,11 +58,9 @@ class SubscriptionLog:
         await self._consumer.start()
         self._consumer.assign([self._tp])
         await self._consumer.seek_to_beginning(self._tp)
-        await self._catch_up(self._consumer)
-        self._follower = asyncio.get_running_loop().create_task(self._follow(),
-                                                                name="subscription-log")
+        await self._catch_up(self._consumer, apply)
 
-    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+    async def _catch_up(self, consumer: AIOKafkaConsumer, apply: Apply) -> None:
         """Apply everything written before we started: up to the high watermark of the
         first fetch response (the embedded broker's ListOffsets is not to be trusted).
         Only the last record of each key is applied, as compaction would leave it (in the
@@ -81,7 +78,7 @@ class SubscriptionLog:
             end = consumer.highwater(self._tp) if end is None else end
             if end is not None and self._read + 1 >= end:
                 for key, value in latest.items():
-                    await self._apply_one(key, value, self._read)
+                    await self._apply_one(apply, key, value, self._read)
                 self._applied = self._read
                 log.info("subscription log %s read to offset %d (%d keys)", self.topic, end,
                          len(latest))
@@ -94,22 +91,27 @@ class SubscriptionLog:
         return [(m.key.decode() if m.key else "", m.value, m.offset)
                 for m in batches.get(self._tp, [])]
 
-    async def _apply_one(self, key: str, value: bytes | None, offset: int) -> None:
+    async def _apply_one(self, apply: Apply, key: str, value: bytes | None,
+                         offset: int) -> None:
         try:
-            await self.apply(key, value)
+            await apply(key, value)
         except Exception:  # a record we cannot apply must not stop the follower
             log.exception("subscription log %s: cannot apply %r at offset %d",
                           self.topic, key, offset)
 
-    async def _follow(self) -> None:
+    async def follow(self, apply: Apply) -> None:
+        """Apply what is written after `start`, until cancelled. An error of the client
+        ends it (its owner crashes and is restarted by its supervisor)."""
         consumer = self._consumer
-        assert consumer is not None
+        if consumer is None:
+            raise RuntimeError(f"{self!r}: start() it before follow()")
         while True:
-            await self._apply_batch(consumer, timeout_ms=500)
+            await self._apply_batch(consumer, apply, timeout_ms=500)
 
-    async def _apply_batch(self, consumer: AIOKafkaConsumer, timeout_ms: int) -> None:
+    async def _apply_batch(self, consumer: AIOKafkaConsumer, apply: Apply,
+                           timeout_ms: int) -> None:
         for key, value, offset in await self._read_batch(consumer, timeout_ms):
-            await self._apply_one(key, value, offset)
+            await self._apply_one(apply, key, value, offset)
             self._applied = offset
         self._wake()
 
@@ -134,10 +136,7 @@ class SubscriptionLog:
         await waiter
 
     async def stop(self) -> None:
-        follower, self._follower = self._follower, None
-        if follower is not None:
-            follower.cancel()
-            await asyncio.gather(follower, return_exceptions=True)
+        """Close the clients (the owner cancelled `follow` before)."""
         for waiter in (w for _, w in self._waiters):
             waiter.cancel()
         for client in (self._consumer, self._producer):

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import msgspec
@@ -165,14 +165,17 @@ class ClusterStatus:
         self.view = ClusterView(cluster.gone_after_intervals)
         broker = cluster.broker or runtime.config.brokers[0].name
         self._log = SubscriptionLog(
-            runtime.bootstrap(broker), cluster.status_topic, self._apply,
+            runtime.bootstrap(broker), cluster.status_topic,
             replication_factor=cluster.replication_factor,
             client_settings=runtime.consumer_settings(broker))
         self.instance = ""  # known once the admin server has its port
         self._task: asyncio.Task[None] | None = None
+        self._follower: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self._log.start()
+        await self._log.start(self._apply)
+        self._follower = asyncio.get_running_loop().create_task(
+            self._log.follow(self._apply), name="cluster-status-follower")
         self.runtime.admin.app.router.add_get("/cluster", self._get)
         self.runtime.admin.openapi.describe("GET", "/cluster", {
             "summary": "The cluster: every instance, the owner and lag of each partition",
@@ -226,6 +229,10 @@ class ClusterStatus:
         if self.instance:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._publish("stopped"), 3)
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
         await self._log.stop()
 
     def __repr__(self) -> str:
@@ -233,7 +240,8 @@ class ClusterStatus:
 
 
 class _Delivery(Protocol):
-    status: dict[str, SubscriptionStatus]
+    @property
+    def status(self) -> Mapping[str, SubscriptionStatus]: ...
 
     def status_of(self, key: str) -> dict[str, object]: ...
 

@@ -1,23 +1,26 @@
-"""What the service knows of each subscription's life: its state, why, since when, and
-when the next start attempt is due. Pure: the service moves it, the status API reads it.
+"""What the control plane knows of each subscription's life: its state, why, since when,
+and when the next start attempt is due. Pure: the registry (actors/delivery/control/
+registry.py) moves it, the status API reads it.
 
 States: `starting`; `running`; `paused` (on purpose: no consumer, position committed);
 `disabled` (the endpoint answered 410 Gone: stopped like `paused` until the operator
 resumes it; the record that got the 410 is delivered again then);
 `waiting_for_broker` (its broker is unreachable: retried); `failed` (could not start or
-crashed past its restart budget: retried with capped backoff); `stopping`.
-A subscription leaves this table only by unsubscribe.
+crashed past its restart budget: retried with the kernel's restart backoff); `stopping`.
+A subscription leaves the registry only by unsubscribe.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 State = Literal["starting", "running", "paused", "disabled", "waiting_for_broker", "failed",
                 "stopping"]
-RETRY_BASE_MS = 500
-RETRY_CAP_MS = 5_000
+STOPPED: Final = ("paused", "disabled")
+"""States in which a subscription has no actors on purpose (resume starts it again)."""
+RETRYING: Final = ("failed", "waiting_for_broker")
+"""States in which a retry of the start is scheduled."""
 
 
 @dataclass(slots=True)
@@ -25,8 +28,7 @@ class SubscriptionStatus:
     state: State
     since_ms: int
     reason: str = ""
-    failures: int = 0  # failed starts in a row
-    retry_at_ms: int | None = None
+    retry_at_ms: int | None = None  # wall time of the next start attempt
     in_process: bool = False
 
     def move(self, state: State, now_ms: int, reason: str = "") -> bool:
@@ -37,22 +39,14 @@ class SubscriptionStatus:
         self.state, self.reason = state, reason
         if changed:
             self.since_ms = now_ms
-        if state == "running":
-            self.failures, self.retry_at_ms = 0, None
+        if state not in RETRYING:
+            self.retry_at_ms = None
         return changed
 
-    def failed(self, now_ms: int, reason: str, broker_down: bool) -> int:
-        """A start failed or the tree died: schedule the next attempt, capped backoff.
-        Returns the delay."""
-        delay: int = min(RETRY_BASE_MS << min(self.failures, 16), RETRY_CAP_MS)
-        self.failures += 1
+    def retrying(self, now_ms: int, reason: str, broker_down: bool, delay_ms: int) -> None:
+        """A start failed or the tree died: the next attempt comes in `delay_ms`."""
         self.move("waiting_for_broker" if broker_down else "failed", now_ms, reason)
-        self.retry_at_ms = now_ms + delay
-        return delay
-
-    def due(self, now_ms: int) -> bool:
-        return (self.state in ("failed", "waiting_for_broker") and self.retry_at_ms is not None
-                and now_ms >= self.retry_at_ms)
+        self.retry_at_ms = now_ms + delay_ms
 
     def as_dict(self) -> dict[str, object]:
         return {"state": self.state, "reason": self.reason, "since": self.since_ms,
