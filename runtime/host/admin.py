@@ -26,6 +26,7 @@ Front-door rules, in `_guard`, before any handler runs (issue 13):
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -206,6 +207,8 @@ class AdminServer:
         self.app.router.add_get("/metrics", self._metrics)
         self.app.router.add_get("/openapi.json", self._openapi)
         self._runner: web.AppRunner | None = None
+        self.listening = asyncio.Event()
+        """Set once the server accepts connections (and `port` is the bound one)."""
 
     @classmethod
     def from_config(cls, config: AdminConfig, registry: Registry,
@@ -231,9 +234,11 @@ class AdminServer:
         await site.start()
         if self.port == 0:  # an ephemeral port: read back what the OS chose
             self.port = self._runner.addresses[0][1]
+        self.listening.set()
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
+        self.listening.clear()
         if runner is not None:
             await runner.cleanup()
 

@@ -54,8 +54,9 @@ class ControlRoutes:
     async def get_one(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
         answer = self.service.status_of(key)
-        if self.service.cluster is not None:  # [cluster] status_topic: every instance
-            answer["cluster"] = self.service.cluster.subscription(key)
+        cluster = await self.service.cluster_view(key)
+        if cluster is not None:  # [cluster] status_topic: every instance
+            answer["cluster"] = cluster
         return ok(answer)
 
     async def put_one(self, request: web.Request) -> web.Response:

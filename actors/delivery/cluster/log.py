@@ -125,14 +125,21 @@ class SubscriptionLog:
                 still.append((offset, waiter))
         self._waiters = still
 
+    async def put(self, key: str, value: bytes | None) -> int:
+        """Write a record (None: a tombstone); return its offset once the broker has it,
+        without waiting for the follower (a last word before stopping)."""
+        if self._producer is None:
+            raise RuntimeError(f"{self!r}: start() it before writing")
+        meta = await self._producer.send_and_wait(self.topic, value, key=key.encode())
+        return int(meta.offset)
+
     async def write(self, key: str, value: bytes | None) -> None:
         """Write a record (None: a tombstone); return once it is applied here too."""
-        assert self._producer is not None
-        meta = await self._producer.send_and_wait(self.topic, value, key=key.encode())
-        if meta.offset <= self._applied:
+        offset = await self.put(key, value)
+        if offset <= self._applied:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((meta.offset, waiter))
+        self._waiters.append((offset, waiter))
         await waiter
 
     async def stop(self) -> None:

@@ -27,7 +27,12 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from actors.delivery.cluster.view import ClusterStatus, snapshot_of
+from actors.delivery.cluster.view import (
+    ClusterStatusActor,
+    ViewAsked,
+    describe_cluster_route,
+    snapshot_of,
+)
 from actors.delivery.control.actor import ControlActor, Programmed
 from actors.delivery.control.live import has_partitions, live, stalls
 from actors.delivery.control.messages import (
@@ -73,7 +78,7 @@ class DeliveryControl:
 
     def __init__(self) -> None:
         self.guard = DestinationGuard()
-        self.cluster: ClusterStatus | None = None  # [cluster] status_topic: the whole view
+        self._cluster: ChildRef | None = None  # [cluster] status_topic: the whole view
         self.source: SubscriptionSource | None = None
         self._direct = Direct()  # in-process subscriptions: never in the source
         self._programmed = Programmed()
@@ -114,8 +119,12 @@ class DeliveryControl:
             "control", control, start_timeout_ms=CONTROL_START_MS,
             shutdown_ms=CONTROL_STOP_MS))
         if cluster.status_topic:
-            self.cluster = ClusterStatus(runtime, lambda: snapshot_of(self))
-            await self.cluster.start()
+            describe_cluster_route(runtime.admin.app, runtime.admin.openapi,
+                                   self._whole_cluster)
+            self._cluster = await runtime.system.spawn(ChildSpec(
+                "cluster-status", lambda: ClusterStatusActor(
+                    "cluster-status", runtime, lambda: snapshot_of(self)),
+                start_timeout_ms=90_000, shutdown_ms=4000))
 
     def _tell(self, message: object) -> None:
         """From a supervisor's exit notice or an egress actor's 410: to the mailbox."""
@@ -124,9 +133,9 @@ class DeliveryControl:
 
     async def stop(self) -> None:
         """Stop the control actor: every subscription drains and commits."""
-        cluster, self.cluster = self.cluster, None
-        if cluster is not None:
-            await cluster.stop()  # publishes `stopped`: the others stop counting on us
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None:  # publishes `stopped`: the others stop counting on us
+            await cluster.supervisor.stop_child(cluster.name)
         control, self._control = self._control, None
         if control is not None:
             await control.supervisor.stop_child(control.name)
@@ -264,6 +273,19 @@ class DeliveryControl:
         return progress
 
     # -- status --------------------------------------------------------------------------
+    async def cluster_view(self, key: str) -> dict[str, object] | None:
+        """Subscription `key` on every instance (`[cluster] status_topic`), else None."""
+        if self._cluster is None:
+            return None
+        view: dict[str, object] = await self._cluster.ask(ViewAsked(key))
+        return view
+
+    async def _whole_cluster(self) -> dict[str, object]:
+        if self._cluster is None:
+            raise UsageError("the cluster view runs with [cluster] status_topic only")
+        view: dict[str, object] = await self._cluster.ask(ViewAsked())
+        return view
+
     def _known(self, key: str) -> tuple[Consumer, SubscriptionStatus]:
         registry = self._registry()
         if registry is None:
