@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from actors.delivery.control.status import SubscriptionStatus
+import msgspec
+
+from actors.delivery.control.status import Counters, Live, PartitionStatus, SubscriptionStatus
 
 
 def test_since_changes_with_the_state_not_with_the_reason() -> None:
@@ -16,6 +18,21 @@ def test_a_retry_shows_its_wall_time_until_the_subscription_runs_or_pauses() -> 
     status.retrying(100, "no broker", broker_down=True, delay_ms=500)
     assert (status.state, status.reason, status.retry_at_ms) == ("waiting_for_broker",
                                                                  "no broker", 600)
-    assert status.as_dict()["next_attempt_at"] == 600
+    assert status.answer().next_attempt_at == 600
     status.move("paused", 700, "paused by request")
-    assert status.retry_at_ms is None and status.as_dict()["next_attempt_at"] is None
+    assert status.retry_at_ms is None and status.answer().next_attempt_at is None
+
+
+def test_the_answer_encodes_as_the_status_api_always_showed_it() -> None:
+    status = SubscriptionStatus("running", since_ms=7)
+    live = Live(partitions=[PartitionStatus(topic="t", partition=0, committed=3,
+                                            dead_lettered=2)],
+                counters=Counters(delivered=5, failed_attempts=1, dead_lettered=2))
+    encoded = msgspec.json.decode(msgspec.json.encode(status.answer(live)))
+    assert list(encoded) == ["state", "reason", "since", "in_process", "next_attempt_at",
+                             "partitions", "endpoint", "counters", "member"]
+    assert encoded["partitions"][0] == {
+        "topic": "t", "partition": 0, "committed": 3, "highwater": None, "lag": None,
+        "inflight": 0, "retrying": 0, "pending": 0, "oldest_pending_ms": None,
+        "paused": False, "last_error": None, "dead_lettered": 2, "stalled_for_ms": None}
+    assert encoded["counters"] == {"delivered": 5, "failed_attempts": 1, "dead_lettered": 2}

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
@@ -33,7 +33,7 @@ import msgspec
 from aiohttp import web
 
 from actors.delivery.cluster.log import SubscriptionLog
-from actors.delivery.control.status import SubscriptionStatus
+from actors.delivery.control.status import SubscriptionAnswer
 from runtime.errors import UsageError
 from runtime.host.admin import ok
 from runtime.host.openapi import OpenApi, json_answer, success
@@ -297,19 +297,13 @@ def describe_cluster_route(app: web.Application, openapi: OpenApi,
 
 
 class _Delivery(Protocol):
-    @property
-    def status(self) -> Mapping[str, SubscriptionStatus]: ...
-
-    def status_of(self, key: str) -> dict[str, object]: ...
+    def answers(self) -> dict[str, SubscriptionAnswer]: ...
 
 
 def snapshot_of(service: _Delivery) -> dict[str, Share]:
     """This instance's share of every subscription, from the delivery service's status."""
-    shares: dict[str, Share] = {}
-    for key, status in list(service.status.items()):
-        live = service.status_of(key)["status"]
-        parts = live.get("partitions", []) if isinstance(live, dict) else []
-        shares[key] = Share(state=status.state, partitions=[
-            msgspec.convert(p, OwnedPartition, from_attributes=False, strict=False)
-            for p in parts])
-    return shares
+    return {key: Share(state=answer.status.state, partitions=[
+        OwnedPartition(topic=p.topic, partition=p.partition, lag=p.lag,
+                       committed=p.committed, highwater=p.highwater)
+        for p in answer.status.partitions])
+        for key, answer in service.answers().items()}

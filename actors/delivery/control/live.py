@@ -1,8 +1,13 @@
 """What a subscription's running tree shows of itself, for the status API and readiness:
-its partitions, its endpoint, its counters, the instance member it rides."""
+its partitions, its endpoint, its counters, the instance member it rides. Typed here
+(actors/delivery/control/status.py) from what each actor reports: `PartitionActor.
+status()`, the outlet's `health` and `counters()`, the member's `describe`."""
 
 from __future__ import annotations
 
+import msgspec
+
+from actors.delivery.control.status import Counters, Live, PartitionStatus
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.outlet import OutletActor
 from actors.delivery.path.member import RiderActor
@@ -10,33 +15,33 @@ from actors.delivery.path.partition import PartitionActor
 from actors.shared.group_consumer import GroupConsumerActor
 from runtime.kernel.supervisor import Supervisor
 
-NOT_RUNNING: dict[str, object] = {"partitions": [], "endpoint": None, "counters": None,
-                                  "member": None}
 
-
-def live(tree: Supervisor | None, key: str) -> dict[str, object]:
+def live(tree: Supervisor | None, key: str) -> Live:
     """Partitions, endpoint, counters and member of a running tree."""
     if tree is None:
-        return dict(NOT_RUNNING)
-    partitions = [a.status() for a in _partitions(tree)]
+        return Live()
+    partitions = sorted(partitions_of(tree), key=lambda p: (p.topic, p.partition))
     outlet = tree.child("egress") if tree.has_child("egress") else None
-    endpoint = outlet.health.as_dict() if isinstance(outlet, OutletActor) else None
-    if endpoint is not None and isinstance(outlet, EgressActor):
+    if not isinstance(outlet, OutletActor):
+        return Live(partitions=partitions, member=_member_of(tree, key))
+    endpoint = outlet.health.as_dict()
+    if isinstance(outlet, EgressActor):
         endpoint["origin"] = outlet.origin.as_dict()  # breaker, throttle, rate
-    counters: dict[str, object] | None = None
-    if isinstance(outlet, OutletActor):
-        dead = sum(int(str(p["dead_lettered"])) for p in partitions)
-        counters = {**outlet.counters(), "dead_lettered": dead}
-    return {"partitions": sorted(partitions, key=lambda p: (str(p["topic"]),
-                                                             str(p["partition"]))),
-            "endpoint": endpoint, "counters": counters, "member": _member_of(tree, key)}
+    counts = outlet.counters()
+    counters = Counters(delivered=counts["delivered"],
+                        failed_attempts=counts["failed_attempts"],
+                        dead_lettered=sum(p.dead_lettered for p in partitions))
+    return Live(partitions=partitions, endpoint=endpoint, counters=counters,
+                member=_member_of(tree, key))
 
 
-def _partitions(tree: Supervisor) -> list[PartitionActor]:
+def partitions_of(tree: Supervisor) -> list[PartitionStatus]:
+    """What each partition actor of the tree reports (`PartitionActor.status()`)."""
     parts = tree.child("partitions") if tree.has_child("partitions") else None
     if not isinstance(parts, Supervisor):
         return []
-    return [a for n in parts.children() if isinstance(a := parts.child(n), PartitionActor)]
+    return [msgspec.convert(a.status(), PartitionStatus) for n in parts.children()
+            if isinstance(a := parts.child(n), PartitionActor)]
 
 
 def _member_of(tree: Supervisor, key: str) -> dict[str, object] | None:
@@ -46,11 +51,11 @@ def _member_of(tree: Supervisor, key: str) -> dict[str, object] | None:
     return member.describe(key) if member is not None else None
 
 
-def stalls(tree: Supervisor, key: str) -> list[str]:
-    return [f"subscription {key} partition {a.topic}-{a.partition} stalled: commit "
-            f"position {a.book.position()} has not moved for over "
-            f"{a.traits.stall_after_ms // 1000} s"
-            for a in _partitions(tree) if a.book.stalled_since is not None]
+def stalls(tree: Supervisor, key: str, stall_after_ms: int) -> list[str]:
+    """A readiness reason per partition whose commit position stopped moving."""
+    return [f"subscription {key} partition {p.topic}-{p.partition} stalled: commit "
+            f"position {p.committed} has not moved for over {stall_after_ms // 1000} s"
+            for p in partitions_of(tree) if p.stalled_for_ms is not None]
 
 
 def has_partitions(tree: Supervisor) -> bool:

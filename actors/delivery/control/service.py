@@ -23,9 +23,10 @@ synchronous and read what the control actor published.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from actors.delivery.cluster.view import (
     ClusterStatusActor,
@@ -46,7 +47,7 @@ from actors.delivery.control.messages import (
 )
 from actors.delivery.control.registry import SubscriptionRegistry
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
-from actors.delivery.control.status import STOPPED, SubscriptionStatus
+from actors.delivery.control.status import STOPPED, SubscriptionAnswer, SubscriptionStatus
 from actors.delivery.control.trees import (
     SUBSCRIPTION_STOP_MS,
     Trees,
@@ -64,7 +65,6 @@ from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 if TYPE_CHECKING:
     from runtime.host.app import Runtime
 
-log = logging.getLogger(__name__)
 CONTROL_START_MS = 600_000
 """The control actor restores every stored subscription before it reports ready."""
 CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
@@ -293,11 +293,20 @@ class DeliveryControl:
         entry = registry.known(key)
         return entry.consumer, entry.status
 
-    def status_of(self, key: str) -> dict[str, object]:
-        """The consumer (redacted) and its status: state, partitions, endpoint, counters."""
+    def answer(self, key: str) -> SubscriptionAnswer:
+        """The consumer (redacted) and its status: state, partitions, endpoint, counters
+        (typed: actors/delivery/control/status.py)."""
         consumer, status = self._known(key)
-        return {"consumer": redacted(consumer),
-                "status": {**status.as_dict(), **live(self._running_tree(key), key)}}
+        return SubscriptionAnswer(consumer=redacted(consumer),
+                                  status=status.answer(live(self._running_tree(key), key)))
+
+    def answers(self) -> dict[str, SubscriptionAnswer]:
+        return {key: self.answer(key) for key in list(self.status)}
+
+    def status_of(self, key: str) -> dict[str, object]:
+        """`answer(key)` as plain dicts and lists (the library's `status()`)."""
+        shown: dict[str, object] = msgspec.to_builtins(self.answer(key))
+        return shown
 
     def summary(self) -> str:
         """For the runtime's stop line: subscriptions and what they delivered this run."""
@@ -324,7 +333,7 @@ class DeliveryControl:
             elif tree is None or not has_partitions(tree):
                 reasons.append(f"subscription {key} has no partitions assigned yet")
             else:
-                reasons += stalls(tree, key)
+                reasons += stalls(tree, key, self.runtime.config.delivery.stall_after_ms)
         return reasons
 
     def __repr__(self) -> str:

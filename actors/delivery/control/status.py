@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
+import msgspec
+
 State = Literal["starting", "running", "paused", "disabled", "waiting_for_broker", "failed",
                 "stopping"]
 STOPPED: Final = ("paused", "disabled")
@@ -48,7 +50,72 @@ class SubscriptionStatus:
         self.move("waiting_for_broker" if broker_down else "failed", now_ms, reason)
         self.retry_at_ms = now_ms + delay_ms
 
-    def as_dict(self) -> dict[str, object]:
-        return {"state": self.state, "reason": self.reason, "since": self.since_ms,
-                "in_process": self.in_process,
-                "next_attempt_at": self.retry_at_ms if self.state != "running" else None}
+    def answer(self, live: Live | None = None) -> StatusAnswer:
+        """The status API's answer, with what the running tree shows (`live`)."""
+        shown = live or Live()
+        return StatusAnswer(state=self.state, reason=self.reason, since=self.since_ms,
+                            in_process=self.in_process,
+                            next_attempt_at=(self.retry_at_ms if self.state != "running"
+                                             else None),
+                            partitions=shown.partitions, endpoint=shown.endpoint,
+                            counters=shown.counters, member=shown.member)
+
+
+class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One partition of a subscription, as the status API shows it."""
+
+    topic: str
+    partition: int
+    committed: int | None = None
+    highwater: int | None = None
+    lag: int | None = None
+    inflight: int = 0
+    retrying: int = 0
+    pending: int = 0
+    oldest_pending_ms: int | None = None
+    paused: bool = False
+    last_error: str | None = None
+    dead_lettered: int = 0
+    stalled_for_ms: int | None = None
+
+
+class Counters(msgspec.Struct, frozen=True, kw_only=True):
+    """Since the subscription's outlet started."""
+
+    delivered: int
+    failed_attempts: int
+    dead_lettered: int
+
+
+class Live(msgspec.Struct, frozen=True, kw_only=True):
+    """What a running tree shows of itself (nothing when it does not run)."""
+
+    partitions: list[PartitionStatus] = []
+    endpoint: dict[str, object] | None = None
+    counters: Counters | None = None
+    member: dict[str, object] | None = None
+
+
+class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """`status` in `GET /broker/subscription/{id}/{groupId}`: the life of the subscription
+    and, while it runs, what its tree shows. `endpoint` (the outlet's health, actors/
+    delivery/egress/outlet.py) and `member` (actors/delivery/path/member.py) stay the
+    dicts their owners give."""
+
+    state: State
+    reason: str
+    since: int
+    in_process: bool
+    next_attempt_at: int | None
+    partitions: list[PartitionStatus] = []
+    endpoint: dict[str, object] | None = None
+    counters: Counters | None = None
+    member: dict[str, object] | None = None
+
+
+class SubscriptionAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The consumer (redacted) and its status; `cluster` with `[cluster] status_topic`."""
+
+    consumer: dict[str, object]
+    status: StatusAnswer
+    cluster: dict[str, object] | None = None
