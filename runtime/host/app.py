@@ -26,8 +26,8 @@ from runtime.host.config import Config, load_config
 from runtime.host.journal import Event, EventJournal, Journal, NullJournal
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
-from runtime.host.probe import BrokerProbe
-from runtime.host.process import ProcessSampler
+from runtime.host.probe import BrokerProbe, ProbeActor
+from runtime.host.process import ProcessSampler, SamplerActor
 from runtime.host.service import (
     ConsumeOptions,
     Consumption,
@@ -45,6 +45,7 @@ from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.actor import Lifecycle
 from runtime.kernel.clock import Clock, RealClock, within
+from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
 
 log = logging.getLogger("runtime")
@@ -167,10 +168,9 @@ class Runtime:
         try:
             await self._start_brokers()
             await self.probe.check()  # readiness knows the brokers before the admin API opens
-            self.probe.start()
-            self.sampler.start()
             await self._start_journal()
             await self.system.start()
+            await self._start_host_actors()
             await self._start_services()
             await self._start_admin()
         except BaseException:
@@ -183,6 +183,13 @@ class Runtime:
             gc.freeze()
         log.info("actors:\n%s", "\n".join(self.system.root.describe("  ")))
         log.info("admin API listening on %s", self.admin.url)
+
+    async def _start_host_actors(self) -> None:
+        """The probe and the sampler: supervised like every actor (a crash is logged,
+        journaled and restarted by the root's rules)."""
+        probe, sampler = self.probe, self.sampler
+        await self.system.spawn(ChildSpec("probe", lambda: ProbeActor("probe", probe)))
+        await self.system.spawn(ChildSpec("sampler", lambda: SamplerActor("sampler", sampler)))
 
     async def _start_admin(self) -> None:
         try:
@@ -244,8 +251,6 @@ class Runtime:
             await asyncio.gather(*(self._stop_service(n, deadline) for n in names))
             await self.system.stop(max(deadline - self.clock.monotonic_ms(), 100))
             await self.journal.stop()
-            await self.sampler.stop()
-            await self.probe.stop()
             for broker in reversed(list(self._brokers.values())):
                 await broker.stop()
         finally:
