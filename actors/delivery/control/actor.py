@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from actors.delivery.control.messages import (
     Check,
@@ -58,7 +58,7 @@ from actors.delivery.control.registry import (
 from actors.delivery.control.registry import Pause as PauseChange
 from actors.delivery.control.registry import Resume as ResumeChange
 from actors.delivery.control.source import SubscriptionSource
-from actors.delivery.control.trees import Trees
+from actors.delivery.control.trees import Plant
 from actors.delivery.document.subscription import Consumer, redact_uri
 from actors.delivery.errors import (
     DeliveryError,
@@ -66,18 +66,36 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
     UnknownBroker,
 )
-from actors.delivery.path.replay import ReplayActor, ReplayProgress
+from actors.delivery.path.replay import ReplayProgress
 from runtime.errors import ActorDeadError, UsageError
 from runtime.host.journal import Event
 from runtime.kernel.actor import Actor
-from runtime.kernel.supervisor import ChildRef, ChildSpec
-
-if TYPE_CHECKING:
-    from runtime.host.app import Runtime
+from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
 RESTORE_BATCH = 16
 """Stored subscriptions started at once on restore."""
+
+
+class Journal(Protocol):
+    def emit(self, event: Event) -> None: ...
+
+
+class Metrics(Protocol):
+    def forget(self, **labels: str) -> None: ...
+
+
+class Host(Protocol):
+    """What the control actor uses of the runtime (`runtime.host.app.Runtime` is one)."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
 
 
 @dataclass(slots=True)
@@ -92,7 +110,7 @@ class Programmed:
 class ControlActor(Actor):
     mailbox_capacity = 1024
 
-    def __init__(self, name: str, runtime: Runtime, trees: Trees, source: SubscriptionSource,
+    def __init__(self, name: str, runtime: Host, trees: Plant, source: SubscriptionSource,
                  programmed: Programmed) -> None:
         super().__init__(name)
         self.runtime, self.trees, self.source = runtime, trees, source
@@ -122,12 +140,10 @@ class ControlActor(Actor):
     async def _stop_leftovers(self) -> None:
         """An earlier incarnation crashed: its trees and members go, then all starts anew
         from the source (state comes from there, never from the dead actor)."""
-        sup, groups = self.trees.supervisor(), self.trees.groups()
-        if sup.children() or groups.children():
-            log.warning("%s: stopping %d subscription trees an earlier incarnation left",
-                        self.path, len(sup.children()))
-            await groups.stop_children(groups.children())
-            await sup.stop_children(sup.children())
+        left = await self.trees.stop_leftovers()
+        if left:
+            log.warning("%s: stopped %d subscription trees an earlier incarnation left",
+                        self.path, left)
 
     async def _restore(self, consumers: list[Consumer]) -> None:
         """Every stored subscription is listed again, whether or not it can start now."""
@@ -468,13 +484,7 @@ class ControlActor(Actor):
                                           f"{key} is {state}: resume it first")
         rid = uuid.uuid4().hex[:12]
         progress = self.replays[rid] = ReplayProgress(rid, key, request.source)
-        tree, bootstrap = self.trees.tree(key), self.trees.bootstrap(consumer)
-        settings = self.runtime.consumer_settings(consumer.broker)
-        egress = ChildRef(tree, "egress")
-        await tree.start_child(ChildSpec(
-            f"replay-{rid}", lambda: ReplayActor(f"replay-{rid}", consumer, request, progress,
-                                                 bootstrap, egress, settings),
-            restart="transient"))
+        await self.trees.start_replay(consumer, request, progress)
         log.info("subscription %s: replay %s of %s started", key, rid, request.source)
         return progress
 

@@ -58,7 +58,6 @@ from actors.delivery.egress.guard import DEFAULT_DENY, DestinationGuard
 from actors.delivery.egress.origin import Origins
 from actors.delivery.errors import SubscriptionNotFound
 from actors.delivery.path.replay import ReplayProgress, ReplayRequest
-from actors.delivery.path.roster import Roster
 from runtime.errors import ActorDeadError, UsageError
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
@@ -194,18 +193,9 @@ class DeliveryControl:
         except (ActorDeadError, UsageError):
             return {}
 
-    @property
-    def rosters(self) -> Mapping[str, Roster]:
-        return self._actor().trees.rosters
-
     def in_process(self, key: str) -> bool:
         """True for a subscription an embedding program registered (read-only here)."""
         return key in self._programmed.outlets
-
-    def instance_group(self) -> str:
-        """The consumer group the runtime's instances share (actors/delivery/control/
-        trees.py)."""
-        return self._actor().trees.instance_group()
 
     def tree(self, key: str) -> Supervisor:
         """The running supervisor of subscription `key` (for operators and chaos tests)."""

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.guard import DestinationGuard
@@ -54,6 +54,7 @@ from actors.delivery.path.consumer import (
 )
 from actors.delivery.path.deadletter import DeadLetterActor
 from actors.delivery.path.member import InstanceMemberActor, RiderActor
+from actors.delivery.path.replay import ReplayActor, ReplayProgress, ReplayRequest
 from actors.delivery.path.retrytopic import RetryTopicActor, check_levels, with_retry_topic
 from actors.delivery.path.roster import Rider, Roster
 from actors.shared.group_consumer import Wiring
@@ -75,6 +76,45 @@ DRAIN_MS = 2500
 # deadline covers its children's so nothing is cancelled while still stopping properly.
 CONSUMER_STOP_MS = DRAIN_MS + 1000
 SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
+
+
+class Plant(Protocol):
+    """What the control actor does to actor trees; `Trees` is the real one (a unit test
+    gives its own, to drive the control actor's timing on a FakeClock)."""
+
+    outlets: dict[str, OutletFactory]
+    restoring: bool
+
+    def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None: ...
+
+    def has_tree(self, key: str) -> bool: ...
+
+    def bootstrap(self, consumer: Consumer) -> str: ...
+
+    def check_retry_topics(self, consumer: Consumer) -> str | None: ...
+
+    def broker_down(self, consumer: Consumer) -> bool: ...
+
+    async def start(self, consumer: Consumer) -> None: ...
+
+    async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]: ...
+
+    async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None: ...
+
+    async def stop_all(self, keys: list[str]) -> None: ...
+
+    async def stop_leftovers(self) -> int: ...
+
+    async def start_replay(self, consumer: Consumer, request: ReplayRequest,
+                           progress: ReplayProgress) -> None: ...
+
+    def settle_origin(self, uri: str, joining: Consumer | None = None) -> object: ...
+
+    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None: ...
+
+    async def release_member(self, consumer: Consumer) -> None: ...
+
+    def release_holds(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -190,6 +230,26 @@ class Trees:
         await groups.stop_children(groups.children())
         sup = self.supervisor()
         await sup.stop_children([n for n in sup.children() if n in keys])
+
+    async def stop_leftovers(self) -> int:
+        """Stop every tree and member (what a crashed control actor left); how many
+        trees there were."""
+        sup, groups = self.supervisor(), self.groups()
+        trees = sup.children()
+        await groups.stop_children(groups.children())
+        await sup.stop_children(trees)
+        return len(trees)
+
+    async def start_replay(self, consumer: Consumer, request: ReplayRequest,
+                           progress: ReplayProgress) -> None:
+        """A replay actor in the subscription's tree, pushing through its egress."""
+        tree, bootstrap = self.tree(consumer.key), self.bootstrap(consumer)
+        settings = self.runtime.consumer_settings(consumer.broker)
+        egress, name = ChildRef(tree, "egress"), f"replay-{progress.replay_id}"
+        await tree.start_child(ChildSpec(
+            name, lambda: ReplayActor(name, consumer, request, progress, bootstrap, egress,
+                                      settings),
+            restart="transient"))
 
     def spec(self, consumer: Consumer) -> ChildSpec:
         key, exited = consumer.key, self.wires.exited
