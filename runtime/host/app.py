@@ -23,7 +23,7 @@ from aiohttp import web
 from runtime.errors import ConfigError, UsageError
 from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
-from runtime.host.journal import Event, EventJournal, Journal, NullJournal
+from runtime.host.journal import Event, EventJournal, Journal, JournalFlusher, NullJournal
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
 from runtime.host.probe import BrokerProbe, ProbeActor
@@ -168,9 +168,9 @@ class Runtime:
         try:
             await self._start_brokers()
             await self.probe.check()  # readiness knows the brokers before the admin API opens
-            await self._start_journal()
+            journal = await self._open_journal()
             await self.system.start()
-            await self._start_host_actors()
+            await self._start_host_actors(journal)
             await self._start_services()
             await self._start_admin()
         except BaseException:
@@ -184,9 +184,13 @@ class Runtime:
         log.info("actors:\n%s", "\n".join(self.system.root.describe("  ")))
         log.info("admin API listening on %s", self.admin.url)
 
-    async def _start_host_actors(self) -> None:
-        """The probe and the sampler: supervised like every actor (a crash is logged,
-        journaled and restarted by the root's rules)."""
+    async def _start_host_actors(self, journal: Journal | None) -> None:
+        """The journal's flusher (first, so it stops last), the probe and the sampler:
+        supervised like every actor (a crash is logged, journaled and restarted by the
+        root's rules)."""
+        if journal is not None:
+            await self.system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal",
+                                                                                journal)))
         probe, sampler = self.probe, self.sampler
         await self.system.spawn(ChildSpec("probe", lambda: ProbeActor("probe", probe)))
         await self.system.spawn(ChildSpec("sampler", lambda: SamplerActor("sampler", sampler)))
@@ -215,17 +219,18 @@ class Runtime:
             if broker.security_protocol != "PLAINTEXT":
                 log.info("broker %r: %s", broker.name, broker.security())
 
-    async def _start_journal(self) -> None:
+    async def _open_journal(self) -> Journal | None:
         cfg = self.config.journal
         if not cfg.enabled:
-            return
-        self.journal = Journal(
+            return None
+        journal = self.journal = Journal(
             cfg.dir, clock=self.clock, max_segment_bytes=cfg.max_segment_bytes,
             max_segment_age_ms=cfg.max_segment_age_ms, flush_interval_ms=cfg.flush_interval_ms,
             max_buffered=cfg.max_buffered_events,
         )
-        await self.journal.start()
+        await journal.open()  # its flushes: JournalFlusher, once the actor system runs
         log.info("journal writing to %s", cfg.dir)
+        return journal
 
     async def _start_services(self) -> None:
         factories = self._factories if self._factories is not None else discover()
