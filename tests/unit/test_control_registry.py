@@ -203,3 +203,14 @@ def test_an_undecodable_cluster_record_is_refused_with_the_documents_error(
         registry: SubscriptionRegistry) -> None:
     with pytest.raises(InvalidSubscription):
         registry.change_of("a_team", msgspec.json.encode({"id": "a"}))
+
+
+def test_readers_see_published_copies_that_later_changes_replace_but_never_write(
+        registry: SubscriptionRegistry) -> None:
+    registry.add(consumer("a"))
+    before = registry.published
+    registry.started("a_team")
+    assert before.statuses["a_team"].state == "starting"
+    assert registry.published.statuses["a_team"].state == "running"
+    registry.remove("a_team")
+    assert "a_team" not in registry.published.consumers and "a_team" in before.consumers

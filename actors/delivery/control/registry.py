@@ -14,6 +14,7 @@ subscription started, paused or changed is recognised as stale and dropped.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -87,10 +88,20 @@ class Disable:
 Change = Adopt | Replace | Remove | Pause | Resume | Disable
 
 
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What the registry shows to readers outside the control actor (the status API,
+    readiness, the cluster view): copies, replaced after every change, never written."""
+
+    consumers: Mapping[str, Consumer] = field(default_factory=dict)
+    statuses: Mapping[str, SubscriptionStatus] = field(default_factory=dict)
+
+
 class SubscriptionRegistry:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._entries: dict[str, Entry] = {}
+        self.published = Published()
         # what the subscriptions topic (or the files) say, also of keys not listed yet
         self.marked_paused: set[str] = set()
         self.marked_disabled: dict[str, str] = {}
@@ -170,16 +181,20 @@ class SubscriptionRegistry:
             status.move("disabled", now, self.marked_disabled[key])
         elif key in self.marked_paused:
             status.move("paused", now, paused_reason)
+        self._publish()
         return status.state == "starting"
 
     def remove(self, key: str) -> Consumer:
-        return self._entries.pop(key).consumer
+        consumer = self._entries.pop(key).consumer
+        self._publish()
+        return consumer
 
     def replace(self, key: str, consumer: Consumer) -> bool:
         """Change `key`'s settings; True when its tree should start again (it ran, or was
         to run)."""
         entry = self.known(key)
         entry.consumer = consumer
+        self._publish()
         return entry.status.state not in STOPPED
 
     def runs(self, key: str) -> bool:
@@ -188,17 +203,20 @@ class SubscriptionRegistry:
 
     def move(self, key: str, state: State, reason: str = "") -> None:
         self.known(key).status.move(state, self.clock.wall_ms(), reason)
+        self._publish()
 
     def started(self, key: str) -> None:
         entry = self.known(key)
         entry.status.move("running", self.clock.wall_ms())
         entry.restarts.succeeded()
+        self._publish()
 
     def start_failed(self, key: str, reason: str, broker_down: bool) -> Retry:
         """The tree could not start: a retry after the kernel's restart backoff."""
         entry = self.known(key)
         delay = entry.restarts.failed()
         entry.status.retrying(self.clock.wall_ms(), reason, broker_down, delay)
+        self._publish()
         return Retry(key, entry.restarts.failures, self.clock.monotonic_ms() + delay, delay)
 
     def exited(self, key: str, reason: str, broker_down: bool) -> Retry | None:
@@ -228,6 +246,11 @@ class SubscriptionRegistry:
         tree, or one after a pause, changes nothing)."""
         entry = self._entries.get(key)
         return entry is not None and entry.status.state == "running"
+
+    def _publish(self) -> None:
+        self.published = Published(
+            consumers={k: e.consumer for k, e in self._entries.items()},
+            statuses={k: dataclasses.replace(e.status) for k, e in self._entries.items()})
 
     # -- what the files keep (local mode) ----------------------------------------------
     def paused_keys(self) -> list[str]:

@@ -45,7 +45,7 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
-from actors.delivery.control.registry import SubscriptionRegistry
+from actors.delivery.control.registry import Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
 from actors.delivery.control.status import STOPPED, SubscriptionAnswer, SubscriptionStatus
 from actors.delivery.control.trees import (
@@ -155,10 +155,10 @@ class DeliveryControl:
     def _actor(self) -> ControlActor:
         return self._ref().actor_as(ControlActor)
 
-    def _registry(self) -> SubscriptionRegistry | None:
-        """What the control actor published; None while it restarts."""
+    def _registry(self) -> Published | None:
+        """What the control actor's registry published; None while it restarts."""
         try:
-            return self._actor().registry
+            return self._actor().registry.published
         except (ActorDeadError, UsageError):
             return None
 
@@ -278,10 +278,10 @@ class DeliveryControl:
 
     def _known(self, key: str) -> tuple[Consumer, SubscriptionStatus]:
         registry = self._registry()
-        if registry is None:
+        consumer = registry.consumers.get(key) if registry is not None else None
+        if registry is None or consumer is None:
             raise SubscriptionNotFound("subscription not found", key)
-        entry = registry.known(key)
-        return entry.consumer, entry.status
+        return consumer, registry.statuses[key]
 
     def answer(self, key: str) -> SubscriptionAnswer:
         """The consumer (redacted) and its status: state, partitions, endpoint, counters
