@@ -36,7 +36,7 @@ from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.egress.handler import ConsumedRecord, Handler, HandlerActor, handler_name
 from actors.delivery.egress.http import pool_size
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
-from runtime.errors import UsageError
+from runtime.errors import ActorDeadError, UsageError
 from runtime.host.service import ConsumeOptions
 
 if TYPE_CHECKING:
@@ -85,8 +85,8 @@ class InProcessSubscription:
         actor's mailbox, finds nothing and returns when the first has finished."""
         if self._stopped:
             return
-        # not found: already gone with its runtime (or by a concurrent stop)
-        with contextlib.suppress(SubscriptionNotFound):
+        # already gone (by a concurrent stop), or with its runtime: nothing left to drain
+        with contextlib.suppress(SubscriptionNotFound, ActorDeadError):
             await self._delivery.unsubscribe(self.key)
         self._stopped = True
 

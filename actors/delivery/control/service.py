@@ -149,6 +149,8 @@ class DeliveryControl:
 
     def _ref(self) -> ChildRef:
         if self._control is None:
+            if self._runtime is not None:
+                raise ActorDeadError("the delivery service stopped with its Runtime")
             raise UsageError("the delivery service is not running: start its Runtime")
         return self._control
 
