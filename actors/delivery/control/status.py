@@ -61,8 +61,11 @@ class SubscriptionStatus:
                             counters=shown.counters, member=shown.member)
 
 
-class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """One partition of a subscription, as the status API shows it."""
+class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One partition of a subscription, as the status API shows it: what
+    `PartitionActor.status()` (actors/delivery/path/partition.py) reports, typed. A field
+    added there must be added here (unknown fields are refused, so none goes missing
+    from the answer unnoticed)."""
 
     topic: str
     partition: int
