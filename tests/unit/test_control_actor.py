@@ -9,10 +9,11 @@ The subscriptions' actor trees are the edge here (Kafka, HTTP): `Plot` stands in
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -22,15 +23,22 @@ from actors.delivery.control.messages import (
     Gone,
     Listed,
     PauseSubscription,
+    Publish,
     ResumeSubscription,
     Subscribe,
     TreeExited,
     Unsubscribe,
     ask,
 )
-from actors.delivery.control.source import DISABLED_FILE, PAUSED_FILE, LocalFiles
+from actors.delivery.control.source import (
+    DISABLED_FILE,
+    PAUSED_FILE,
+    Apply,
+    LocalFiles,
+    Stored,
+)
 from actors.delivery.control.trees import OutletFactory
-from actors.delivery.document.store import SubscriptionStore
+from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.errors import (
     DeliveryError,
@@ -249,3 +257,79 @@ async def test_unsubscribe_stops_the_tree_and_deletes_the_file(plane: Plane) -> 
     assert not (plane.folder / f"{KEY}.json").exists()
     with pytest.raises(SubscriptionNotFound):
         await ask(plane.control, Unsubscribe(KEY))
+
+
+class Topic:
+    """The subscriptions topic as a list in memory (the edge here is Kafka): `open`
+    applies what was written before, `follow` hands over each later record, `publish`
+    returns once the record was applied, as `SubscriptionLog.write` does."""
+
+    def __init__(self, *records: tuple[str, bytes | None]) -> None:
+        self.before = list(records)
+        self.queue: asyncio.Queue[tuple[str, bytes | None, asyncio.Event]] = asyncio.Queue()
+        self.told = asyncio.Event()  # a 410's `disabled:` record came back applied
+
+    async def open(self, apply: Apply) -> Stored:
+        for key, value in self.before:
+            await apply(key, value)
+        return Stored()
+
+    async def follow(self, apply: Apply) -> None:
+        while True:
+            key, value, applied = await self.queue.get()
+            await apply(key, value)
+            applied.set()
+
+    async def publish(self, records: tuple[tuple[str, bytes | None], ...]) -> None:
+        for key, value in records:
+            applied = asyncio.Event()
+            self.queue.put_nowait((key, value, applied))
+            await applied.wait()
+
+    async def close(self) -> None:
+        return None
+
+    def check_name(self, key: str) -> None:
+        return None
+
+    async def save(self, consumer: Consumer) -> None:
+        return None
+
+    async def delete(self, key: str) -> None:
+        return None
+
+    async def keep_flags(self, paused: list[str], disabled: dict[str, str]) -> None:
+        return None
+
+    async def disabled(self, key: str, reason: str) -> None:
+        await self.publish(((f"disabled:{key}", reason.encode()),))
+        self.told.set()
+
+
+async def test_in_cluster_mode_the_topics_records_are_applied_through_the_mailbox() -> None:
+    clock = FakeClock()
+    other = consumer("other", "payments")
+    topic = Topic(("orders_team", encode(consumer())), ("paused:orders_team", b"true"),
+                  ("other_team", encode(other)))
+    host, plot = Host(clock), Plot(clock)
+    system = ActorSystem(clock=clock)
+    await system.start()
+    control = await system.spawn(ChildSpec(
+        "control", lambda: ControlActor("control", host, plot, cast(Any, topic),
+                                        Programmed())))
+    try:
+        actor = control.actor_as(ControlActor)
+        assert actor.registry.state(KEY) == "paused"
+        assert plot.running == {"other_team"}
+        written = await ask(control, Publish((("paused:orders_team", None),)))
+        await written  # applied here before the write returns
+        assert actor.registry.state(KEY) == "running" and plot.running == {KEY, "other_team"}
+        control.tell_system(Gone(KEY, "410"))  # disabled here, then told to the topic
+        await asyncio.wait_for(topic.told.wait(), 5)
+        assert actor.registry.state(KEY) == "disabled"
+        assert actor.registry.marked_disabled == {KEY: "410"}
+        await (await ask(control, Publish((("other_team", None),))))
+        assert "other_team" not in actor.registry and plot.running == set()
+    finally:
+        await system.stop()
+
