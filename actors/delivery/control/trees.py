@@ -202,7 +202,10 @@ class Trees:
     async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
         """Start several trees at once: first the members they need, then the trees, each
         step in parallel. The subscriptions that could not start, with the reason."""
-        failed = await self._start_members(consumers)
+        try:
+            failed = await self._start_members(consumers)
+        except ActorDeadError as exc:  # the groups supervisor is restarting
+            failed = {c.key: start_failure(exc) for c in consumers if rides(c)}
         ready = [c for c in consumers if c.key not in failed]
         try:
             errors = await self.supervisor().start_children([self.spec(c) for c in ready])
@@ -385,8 +388,11 @@ class Trees:
         roster = self.rosters.get(name)
         if not rides(consumer) or roster is None or len(roster) > 0:
             return
-        groups = self.groups()
-        if groups.has_child(name):
+        try:
+            groups = self.groups()
+        except ActorDeadError:  # the groups supervisor is restarting: its members went
+            groups = None
+        if groups is not None and groups.has_child(name):
             await groups.stop_child(name)
             log.info("group member %s stopped: no subscription rides it", name)
         if not roster.riders:
