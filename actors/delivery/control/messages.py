@@ -88,7 +88,8 @@ class Publish:
 @dataclass(frozen=True, slots=True)
 class Check:
     """Refuse now what would fail later (cluster mode, before writing to the topic);
-    `update`: the key of the subscription the document replaces."""
+    `update`: the key of the subscription the document replaces. The reply is the
+    document to write (an update's with the stored secrets where it says `***`)."""
 
     consumer: Consumer
     update: str | None = None

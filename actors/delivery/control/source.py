@@ -243,8 +243,8 @@ class ClusterTopic:
         return marks.consumer
 
     async def update(self, control: Ref, key: str, consumer: Consumer) -> None:
-        await ask(control, Check(consumer, update=key))
-        await self._publish(control, (key, encode(consumer)))
+        kept: Consumer = await ask(control, Check(consumer, update=key))  # secrets kept
+        await self._publish(control, (key, encode(kept)))
 
     async def pause(self, control: Ref, key: str) -> None:
         await ask(control, Marks(key))  # SubscriptionNotFound
