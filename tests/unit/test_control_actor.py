@@ -42,6 +42,7 @@ from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.errors import (
     DeliveryError,
+    InvalidSubscription,
     SubscriptionExists,
     SubscriptionNotFound,
     SubscriptionStartFailed,
@@ -88,6 +89,8 @@ class Plot:
     running: set[str] = field(default_factory=set)
     starts: list[tuple[str, int]] = field(default_factory=list)
     failing: int = 0
+    own: set[str] = field(default_factory=set)
+    forgotten: list[str] = field(default_factory=list)
 
     def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None:
         return None
@@ -105,10 +108,10 @@ class Plot:
         return False
 
     def own_topics(self) -> set[str]:
-        return set()
+        return self.own
 
     def forget(self, key: str) -> None:
-        return None
+        self.forgotten.append(key)
 
     async def start(self, consumer: Consumer) -> None:
         self.starts.append((consumer.key, self.clock.monotonic_ms()))
@@ -339,3 +342,58 @@ async def test_in_cluster_mode_the_topics_records_are_applied_through_the_mailbo
     finally:
         await system.stop()
 
+
+
+class Unreachable(LocalFiles):
+    """Files behind a broker that is away at boot: `open` fails `away` times first."""
+
+    def __init__(self, folder: Path, away: int) -> None:
+        super().__init__(folder)
+        self.away, self.opened = away, 0
+        self.problem: str | None = None
+
+    async def open(self, apply: Apply) -> Stored:
+        self.opened += 1
+        if self.away:
+            self.away -= 1
+            raise ConnectionError("broker away")
+        self.problem = None
+        return await super().open(apply)
+
+    def failed(self, exc: Exception, attempt: int) -> bool:
+        self.problem = f"cannot read yet ({attempt} attempts): {exc!r}"
+        return True
+
+
+async def test_a_source_that_cannot_be_read_at_boot_is_opened_again_on_timer_messages(
+        tmp_path: Path) -> None:
+    await SubscriptionStore(tmp_path).save(consumer())
+    clock = FakeClock()
+    host, plot, source = Host(clock), Plot(clock), Unreachable(tmp_path, away=2)
+    system = ActorSystem(clock=clock)
+    await system.start()
+    control = await system.spawn(ChildSpec(
+        "control", lambda: ControlActor("control", host, plot, source, Programmed())))
+    try:  # started (ready) although nothing could be read
+        actor = control.actor_as(ControlActor)
+        assert source.opened == 1 and source.problem is not None and "1 attempts" in source.problem
+        assert KEY not in actor.registry and plot.starts == []
+        await clock.advance_settled(500)  # RETRY: 0.5 s (less its jitter), then 1 s
+        assert source.opened == 2 and "2 attempts" in (source.problem or "")
+        await clock.advance_settled(1000)
+        assert await ask(control, Listed(KEY))  # after the restore (files read in a thread)
+        assert source.opened == 3 and source.problem is None
+        assert actor.registry.state(KEY) == "running" and plot.running == {KEY}
+    finally:
+        await system.stop()
+
+
+async def test_the_runtimes_own_topics_are_refused_and_an_unsubscribe_forgets_its_ring(
+        plane: Plane) -> None:
+    plane.plot.own = {"orders"}
+    with pytest.raises(InvalidSubscription, match="topics"):
+        await ask(plane.control, Subscribe(consumer()))
+    plane.plot.own = set()
+    await ask(plane.control, Subscribe(consumer()))
+    await ask(plane.control, Unsubscribe(KEY))
+    assert plane.plot.forgotten == [KEY]

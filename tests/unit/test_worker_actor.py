@@ -33,3 +33,29 @@ async def test_a_worker_that_exits_is_started_again_after_the_restart_delay() ->
         assert worker.process is not None and worker.process is not first
     finally:
         await system.stop()
+
+
+async def test_a_worker_that_keeps_dying_quickly_waits_longer_each_time() -> None:
+    clock = FakeClock()
+    system = ActorSystem(clock=clock)
+    await system.start()
+    command = [sys.executable, "-c", "raise SystemExit(3)"]
+    env = {**os.environ, LISTEN_ENV: "127.0.0.1:0"}
+    ref = await system.spawn(ChildSpec("w", lambda: WorkerActor("w", 0, command, env, 1000)))
+    try:
+        worker = ref.actor_as(WorkerActor)
+        for delay_ms in (RESTART_DELAY_MS, 2 * RESTART_DELAY_MS, 4 * RESTART_DELAY_MS):
+            process = worker.process
+            assert process is not None
+            await asyncio.wait_for(process.wait(), 30)
+            for _ in range(1000):  # its exit reaches the mailbox
+                if worker.timers_pending():
+                    break
+                await asyncio.sleep(0.01)
+            await clock.advance_settled(delay_ms - 1)
+            assert worker.process is process
+            await clock.advance_settled(1)
+            assert worker.process is not process
+        assert worker.deaths == 3
+    finally:
+        await system.stop()
