@@ -86,6 +86,7 @@ class SubscriptionLog:
         self._caught_up = True
 
     async def _start(self, apply: Apply) -> None:
+        self._applied = self._read = -1  # from the beginning (again, after a failure)
         await create_topics(self.bootstrap, {self.topic: 1},
                             replication_factor=self.replication_factor,
                             configs={"cleanup.policy": "compact"})

@@ -223,6 +223,7 @@ class ClusterTopic:
         self.runtime = runtime
         self.topic = cluster.subscriptions_topic
         self._log: SubscriptionLog | None = None
+        self._problem: str | None = None  # kept from one attempt to open to the next
 
     async def subscribe(self, control: Ref, consumer: Consumer) -> None:
         await ask(control, Check(consumer))
@@ -264,23 +265,24 @@ class ClusterTopic:
 
     async def open(self, apply: Apply) -> Stored:
         cluster, runtime = self.runtime.config.cluster, self.runtime
-        if self._log is None:
-            broker = cluster.broker or runtime.config.brokers[0].name
-            self._log = SubscriptionLog(runtime.bootstrap(broker), self.topic,
-                                        replication_factor=cluster.replication_factor,
-                                        client_settings=runtime.consumer_settings(broker))
+        await self.close()  # what an earlier incarnation (or attempt) left: read anew
+        broker = cluster.broker or runtime.config.brokers[0].name
+        self._log = SubscriptionLog(runtime.bootstrap(broker), self.topic,
+                                    replication_factor=cluster.replication_factor,
+                                    client_settings=runtime.consumer_settings(broker))
         await self._log.start(apply)  # every subscription applied before we are ready
+        self._problem = None
         return Stored()
 
     @property
     def problem(self) -> str | None:
-        return self._log.problem if self._log is not None else None
+        return self._problem
 
     def failed(self, exc: Exception, attempt: int) -> bool:
         """The broker is away (down at boot) or refuses us: it may come back (#25)."""
         if self._log is None:
             return False  # not even built: the config is wrong
-        self._log.failed(exc, attempt)
+        self._problem = self._log.failed(exc, attempt)
         return True
 
     async def follow(self, apply: Apply) -> None:
@@ -311,8 +313,7 @@ class ClusterTopic:
         if self._log is None or not self._log.ready:
             raise SubscriptionStartFailed(
                 f"topic {self.topic} not reachable",
-                (self._log.problem if self._log is not None else None)
-                or "this instance is starting or stopping")
+                self._problem or "this instance is starting or stopping")
         for key, value in records:
             await self._log.write(key, value)
 
