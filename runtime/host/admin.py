@@ -34,6 +34,7 @@ Front-door rules, in `_guard`, before any handler runs (issue 13):
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
@@ -298,6 +299,8 @@ class AdminServer:
         self.app.router.add_get("/metrics", self._metrics)
         self.app.router.add_get("/openapi.json", self._openapi)
         self._runner: web.AppRunner | None = None
+        self.listening = asyncio.Event()
+        """Set once the server accepts connections (and `port` is the bound one)."""
 
     @classmethod
     def from_config(cls, config: AdminConfig, registry: Registry,
@@ -326,9 +329,11 @@ class AdminServer:
                              ssl_context=self.tls)
         await site.start()
         self.port = site.port  # an ephemeral port (0): what the OS chose
+        self.listening.set()
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
+        self.listening.clear()
         if runner is not None:
             await runner.cleanup()
 

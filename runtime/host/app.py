@@ -24,11 +24,18 @@ from aiohttp import web
 from runtime.errors import ConfigError, UsageError
 from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
-from runtime.host.journal import Event, EventJournal, EventType, Journal, NullJournal
+from runtime.host.journal import (
+    Event,
+    EventJournal,
+    EventType,
+    Journal,
+    JournalFlusher,
+    NullJournal,
+)
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
-from runtime.host.probe import BrokerProbe
-from runtime.host.process import ProcessSampler
+from runtime.host.probe import BrokerProbe, ProbeActor
+from runtime.host.process import ProcessSampler, SamplerActor
 from runtime.host.service import (
     ConsumeOptions,
     Consumption,
@@ -46,6 +53,7 @@ from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.actor import Lifecycle
 from runtime.kernel.clock import Clock, RealClock, within
+from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
 
 try:
@@ -194,10 +202,9 @@ class Runtime:
         try:
             await self._start_brokers()
             await self.probe.check()  # readiness knows the brokers before the admin API opens
-            self.probe.start()
-            self.sampler.start()
-            await self._start_journal()
+            journal = await self._open_journal()
             await self.system.start()
+            await self._start_host_actors(journal)
             await self._start_services()
             await self._start_admin()
         except BaseException:
@@ -241,6 +248,17 @@ class Runtime:
         return (f"ready: status page {url}/ ; next: subscribe an endpoint with POST "
                 f"{url}/broker/subscription{produce} (README, \"Try it\")")
 
+    async def _start_host_actors(self, journal: Journal | None) -> None:
+        """The journal's flusher (first, so it stops last), the probe and the sampler:
+        supervised like every actor (a crash is logged, journaled and restarted by the
+        root's rules)."""
+        if journal is not None:
+            await self.system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal",
+                                                                                journal)))
+        probe, sampler = self.probe, self.sampler
+        await self.system.spawn(ChildSpec("probe", lambda: ProbeActor("probe", probe)))
+        await self.system.spawn(ChildSpec("sampler", lambda: SamplerActor("sampler", sampler)))
+
     async def _start_admin(self) -> None:
         try:
             await self.admin.start()
@@ -265,17 +283,18 @@ class Runtime:
             if broker.security_protocol != "PLAINTEXT":
                 log.info("broker %r: %s", broker.name, broker.security())
 
-    async def _start_journal(self) -> None:
+    async def _open_journal(self) -> Journal | None:
         cfg = self.config.journal
         if not cfg.enabled:
-            return
-        self.journal = Journal(
+            return None
+        journal = self.journal = Journal(
             cfg.dir, clock=self.clock, max_segment_bytes=cfg.max_segment_bytes,
             max_segment_age_ms=cfg.max_segment_age_ms, flush_interval_ms=cfg.flush_interval_ms,
             max_buffered=cfg.max_buffered_events,
         )
-        await self.journal.start()
+        await journal.open()  # its flushes: JournalFlusher, once the actor system runs
         log.info("journal writing to %s", cfg.dir)
+        return journal
 
     async def _start_services(self) -> None:
         factories = self._factories if self._factories is not None else discover()
@@ -301,8 +320,6 @@ class Runtime:
             await asyncio.gather(*(self._stop_service(n, deadline) for n in names))
             await self.system.stop(max(deadline - self.clock.monotonic_ms(), 100))
             await self.journal.stop()
-            await self.sampler.stop()
-            await self.probe.stop()
             for broker in reversed(list(self._brokers.values())):
                 await broker.stop()
         finally:

@@ -46,10 +46,14 @@ batch is counted as dropped with reason `write_error`, the partial write is trun
 so the segment keeps only complete lines, and the journal keeps running: the next flush
 tries again. A failed close leaves the `.open` file for the next start to recover.
 
-Lifecycle. `start()` creates the directory, recovers leftovers (in a thread) and starts
-the flush task, which `stop()` owns: stop takes the flush lock (so no batch is half
-written), cancels the idle task, awaits it, flushes the rest and closes the segment.
-`stop()` is idempotent. Events emitted before `start()` wait in the buffer.
+Lifecycle. `open()` creates the directory and recovers leftovers (in a thread). In a
+`Runtime` the flushes then come from `JournalFlusher`, an actor under the root supervisor
+woken by a timer message every `flush_interval_ms` (a crash of it is logged and restarted
+like any actor's; its stop is a message, so a flush in progress finishes). Standalone,
+`start()` opens the journal and runs the same flushes in a task that `stop()` owns.
+`stop()` takes the flush lock (so no batch is half written), cancels that task if any,
+flushes the rest and closes the segment. `stop()` is idempotent. Events emitted before
+`open()` wait in the buffer.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ import fcntl
 import logging
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, Protocol, get_args
 
@@ -67,6 +72,7 @@ import msgspec
 
 from runtime.errors import UsageError
 from runtime.host.files import fsync_directory
+from runtime.kernel.actor import Actor
 from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -361,15 +367,22 @@ class Journal:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Create the directory, recover crash leftovers, start the flush task."""
+    async def open(self) -> None:
+        """Create the directory and recover crash leftovers; flushes are the caller's
+        (`JournalFlusher`, or `start()`)."""
         if self._state != "new":
-            raise UsageError(f"Journal.start() called on a {self._state} journal; start it once")
+            raise UsageError(f"Journal.open() called on a {self._state} journal; open it once")
         recovered = await asyncio.to_thread(self._prepare_directory)
         if recovered:
             log.warning("journal: recovered %d segment(s) left open by a crash: %s",
                         len(recovered), ", ".join(p.name for p in recovered))
         self._state = "running"
+
+    async def start(self) -> None:
+        """`open()`, then flush every interval in a task `stop()` owns (standalone)."""
+        if self._state != "new":
+            raise UsageError(f"Journal.start() called on a {self._state} journal; start it once")
+        await self.open()
         first_tick_ms = self._clock.monotonic_ms() + self._interval_ms
         self._task = asyncio.create_task(self._run(first_tick_ms), name=f"journal:{self._dir}")
 
@@ -401,6 +414,10 @@ class Journal:
     @property
     def buffered(self) -> int:
         return len(self._buffer)
+
+    @property
+    def flush_interval_ms(self) -> int:
+        return self._interval_ms
 
     @property
     def directory(self) -> Path:
@@ -503,6 +520,38 @@ class Journal:
                 self._unreported[report.reason] = (
                     self._unreported.get(report.reason, 0) + report.count
                 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Flush:
+    """Timer: flush the journal (due at monotonic `due_ms`)."""
+
+    due_ms: int
+
+
+class JournalFlusher(Actor):
+    """Flushes an opened `Journal` on timer messages. Ticks are anchored to the first
+    one; a slow write makes the next tick come at once rather than piling up."""
+
+    def __init__(self, name: str, journal: Journal) -> None:
+        super().__init__(name)
+        self.journal = journal
+
+    async def on_start(self) -> None:
+        self._next(self.context.clock.monotonic_ms() + self.journal.flush_interval_ms)
+
+    def _next(self, due_ms: int) -> None:
+        self.schedule(due_ms, _Flush(due_ms))
+
+    async def handle(self, message: object) -> None:
+        if not isinstance(message, _Flush):
+            raise UsageError(f"{self.path}: unknown message {message!r}")
+        await self.journal.flush()
+        interval = self.journal.flush_interval_ms
+        self._next(max(message.due_ms + interval, self.context.clock.monotonic_ms()))
+
+    def __repr__(self) -> str:
+        return f"<JournalFlusher {self.path} {self.journal!r}>"
 
 
 class NullJournal:

@@ -1,5 +1,8 @@
 """Broker reachability for `/readyz`: a TCP connect to a broker's bootstrap addresses,
-re-checked every `interval_ms` by one task the `Runtime` owns. Reachable means some
+re-checked every `interval_ms` by `ProbeActor`, a child of the runtime's root supervisor
+(a timer message per round; each round's connects run in a task the actor owns and come
+back as a message, so a crash is the supervisor's to log, journal and restart). Reachable
+means some
 bootstrap address accepted a connection within `timeout_ms`; that is what readiness
 needs to know (the Kafka clients themselves reconnect on their own)."""
 
@@ -7,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
+from runtime.kernel.actor import Actor
 from runtime.kernel.clock import Clock, within
+from runtime.kernel.errors import UsageError
 
 CONNECT_TIMEOUT_MS = 1000
 
@@ -33,7 +39,7 @@ async def reachable(bootstrap: str, clock: Clock,
 
 
 class BrokerProbe:
-    """The last reachability result of each broker, refreshed in the background."""
+    """The last reachability result of each broker (`problems`: name -> why not)."""
 
     def __init__(self, brokers: dict[str, str], clock: Clock, interval_ms: int = 2000) -> None:
         self.brokers = brokers
@@ -41,26 +47,57 @@ class BrokerProbe:
         self.interval_ms = interval_ms
         self.problems: dict[str, str] = {}
         self.checked = False
-        self._task: asyncio.Task[None] | None = None
+
+    async def measure(self) -> dict[str, str]:
+        """Connect to every broker now; the problems found (nothing is kept)."""
+        results = await asyncio.gather(*(reachable(b, self.clock) for b in self.brokers.values()))
+        return {name: why for name, why in zip(self.brokers, results, strict=True)
+                if why is not None}
+
+    def note(self, problems: dict[str, str]) -> None:
+        self.problems = problems
+        self.checked = True
 
     async def check(self) -> dict[str, str]:
-        results = await asyncio.gather(*(reachable(b, self.clock) for b in self.brokers.values()))
-        self.problems = {name: why for name, why in zip(self.brokers, results, strict=True)
-                         if why is not None}
-        self.checked = True
+        self.note(await self.measure())
         return self.problems
 
-    async def _run(self) -> None:
-        while True:
-            await self.check()
-            await self.clock.sleep_ms(self.interval_ms)
+    def __repr__(self) -> str:
+        return f"<BrokerProbe brokers={sorted(self.brokers)} problems={sorted(self.problems)}>"
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="probe")
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """Timer: measure again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    problems: dict[str, str]
+
+
+class ProbeActor(Actor):
+    """Keeps `probe` fresh: a round every `probe.interval_ms` after the last one ended."""
+
+    def __init__(self, name: str, probe: BrokerProbe) -> None:
+        super().__init__(name)
+        self.probe = probe
+
+    async def on_start(self) -> None:
+        self.tell_system(_Round())
+
+    async def handle(self, message: object) -> None:
+        if isinstance(message, _Round):
+            self.spawn(self._measure(), name=f"{self.path}:round")
+        elif isinstance(message, _Measured):
+            self.probe.note(message.problems)
+            clock = self.context.clock
+            self.schedule(clock.monotonic_ms() + self.probe.interval_ms, _Round())
+        else:
+            raise UsageError(f"{self.path}: unknown message {message!r}")
+
+    async def _measure(self) -> None:
+        self.tell_system(_Measured(await self.probe.measure()))
+
+    def __repr__(self) -> str:
+        return f"<ProbeActor {self.path} {self.probe!r}>"

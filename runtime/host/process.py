@@ -1,5 +1,6 @@
-"""Process metrics with the usual Prometheus names, sampled by one task the `Runtime`
-owns: resident memory, CPU seconds, open file descriptors, the event loop's lag (how late
+"""Process metrics with the usual Prometheus names, sampled by `SamplerActor` (a child of
+the runtime's root supervisor, woken by a timer message every `interval_ms`): resident
+memory, CPU seconds, open file descriptors, the event loop's lag (how late
 a timer fires: anything that blocks the loop shows here) and garbage-collection pauses.
 
 Nothing here touches the delivery hot path: the sampler wakes every `interval_ms`, and
@@ -8,15 +9,17 @@ the GC callback runs only when the collector does.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 import resource
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.host.metrics import Registry
+from runtime.kernel.actor import Actor
 from runtime.kernel.clock import Clock
+from runtime.kernel.errors import UsageError
 
 LOOP_LAG_BOUNDS_MS = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 1000)
 GC_PAUSE_BOUNDS_MS = (0.1, 0.5, 1, 2, 5, 10, 25, 50, 100, 250)
@@ -54,7 +57,6 @@ class ProcessSampler:
         self._gc = registry.histogram("hookstream_gc_pause_ms", "Garbage-collection pauses in ms",
                                       GC_PAUSE_BOUNDS_MS).labels()
         self._gc_started: float | None = None
-        self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> None:
         self._rss.set(resident_bytes())
@@ -69,24 +71,50 @@ class ProcessSampler:
             self._gc.observe((time.perf_counter() - self._gc_started) * 1000)
             self._gc_started = None
 
-    async def _run(self) -> None:
-        clock = self.clock
-        while True:
-            self.sample()
-            expected = clock.monotonic_ms() + self.interval_ms
-            await clock.sleep_ms(self.interval_ms)
-            self._lag.observe(max(clock.monotonic_ms() - expected, 0))
+    def late(self, lag_ms: int) -> None:
+        """A sampling tick came `lag_ms` after it was due: the event loop's lag."""
+        self._lag.observe(max(lag_ms, 0))
 
-    def start(self) -> None:
-        if self._task is None:
+    def watch_gc(self, on: bool) -> None:
+        if on and self._on_gc not in gc.callbacks:
             gc.callbacks.append(self._on_gc)
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="sampler")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        if self._on_gc in gc.callbacks:
+        elif not on and self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+
+    def __repr__(self) -> str:
+        return f"<ProcessSampler every {self.interval_ms} ms>"
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    due_ms: int
+
+
+class SamplerActor(Actor):
+    """Samples on a timer message; how late each one comes is the loop's lag."""
+
+    def __init__(self, name: str, sampler: ProcessSampler) -> None:
+        super().__init__(name)
+        self.sampler = sampler
+
+    async def on_start(self) -> None:
+        self.sampler.watch_gc(True)
+        self.sampler.sample()
+        self._next()
+
+    def _next(self) -> None:
+        due = self.context.clock.monotonic_ms() + self.sampler.interval_ms
+        self.schedule(due, _Sample(due))
+
+    async def handle(self, message: object) -> None:
+        if not isinstance(message, _Sample):
+            raise UsageError(f"{self.path}: unknown message {message!r}")
+        self.sampler.late(self.context.clock.monotonic_ms() - message.due_ms)
+        self.sampler.sample()
+        self._next()
+
+    async def on_stop(self) -> None:
+        self.sampler.watch_gc(False)
+
+    def __repr__(self) -> str:
+        return f"<SamplerActor {self.path} {self.sampler!r}>"

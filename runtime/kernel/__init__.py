@@ -3,7 +3,7 @@ the timer wheel, the restart budget and backoff. It imports nothing else of the 
 so it can be read, tested and reused on its own."""
 
 from runtime.kernel.actor import Actor, ActorContext, Lifecycle, Mailbox, Ref
-from runtime.kernel.backoff import Backoff, parse_retry_after
+from runtime.kernel.backoff import RESTART_BACKOFF, Backoff, RestartBackoff, parse_retry_after
 from runtime.kernel.budget import RestartBudget
 from runtime.kernel.clock import Clock, FakeClock, RealClock, finished_within, within
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Restart, Strategy, Supervisor
@@ -11,6 +11,7 @@ from runtime.kernel.system import ActorSystem
 from runtime.kernel.timer_wheel import TimerHandle, TimerWheel
 
 __all__ = [
+    "RESTART_BACKOFF",
     "Actor",
     "ActorContext",
     "ActorSystem",
@@ -24,6 +25,7 @@ __all__ = [
     "RealClock",
     "Ref",
     "Restart",
+    "RestartBackoff",
     "RestartBudget",
     "Strategy",
     "Supervisor",

@@ -82,6 +82,36 @@ class Backoff:
         return min(grown, self.cap_ms)
 
 
+RESTART_BACKOFF = Backoff(initial_ms=200, multiplier=2.0, max_ms=5000)
+"""How long a supervisor waits before it tries again a restart that failed."""
+
+
+class RestartBackoff:
+    """Restarts after failures in a row: each failure waits longer (`policy`), a success
+    forgets them. Pure: the owner schedules the returned delay on its clock (a supervisor
+    a timer message, the delivery control plane a retry of a subscription's tree).
+
+    `failures` also tells a stale retry from the current one: a retry scheduled for
+    failure 2 means nothing once the count moved on or was reset."""
+
+    __slots__ = ("failures", "policy")
+
+    def __init__(self, policy: Backoff = RESTART_BACKOFF) -> None:
+        self.policy = policy
+        self.failures = 0
+
+    def failed(self) -> int:
+        """Count a failure; the milliseconds to wait before the next attempt."""
+        self.failures += 1
+        return self.policy.delay_ms(self.failures)
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+    def __repr__(self) -> str:
+        return f"<RestartBackoff failures={self.failures} {self.policy!r}>"
+
+
 def parse_retry_after(value: str | None, now_wall_ms: int) -> int | None:
     """A `Retry-After` header as milliseconds from now, or None if absent or invalid.
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from runtime.kernel.actor import Actor, ActorContext, Lifecycle, LifecycleKind
+from runtime.kernel.backoff import RESTART_BACKOFF
 from runtime.kernel.budget import RestartBudget
 from runtime.kernel.clock import Clock, finished_within, within
 from runtime.kernel.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded, UsageError
@@ -86,8 +87,7 @@ class _RetryRestart:
     specs: tuple[tuple[ChildSpec, int], ...]
 
 
-RETRY_BASE_MS = 200
-RETRY_CAP_MS = 5000
+RETRY_CAP_MS = RESTART_BACKOFF.cap_ms
 
 
 @dataclass(slots=True)
@@ -314,7 +314,7 @@ class Supervisor(Actor):
                         f"{self.path}: restart budget exceeded {self.budget!r} "
                         f"(last: {exc})") from exc
                 log.warning("%s; retrying", exc)
-                delay = min(RETRY_BASE_MS * 2 ** restarts, RETRY_CAP_MS)
+                delay = RESTART_BACKOFF.delay_ms(restarts + 1)
                 retry = tuple((s, r + 1) for s, r in specs[i:])
                 self._retrying.update(s.name for s, _ in retry)
                 self.schedule(self.context.clock.monotonic_ms() + delay, _RetryRestart(retry))

@@ -6,9 +6,10 @@ and an unsubscribe stops it everywhere (real broker, real runtimes, real receive
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.cluster.log import SubscriptionLog
+from actors.delivery.cluster.log import Apply, SubscriptionLog
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.kafka import create_topics
@@ -177,27 +178,38 @@ async def test_concurrent_updates_of_one_subscription_converge_on_the_last_write
 async def test_an_instance_starting_applies_only_the_last_record_of_each_key(
         kafka_bootstrap: str) -> None:
     topic = f"subs-{uuid.uuid4().hex[:8]}"
-    writer = SubscriptionLog(kafka_bootstrap, topic, lambda key, value: asyncio.sleep(0))
-    await writer.start()
-    try:
+
+    async def nothing(key: str, value: bytes | None) -> None:
+        return None
+
+    async with following(SubscriptionLog(kafka_bootstrap, topic), nothing) as writer:
         for key, value in (("k1", b"a"), ("k2", b"b"), ("k3", b"c"), ("k1", b"d"),
                            ("k2", None)):
             await writer.write(key, value)
-    finally:
-        await writer.stop()
     applied: list[tuple[str, bytes | None]] = []
 
     async def record(key: str, value: bytes | None) -> None:
         applied.append((key, value))
 
-    reader = SubscriptionLog(kafka_bootstrap, topic, record)
-    await reader.start()
-    try:
+    async with following(SubscriptionLog(kafka_bootstrap, topic), record) as reader:
         assert applied == [("k3", b"c"), ("k1", b"d"), ("k2", None)]
         await reader.write("k3", b"e")  # then it follows record by record
         assert applied[-1] == ("k3", b"e")
+
+
+@contextlib.asynccontextmanager
+async def following(subscription_log: SubscriptionLog,
+                    apply: Apply) -> AsyncIterator[SubscriptionLog]:
+    """The log read to its end, then followed by a task this test owns (as the control
+    actor owns its follower)."""
+    await subscription_log.start(apply)
+    follower = asyncio.create_task(subscription_log.follow(apply))
+    try:
+        yield subscription_log
     finally:
-        await reader.stop()
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+        await subscription_log.stop()
 
 
 async def test_cluster_mode_with_the_broker_down_at_boot_waits_and_recovers(

@@ -457,7 +457,7 @@ async def test_without_levels_the_service_starts_nothing_and_send_says_what_to_c
     config = parse_config({"brokers": [{"name": "kafka", "bootstrap_servers": "127.0.0.1:9"}],
                            "admin": {"listen": "127.0.0.1:0"}, "journal": {"enabled": False}})
     async with Runtime(config, services=[DelayService]) as runtime:
-        assert runtime.system.root.children() == []
+        assert runtime.system.root.children() == ["probe", "sampler"]  # the host's only
         with pytest.raises(UsageError, match=r"\[\[delay.levels\]\]"):
             await runtime.delay.send("orders", b"v", delay_ms=10)
 

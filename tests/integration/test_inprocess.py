@@ -167,3 +167,16 @@ async def test_an_in_process_subscription_is_listed_read_only_and_never_persiste
         status, listing = await admin.call("GET", "/broker/subscription")
         assert listing["data"] == []
         await audit.stop()  # idempotent
+
+
+async def test_a_handle_stopped_after_its_runtime_has_nothing_left_to_do(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory()
+
+    async def handle(record: ConsumedRecord) -> None:
+        return None
+
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        handle_ = await runtime.consume("late", handle, topics=[topic])
+    await handle_.stop()  # the runtime drained it already
+    await handle_.stop()

@@ -5,12 +5,15 @@ real runtime, real HTTP receivers)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from actors.delivery.document.store import SubscriptionStore
 from actors.delivery.document.subscription import decode_consumer
+from runtime.errors import ActorDeadError
 from runtime.kafka import create_topics
 from runtime.kafka.broker import EmbeddedBroker
 from tests.conftest import TopicFactory
@@ -154,3 +157,68 @@ async def test_an_update_changes_uri_and_concurrency_losing_and_skipping_nothing
         await first.stop()
         await second.stop()
     assert await committed(kafka_bootstrap, "g-up", topic, 2) == {0: 30, 1: 30}
+
+
+async def test_a_crashed_control_plane_is_restarted_and_its_subscriptions_deliver_on(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("cp", [{"name": topic}], receiver.url,
+                                               fast_group=fast_group_kwargs))
+            await produce(kafka_bootstrap, topic, 3)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
+            root = runtime.system.root
+            crashed = root.child("control")
+            crashed.kill("chaos")  # its supervisor restarts it; it restores from the files
+
+            def running_again() -> bool:
+                service: Any = runtime.service("delivery")
+                status = service.status
+                return (root.has_child("control") and root.child("control") is not crashed
+                        and "cp_g-cp" in status and status["cp_g-cp"].state == "running")
+
+            await receiver.wait_for(running_again, timeout_s=30)
+            await produce(kafka_bootstrap, topic, 3, start=3)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 6, timeout_s=30)
+            _, one = await admin.call("GET", "/broker/subscription/cp/g-cp")
+            assert one["data"]["status"]["state"] == "running"
+    finally:
+        await receiver.stop()
+
+
+async def test_when_the_delivery_supervisor_crashes_the_control_actor_starts_every_tree_again(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory()
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("tl", [{"name": topic}], receiver.url,
+                                               fast_group=fast_group_kwargs))
+            root = runtime.system.root
+            crashed = root.child("delivery")
+            crashed.kill("chaos")  # restarted empty; its exit reaches the control actor
+
+            def tree_again() -> bool:
+                service: Any = runtime.service("delivery")
+                return (root.has_child("delivery") and root.child("delivery") is not crashed
+                        and service.tree("tl_g-tl") is not None)
+
+            await receiver.wait_for(lambda: _quietly(tree_again), timeout_s=30)
+            await produce(kafka_bootstrap, topic, 3)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 3, timeout_s=30)
+    finally:
+        await receiver.stop()
+
+
+def _quietly(check: Callable[[], bool]) -> bool:
+    """`check()`, False while what it reads does not exist yet."""
+    try:
+        return check()
+    except ActorDeadError:
+        return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.kernel.backoff import HARD_CAP_MS, Backoff, parse_retry_after
+from runtime.kernel.backoff import HARD_CAP_MS, Backoff, RestartBackoff, parse_retry_after
 
 NOW = 1_700_000_000_000  # epoch ms: 2023-11-14T22:13:20Z
 
@@ -124,3 +124,16 @@ def test_retry_after_in_the_past_means_retry_now() -> None:
 )
 def test_a_bad_retry_after_is_ignored(value: str | None) -> None:
     assert parse_retry_after(value, NOW) is None
+
+
+def test_restart_backoff_doubles_per_failure_in_a_row_to_its_cap_and_a_success_resets() -> None:
+    restarts = RestartBackoff(Backoff(initial_ms=500, multiplier=2.0, max_ms=5000))
+    assert [restarts.failed() for _ in range(6)] == [500, 1000, 2000, 4000, 5000, 5000]
+    assert restarts.failures == 6
+    restarts.succeeded()
+    assert restarts.failures == 0 and restarts.failed() == 500
+
+
+def test_the_supervisors_restart_backoff_starts_at_200_ms_and_stops_at_5_s() -> None:
+    restarts = RestartBackoff()
+    assert [restarts.failed() for _ in range(7)] == [200, 400, 800, 1600, 3200, 5000, 5000]

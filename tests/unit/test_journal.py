@@ -17,12 +17,15 @@ from runtime.errors import UsageError
 from runtime.host.journal import (
     Event,
     Journal,
+    JournalFlusher,
     NullJournal,
     closed_segments,
     open_segments,
     recover_segments,
 )
 from runtime.kernel.clock import FakeClock
+from runtime.kernel.supervisor import ChildSpec
+from runtime.kernel.system import ActorSystem
 
 decoder = msgspec.json.Decoder(Event)
 
@@ -295,3 +298,20 @@ async def test_an_unencodable_event_is_dropped_and_its_batch_kept(journal: Journ
     assert [(e.type, e.count, e.reason) for e in events[2:]] == [
         ("journal_dropped", 1, "unencodable")
     ]
+
+
+async def test_a_hosted_journal_is_flushed_by_its_supervised_actor_on_timer_messages(
+        tmp_path: Path, clock: FakeClock) -> None:
+    journal = Journal(tmp_path, clock=clock, flush_interval_ms=200)
+    await journal.open()
+    system = ActorSystem(clock=clock)
+    await system.start()
+    await system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal", journal)))
+    journal.emit(fetched(1))
+    await clock.advance_settled(199)
+    assert journal.written == 0 and journal.buffered == 1
+    await clock.advance_settled(1)
+    assert journal.buffered == 0  # taken by the flusher; written in a worker thread
+    await system.stop()  # a stop message: the flush in progress finishes first
+    await journal.stop()
+    assert [e.offset for e in read_events(tmp_path)] == [1]

@@ -1,31 +1,40 @@
-"""A subscription's life as the service tracks it, on plain `now` integers."""
+"""A subscription's life as the control plane tracks it, on plain `now` integers."""
 
 from __future__ import annotations
 
-from actors.delivery.control.status import RETRY_CAP_MS, SubscriptionStatus
+import msgspec
 
-
-def test_failed_starts_back_off_to_a_cap_and_running_resets_the_count() -> None:
-    status = SubscriptionStatus("starting", since_ms=0)
-    delays = [status.failed(now, "boom", broker_down=False) for now in range(0, 8000, 1000)]
-    assert delays[:4] == [500, 1000, 2000, 4000]
-    assert set(delays[4:]) == {RETRY_CAP_MS}
-    status.move("running", 9000)
-    assert status.failures == 0 and status.retry_at_ms is None
-    assert status.failed(10_000, "boom", broker_down=False) == 500
-
-
-def test_a_start_is_due_only_when_failed_and_its_time_has_come() -> None:
-    status = SubscriptionStatus("running", since_ms=0)
-    assert not status.due(10**9)
-    status.failed(100, "no broker", broker_down=True)
-    assert status.state == "waiting_for_broker" and status.reason == "no broker"
-    assert not status.due(599) and status.due(600)
-    status.move("paused", 700)
-    assert not status.due(10**9)
+from actors.delivery.control.status import Counters, Live, PartitionStatus, SubscriptionStatus
 
 
 def test_since_changes_with_the_state_not_with_the_reason() -> None:
     status = SubscriptionStatus("failed", since_ms=5, reason="a")
     assert status.move("failed", 50, "b") is False and status.since_ms == 5
     assert status.move("running", 60) is True and status.since_ms == 60
+
+
+def test_a_retry_shows_its_wall_time_until_the_subscription_runs_or_pauses() -> None:
+    status = SubscriptionStatus("starting", since_ms=0)
+    status.retrying(100, "no broker", broker_down=True, delay_ms=500)
+    assert (status.state, status.reason, status.retry_at_ms) == ("waiting_for_broker",
+                                                                 "no broker", 600)
+    assert status.answer().next_attempt_at == 600
+    status.move("paused", 700, "paused by request")
+    assert status.retry_at_ms is None and status.answer().next_attempt_at is None
+
+
+def test_the_answer_encodes_as_the_status_api_always_showed_it() -> None:
+    status = SubscriptionStatus("running", since_ms=7)
+    live = Live(partitions=[PartitionStatus(topic="t", partition=0, committed=3,
+                                            dead_lettered=2)],
+                counters=Counters(delivered=5, failed_attempts=1, dead_lettered=2))
+    encoded = msgspec.json.decode(msgspec.json.encode(status.answer(live)))
+    assert list(encoded) == ["state", "reason", "since", "in_process", "next_attempt_at",
+                             "partitions", "endpoint", "counters", "member", "activity"]
+    assert encoded["partitions"][0] == {
+        "topic": "t", "partition": 0, "committed": 3, "highwater": None, "lag": None,
+        "inflight": 0, "retrying": 0, "pending": 0, "oldest_pending_ms": None,
+        "paused": False, "last_error": None, "dead_lettered": 2, "filtered": 0,
+        "stalled_for_ms": None}
+    assert encoded["counters"] == {"delivered": 5, "failed_attempts": 1, "dead_lettered": 2,
+                                   "filtered": 0}

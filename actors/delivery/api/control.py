@@ -60,9 +60,10 @@ class ControlRoutes:
 
     async def get_one(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
-        answer = self.service.status_of(key)
-        if self.service.cluster is not None:  # [cluster] status_topic: every instance
-            answer["cluster"] = self.service.cluster.subscription(key)
+        answer = self.service.answer(key)
+        cluster = await self.service.cluster_view(key)
+        if cluster is not None:  # [cluster] status_topic: every instance
+            answer = msgspec.structs.replace(answer, cluster=cluster)
         return ok(answer)
 
     async def put_one(self, request: web.Request) -> web.Response:
@@ -73,19 +74,19 @@ class ControlRoutes:
                                       f"the path names {key}, the body {consumer.key}")
         check_resolvable(consumer, self.service.guard.references)
         await self.service.update(key, consumer)
-        return ok(self.service.status_of(key))
+        return ok(self.service.answer(key))
 
     async def pause(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
         refuse_in_process(self.service, key)
         await self.service.pause(key)
-        return ok(self.service.status_of(key))
+        return ok(self.service.answer(key))
 
     async def resume(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
         refuse_in_process(self.service, key)
         await self.service.resume(key)
-        return ok(self.service.status_of(key))
+        return ok(self.service.answer(key))
 
     async def replay(self, request: web.Request) -> web.Response:
         try:

@@ -7,18 +7,19 @@ resume); key `disabled:<id>_<group.id>`, value the reason, once an endpoint answ
 Gone (a tombstone on resume). One partition, so every instance sees every change in the
 same order: the last write of a key wins everywhere.
 
-`SubscriptionLog.start()` reads the topic from the beginning to its end (the high
+`SubscriptionLog.start(apply)` reads the topic from the beginning to its end (the high
 watermark at that moment), applying the last record of each key, and only then returns,
-so an instance is not ready before it knows every subscription; then an owned task
-follows the topic.
+so an instance is not ready before it knows every subscription; then its owner runs
+`follow(apply)` as a task it owns (an actor's `spawn`), so a failure of the follower
+crashes that actor and reaches its supervisor.
 `write()` returns once the broker acknowledged the record (acks=all) *and* this instance's
 follower applied it: an admin call answers when the change is in force here.
 
-`start_or_retry(clock)` is how the runtime starts it: one `start()`, and when the broker
-cannot be reached (down at boot), an owned task tries again with capped backoff until it
-can, as subscriptions stored in files wait for their broker (#25). Meanwhile `problem`
-says why (for `/readyz`) and `write()` raises `SubscriptionStartFailed` (a 503): nothing
-is known of the cluster's subscriptions yet, and nothing is lost by waiting.
+When the broker cannot be reached (down at boot), `start` fails and closes what it
+opened; its owner (an actor) tries again on a timer message after `RETRY`'s backoff, as
+subscriptions stored in files wait for their broker (#25). Meanwhile `problem` says why
+(for `/readyz`, see `failed`) and `write()` raises `SubscriptionStartFailed` (a 503):
+nothing is known of the cluster's subscriptions yet, and nothing is lost by waiting.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from actors.delivery.errors import SubscriptionStartFailed
 from runtime.kafka import create_topics, make_consumer, make_producer
 from runtime.kernel.backoff import Backoff
-from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
 PAUSED_PREFIX = "paused:"
@@ -46,65 +46,47 @@ RETRY: Final = Backoff(initial_ms=500, multiplier=2.0, max_ms=15_000, jitter=0.2
 
 
 class SubscriptionLog:
-    def __init__(self, bootstrap: str, topic: str, apply: Apply, *,
-                 replication_factor: int = 1,
+    def __init__(self, bootstrap: str, topic: str, *, replication_factor: int = 1,
                  client_settings: dict[str, object] | None = None) -> None:
-        self.bootstrap, self.topic, self.apply = bootstrap, topic, apply
+        self.bootstrap, self.topic = bootstrap, topic
         self.replication_factor = replication_factor
         self.client_settings = dict(client_settings or {})
         self._tp = TopicPartition(topic, 0)
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._follower: asyncio.Task[None] | None = None
         self._applied = -1  # the offset of the last record applied
         self._read = -1  # during the catch-up: the offset of the last record read
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._retrying: asyncio.Task[None] | None = None
+        self._caught_up = False
         self.problem: str | None = None
-        """Why the topic is not followed yet (None: it is, or it was never started)."""
+        """Why the topic is not read yet (None: it is, or it was never started)."""
 
     @property
     def ready(self) -> bool:
-        """Read to its end once and followed since."""
-        return self._follower is not None
+        """Read to its end once (and followed since, by its owner)."""
+        return self._caught_up
 
-    async def start_or_retry(self, clock: Clock) -> None:
-        """`start()`; if that fails, keep trying in an owned task (see the module doc)."""
-        try:
-            await self.start()
-        except Exception as exc:  # the broker is away (or refuses us): try again later
-            self._failed(exc, 1)
-            self._retrying = asyncio.get_running_loop().create_task(
-                self._retry(clock), name=f"subscription-log-retry:{self.topic}")
-
-    async def _retry(self, clock: Clock) -> None:
-        attempt = 1
-        while True:
-            await clock.sleep_ms(RETRY.delay_ms(attempt))
-            try:
-                await self.start()
-            except Exception as exc:
-                attempt += 1
-                self._failed(exc, attempt)
-                continue
-            log.info("subscription log %s: reached after %d attempts", self.topic, attempt + 1)
-            self.problem = None
-            return
-
-    def _failed(self, exc: Exception, attempt: int) -> None:
+    def failed(self, exc: BaseException, attempt: int) -> str:
+        """Note that `start` failed for the `attempt`-th time; the problem, logged."""
         self.problem = f"cannot read topic {self.topic} yet ({attempt} attempts): {exc!r}"
         log.log(logging.WARNING if attempt == 1 or attempt % 10 == 0 else logging.INFO,
                 "subscription log %s: %s; retrying", self.topic, self.problem)
+        return self.problem
 
-    async def start(self) -> None:
-        """Read the topic to its end, then follow it; on failure nothing stays open."""
+    async def start(self, apply: Apply) -> None:
+        """Read the topic to its end; on failure nothing stays open."""
         try:
-            await self._start()
+            await self._start(apply)
         except BaseException:
             await self._close_clients()
             raise
+        if self.problem is not None:
+            log.info("subscription log %s: reached", self.topic)
+        self.problem = None
+        self._caught_up = True
 
-    async def _start(self) -> None:
+    async def _start(self, apply: Apply) -> None:
+        self._applied = self._read = -1  # from the beginning (again, after a failure)
         await create_topics(self.bootstrap, {self.topic: 1},
                             replication_factor=self.replication_factor,
                             configs={"cleanup.policy": "compact"})
@@ -115,11 +97,9 @@ class SubscriptionLog:
         await self._consumer.start()
         self._consumer.assign([self._tp])
         await self._consumer.seek_to_beginning(self._tp)
-        await self._catch_up(self._consumer)
-        self._follower = asyncio.get_running_loop().create_task(self._follow(),
-                                                                name="subscription-log")
+        await self._catch_up(self._consumer, apply)
 
-    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+    async def _catch_up(self, consumer: AIOKafkaConsumer, apply: Apply) -> None:
         """Apply everything written before we started: up to the high watermark of the
         first fetch response (the embedded broker's ListOffsets is not to be trusted).
         Only the last record of each key is applied, as compaction would leave it (in the
@@ -137,7 +117,7 @@ class SubscriptionLog:
             end = consumer.highwater(self._tp) if end is None else end
             if end is not None and self._read + 1 >= end:
                 for key, value in latest.items():
-                    await self._apply_one(key, value, self._read)
+                    await self._apply_one(apply, key, value, self._read)
                 self._applied = self._read
                 log.info("subscription log %s read to offset %d (%d keys)", self.topic, end,
                          len(latest))
@@ -150,22 +130,27 @@ class SubscriptionLog:
         return [(m.key.decode() if m.key else "", m.value, m.offset)
                 for m in batches.get(self._tp, [])]
 
-    async def _apply_one(self, key: str, value: bytes | None, offset: int) -> None:
+    async def _apply_one(self, apply: Apply, key: str, value: bytes | None,
+                         offset: int) -> None:
         try:
-            await self.apply(key, value)
+            await apply(key, value)
         except Exception:  # a record we cannot apply must not stop the follower
             log.exception("subscription log %s: cannot apply %r at offset %d",
                           self.topic, key, offset)
 
-    async def _follow(self) -> None:
+    async def follow(self, apply: Apply) -> None:
+        """Apply what is written after `start`, until cancelled. An error of the client
+        ends it (its owner crashes and is restarted by its supervisor)."""
         consumer = self._consumer
-        assert consumer is not None
+        if consumer is None:
+            raise RuntimeError(f"{self!r}: start() it before follow()")
         while True:
-            await self._apply_batch(consumer, timeout_ms=500)
+            await self._apply_batch(consumer, apply, timeout_ms=500)
 
-    async def _apply_batch(self, consumer: AIOKafkaConsumer, timeout_ms: int) -> None:
+    async def _apply_batch(self, consumer: AIOKafkaConsumer, apply: Apply,
+                           timeout_ms: int) -> None:
         for key, value, offset in await self._read_batch(consumer, timeout_ms):
-            await self._apply_one(key, value, offset)
+            await self._apply_one(apply, key, value, offset)
             self._applied = offset
         self._wake()
 
@@ -179,26 +164,29 @@ class SubscriptionLog:
                 still.append((offset, waiter))
         self._waiters = still
 
-    async def write(self, key: str, value: bytes | None) -> None:
-        """Write a record (None: a tombstone); return once it is applied here too."""
+    async def put(self, key: str, value: bytes | None) -> int:
+        """Write a record (None: a tombstone); return its offset once the broker has it,
+        without waiting for the follower (a last word before stopping)."""
         if self._producer is None or not self.ready:
             raise SubscriptionStartFailed(f"topic {self.topic} not reachable",
                                           self.problem or "not read yet: try again")
         meta = await self._producer.send_and_wait(self.topic, value, key=key.encode())
-        if meta.offset <= self._applied:
+        return int(meta.offset)
+
+    async def write(self, key: str, value: bytes | None) -> None:
+        """Write a record (None: a tombstone); return once it is applied here too."""
+        offset = await self.put(key, value)
+        if offset <= self._applied:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((meta.offset, waiter))
+        self._waiters.append((offset, waiter))
         await waiter
 
     async def stop(self) -> None:
-        for task in (self._retrying, self._follower):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._retrying = self._follower = None
+        """Close the clients (the owner cancelled `follow` before)."""
         for waiter in (w for _, w in self._waiters):
             waiter.cancel()
+        self._caught_up = False
         await self._close_clients()
 
     async def _close_clients(self) -> None:

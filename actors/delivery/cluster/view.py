@@ -10,8 +10,10 @@ is older than `gone_after_intervals` of its own interval is shown `gone` (killed
 cut off); stopped and gone instances are forgotten after `FORGET_AFTER_INTERVALS`, when
 the first instance to notice writes a tombstone for them (compaction then drops them).
 
-`ClusterView` is pure (takes `now`); `ClusterStatus` performs it: one `SubscriptionLog`
-(actors/delivery/cluster/log.py) for the topic and one task that publishes on the clock.
+`ClusterView` is pure (takes `now`); `ClusterStatusActor` performs it: one
+`SubscriptionLog` (actors/delivery/cluster/log.py) for the topic, whose follower is a task
+the actor owns, and a timer message that publishes every interval (the first once the
+admin server listens: its `listening` event, no polling for the port).
 Ages use the older of the publisher's stamp and the local receive time: a record read at
 start-up is judged by when it was written, a publisher whose clock runs ahead by when it
 arrived. Clocks are assumed synchronised (NTP) to well under one interval.
@@ -23,16 +25,21 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Final, Literal, Protocol
 
 import msgspec
 from aiohttp import web
 
-from actors.delivery.cluster.log import SubscriptionLog
-from actors.delivery.control.status import SubscriptionStatus
+from actors.delivery.cluster.log import RETRY, SubscriptionLog
+from actors.delivery.control.status import SubscriptionAnswer
+from runtime.errors import UsageError
 from runtime.host.admin import ok
-from runtime.host.openapi import json_answer, success
+from runtime.host.openapi import OpenApi, json_answer, success
+from runtime.kernel.actor import Actor
+from runtime.kernel.backoff import RestartBackoff
+from runtime.kernel.clock import within
 
 if TYPE_CHECKING:
     from runtime.host.app import Runtime
@@ -157,100 +164,175 @@ class ClusterView:
 Snapshot = Callable[[], dict[str, Share]]
 
 
-class ClusterStatus:
-    """Publishes this instance's status and follows everyone's (see the module doc)."""
+@dataclass(frozen=True, slots=True)
+class _Heard:
+    """A record of the status topic, handed over by the follower."""
 
-    def __init__(self, runtime: Runtime, snapshot: Snapshot) -> None:
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Listening:
+    """The admin server listens: this instance has its name and starts publishing."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    """Timer: publish again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Reach:
+    """Timer: try the status topic again (the broker was away)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ViewAsked:
+    """`GET /cluster` (key None) or one subscription's part of the view."""
+
+    key: str | None = None
+
+
+class ClusterStatusActor(Actor):
+    """Publishes this instance's status and follows everyone's (see the module doc).
+
+    The topic's follower and the wait for the admin server's port are tasks this actor
+    owns; each publish runs in an owned task too, so that `GET /cluster` never waits for
+    a write. The view is read by asking (`ViewAsked`)."""
+
+    def __init__(self, name: str, runtime: Runtime, snapshot: Snapshot) -> None:
+        super().__init__(name)
         cluster = runtime.config.cluster
         self.runtime, self.snapshot = runtime, snapshot
         self.interval_ms = cluster.status_interval_ms
         self.view = ClusterView(cluster.gone_after_intervals)
         broker = cluster.broker or runtime.config.brokers[0].name
         self._log = SubscriptionLog(
-            runtime.bootstrap(broker), cluster.status_topic, self._apply,
+            runtime.bootstrap(broker), cluster.status_topic,
             replication_factor=cluster.replication_factor,
             client_settings=runtime.consumer_settings(broker))
         self.instance = ""  # known once the admin server has its port
-        self._task: asyncio.Task[None] | None = None
+        self._publishing: asyncio.Task[None] | None = None
+        self._reaching = RestartBackoff(RETRY)
 
     @property
-    def log(self) -> SubscriptionLog:
-        return self._log
+    def problem(self) -> str | None:
+        """Why the status topic is not followed yet (None: it is)."""
+        return self._log.problem
 
-    async def start(self) -> None:
-        await self._log.start_or_retry(self.runtime.clock)
-        self.runtime.admin.app.router.add_get("/cluster", self._get)
-        self.runtime.admin.openapi.describe("GET", "/cluster", {
-            "summary": "The cluster: every instance, the owner and lag of each partition",
-            "responses": {"200": json_answer("The cluster view", success(CLUSTER_SCHEMA))}})
-        self._task = asyncio.get_running_loop().create_task(self._publish_loop(),
-                                                            name="cluster-status")
+    async def on_start(self) -> None:
+        """Read the topic and follow it; with the broker away, try again on timer
+        messages (`_Reach`) meanwhile (`problem` says why): the instance starts anyway."""
+        self.spawn(self._await_listening(), name=f"{self.path}:listening")
+        await self._reach()
 
-    async def _apply(self, key: str, value: bytes | None) -> None:
+    async def _reach(self) -> None:
+        try:
+            await self._log.start(self._read)
+        except Exception as exc:  # the broker is away (or refuses us): try again later
+            delay = self._reaching.failed()
+            self._log.failed(exc, self._reaching.failures)
+            self.schedule(self.runtime.clock.monotonic_ms() + delay, _Reach())
+            return
+        self._reaching.succeeded()
+        self.spawn(self._log.follow(self._hand_over), name=f"{self.path}:follower")
+
+    async def _read(self, key: str, value: bytes | None) -> None:
+        """During `on_start`'s catch-up, on this actor's task."""
+        self._apply(key, value)
+
+    async def _hand_over(self, key: str, value: bytes | None) -> None:
+        await self.tell(_Heard(key, value))
+
+    async def _await_listening(self) -> None:
+        await self.runtime.admin.listening.wait()  # an ephemeral port is bound by then
+        await self.tell(_Listening())
+
+    async def handle(self, message: object) -> object:
+        if isinstance(message, _Heard):
+            self._apply(message.key, message.value)
+        elif isinstance(message, _Listening):
+            self.instance = f"{socket.gethostname()}:{self.runtime.admin.port}"
+            self._tick()
+        elif isinstance(message, _Tick):
+            self._tick()
+        elif isinstance(message, _Reach):
+            await self._reach()
+        elif isinstance(message, ViewAsked):
+            now = self.runtime.clock.wall_ms()
+            return (self.view.as_dict(now) if message.key is None
+                    else self.view.subscription(message.key, now))
+        else:
+            raise UsageError(f"{self.path}: unknown message {message!r}")
+        return None
+
+    def _apply(self, key: str, value: bytes | None) -> None:
         try:
             self.view.apply(key, value, self.runtime.clock.wall_ms())
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("status topic: ignoring the record of %r: %s", key, exc)
 
-    async def _publish_loop(self) -> None:
+    def _tick(self) -> None:
+        """Publish (unless the last publish still runs, or the topic is not reached yet),
+        and again after the interval."""
         clock = self.runtime.clock
-        while self.runtime.admin.port == 0:  # an ephemeral port not bound yet
-            await clock.sleep_ms(50)
-        self.instance = f"{socket.gethostname()}:{self.runtime.admin.port}"
-        while True:
-            try:
-                await self._publish("running")
-                await self._forget_expired()
-            except Exception as exc:  # the broker may be away: try again next interval
-                log.warning("status topic: cannot publish: %s", exc)
-            await clock.sleep_ms(self.interval_ms)
+        if self._log.ready and (self._publishing is None or self._publishing.done()):
+            status = self._status("running")
+            expired = [i for i in self.view.expired(clock.wall_ms()) if i != self.instance]
+            self._publishing = self.spawn(self._publish(status, expired),
+                                          name=f"{self.path}:publish")
+        self.schedule(clock.monotonic_ms() + self.interval_ms, _Tick())
 
-    async def _publish(self, state: InstanceState) -> None:
-        status = InstanceStatus(
+    def _status(self, state: InstanceState) -> InstanceStatus:
+        return InstanceStatus(
             instance=self.instance, address=self.runtime.admin.url, state=state,
             published_ms=self.runtime.clock.wall_ms(), interval_ms=self.interval_ms,
             subscriptions=self.snapshot())
-        await self._log.write(self.instance, msgspec.json.encode(status))
 
-    async def _forget_expired(self) -> None:
-        for instance in self.view.expired(self.runtime.clock.wall_ms()):
-            log.info("status topic: forgetting instance %s", instance)
-            await self._log.write(instance, None)
+    async def _publish(self, status: InstanceStatus, expired: list[str]) -> None:
+        try:
+            await self._log.write(self.instance, msgspec.json.encode(status))
+            for instance in expired:
+                log.info("status topic: forgetting instance %s", instance)
+                await self._log.write(instance, None)
+        except Exception as exc:  # the broker may be away: try again next interval
+            log.warning("status topic: cannot publish: %s", exc)
 
-    async def _get(self, request: web.Request) -> web.Response:
-        return ok(self.view.as_dict(self.runtime.clock.wall_ms()))
-
-    def subscription(self, key: str) -> dict[str, object]:
-        return self.view.subscription(key, self.runtime.clock.wall_ms())
-
-    async def stop(self) -> None:
-        """Publish `stopped` (when we ever published), then stop following."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    async def on_stop(self) -> None:
+        """Publish `stopped` (when we ever published): the others stop counting on us."""
         if self.instance:
+            stopped = msgspec.json.encode(self._status("stopped"))
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._publish("stopped"), 3)
+                await within(self.runtime.clock, self._log.put(self.instance, stopped), 3000)
         await self._log.stop()
 
     def __repr__(self) -> str:
-        return f"<ClusterStatus {self.instance or '?'} {self.view!r}>"
+        return (f"<ClusterStatusActor {self.instance or '?'} {self.view!r} "
+                f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>")
+
+
+def describe_cluster_route(app: web.Application, openapi: OpenApi,
+                           view: Callable[[], Awaitable[dict[str, object]]]) -> None:
+    """`GET /cluster`: the whole view, from whoever holds it."""
+
+    async def get(request: web.Request) -> web.Response:
+        return ok(await view())
+
+    app.router.add_get("/cluster", get)
+    openapi.describe("GET", "/cluster", {
+        "summary": "The cluster: every instance, the owner and lag of each partition",
+        "responses": {"200": json_answer("The cluster view", success(CLUSTER_SCHEMA))}})
 
 
 class _Delivery(Protocol):
-    status: dict[str, SubscriptionStatus]
-
-    def status_of(self, key: str) -> dict[str, object]: ...
+    def answers(self) -> dict[str, SubscriptionAnswer]: ...
 
 
 def snapshot_of(service: _Delivery) -> dict[str, Share]:
     """This instance's share of every subscription, from the delivery service's status."""
-    shares: dict[str, Share] = {}
-    for key, status in list(service.status.items()):
-        live = service.status_of(key)["status"]
-        parts = live.get("partitions", []) if isinstance(live, dict) else []
-        shares[key] = Share(state=status.state, partitions=[
-            msgspec.convert(p, OwnedPartition, from_attributes=False, strict=False)
-            for p in parts])
-    return shares
+    return {key: Share(state=answer.status.state, partitions=[
+        OwnedPartition(topic=p.topic, partition=p.partition, lag=p.lag,
+                       committed=p.committed, highwater=p.highwater)
+        for p in answer.status.partitions])
+        for key, answer in service.answers().items()}

@@ -1,6 +1,6 @@
 """In-process subscriptions: what `Runtime.consume(...)` builds (issue 18).
 
-    async with Runtime(config, services=[DeliveryControl]) as runtime:
+    async with Runtime(config, services=[DeliveryService]) as runtime:
         orders = await runtime.consume("billing", handle_order, topics=["orders"],
                                        ordering="key", concurrency=50, retries=5,
                                        dead_letter_topic="orders.dlt")
@@ -24,7 +24,6 @@ handlers may consume with one group only under different ids.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import re
@@ -37,7 +36,7 @@ from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.egress.handler import ConsumedRecord, Handler, HandlerActor, handler_name
 from actors.delivery.egress.http import pool_size
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
-from runtime.errors import UsageError
+from runtime.errors import ActorDeadError, UsageError
 from runtime.host.service import ConsumeOptions
 
 if TYPE_CHECKING:
@@ -72,7 +71,6 @@ class InProcessSubscription:
         self.consumer = consumer
         self._delivery = delivery
         self._stopped = False
-        self._lock = asyncio.Lock()
 
     @property
     def key(self) -> str:
@@ -83,13 +81,14 @@ class InProcessSubscription:
         return self._delivery.status_of(self.key)
 
     async def stop(self) -> None:
-        async with self._lock:
-            if self._stopped:
-                return
-            # not found: already gone with its runtime, nothing left to drain
-            with contextlib.suppress(SubscriptionNotFound):
-                await self._delivery.unsubscribe(self.key)
-            self._stopped = True
+        """A second `stop()` while the first drains queues behind it in the control
+        actor's mailbox, finds nothing and returns when the first has finished."""
+        if self._stopped:
+            return
+        # already gone (by a concurrent stop), or with its runtime: nothing left to drain
+        with contextlib.suppress(SubscriptionNotFound, ActorDeadError):
+            await self._delivery.unsubscribe(self.key)
+        self._stopped = True
 
     async def __aenter__(self) -> InProcessSubscription:
         return self

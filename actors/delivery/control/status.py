@@ -1,23 +1,28 @@
-"""What the service knows of each subscription's life: its state, why, since when, and
-when the next start attempt is due. Pure: the service moves it, the status API reads it.
+"""What the control plane knows of each subscription's life: its state, why, since when,
+and when the next start attempt is due. Pure: the registry (actors/delivery/control/
+registry.py) moves it, the status API reads it.
 
 States: `starting`; `running`; `paused` (on purpose: no consumer, position committed);
 `disabled` (the endpoint answered 410 Gone: stopped like `paused` until the operator
 resumes it; the record that got the 410 is delivered again then);
 `waiting_for_broker` (its broker is unreachable: retried); `failed` (could not start or
-crashed past its restart budget: retried with capped backoff); `stopping`.
-A subscription leaves this table only by unsubscribe.
+crashed past its restart budget: retried with the kernel's restart backoff); `stopping`.
+A subscription leaves the registry only by unsubscribe.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
+
+import msgspec
 
 State = Literal["starting", "running", "paused", "disabled", "waiting_for_broker", "failed",
                 "stopping"]
-RETRY_BASE_MS = 500
-RETRY_CAP_MS = 5_000
+STOPPED: Final = ("paused", "disabled")
+"""States in which a subscription has no actors on purpose (resume starts it again)."""
+RETRYING: Final = ("failed", "waiting_for_broker")
+"""States in which a retry of the start is scheduled."""
 
 
 @dataclass(slots=True)
@@ -25,8 +30,7 @@ class SubscriptionStatus:
     state: State
     since_ms: int
     reason: str = ""
-    failures: int = 0  # failed starts in a row
-    retry_at_ms: int | None = None
+    retry_at_ms: int | None = None  # wall time of the next start attempt
     in_process: bool = False
 
     def move(self, state: State, now_ms: int, reason: str = "") -> bool:
@@ -37,24 +41,90 @@ class SubscriptionStatus:
         self.state, self.reason = state, reason
         if changed:
             self.since_ms = now_ms
-        if state == "running":
-            self.failures, self.retry_at_ms = 0, None
+        if state not in RETRYING:
+            self.retry_at_ms = None
         return changed
 
-    def failed(self, now_ms: int, reason: str, broker_down: bool) -> int:
-        """A start failed or the tree died: schedule the next attempt, capped backoff.
-        Returns the delay."""
-        delay: int = min(RETRY_BASE_MS << min(self.failures, 16), RETRY_CAP_MS)
-        self.failures += 1
+    def retrying(self, now_ms: int, reason: str, broker_down: bool, delay_ms: int) -> None:
+        """A start failed or the tree died: the next attempt comes in `delay_ms`."""
         self.move("waiting_for_broker" if broker_down else "failed", now_ms, reason)
-        self.retry_at_ms = now_ms + delay
-        return delay
+        self.retry_at_ms = now_ms + delay_ms
 
-    def due(self, now_ms: int) -> bool:
-        return (self.state in ("failed", "waiting_for_broker") and self.retry_at_ms is not None
-                and now_ms >= self.retry_at_ms)
+    def answer(self, live: Live | None = None,
+               activity: dict[str, object] | None = None) -> StatusAnswer:
+        """The status API's answer, with what the running tree shows (`live`) and its
+        recent attempts (`activity`, the status page's charts and table)."""
+        shown = live or Live()
+        return StatusAnswer(state=self.state, reason=self.reason, since=self.since_ms,
+                            in_process=self.in_process,
+                            next_attempt_at=(self.retry_at_ms if self.state != "running"
+                                             else None),
+                            partitions=shown.partitions, endpoint=shown.endpoint,
+                            counters=shown.counters, member=shown.member,
+                            activity=activity)
 
-    def as_dict(self) -> dict[str, object]:
-        return {"state": self.state, "reason": self.reason, "since": self.since_ms,
-                "in_process": self.in_process,
-                "next_attempt_at": self.retry_at_ms if self.state != "running" else None}
+
+class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One partition of a subscription, as the status API shows it: what
+    `PartitionActor.status()` (actors/delivery/path/partition.py) reports, typed. A field
+    added there must be added here (unknown fields are refused, so none goes missing
+    from the answer unnoticed)."""
+
+    topic: str
+    partition: int
+    committed: int | None = None
+    highwater: int | None = None
+    lag: int | None = None
+    inflight: int = 0
+    retrying: int = 0
+    pending: int = 0
+    oldest_pending_ms: int | None = None
+    paused: bool = False
+    last_error: str | None = None
+    dead_lettered: int = 0
+    filtered: int = 0
+    stalled_for_ms: int | None = None
+
+
+class Counters(msgspec.Struct, frozen=True, kw_only=True):
+    """Since the subscription's outlet started."""
+
+    delivered: int
+    failed_attempts: int
+    dead_lettered: int
+    filtered: int = 0
+
+
+class Live(msgspec.Struct, frozen=True, kw_only=True):
+    """What a running tree shows of itself (nothing when it does not run)."""
+
+    partitions: list[PartitionStatus] = []
+    endpoint: dict[str, object] | None = None
+    counters: Counters | None = None
+    member: dict[str, object] | None = None
+
+
+class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """`status` in `GET /broker/subscription/{id}/{groupId}`: the life of the subscription
+    and, while it runs, what its tree shows. `endpoint` (the outlet's health, actors/
+    delivery/egress/outlet.py) and `member` (actors/delivery/path/member.py) stay the
+    dicts their owners give."""
+
+    state: State
+    reason: str
+    since: int
+    in_process: bool
+    next_attempt_at: int | None
+    partitions: list[PartitionStatus] = []
+    endpoint: dict[str, object] | None = None
+    counters: Counters | None = None
+    member: dict[str, object] | None = None
+    activity: dict[str, object] | None = None
+
+
+class SubscriptionAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The consumer (redacted) and its status; `cluster` with `[cluster] status_topic`."""
+
+    consumer: dict[str, object]
+    status: StatusAnswer
+    cluster: dict[str, object] | None = None

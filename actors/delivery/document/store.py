@@ -16,7 +16,7 @@ the current form; one whose name is not its subscription's is renamed.
 The API is async: every file operation runs in a worker thread, because an fsync can take
 tens of milliseconds on a busy disk and the event loop runs the delivery actors meanwhile.
 Saves may run at once, each with its own temp file; for one subscription the last rename
-wins, so the DeliveryService orders its changes with its lock.
+wins, so only the control actor writes here: its mailbox orders the changes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,540 @@
+"""The control plane as an actor: every change to the subscriptions is a message, and
+its mailbox serialises them (OTP's gen_server, Kafka Connect's herder): subscribe,
+unsubscribe, update, pause, resume, disable on 410 Gone, replay, a record of the cluster's
+subscriptions topic, and the exit of a subscription's tree.
+
+The decisions are the registry's (actors/delivery/control/registry.py, pure); this actor
+performs them with `Trees` (actors/delivery/control/trees.py) and keeps them in its
+source (actors/delivery/control/source.py: the files, or the subscriptions topic). A
+tree that could not start, or ended by itself, is started again by a timer message
+(`Retry`) after the kernel's restart backoff; nothing polls.
+
+Start means ready: `on_start` restores every stored subscription (a few at a time) or,
+in cluster mode, reads the subscriptions topic to its end, and only then reports ready.
+The topic's follower is a task this actor owns: a failure of it crashes the actor, and
+its supervisor restarts it, which reads everything again. A restarted incarnation first
+stops the trees an earlier one left, so that what runs is what the source says.
+In-process subscriptions are the embedding program's: their documents and outlets live
+in `Programmed`, which the facade owns and every incarnation starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from actors.delivery.cluster.log import RETRY
+from actors.delivery.control.messages import (
+    Check,
+    Gone,
+    Listed,
+    Marks,
+    OutletFactory,
+    PauseSubscription,
+    Publish,
+    Record,
+    Refused,
+    Replay,
+    ResumeSubscription,
+    Subscribe,
+    TreeExited,
+    TreesLost,
+    Unsubscribe,
+    Update,
+)
+from actors.delivery.control.registry import (
+    Adopt,
+    Change,
+    Disable,
+    Remove,
+    Replace,
+    Retry,
+    SubscriptionRegistry,
+)
+from actors.delivery.control.registry import Pause as PauseChange
+from actors.delivery.control.registry import Resume as ResumeChange
+from actors.delivery.control.source import SubscriptionSource
+from actors.delivery.control.trees import Plant, check_replay_topic, refuse_own_topics
+from actors.delivery.document.secrets import kept_secrets
+from actors.delivery.document.subscription import Consumer, redact_uri
+from actors.delivery.errors import (
+    DeliveryError,
+    InvalidSubscription,
+    SubscriptionStartFailed,
+    UnknownBroker,
+)
+from actors.delivery.path.replay import ReplayProgress
+from runtime.errors import ActorDeadError, UsageError
+from runtime.host.journal import Event
+from runtime.kernel.actor import Actor
+from runtime.kernel.backoff import RestartBackoff
+from runtime.kernel.clock import Clock
+
+log = logging.getLogger(__name__)
+RESTORE_BATCH = 16
+"""Stored subscriptions started at once on restore."""
+
+
+class Journal(Protocol):
+    def emit(self, event: Event) -> None: ...
+
+
+class Metrics(Protocol):
+    def forget(self, **labels: str) -> None: ...
+
+
+class Host(Protocol):
+    """What the control actor uses of the runtime (`runtime.host.app.Runtime` is one)."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+
+@dataclass(slots=True)
+class Programmed:
+    """The in-process subscriptions an embedding program registered (`Runtime.consume`):
+    never stored, so they outlive an incarnation of the control actor here."""
+
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    outlets: dict[str, OutletFactory] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reach:
+    """Timer: try to open the source again (its broker was away)."""
+
+
+class ControlActor(Actor):
+    mailbox_capacity = 1024
+
+    def __init__(self, name: str, runtime: Host, trees: Plant, source: SubscriptionSource,
+                 programmed: Programmed) -> None:
+        super().__init__(name)
+        self.runtime, self.trees, self.source = runtime, trees, source
+        self.programmed = programmed
+        self.registry = SubscriptionRegistry(runtime.clock)
+        self.replays: dict[str, ReplayProgress] = {}
+        self.problems: list[str] = []
+        self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
+        trees.outlets = programmed.outlets
+        trees.follow(lambda: dict(self.registry.consumers))
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def on_start(self) -> None:
+        await self._stop_leftovers()
+        await self._reach()
+
+    async def _reach(self) -> None:
+        """Open the source and restore what it holds, then follow it. A source that
+        cannot be read yet (cluster mode with the broker away at boot) is tried again on
+        a timer message (`_Reach`) after `RETRY`'s backoff; meanwhile the source's
+        `problem` says why (readiness) and its changes are refused (503), and the
+        in-process subscriptions run."""
+        self.trees.restoring = True
+        try:
+            try:
+                stored = await self.source.open(self._on_record)
+            except Exception as exc:  # the broker is away (or refuses us)
+                delay = self._reaching.failed()
+                if not self.source.failed(exc, self._reaching.failures):
+                    raise
+                self.schedule(self.runtime.clock.monotonic_ms() + delay, _Reach())
+                await self._restore_programmed()
+                return
+            self._reaching.succeeded()
+            self.problems = stored.problems
+            self.registry.marked_paused |= stored.paused
+            self.registry.marked_disabled.update(stored.disabled)
+            await self._restore(stored.consumers)
+            await self._restore_programmed()
+        finally:
+            self.trees.restoring = False
+            self.trees.release_holds()
+        self.spawn(self.source.follow(self._follow_one), name=f"{self.path}:follower")
+
+    async def _stop_leftovers(self) -> None:
+        """An earlier incarnation crashed: its trees and members go, then all starts anew
+        from the source (state comes from there, never from the dead actor)."""
+        left = await self.trees.stop_leftovers()
+        if left:
+            log.warning("%s: stopped %d subscription trees an earlier incarnation left",
+                        self.path, left)
+
+    async def _restore(self, consumers: list[Consumer]) -> None:
+        """Every stored subscription is listed again, whether or not it can start now."""
+        startable: list[Consumer] = []
+        for consumer in consumers:
+            if self.registry.add(consumer):
+                startable.append(consumer)
+            else:
+                log.info("subscription %s restored %s", consumer.key,
+                         self.registry.state(consumer.key))
+        # a few at a time: each new group member's client start is mostly waiting for
+        # the broker (500 separate groups took 18-25 s one by one)
+        for first in range(0, len(startable), RESTORE_BATCH):
+            await self._start_together(startable[first:first + RESTORE_BATCH], "restored")
+
+    async def _restore_programmed(self) -> None:
+        for key, consumer in list(self.programmed.consumers.items()):
+            if key not in self.registry:
+                self.registry.add(consumer, in_process=True)
+                await self._try_start(consumer, "started again")
+
+    async def on_stop(self) -> None:
+        """Every subscription stops in parallel: each drains and commits."""
+        await self.source.close()  # no more changes applied while we stop
+        for key in self.registry:
+            if self.trees.has_tree(key):
+                self.registry.move(key, "stopping")
+        with contextlib.suppress(ActorDeadError):  # the supervisors went: their children too
+            await self.trees.stop_all(list(self.registry))
+
+    # -- messages ------------------------------------------------------------------------
+    async def handle(self, message: object) -> Any:
+        """A refusal (`DeliveryError`) is the asker's answer, not this actor's crash."""
+        try:
+            return await self._handle(message)
+        except DeliveryError as exc:
+            return Refused(exc)
+
+    async def _handle(self, message: object) -> Any:
+        if isinstance(message, Retry):
+            return await self._retry(message)
+        if isinstance(message, Subscribe):
+            return await self._subscribe(message)
+        if isinstance(message, Unsubscribe):
+            return await self._unsubscribe(message.key)
+        if isinstance(message, Update):
+            consumer = self._kept(message.key, message.consumer)
+            self._refuse_update(message.key, consumer)
+            return await self._update(message.key, consumer)
+        if isinstance(message, PauseSubscription):
+            return await self._pause(message.key, "paused by request")
+        if isinstance(message, ResumeSubscription):
+            return await self._resume(message.key, "resumed")
+        if isinstance(message, Gone):
+            return await self._gone(message.key, message.reason)
+        if isinstance(message, TreeExited):
+            return self._tree_exited(message.key, f"its actors crashed: {message.error!r}")
+        if isinstance(message, TreesLost):
+            return self._trees_lost()
+        if isinstance(message, Record):
+            return await self._on_record(message.key, message.value)
+        return await self._answer(message)
+
+    async def _answer(self, message: object) -> Any:
+        if isinstance(message, Publish):
+            return self._later(self.source.publish(message.records))
+        if isinstance(message, Check):
+            return self._check(message)
+        if isinstance(message, _Reach):
+            return await self._reach()
+        if isinstance(message, Listed):
+            return message.key in self.registry
+        if isinstance(message, Marks):
+            entry = self.registry.known(message.key)
+            return Marks(message.key, entry.consumer, entry.status.state == "paused",
+                         message.key in self.registry.marked_disabled)
+        if isinstance(message, Replay):
+            return await self._replay(message)
+        raise UsageError(f"{self.path}: unknown message {message!r}")
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run `work` as an owned task and answer with a future of its outcome: a write
+        to the subscriptions topic returns once the follower applied it, which takes this
+        mailbox, so it must not be awaited here. Its error goes to the asker, not to us."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                if not done.done():
+                    done.set_exception(ActorDeadError(f"{self.path} stopped"))
+                raise
+            except Exception as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not done.done():
+                done.set_result(None)
+
+        self.spawn(run(), name=f"{self.path}:publish")
+        return done
+
+    async def _follow_one(self, key: str, value: bytes | None) -> None:
+        """The follower (an owned task) hands each record to the mailbox."""
+        answer = await self.ask(Record(key, value))
+        if isinstance(answer, Refused):
+            raise answer.error  # the log names the record it could not apply
+
+    # -- checks --------------------------------------------------------------------------
+    def _refuse_new(self, consumer: Consumer, persist: bool) -> None:
+        """What would fail later, checked before anything starts."""
+        self.registry.refuse_new(consumer)
+        if persist:
+            self.source.check_name(consumer.key)
+        self.trees.bootstrap(consumer)
+        self.trees.check_retry_topics(consumer)
+        refuse_own_topics(consumer, self.trees.own_topics())
+
+    def _refuse_update(self, key: str, consumer: Consumer) -> None:
+        self.registry.refuse_update(key, consumer)
+        self.trees.bootstrap(consumer)
+        self.trees.check_retry_topics(consumer)
+        refuse_own_topics(consumer, self.trees.own_topics())
+
+    def _kept(self, key: str, consumer: Consumer) -> Consumer:
+        """A PUT's document with the stored secrets where GET showed `***` (#25)."""
+        return kept_secrets(consumer, self.registry.known(key).consumer)
+
+    def _check(self, check: Check) -> Consumer:
+        """The document to write (an update's keeps the stored secrets), once checked."""
+        if check.update is None:
+            self._refuse_new(check.consumer, persist=False)
+            return check.consumer
+        consumer = self._kept(check.update, check.consumer)
+        self._refuse_update(check.update, consumer)
+        return consumer
+
+    # -- subscribe and unsubscribe -------------------------------------------------------
+    async def _subscribe(self, message: Subscribe) -> None:
+        consumer, key = message.consumer, message.consumer.key
+        self._refuse_new(consumer, message.persist)
+        in_process = message.outlet is not None
+        if message.outlet is not None:
+            self.trees.outlets[key] = message.outlet
+        self.registry.add(consumer, in_process=in_process)
+        try:
+            await self.trees.start(consumer)
+        except BaseException:
+            self.trees.outlets.pop(key, None)
+            self.registry.remove(key)
+            raise
+        self.registry.started(key)
+        if in_process:
+            self.programmed.consumers[key] = consumer
+        log.info("subscribed %s: %s", key, summary(consumer))
+        if message.persist:
+            await self.source.save(consumer)
+
+    async def _unsubscribe(self, key: str) -> Consumer:
+        """Stop the tree (it drains and commits), then forget the subscription."""
+        consumer = self.registry.known(key).consumer
+        await self._stop_tree(consumer)
+        self.trees.forget(key)
+        self.registry.remove(key)
+        self.programmed.consumers.pop(key, None)
+        if self.trees.outlets.pop(key, None) is None:
+            self.trees.settle_origin(consumer.subscriptionMethod.uri)
+            await self.source.delete(key)  # in-process ones were never stored
+            await self._keep_flags()
+        self.runtime.metrics.forget(subscription=key)
+        log.info("unsubscribed %s", key)
+        return consumer
+
+    async def _stop_tree(self, consumer: Consumer, *, keep_member: bool = False) -> None:
+        if self.trees.has_tree(consumer.key):
+            self.registry.move(consumer.key, "stopping")
+        await self.trees.stop(consumer, keep_member=keep_member)
+
+    # -- starting, and retrying on a timer -----------------------------------------------
+    async def _try_start(self, consumer: Consumer, what: str) -> bool:
+        """Start a listed subscription's tree; on failure, schedule a retry."""
+        try:
+            await self.trees.start(consumer)
+        except (SubscriptionStartFailed, UnknownBroker) as exc:
+            self._start_failed(consumer, exc)
+            return False
+        self._started(consumer, what)
+        return True
+
+    async def _start_together(self, consumers: list[Consumer], what: str) -> None:
+        failed = await self.trees.start_together(consumers)
+        for consumer in consumers:
+            error = failed.get(consumer.key)
+            if error is None:
+                self._started(consumer, what)
+            else:
+                self._start_failed(consumer, error)
+
+    def _started(self, consumer: Consumer, what: str) -> None:
+        self.registry.started(consumer.key)
+        log.info("subscription %s %s", consumer.key, what)
+
+    def _start_failed(self, consumer: Consumer, exc: DeliveryError) -> None:
+        retry = self.registry.start_failed(consumer.key, exc.details or exc.reason,
+                                           self.trees.broker_down(consumer))
+        self._schedule(retry, "retrying")
+
+    def _schedule(self, retry: Retry, what: str) -> None:
+        status = self.registry.known(retry.key).status
+        log.warning("subscription %s %s: %s; %s in %.1f s", retry.key, status.state,
+                    status.reason, what, retry.delay_ms / 1000)
+        self.schedule(retry.at_ms, retry)
+
+    async def _retry(self, retry: Retry) -> None:
+        consumer = self.registry.due(retry)
+        if consumer is not None:
+            await self._try_start(consumer, "recovered")
+
+    def _tree_exited(self, key: str, reason: str) -> None:
+        """A tree ended by itself: restart it after the backoff (unless meant to stop)."""
+        entry = self.registry.get(key)
+        if entry is None or self.trees.has_tree(key):
+            return  # unsubscribed meanwhile, or already started again
+        retry = self.registry.exited(key, reason, self.trees.broker_down(entry.consumer))
+        if retry is not None:
+            self._schedule(retry, "restarting")
+
+    def _trees_lost(self) -> None:
+        """The `delivery` supervisor went past its budget and is restarted empty: every
+        tree that ran is started again after its backoff."""
+        for key in list(self.registry):
+            self._tree_exited(key, "its actors stopped unexpectedly")
+
+    # -- pause, resume, update, 410 Gone -------------------------------------------------
+    async def _pause(self, key: str, reason: str) -> None:
+        """Stop fetching and delivering: in-flight pushes finish, positions are
+        committed, the group membership goes."""
+        consumer = self.registry.known(key).consumer
+        if not self.registry.wants_pause(key):
+            return
+        await self._stop_tree(consumer)
+        self.registry.move(key, "paused", reason)
+        await self._keep_flags()
+        log.info("subscription %s paused", key)
+
+    async def _resume(self, key: str, what: str) -> None:
+        consumer = self.registry.known(key).consumer
+        if not self.registry.wants_resume(key):
+            return
+        self.registry.move(key, "starting")
+        await self._keep_flags()
+        await self._try_start(consumer, what)
+
+    async def _gone(self, key: str, reason: str) -> None:
+        """Stop the subscription's tree like a pause (in-flight pushes finish, positions
+        are committed; the record that got the 410 stays uncommitted) and keep it
+        `disabled`, across restarts too, until `resume`. In cluster mode every instance
+        does so, and one started later too."""
+        if not await self._disable(key, reason):
+            return
+        log.warning("subscription %s disabled: %s; POST .../resume starts it again",
+                    key, reason)
+        self.runtime.journal.emit(Event(type="subscription_disabled",
+                                        ts_ms=self.runtime.clock.wall_ms(),
+                                        subscription=key, status=410, reason=reason))
+        if not self.registry.in_process(key):
+            self.spawn(self._tell_disabled(key, reason), name=f"{self.path}:disabled")
+
+    async def _tell_disabled(self, key: str, reason: str) -> None:
+        try:
+            await self.source.disabled(key, reason)
+        except Exception as exc:  # disabled here; the others learn it at their next 410
+            log.error("subscription %s: cannot record its disabling: %r", key, exc)
+
+    async def _disable(self, key: str, reason: str) -> bool:
+        """False when `key` was not running (nothing to disable)."""
+        if not self.registry.wants_disable(key):
+            return False
+        await self._stop_tree(self.registry.known(key).consumer)
+        self.registry.move(key, "disabled", reason)
+        await self._keep_flags()
+        return True
+
+    async def _update(self, key: str, consumer: Consumer) -> None:
+        """Drain and commit, then start again with the new settings from the committed
+        positions (nothing lost, nothing skipped)."""
+        old = self.registry.known(key).consumer
+        restart = self.registry.runs(key)
+        roster = self.trees.hold_member(old, consumer) if restart else None
+        try:
+            await self._stop_tree(old, keep_member=roster is not None)
+            self.registry.replace(key, consumer)
+            self.trees.settle_origin(old.subscriptionMethod.uri)  # it may push elsewhere
+            await self.source.save(consumer)
+            log.info("subscription %s updated: %s (was %s)", key, summary(consumer),
+                     summary(old))
+            if restart:
+                self.registry.move(key, "starting")
+                await self._try_start(consumer, "restarted with its new settings")
+        finally:
+            if roster is not None:
+                roster.held = False  # the member re-subscribes once, if at all
+                await self.trees.release_member(consumer)  # nobody rides if start failed
+
+    async def _keep_flags(self) -> None:
+        await self.source.keep_flags(self.registry.paused_keys(),
+                                     self.registry.disabled_reasons())
+
+    # -- cluster mode: what the subscriptions topic says -----------------------------------
+    async def _on_record(self, key: str, value: bytes | None) -> None:
+        """One record of the subscriptions topic, in topic order (during `on_start`'s
+        catch-up called directly, later through the mailbox)."""
+        change = self.registry.change_of(key, value)
+        if change is not None:
+            await self._perform(change)
+
+    async def _perform(self, change: Change) -> None:
+        if isinstance(change, Adopt):
+            await self._adopt(change.consumer)
+        elif isinstance(change, Replace):
+            await self._update(change.consumer.key, change.consumer)
+        elif isinstance(change, Remove):
+            await self._unsubscribe(change.key)
+        elif isinstance(change, PauseChange):
+            await self._pause(change.key, "paused by request")
+        elif isinstance(change, ResumeChange):
+            await self._resume(change.key, "resumed")
+        elif isinstance(change, Disable):
+            await self._disable(change.key, change.reason)
+
+    async def _adopt(self, consumer: Consumer) -> None:
+        """A subscription this instance learns of: listed at once, started (or retried
+        on a timer), or paused when the topic says so."""
+        if self.registry.add(consumer, paused_reason="paused in the cluster"):
+            await self._try_start(consumer, "started (from the subscriptions topic)")
+
+    # -- replay --------------------------------------------------------------------------
+    async def _replay(self, message: Replay) -> ReplayProgress:
+        """Deliver records again through the subscription's egress (actors/delivery/path/
+        replay.py); answers at once with the progress object the replay updates."""
+        key, request = message.key, message.request
+        consumer = self.registry.known(key).consumer
+        if request.source == "deadLetter" and not consumer.subscriptionMethod.deadLetterTopic:
+            raise InvalidSubscription("nothing to replay", f"{key} has no deadLetterTopic")
+        if request.source == "topic" and (request.topic is None or request.partition is None):
+            raise InvalidSubscription("invalid replay", "source 'topic' needs topic and partition")
+        if request.source == "topic":
+            check_replay_topic(consumer, request.topic or "", self.trees.own_topics())
+        state = self.registry.state(key)
+        if state != "running" or not self.trees.has_tree(key):
+            raise SubscriptionStartFailed("subscription is not running",
+                                          f"{key} is {state}: resume it first")
+        rid = uuid.uuid4().hex[:12]
+        progress = self.replays[rid] = ReplayProgress(rid, key, request.source)
+        await self.trees.start_replay(consumer, request, progress)
+        log.info("subscription %s: replay %s of %s started", key, rid, request.source)
+        return progress
+
+    def __repr__(self) -> str:
+        return (f"<ControlActor {self.path} {self.state} {len(self.registry)} subscriptions "
+                f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>")
+
+
+def summary(consumer: Consumer) -> str:
+    topics = ", ".join(t.name or f"/{t.pattern}/" for t in consumer.topics)
+    method = consumer.subscriptionMethod
+    return f"{topics} -> {method.method} {redact_uri(method.uri)}"

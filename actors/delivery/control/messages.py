@@ -1,0 +1,133 @@
+"""What the control actor (actors/delivery/control/actor.py) is told and asked. Every
+change to the subscriptions is one of these, handled one at a time by its mailbox."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from actors.delivery.document.subscription import Consumer
+from actors.delivery.egress.outlet import OutletActor
+from actors.delivery.errors import DeliveryError
+from actors.delivery.path.replay import ReplayRequest
+from runtime.kernel.actor import Ref
+
+OutletFactory = Callable[[str], OutletActor]
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """Start a subscription here (and with `persist`, keep it in the files). `outlet`
+    replaces the HTTP egress: an in-process subscription, never persisted."""
+
+    consumer: Consumer
+    persist: bool = True
+    outlet: OutletFactory | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    key: str
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class PauseSubscription:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeSubscription:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """An endpoint answered 410 Gone: disable the subscription until it is resumed."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TreeExited:
+    """A subscription's tree ended by itself (crashed past its own restart budget)."""
+
+    key: str
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class TreesLost:
+    """The `delivery` supervisor ended (and is restarted empty): every tree went."""
+
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record of the cluster's subscriptions topic, read by the follower."""
+
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Write records to the source; the reply is a future done once they are applied."""
+
+    records: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Refuse now what would fail later (cluster mode, before writing to the topic);
+    `update`: the key of the subscription the document replaces. The reply is the
+    document to write (an update's with the stored secrets where it says `***`)."""
+
+    consumer: Consumer
+    update: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """Whether `key` is listed here (reply: bool)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """The subscription and whether it is paused or marked disabled (also the reply)."""
+
+    key: str
+    consumer: Consumer | None = None
+    paused: bool = False
+    disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    key: str
+    request: ReplayRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The answer when the control actor refuses a change: the error for the asker."""
+
+    error: DeliveryError
+
+
+async def ask(control: Ref, message: object) -> Any:
+    """Ask the control actor; a refusal is raised here, in the asker."""
+    answer = await control.ask(message)
+    if isinstance(answer, Refused):
+        raise answer.error
+    return answer

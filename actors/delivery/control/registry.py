@@ -1,0 +1,294 @@
+"""The control plane's decisions, pure: which subscriptions exist and in what state, what
+to start, when to retry a start, what to refuse, and what a record of the cluster's
+subscriptions topic asks for. The control actor (actors/delivery/control/actor.py) owns
+one registry, performs what it decides (starting and stopping actor trees, files, the
+topic) and reports the outcome back (`started`, `start_failed`, `exited`).
+
+Time comes from the injected clock: `since` and `next_attempt_at` in the status answer
+are wall time, a retry's deadline is monotonic (the actor's timer). The delay between
+attempts is the kernel's restart backoff (runtime/kernel/backoff.py), one per
+subscription: it grows with the failures in a row and a running tree resets it. A
+`Retry` carries the failure count it was scheduled for, so a retry that comes after the
+subscription started, paused or changed is recognised as stale and dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX
+from actors.delivery.control.status import RETRYING, STOPPED, State, SubscriptionStatus
+from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.errors import InvalidSubscription, SubscriptionExists, SubscriptionNotFound
+from actors.delivery.path.roster import conflict
+from runtime.kernel.backoff import Backoff, RestartBackoff
+from runtime.kernel.clock import Clock
+
+SUBSCRIPTION_RESTARTS = Backoff(initial_ms=500, multiplier=2.0, max_ms=5000)
+"""Between attempts to start a subscription's tree: 0.5 s, doubling, at most 5 s."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Start `key` again at monotonic `at_ms`, unless `failures` is no longer current."""
+
+    key: str
+    failures: int
+    at_ms: int
+    delay_ms: int
+
+
+@dataclass(slots=True)
+class Entry:
+    consumer: Consumer
+    status: SubscriptionStatus
+    restarts: RestartBackoff = field(default_factory=lambda: RestartBackoff(
+        SUBSCRIPTION_RESTARTS))
+
+    @property
+    def in_process(self) -> bool:
+        return self.status.in_process
+
+
+# What a record of the subscriptions topic asks of this instance (`SubscriptionRegistry.
+# change_of`); the actor performs it.
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Disable:
+    key: str
+    reason: str
+
+
+Change = Adopt | Replace | Remove | Pause | Resume | Disable
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What the registry shows to readers outside the control actor (the status API,
+    readiness, the cluster view): copies, replaced after every change, never written."""
+
+    consumers: Mapping[str, Consumer] = field(default_factory=dict)
+    statuses: Mapping[str, SubscriptionStatus] = field(default_factory=dict)
+
+
+class SubscriptionRegistry:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._entries: dict[str, Entry] = {}
+        self.published = Published()
+        # what the subscriptions topic (or the files) say, also of keys not listed yet
+        self.marked_paused: set[str] = set()
+        self.marked_disabled: dict[str, str] = {}
+
+    # -- reading -------------------------------------------------------------------------
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def known(self, key: str) -> Entry:
+        entry = self._entries.get(key)
+        if entry is None:
+            raise SubscriptionNotFound("subscription not found", key)
+        return entry
+
+    def get(self, key: str) -> Entry | None:
+        return self._entries.get(key)
+
+    @property
+    def consumers(self) -> Mapping[str, Consumer]:
+        return {k: e.consumer for k, e in self._entries.items()}
+
+    @property
+    def statuses(self) -> Mapping[str, SubscriptionStatus]:
+        return {k: e.status for k, e in self._entries.items()}
+
+    def in_process(self, key: str) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and entry.in_process
+
+    def state(self, key: str) -> State:
+        return self.known(key).status.state
+
+    # -- refusals: what would fail later, checked before anything starts -----------------
+    def refuse_new(self, consumer: Consumer) -> None:
+        if consumer.key in self._entries:
+            raise SubscriptionExists("subscription already exists",
+                                     f"{consumer.key}: unsubscribe it first")
+        self.refuse_shared_topic(consumer)
+
+    def refuse_update(self, key: str, consumer: Consumer) -> None:
+        entry = self.known(key)
+        if consumer.key != key:
+            raise InvalidSubscription("id and group.id cannot change",
+                                      f"{key} would become {consumer.key}")
+        if entry.in_process:
+            raise InvalidSubscription("in-process subscription",
+                                      "its program owns it: stop and consume again")
+        self.refuse_shared_topic(consumer)
+
+    def refuse_shared_topic(self, consumer: Consumer) -> None:
+        """Two subscriptions of one group may not consume one topic: Kafka would split its
+        partitions between them (actors/delivery/path/roster.py says how overlap is
+        decided)."""
+        found = conflict(consumer, self.consumers.values())
+        if found is not None:
+            other, topic = found
+            raise InvalidSubscription(
+                "topic already consumed in this group",
+                f"{topic} is consumed by subscription {other.key} of group "
+                f"{consumer.group_id}: use another group.id or unsubscribe {other.key}")
+
+    # -- changes ---------------------------------------------------------------------------
+    def add(self, consumer: Consumer, *, in_process: bool = False,
+            paused_reason: str = "paused before the restart") -> bool:
+        """List `consumer`; True when its tree should start now (False: it is paused or
+        disabled, as the files or the topic say)."""
+        key, now = consumer.key, self.clock.wall_ms()
+        status = SubscriptionStatus("starting", now, in_process=in_process)
+        self._entries[key] = Entry(consumer, status)
+        if key in self.marked_disabled:
+            status.move("disabled", now, self.marked_disabled[key])
+        elif key in self.marked_paused:
+            status.move("paused", now, paused_reason)
+        self._publish()
+        return status.state == "starting"
+
+    def remove(self, key: str) -> Consumer:
+        consumer = self._entries.pop(key).consumer
+        self._publish()
+        return consumer
+
+    def replace(self, key: str, consumer: Consumer) -> bool:
+        """Change `key`'s settings; True when its tree should start again (it ran, or was
+        to run)."""
+        entry = self.known(key)
+        entry.consumer = consumer
+        self._publish()
+        return entry.status.state not in STOPPED
+
+    def runs(self, key: str) -> bool:
+        """Whether `key` is meant to run (not paused or disabled)."""
+        return self.state(key) not in STOPPED
+
+    def move(self, key: str, state: State, reason: str = "") -> None:
+        self.known(key).status.move(state, self.clock.wall_ms(), reason)
+        self._publish()
+
+    def started(self, key: str) -> None:
+        entry = self.known(key)
+        entry.status.move("running", self.clock.wall_ms())
+        entry.restarts.succeeded()
+        self._publish()
+
+    def start_failed(self, key: str, reason: str, broker_down: bool) -> Retry:
+        """The tree could not start: a retry after the kernel's restart backoff."""
+        entry = self.known(key)
+        delay = entry.restarts.failed()
+        entry.status.retrying(self.clock.wall_ms(), reason, broker_down, delay)
+        self._publish()
+        return Retry(key, entry.restarts.failures, self.clock.monotonic_ms() + delay, delay)
+
+    def exited(self, key: str, reason: str, broker_down: bool) -> Retry | None:
+        """The tree ended by itself (crashed past its own restart budget, or its
+        supervisor went): a retry, unless it was meant to stop."""
+        entry = self._entries.get(key)
+        if entry is None or entry.status.state in (*STOPPED, "stopping", *RETRYING):
+            return None
+        return self.start_failed(key, reason, broker_down)
+
+    def due(self, retry: Retry) -> Consumer | None:
+        """The subscription to start for `retry`, None when it is stale."""
+        entry = self._entries.get(retry.key)
+        if (entry is None or entry.status.state not in RETRYING
+                or entry.restarts.failures != retry.failures):
+            return None
+        return entry.consumer
+
+    def wants_pause(self, key: str) -> bool:
+        return self.state(key) != "paused"
+
+    def wants_resume(self, key: str) -> bool:
+        return self.state(key) in STOPPED
+
+    def wants_disable(self, key: str) -> bool:
+        """Only a running subscription is disabled by a 410 (a second 410 of the same
+        tree, or one after a pause, changes nothing)."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.status.state == "running"
+
+    def _publish(self) -> None:
+        self.published = Published(
+            consumers={k: e.consumer for k, e in self._entries.items()},
+            statuses={k: dataclasses.replace(e.status) for k, e in self._entries.items()})
+
+    # -- what the files keep (local mode) ----------------------------------------------
+    def paused_keys(self) -> list[str]:
+        return sorted(k for k, e in self._entries.items()
+                      if e.status.state == "paused" and not e.in_process)
+
+    def disabled_reasons(self) -> dict[str, str]:
+        return {k: e.status.reason for k, e in sorted(self._entries.items())
+                if e.status.state == "disabled" and not e.in_process}
+
+    # -- cluster mode: what a record of the subscriptions topic asks for ---------------
+    def change_of(self, key: str, value: bytes | None) -> Change | None:
+        """Note the record's flags; the change it asks of this instance, if any."""
+        if key.startswith(PAUSED_PREFIX):
+            target = key.removeprefix(PAUSED_PREFIX)
+            (self.marked_paused.add if value else self.marked_paused.discard)(target)
+            if target not in self._entries:
+                return None
+            return Pause(target) if value else Resume(target)
+        if key.startswith(DISABLED_PREFIX):
+            return self._disabled_change(key.removeprefix(DISABLED_PREFIX), value)
+        if value is None:
+            return Remove(key) if key in self._entries else None
+        consumer = decode_consumer(value)
+        entry = self._entries.get(key)
+        if entry is None:
+            return Adopt(consumer)
+        return Replace(consumer) if consumer != entry.consumer else None
+
+    def _disabled_change(self, key: str, reason: bytes | None) -> Change | None:
+        entry = self._entries.get(key)
+        if reason is None:
+            self.marked_disabled.pop(key, None)
+            if entry is not None and entry.status.state == "disabled":
+                return Resume(key)
+            return None
+        self.marked_disabled[key] = reason.decode(errors="replace")
+        return Disable(key, self.marked_disabled[key]) if entry is not None else None
+
+    def __repr__(self) -> str:
+        return f"<SubscriptionRegistry { {k: e.status.state for k, e in self._entries.items()} }>"

@@ -1,0 +1,509 @@
+"""The actor trees of subscriptions, built and started for the control actor.
+
+Tree, under the runtime's root supervisor::
+
+    delivery (one_for_one)
+    └── <id>_<group.id> (one_for_all)          one per subscription
+        ├── egress                             HTTP pushes to the endpoint
+        ├── deadletter                         only with a deadLetterTopic
+        ├── retrytopic                         only with retryTopics
+        ├── partitions (one_for_one)           partition actors of pinned partitions
+        └── consumer                           its seat on the instance member (or its
+                                               own consumer for pinned partitions)
+    groups (one_for_one)
+    └── instance:<broker>                      one instance member per broker
+
+`one_for_all` because everything below a subscription shares the consumer's positions:
+when any part dies the subscription restarts from the committed offsets. Children stop
+in reverse, so the consumer drains its partitions and commits before anything else goes.
+
+Subscription trees are `temporary` children of `delivery`: a tree that cannot start or
+dies past its own restart budget is not restarted by the supervisor (whose budget would
+escalate and take the process down) but by the control actor, which the tree's exit
+reaches as a message (`exited`) and which retries on a timer.
+
+`Trees` is used by the control actor only, on its task: it performs, the registry
+decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from actors.delivery.document.patterns import matches
+from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
+from actors.delivery.egress.attempts import AttemptRing
+from actors.delivery.egress.guard import DestinationGuard
+from actors.delivery.egress.http import EgressActor, GoneCallback
+from actors.delivery.egress.origin import BreakerSettings, Origin, Origins
+from actors.delivery.egress.outlet import OutletActor
+from actors.delivery.errors import (
+    DeliveryError,
+    InvalidSubscription,
+    SubscriptionStartFailed,
+    UnknownBroker,
+)
+from actors.delivery.path.consumer import (
+    ConsumerActor,
+    ConsumerDeps,
+    fetch_size,
+    instance_client_settings,
+)
+from actors.delivery.path.deadletter import DeadLetterActor
+from actors.delivery.path.member import InstanceMemberActor, RiderActor
+from actors.delivery.path.replay import ReplayActor, ReplayProgress, ReplayRequest
+from actors.delivery.path.retrytopic import RetryTopicActor, check_levels, with_retry_topic
+from actors.delivery.path.roster import Rider, Roster
+from actors.shared.group_consumer import Wiring
+from runtime.errors import ActorDeadError, ActorStartError, ConfigError
+from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
+
+if TYPE_CHECKING:
+    from runtime.host.app import Runtime
+    from runtime.host.config import Config
+
+log = logging.getLogger(__name__)
+OutletFactory = Callable[[str], OutletActor]
+"""Builds a subscription's outlet actor (given its name): the HTTP `EgressActor` unless an
+embedding program gives its own (`Runtime.consume`'s in-process handlers)."""
+Exited = Callable[[str, BaseException | None], None]
+"""Told when a subscription's tree ended by itself: (key, its error)."""
+DRAIN_MS = 2500
+"""On revoke, unsubscribe and shutdown: how long in-flight pushes may take to finish."""
+# The consumer drains (DRAIN_MS + 1 s of margin), then the rest stop quickly; a parent's
+# deadline covers its children's so nothing is cancelled while still stopping properly.
+CONSUMER_STOP_MS = DRAIN_MS + 1000
+SUBSCRIPTION_STOP_MS = CONSUMER_STOP_MS + 1000
+
+
+class Plant(Protocol):
+    """What the control actor does to actor trees; `Trees` is the real one (a unit test
+    gives its own, to drive the control actor's timing on a FakeClock)."""
+
+    outlets: dict[str, OutletFactory]
+    restoring: bool
+
+    def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None: ...
+
+    def has_tree(self, key: str) -> bool: ...
+
+    def bootstrap(self, consumer: Consumer) -> str: ...
+
+    def check_retry_topics(self, consumer: Consumer) -> str | None: ...
+
+    def broker_down(self, consumer: Consumer) -> bool: ...
+
+    async def start(self, consumer: Consumer) -> None: ...
+
+    async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]: ...
+
+    async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None: ...
+
+    async def stop_all(self, keys: list[str]) -> None: ...
+
+    async def stop_leftovers(self) -> int: ...
+
+    async def start_replay(self, consumer: Consumer, request: ReplayRequest,
+                           progress: ReplayProgress) -> None: ...
+
+    def settle_origin(self, uri: str, joining: Consumer | None = None) -> object: ...
+
+    def own_topics(self) -> set[str]: ...
+
+    def forget(self, key: str) -> None: ...
+
+    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None: ...
+
+    async def release_member(self, consumer: Consumer) -> None: ...
+
+    def release_holds(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Wires:
+    """Where the trees hang and whom they report to."""
+
+    delivery: ChildRef  # the `delivery` supervisor
+    groups: ChildRef  # the `groups` supervisor
+    gone: GoneCallback  # an endpoint answered 410 Gone
+    exited: Exited
+
+
+class Trees:
+    def __init__(self, runtime: Runtime, wires: Wires, origins: Origins,
+                 guard: DestinationGuard, attempts: dict[str, AttemptRing] | None = None,
+                 ) -> None:
+        self.runtime, self.wires = runtime, wires
+        self.origins, self.guard = origins, guard
+        # by subscription key: the attempts API's rings (the facade's: they outlive us)
+        self.attempts: dict[str, AttemptRing] = attempts if attempts is not None else {}
+        self.outlets: dict[str, OutletFactory] = {}  # in-process subscriptions only
+        self.rosters: dict[str, Roster] = {}  # by member name; they outlive the members
+        self._member_wirings: dict[str, Wiring] = {}
+        self.restoring = False  # members hold their subscribe until the restore is done
+        self._consumers: Callable[[], dict[str, Consumer]] = dict
+
+    def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None:
+        """Where the listed subscriptions are read (for the origins' settings)."""
+        self._consumers = consumers
+
+    # -- supervisors -------------------------------------------------------------------
+    def supervisor(self) -> Supervisor:
+        return self.wires.delivery.actor_as(Supervisor)
+
+    def groups(self) -> Supervisor:
+        return self.wires.groups.actor_as(Supervisor)
+
+    def has_tree(self, key: str) -> bool:
+        try:
+            return self.supervisor().has_child(key)
+        except ActorDeadError:  # the delivery supervisor is restarting
+            return False
+
+    def tree(self, key: str) -> Supervisor:
+        actor = self.supervisor().child(key)
+        assert isinstance(actor, Supervisor)
+        return actor
+
+    # -- checks before anything starts --------------------------------------------------
+    def bootstrap(self, consumer: Consumer) -> str:
+        try:
+            return self.runtime.bootstrap(consumer.broker)
+        except ConfigError as exc:
+            raise UnknownBroker("unknown broker", str(exc)) from None
+
+    def check_retry_topics(self, consumer: Consumer) -> str | None:
+        """With `retryTopics`: the delay queue's bootstrap, after checking that its delays
+        fit the config's levels and that the delay queue runs on the subscription's broker
+        (it forwards to the retry topic, which the subscription consumes). Raises
+        `InvalidSubscription` naming what is missing."""
+        retry = consumer.subscriptionMethod.retryTopics
+        if retry is None:
+            return None
+        delay = self.runtime.config.delay
+        check_levels(retry, delay.levels)
+        delay_broker = delay.broker or self.runtime.config.brokers[0].name
+        if delay_broker != consumer.broker:
+            raise InvalidSubscription(
+                "invalid subscriptionMethod.retryTopics",
+                f"the delay queue runs on broker {delay_broker!r}, the subscription reads "
+                f"{consumer.broker!r}: retry topics need them to be the same")
+        return self.runtime.bootstrap(delay_broker)
+
+    def broker_down(self, consumer: Consumer) -> bool:
+        return consumer.broker in self.runtime.probe.problems
+
+    def own_topics(self) -> set[str]:
+        """The runtime's own topics: the cluster's subscriptions and status topics (they
+        hold every subscription's document, secrets included) and the delay levels'."""
+        config = self.runtime.config
+        cluster = config.cluster
+        own = {t for level in config.delay.levels for t in level.topics}
+        return own | {t for t in (cluster.subscriptions_topic, cluster.status_topic) if t}
+
+    def forget(self, key: str) -> None:
+        """Subscription `key` is gone (unsubscribed): its attempts ring goes, and what its
+        actors held goes back to the garbage collector."""
+        self.runtime.release_long_lived()
+        self.attempts.pop(key, None)
+
+    # -- start and stop ------------------------------------------------------------------
+    async def start(self, consumer: Consumer) -> None:
+        """Start one tree (and the member it rides); `SubscriptionStartFailed` if not."""
+        try:
+            if rides(consumer):
+                await self._ensure_member(consumer)
+            await self.supervisor().start_child(self.spec(consumer))
+        except (ActorStartError, ActorDeadError) as exc:
+            await self.release_member(consumer)
+            raise start_failure(exc) from exc
+        self.runtime.keep_long_lived()
+
+    async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
+        """Start several trees at once: first the members they need, then the trees, each
+        step in parallel. The subscriptions that could not start, with the reason."""
+        try:
+            failed = await self._start_members(consumers)
+        except ActorDeadError as exc:  # the groups supervisor is restarting
+            failed = {c.key: start_failure(exc) for c in consumers if rides(c)}
+        ready = [c for c in consumers if c.key not in failed]
+        try:
+            errors = await self.supervisor().start_children([self.spec(c) for c in ready])
+        except ActorDeadError as exc:  # the delivery supervisor is restarting
+            errors = [ActorStartError(str(exc))] * len(ready)
+        for consumer, error in zip(ready, errors, strict=True):
+            if error is not None:
+                await self.release_member(consumer)
+                failed[consumer.key] = start_failure(error)
+        if len(failed) < len(consumers):
+            self.runtime.keep_long_lived()
+        return failed
+
+    async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None:
+        """Stop `consumer`'s tree (it drains and commits), and the member when nobody
+        rides it any more (unless `keep_member`)."""
+        if self.has_tree(consumer.key):
+            await self.supervisor().stop_child(consumer.key)
+        if not keep_member:
+            await self.release_member(consumer)
+
+    async def stop_all(self, keys: list[str]) -> None:
+        """Shutdown: the shared members first (each drains and commits every partition of
+        its group and leaves the group once, instead of re-subscribing as each rider
+        leaves), then the trees in parallel."""
+        groups = self.groups()
+        await groups.stop_children(groups.children())
+        sup = self.supervisor()
+        await sup.stop_children([n for n in sup.children() if n in keys])
+
+    async def stop_leftovers(self) -> int:
+        """Stop every tree and member (what a crashed control actor left); how many
+        trees there were."""
+        sup, groups = self.supervisor(), self.groups()
+        trees = sup.children()
+        await groups.stop_children(groups.children())
+        await sup.stop_children(trees)
+        return len(trees)
+
+    async def start_replay(self, consumer: Consumer, request: ReplayRequest,
+                           progress: ReplayProgress) -> None:
+        """A replay actor in the subscription's tree, pushing through its egress."""
+        tree, bootstrap = self.tree(consumer.key), self.bootstrap(consumer)
+        settings = self.runtime.consumer_settings(consumer.broker)
+        egress, name = ChildRef(tree, "egress"), f"replay-{progress.replay_id}"
+        await tree.start_child(ChildSpec(
+            name, lambda: ReplayActor(name, consumer, request, progress, bootstrap, egress,
+                                      settings),
+            restart="transient"))
+
+    def spec(self, consumer: Consumer) -> ChildSpec:
+        key, exited = consumer.key, self.wires.exited
+        return ChildSpec(key, lambda: self._subscription_tree(consumer), restart="temporary",
+                         shutdown_ms=SUBSCRIPTION_STOP_MS,
+                         on_exit=lambda error: exited(key, error))
+
+    def _subscription_tree(self, consumer: Consumer) -> Supervisor:
+        return Supervisor(consumer.key, "one_for_all", intensity=5, period_ms=30_000,
+                          children=lambda sup: self._subscription_children(consumer, sup))
+
+    def _subscription_children(self, consumer: Consumer, sup: Supervisor) -> list[ChildSpec]:
+        runtime, method = self.runtime, consumer.subscriptionMethod
+        bootstrap = self.bootstrap(consumer)
+        deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
+        wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer),
+                        runtime.consumer_settings(consumer.broker))
+        retry_bootstrap = self.check_retry_topics(consumer)
+        retrytopic = ChildRef(sup, "retrytopic") if retry_bootstrap else None
+        deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics,
+                            runtime.config.delivery.stall_after_ms, retrytopic)
+        origin = self.settle_origin(consumer.subscriptionMethod.uri, consumer)
+        gone = self.wires.gone
+        outlet = self.outlets.get(consumer.key) or (
+            lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics,
+                                     self.guard, origin, gone))
+        ring = self.attempts.setdefault(consumer.key, AttemptRing())
+        specs = [ChildSpec("egress", lambda: with_ring(outlet("egress"), ring))]
+        if method.deadLetterTopic:
+            topic = method.deadLetterTopic
+            specs.append(ChildSpec("deadletter",
+                                   lambda: DeadLetterActor(
+                                       "deadletter", bootstrap, topic,
+                                       subscription=consumer.key, metrics=runtime.metrics)))
+        retry, delay = method.retryTopics, runtime.config.delay
+        if retry is not None and retry_bootstrap is not None:
+            specs.append(ChildSpec("retrytopic", lambda: RetryTopicActor(
+                "retrytopic", retry_bootstrap, delay.levels, retry, consumer.key,
+                delay.partitions, runtime.metrics), start_timeout_ms=15_000))
+        specs.append(ChildSpec("partitions", lambda: Supervisor(
+            "partitions", "one_for_one", intensity=10, period_ms=10_000),
+            shutdown_ms=500))
+        specs.append(self._consumer_spec(with_retry_topic(consumer), wiring, deps))
+        return specs
+
+    def settle_origin(self, uri: str, joining: Consumer | None = None) -> Origin:
+        """The origin of `uri`, set to the strictest settings of the subscriptions that
+        push there now (and `joining`): one that leaves takes its limits with it."""
+        origin = self.origins.get(uri)
+        skip = joining.key if joining is not None else None
+        methods = [c.subscriptionMethod for k, c in self._consumers().items()
+                   if k != skip and k not in self.outlets
+                   and self.origins.get(c.subscriptionMethod.uri) is origin]
+        if joining is not None:
+            methods.append(joining.subscriptionMethod)
+        origin.configure((m.rateLimitPerSecond for m in methods),
+                         (_breaker_settings(m.circuitBreaker) for m in methods))
+        return origin
+
+    def _consumer_spec(self, consumer: Consumer, wiring: Wiring,
+                       deps: ConsumerDeps) -> ChildSpec:
+        """The subscription's seat on its group's shared member, or its own consumer for
+        pinned partitions (manual assignment: no group membership to share)."""
+        if not rides(consumer):
+            return ChildSpec("consumer", lambda: ConsumerActor("consumer", consumer, wiring,
+                                                               deps),
+                             shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+        member = ChildRef(self.groups(), member_name(consumer))
+        rider = Rider(consumer, wiring.partitions, deps)
+        roster = self.rosters[member_name(consumer)]
+        return ChildSpec("consumer", lambda: RiderActor("consumer", rider, member, roster,
+                                                        DRAIN_MS),
+                         shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+
+    # -- shared instance members (actors/delivery/path/member.py) ----------------------
+    def instance_group(self) -> str:
+        """The consumer group the runtime's instances share (`[delivery] instance_group`;
+        by default derived from what instances of one deployment have in common: the
+        cluster's subscriptions topic, else the persistence folder)."""
+        return instance_group(self.runtime.config)
+
+    async def _ensure_member(self, consumer: Consumer) -> None:
+        spec = self._member_spec(consumer)
+        if spec is not None:
+            await self.groups().start_child(spec)
+            log.info("group member %s started", spec.name)
+
+    def _member_spec(self, consumer: Consumer) -> ChildSpec | None:
+        """The spec of `consumer`'s member, None when it runs already."""
+        name, groups = member_name(consumer), self.groups()
+        if groups.has_child(name):
+            return None
+        roster = self.rosters.setdefault(name, Roster(self.instance_group()))
+        roster.held = self.restoring
+        runtime = self.runtime
+        wiring = self._member_wirings.setdefault(name, Wiring(
+            ChildRef(groups, name), self.bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
+            runtime.consumer_settings(consumer.broker)))
+        settings = instance_client_settings(roster.group_id)
+        return ChildSpec(
+            name, lambda: InstanceMemberActor(name, roster, wiring, settings, runtime.metrics,
+                                              runtime.keep_long_lived),
+            shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+
+    async def _start_members(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
+        """Start the members `consumers` ride that do not run yet, in parallel; the
+        subscriptions whose member could not start, with the reason."""
+        specs: dict[str, ChildSpec] = {}
+        failed: dict[str, DeliveryError] = {}
+        for consumer in filter(rides, consumers):
+            try:
+                spec = self._member_spec(consumer)
+            except UnknownBroker as exc:
+                failed[consumer.key] = exc
+                continue
+            if spec is not None:
+                specs[spec.name] = spec
+        errors = await self.groups().start_children(list(specs.values()))
+        broken = {name: error for name, error in zip(specs, errors, strict=True) if error}
+        for consumer in filter(rides, consumers):
+            error = broken.get(member_name(consumer))
+            if error is not None:
+                failed[consumer.key] = start_failure(error)
+                await self.release_member(consumer)
+        return failed
+
+    async def release_member(self, consumer: Consumer) -> None:
+        """Stop a member no subscription rides any more (it leaves the group)."""
+        name = member_name(consumer)
+        roster = self.rosters.get(name)
+        if not rides(consumer) or roster is None or len(roster) > 0:
+            return
+        try:
+            groups = self.groups()
+        except ActorDeadError:  # the groups supervisor is restarting: its members went
+            groups = None
+        if groups is not None and groups.has_child(name):
+            await groups.stop_child(name)
+            log.info("group member %s stopped: no subscription rides it", name)
+        if not roster.riders:
+            del self.rosters[name]
+            self._member_wirings.pop(name, None)
+
+    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None:
+        """When the updated subscription stays on its member: the roster, held so the
+        member sees the leave and the join as one change (one rebalance, or none when the
+        topics stay), and kept running even when nobody else rides it."""
+        if not (rides(old) and rides(new)):
+            return None
+        name = member_name(old)
+        roster = self.rosters.get(name)
+        if roster is None or name != member_name(new):
+            return None
+        roster.held = True
+        return roster
+
+    def release_holds(self) -> None:
+        for roster in self.rosters.values():
+            roster.held = False  # each member subscribes once, to the whole union
+
+    def __repr__(self) -> str:
+        return f"<Trees members={sorted(self.rosters)}>"
+
+
+def instance_group(config: Config) -> str:
+    """The consumer group the runtime's instances share (`[delivery] instance_group`; by
+    default derived from what instances of one deployment have in common: the cluster's
+    subscriptions topic, else the persistence folder)."""
+    if config.delivery.instance_group:
+        return config.delivery.instance_group
+    shared = config.cluster.subscriptions_topic or str(Path(config.persistence.dir).resolve())
+    return "hookstream-instances-" + hashlib.sha256(shared.encode()).hexdigest()[:12]
+
+
+def with_ring(outlet: OutletActor, ring: AttemptRing) -> OutletActor:
+    """The outlet, writing its attempts into the subscription's ring."""
+    outlet.attempts = ring
+    return outlet
+
+
+def refuse_own_topics(consumer: Consumer, own: set[str]) -> None:
+    """No subscription reads the runtime's own topics (#25: subscribing to the
+    subscriptions topic pushed every subscription's secrets to the caller)."""
+    for i, topic in enumerate(consumer.topics):
+        hit = topic.name if topic.name in own else next(
+            (t for t in sorted(own) if topic.pattern and matches(topic.pattern, t)), None)
+        if hit is not None:
+            raise InvalidSubscription(f"invalid topics[{i}]", f"{hit} is one of the "
+                                      "runtime's own topics, not a source to subscribe to")
+
+
+def check_replay_topic(consumer: Consumer, topic: str, own: set[str]) -> None:
+    """A replay reads the subscription's own sources only: its topics (named or matching
+    its patterns), its dead-letter topic and its retry topic; never the runtime's own
+    topics (#25)."""
+    method = consumer.subscriptionMethod
+    retry = method.retryTopics.topic if method.retryTopics is not None else None
+    ours = topic in {t.name for t in consumer.topics} | {method.deadLetterTopic, retry} \
+        or any(t.pattern and matches(t.pattern, topic) for t in consumer.topics)
+    if topic in own or not ours:
+        raise InvalidSubscription("invalid replay request", f"{topic!r} is not a topic "
+                                  f"of {consumer.key}: a replay reads its topics, its "
+                                  "deadLetterTopic or its retry topic")
+
+
+def member_name(consumer: Consumer) -> str:
+    """One instance member per broker: every subscription of that broker reads through
+    it (issue 24)."""
+    return f"instance:{consumer.broker}"
+
+
+def rides(consumer: Consumer) -> bool:
+    """Whether the group assigns the subscription's partitions (then it rides a shared
+    member); pinned partitions keep their own consumer."""
+    return not any(t.partitions for t in consumer.topics)
+
+
+def start_failure(error: Exception) -> SubscriptionStartFailed:
+    """What the API says when a subscription's actors could not start: the first cause."""
+    return SubscriptionStartFailed("subscription failed to start",
+                                   str(error.__cause__ or error))
+
+
+def _breaker_settings(given: CircuitBreakerSettings | None) -> BreakerSettings:
+    if given is None:
+        return BreakerSettings()
+    return BreakerSettings(given.failureRatio, given.minRequests, given.openMs)

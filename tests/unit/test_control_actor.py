@@ -1,0 +1,399 @@
+"""The control actor (actors/delivery/control/actor.py) on a FakeClock: changes go
+through its mailbox, a failed start is retried by a timer message at the exact virtual
+time the kernel's restart backoff gives, a tree's exit and a 410 Gone come as messages,
+and the local files keep what the next start needs.
+
+The subscriptions' actor trees are the edge here (Kafka, HTTP): `Plot` stands in for
+`Trees`, starting nothing and failing starts on demand. The files are real (tmp_path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import msgspec
+import pytest
+
+from actors.delivery.control.actor import ControlActor, Programmed
+from actors.delivery.control.messages import (
+    Gone,
+    Listed,
+    PauseSubscription,
+    Publish,
+    ResumeSubscription,
+    Subscribe,
+    TreeExited,
+    Unsubscribe,
+    ask,
+)
+from actors.delivery.control.source import (
+    DISABLED_FILE,
+    PAUSED_FILE,
+    Apply,
+    LocalFiles,
+    Stored,
+)
+from actors.delivery.control.trees import OutletFactory
+from actors.delivery.document.store import SubscriptionStore, encode
+from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.errors import (
+    DeliveryError,
+    InvalidSubscription,
+    SubscriptionExists,
+    SubscriptionNotFound,
+    SubscriptionStartFailed,
+)
+from actors.delivery.path.replay import ReplayProgress, ReplayRequest
+from actors.delivery.path.roster import Roster
+from runtime.host.journal import Event
+from runtime.host.metrics import Registry
+from runtime.kernel.clock import FakeClock
+from runtime.kernel.supervisor import ChildRef, ChildSpec
+from runtime.kernel.system import ActorSystem
+
+KEY = "orders_team"
+
+
+def consumer(sub_id: str = "orders", topic: str = "orders") -> Consumer:
+    return decode_consumer({"id": sub_id, "group": {"id": "team"}, "broker": "Kafka",
+                            "topics": [{"name": topic}],
+                            "subscriptionMethod": {"type": "http", "uri": "http://e/hook"}})
+
+
+@dataclass
+class Host:
+    clock: FakeClock
+    metrics: Registry = field(default_factory=Registry)
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def journal(self) -> Host:
+        return self
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+
+@dataclass
+class Plot:
+    """A `Plant` that starts nothing: it notes each start (key, virtual time) and fails
+    the next `failing` ones as a broker that is away would."""
+
+    clock: FakeClock
+    outlets: dict[str, OutletFactory] = field(default_factory=dict)
+    restoring: bool = False
+    running: set[str] = field(default_factory=set)
+    starts: list[tuple[str, int]] = field(default_factory=list)
+    failing: int = 0
+    own: set[str] = field(default_factory=set)
+    forgotten: list[str] = field(default_factory=list)
+
+    def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None:
+        return None
+
+    def has_tree(self, key: str) -> bool:
+        return key in self.running
+
+    def bootstrap(self, consumer: Consumer) -> str:
+        return "127.0.0.1:9"
+
+    def check_retry_topics(self, consumer: Consumer) -> str | None:
+        return None
+
+    def broker_down(self, consumer: Consumer) -> bool:
+        return False
+
+    def own_topics(self) -> set[str]:
+        return self.own
+
+    def forget(self, key: str) -> None:
+        self.forgotten.append(key)
+
+    async def start(self, consumer: Consumer) -> None:
+        self.starts.append((consumer.key, self.clock.monotonic_ms()))
+        if self.failing:
+            self.failing -= 1
+            raise SubscriptionStartFailed("subscription failed to start", "broker away")
+        self.running.add(consumer.key)
+
+    async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
+        failed: dict[str, DeliveryError] = {}
+        for one in consumers:
+            try:
+                await self.start(one)
+            except SubscriptionStartFailed as exc:
+                failed[one.key] = exc
+        return failed
+
+    async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None:
+        self.running.discard(consumer.key)
+
+    async def stop_all(self, keys: list[str]) -> None:
+        self.running.difference_update(keys)
+
+    async def stop_leftovers(self) -> int:
+        return 0
+
+    async def start_replay(self, consumer: Consumer, request: ReplayRequest,
+                           progress: ReplayProgress) -> None:
+        return None
+
+    def settle_origin(self, uri: str, joining: Consumer | None = None) -> object:
+        return None
+
+    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None:
+        return None
+
+    async def release_member(self, consumer: Consumer) -> None:
+        return None
+
+    def release_holds(self) -> None:
+        return None
+
+
+@dataclass
+class Plane:
+    clock: FakeClock
+    host: Host
+    plot: Plot
+    control: ChildRef
+    folder: Path
+
+    @property
+    def actor(self) -> ControlActor:
+        return self.control.actor_as(ControlActor)
+
+    def state(self, key: str = KEY) -> str:
+        return self.actor.registry.state(key)
+
+
+async def started(folder: Path, failing: int = 0) -> AsyncIterator[Plane]:
+    clock = FakeClock()
+    host, plot = Host(clock), Plot(clock, failing=failing)
+    system = ActorSystem(clock=clock)
+    await system.start()
+    source, programmed = LocalFiles(folder), Programmed()
+    control = await system.spawn(ChildSpec(
+        "control", lambda: ControlActor("control", host, plot, source, programmed)))
+    try:
+        yield Plane(clock, host, plot, control, folder)
+    finally:
+        await system.stop()
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
+    async for ready in started(tmp_path):
+        yield ready
+
+
+async def test_a_subscribe_starts_the_tree_and_keeps_the_file(plane: Plane) -> None:
+    await ask(plane.control, Subscribe(consumer()))
+    assert plane.state() == "running" and plane.plot.running == {KEY}
+    assert (plane.folder / f"{KEY}.json").exists()
+    with pytest.raises(SubscriptionExists):
+        await ask(plane.control, Subscribe(consumer()))
+    assert plane.actor.alive  # a refusal is the asker's answer, not the actor's crash
+
+
+async def test_a_subscribe_that_cannot_start_is_refused_and_not_kept(plane: Plane) -> None:
+    plane.plot.failing = 1
+    with pytest.raises(SubscriptionStartFailed):
+        await ask(plane.control, Subscribe(consumer()))
+    assert KEY not in plane.actor.registry and not (plane.folder / f"{KEY}.json").exists()
+
+
+async def test_a_stored_subscription_that_cannot_start_is_retried_on_timer_messages(
+        tmp_path: Path) -> None:
+    await SubscriptionStore(tmp_path).save(consumer())
+    async for plane in started(tmp_path, failing=2):
+        assert plane.state() == "failed" and plane.plot.starts == [(KEY, 0)]
+        await plane.clock.advance_settled(499)
+        assert len(plane.plot.starts) == 1  # nothing polls before the deadline
+        await plane.clock.advance_settled(1)
+        await plane.clock.advance_settled(999)
+        assert len(plane.plot.starts) == 2
+        await plane.clock.advance_settled(1)
+        assert plane.plot.starts == [(KEY, 0), (KEY, 500), (KEY, 1500)]
+        assert plane.state() == "running"
+
+
+async def test_a_tree_that_exits_by_itself_starts_again_after_the_backoff(
+        plane: Plane) -> None:
+    await ask(plane.control, Subscribe(consumer()))
+    plane.plot.running.clear()  # its supervisor gave up on it
+    plane.control.tell_system(TreeExited(KEY, RuntimeError("boom")))
+    assert await ask(plane.control, Listed(KEY))
+    assert plane.state() == "failed"
+    assert "boom" in plane.actor.registry.known(KEY).status.reason
+    await plane.clock.advance_settled(500)
+    assert plane.plot.starts[-1] == (KEY, 500) and plane.state() == "running"
+
+
+async def test_a_410_disables_the_subscription_journals_it_and_keeps_it_disabled(
+        plane: Plane) -> None:
+    await ask(plane.control, Subscribe(consumer()))
+    plane.control.tell_system(Gone(KEY, "http://e/hook answered 410 Gone"))
+    plane.control.tell_system(Gone(KEY, "http://e/hook answered 410 Gone"))  # once only
+    assert await ask(plane.control, Listed(KEY))  # handled after both: one mailbox
+    assert plane.state() == "disabled" and plane.plot.running == set()
+    assert [e.type for e in plane.host.events] == ["subscription_disabled"]
+    disabled = msgspec.json.decode((plane.folder / DISABLED_FILE).read_bytes())
+    assert disabled == {KEY: "http://e/hook answered 410 Gone"}
+    await ask(plane.control, ResumeSubscription(KEY))
+    assert plane.state() == "running"
+    assert msgspec.json.decode((plane.folder / DISABLED_FILE).read_bytes()) == {}
+
+
+async def test_pause_keeps_the_subscription_paused_across_a_restart(tmp_path: Path) -> None:
+    async for plane in started(tmp_path):
+        await ask(plane.control, Subscribe(consumer()))
+        await ask(plane.control, PauseSubscription(KEY))
+        assert plane.state() == "paused" and plane.plot.running == set()
+        assert msgspec.json.decode((tmp_path / PAUSED_FILE).read_bytes()) == [KEY]
+    async for plane in started(tmp_path):
+        assert plane.state() == "paused" and plane.plot.starts == []
+
+
+async def test_unsubscribe_stops_the_tree_and_deletes_the_file(plane: Plane) -> None:
+    await ask(plane.control, Subscribe(consumer()))
+    gone: Any = await ask(plane.control, Unsubscribe(KEY))
+    assert gone.key == KEY and plane.plot.running == set()
+    assert not (plane.folder / f"{KEY}.json").exists()
+    with pytest.raises(SubscriptionNotFound):
+        await ask(plane.control, Unsubscribe(KEY))
+
+
+class Topic:
+    """The subscriptions topic as a list in memory (the edge here is Kafka): `open`
+    applies what was written before, `follow` hands over each later record, `publish`
+    returns once the record was applied, as `SubscriptionLog.write` does."""
+
+    def __init__(self, *records: tuple[str, bytes | None]) -> None:
+        self.before = list(records)
+        self.queue: asyncio.Queue[tuple[str, bytes | None, asyncio.Event]] = asyncio.Queue()
+        self.told = asyncio.Event()  # a 410's `disabled:` record came back applied
+
+    async def open(self, apply: Apply) -> Stored:
+        for key, value in self.before:
+            await apply(key, value)
+        return Stored()
+
+    async def follow(self, apply: Apply) -> None:
+        while True:
+            key, value, applied = await self.queue.get()
+            await apply(key, value)
+            applied.set()
+
+    async def publish(self, records: tuple[tuple[str, bytes | None], ...]) -> None:
+        for key, value in records:
+            applied = asyncio.Event()
+            self.queue.put_nowait((key, value, applied))
+            await applied.wait()
+
+    async def close(self) -> None:
+        return None
+
+    def check_name(self, key: str) -> None:
+        return None
+
+    async def save(self, consumer: Consumer) -> None:
+        return None
+
+    async def delete(self, key: str) -> None:
+        return None
+
+    async def keep_flags(self, paused: list[str], disabled: dict[str, str]) -> None:
+        return None
+
+    async def disabled(self, key: str, reason: str) -> None:
+        await self.publish(((f"disabled:{key}", reason.encode()),))
+        self.told.set()
+
+
+async def test_in_cluster_mode_the_topics_records_are_applied_through_the_mailbox() -> None:
+    clock = FakeClock()
+    other = consumer("other", "payments")
+    topic = Topic(("orders_team", encode(consumer())), ("paused:orders_team", b"true"),
+                  ("other_team", encode(other)))
+    host, plot = Host(clock), Plot(clock)
+    system = ActorSystem(clock=clock)
+    await system.start()
+    control = await system.spawn(ChildSpec(
+        "control", lambda: ControlActor("control", host, plot, cast(Any, topic),
+                                        Programmed())))
+    try:
+        actor = control.actor_as(ControlActor)
+        assert actor.registry.state(KEY) == "paused"
+        assert plot.running == {"other_team"}
+        written = await ask(control, Publish((("paused:orders_team", None),)))
+        await written  # applied here before the write returns
+        assert actor.registry.state(KEY) == "running" and plot.running == {KEY, "other_team"}
+        control.tell_system(Gone(KEY, "410"))  # disabled here, then told to the topic
+        await asyncio.wait_for(topic.told.wait(), 5)
+        assert actor.registry.state(KEY) == "disabled"
+        assert actor.registry.marked_disabled == {KEY: "410"}
+        await (await ask(control, Publish((("other_team", None),))))
+        assert "other_team" not in actor.registry and plot.running == set()
+    finally:
+        await system.stop()
+
+
+
+class Unreachable(LocalFiles):
+    """Files behind a broker that is away at boot: `open` fails `away` times first."""
+
+    def __init__(self, folder: Path, away: int) -> None:
+        super().__init__(folder)
+        self.away, self.opened = away, 0
+        self.problem: str | None = None
+
+    async def open(self, apply: Apply) -> Stored:
+        self.opened += 1
+        if self.away:
+            self.away -= 1
+            raise ConnectionError("broker away")
+        self.problem = None
+        return await super().open(apply)
+
+    def failed(self, exc: Exception, attempt: int) -> bool:
+        self.problem = f"cannot read yet ({attempt} attempts): {exc!r}"
+        return True
+
+
+async def test_a_source_that_cannot_be_read_at_boot_is_opened_again_on_timer_messages(
+        tmp_path: Path) -> None:
+    await SubscriptionStore(tmp_path).save(consumer())
+    clock = FakeClock()
+    host, plot, source = Host(clock), Plot(clock), Unreachable(tmp_path, away=2)
+    system = ActorSystem(clock=clock)
+    await system.start()
+    control = await system.spawn(ChildSpec(
+        "control", lambda: ControlActor("control", host, plot, source, Programmed())))
+    try:  # started (ready) although nothing could be read
+        actor = control.actor_as(ControlActor)
+        assert source.opened == 1 and source.problem is not None and "1 attempts" in source.problem
+        assert KEY not in actor.registry and plot.starts == []
+        await clock.advance_settled(500)  # RETRY: 0.5 s (less its jitter), then 1 s
+        assert source.opened == 2 and "2 attempts" in (source.problem or "")
+        await clock.advance_settled(1000)
+        assert await ask(control, Listed(KEY))  # after the restore (files read in a thread)
+        assert source.opened == 3 and source.problem is None
+        assert actor.registry.state(KEY) == "running" and plot.running == {KEY}
+    finally:
+        await system.stop()
+
+
+async def test_the_runtimes_own_topics_are_refused_and_an_unsubscribe_forgets_its_ring(
+        plane: Plane) -> None:
+    plane.plot.own = {"orders"}
+    with pytest.raises(InvalidSubscription, match="topics"):
+        await ask(plane.control, Subscribe(consumer()))
+    plane.plot.own = set()
+    await ask(plane.control, Subscribe(consumer()))
+    await ask(plane.control, Unsubscribe(KEY))
+    assert plane.plot.forgotten == [KEY]

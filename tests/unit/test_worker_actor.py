@@ -1,0 +1,61 @@
+"""A worker process as an actor (runtime/host/workers.py): its exit is a message and its
+restart a timer message, one second later on the actor's clock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from runtime.host.workers import LISTEN_ENV, RESTART_DELAY_MS, WorkerActor
+from runtime.kernel.clock import FakeClock
+from runtime.kernel.supervisor import ChildSpec
+from runtime.kernel.system import ActorSystem
+
+
+async def test_a_worker_that_exits_is_started_again_after_the_restart_delay() -> None:
+    clock = FakeClock()
+    system = ActorSystem(clock=clock)
+    await system.start()
+    command = [sys.executable, "-c", "raise SystemExit(3)"]
+    env = {**os.environ, LISTEN_ENV: "127.0.0.1:0"}
+    ref = await system.spawn(ChildSpec("w", lambda: WorkerActor("w", 0, command, env, 1000)))
+    try:
+        worker = ref.actor_as(WorkerActor)
+        first = worker.process
+        assert first is not None
+        assert await asyncio.wait_for(first.wait(), 30) == 3  # a real process: real time
+        await clock.settle()
+        assert worker.timers_pending()  # the restart waits for the clock
+        await clock.advance_settled(RESTART_DELAY_MS - 1)
+        assert worker.process is first
+        await clock.advance_settled(1)
+        assert worker.process is not None and worker.process is not first
+    finally:
+        await system.stop()
+
+
+async def test_a_worker_that_keeps_dying_quickly_waits_longer_each_time() -> None:
+    clock = FakeClock()
+    system = ActorSystem(clock=clock)
+    await system.start()
+    command = [sys.executable, "-c", "raise SystemExit(3)"]
+    env = {**os.environ, LISTEN_ENV: "127.0.0.1:0"}
+    ref = await system.spawn(ChildSpec("w", lambda: WorkerActor("w", 0, command, env, 1000)))
+    try:
+        worker = ref.actor_as(WorkerActor)
+        for delay_ms in (RESTART_DELAY_MS, 2 * RESTART_DELAY_MS, 4 * RESTART_DELAY_MS):
+            process = worker.process
+            assert process is not None
+            await asyncio.wait_for(process.wait(), 30)
+            for _ in range(1000):  # its exit reaches the mailbox
+                if worker.timers_pending():
+                    break
+                await asyncio.sleep(0.01)
+            await clock.advance_settled(delay_ms - 1)
+            assert worker.process is process
+            await clock.advance_settled(1)
+            assert worker.process is not process
+        assert worker.deaths == 3
+    finally:
+        await system.stop()
