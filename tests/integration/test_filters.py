@@ -7,8 +7,8 @@ retry topics and cluster mode."""
 from __future__ import annotations
 
 import asyncio
-import os
 import json
+import os
 import random
 import uuid
 from collections import Counter
