@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -75,23 +74,15 @@ def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSetting
     return settings
 
 
-GROUP_TIMING: Final = ("session.timeout.ms", "heartbeat.interval.ms")
-
-
-def instance_client_settings(group_id: str, first: Consumer | None = None) -> ClientSettings:
+def instance_client_settings(group_id: str) -> ClientSettings:
     """The client settings of an instance member (actors/delivery/path/member.py): it
-    reads for every subscription, so their `properties` do not apply, except the group
-    timing (`session.timeout.ms`, `heartbeat.interval.ms`) of the subscription that starts
-    it, when given (a rebalance on the embedded broker takes half the session timeout).
-    Each cursor starts at its own group's commit or `auto.offset.reset`. Metadata is
-    refreshed often so that topics created later match a pattern soon."""
+    reads for every subscription, so none of their `properties` applies; each cursor
+    starts at its own group's commit or `auto.offset.reset`. Metadata is refreshed often
+    so that topics created later match a pattern soon."""
     settings = group_client_settings(group_id, "hookstream-instance",
                                      auto_offset_reset="earliest",
                                      session_timeout_ms=SESSION_TIMEOUT_MS)
     settings["metadata_max_age_ms"] = PATTERN_METADATA_MAX_AGE_MS
-    for name in GROUP_TIMING:
-        if first is not None and name in first.properties:
-            settings[INT_PROPERTIES[name]] = int(first.properties[name])
     return settings
 
 
