@@ -655,6 +655,8 @@ class InstanceMemberActor(GroupConsumerActor):
         self._target = _target_of(roster)
         listened, self._listening, self._missing = self._listening, False, set()
         if not roster.riders:
+            if listened:  # leave first: unsubscribing forgets the member id (quirks 6, 9)
+                await compat.leave_group(kafka)
             _unsubscribe(kafka, listened)
             return
         if roster.uses_pattern():
