@@ -232,11 +232,7 @@ class GroupConsumerActor(Actor):
 
     async def _hand_over(self, kafka: AIOKafkaConsumer, tp: TopicPartition,
                          messages: list[ConsumerRecord[bytes, bytes]], now_ms: int) -> None:
-        records = [
-            Record(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()),
-                   m.timestamp, now_ms)
-            for m in messages
-        ]
+        records = records_of(messages, now_ms)
         self._first_fetched.setdefault(tp, records[0].offset)
         try:
             # ask, not tell: the reply says whether the partition's buffer is full, and the
@@ -381,6 +377,12 @@ class GroupConsumerActor(Actor):
 
 def _names(tps: list[TopicPartition]) -> str:
     return ", ".join(child_name(tp) for tp in tps)
+
+
+def records_of(messages: list[ConsumerRecord[bytes, bytes]], now_ms: int) -> list[Record]:
+    """Fetched Kafka records as the delivery path's `Record`s (fetched at `now_ms`)."""
+    return [Record(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()),
+                   m.timestamp, now_ms) for m in messages]
 
 
 def child_name(tp: TopicPartition) -> str:

@@ -52,6 +52,8 @@ class Record:
         """A copy for another subscription's cursor (issue 24): the fetched facts and the
         filter memo are shared (each distinct filter is evaluated once per record, issue
         26), what a cursor changes (attempt, retry) starts afresh."""
+        if self.memo is None:
+            self.memo = {}  # created here so that every copy shares it
         return Record(self.topic, self.partition, self.offset, self.key, self.value,
                       self.headers, self.timestamp_ms, self.fetched_ms, memo=self.memo)
 

@@ -169,3 +169,11 @@ def test_fetching_agrees_with_the_cursor_states_whatever_happens() -> None:
             next_offset += 3
         states = [c.state for c in fanout.cursors.values()]
         assert fanout.fetching == any(s in ("live", "latest") for s in states)
+
+
+def test_copies_of_a_record_share_one_filter_memo_and_start_their_attempts_afresh() -> None:
+    original = records(0, 1)[0]
+    original.attempt = 3
+    first, second = original.clone(), original.clone()
+    assert first.memo is second.memo is original.memo is not None
+    assert (first.attempt, second.attempt) == (0, 0)

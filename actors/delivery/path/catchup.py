@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
-from actors.shared.messages import Batch, Record
+from actors.shared.group_consumer import records_of
+from actors.shared.messages import Batch
 from runtime.kafka import make_consumer
 from runtime.kernel import Ref
 
@@ -65,9 +66,7 @@ async def catch_up(read: CatchUpRead, bootstrap: str, settings: dict[str, object
                                              max_records=CATCH_UP_BATCH)
             fetched = batches.get(read.tp, [])
             if fetched:
-                records = [Record(m.topic, m.partition, m.offset, m.key, m.value,
-                                  tuple(m.headers or ()), m.timestamp, now_ms())
-                           for m in fetched]
+                records = records_of(fetched, now_ms())
                 next_offset = records[-1].offset + 1
                 read.resumed.clear()
                 paused = await read.cursor.ask(Batch(records, consumer.highwater(read.tp)))

@@ -60,6 +60,7 @@ from actors.shared.group_consumer import (
     GroupConsumerActor,
     Wiring,
     child_name,
+    records_of,
 )
 from actors.shared.messages import (
     Assigned,
@@ -67,7 +68,6 @@ from actors.shared.messages import (
     CommitRequest,
     Drain,
     FlowControl,
-    Record,
     Rewind,
 )
 from runtime.errors import ActorDeadError, ActorStartError
@@ -174,19 +174,18 @@ class InstanceMemberActor(GroupConsumerActor):
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> None:
         if isinstance(message, CommitRequest):
-            seat = (message.subscription, TopicPartition(message.topic, message.partition))
+            seat = _seat(message)
             if self._epochs.get(seat) == message.epoch:
                 self._seat_commits[seat] = message.offset
         elif isinstance(message, FlowControl):
-            seat = (message.subscription, TopicPartition(message.topic, message.partition))
+            seat = _seat(message)
             if self._epochs.get(seat) == message.epoch:
                 self._seat_flow[seat] = message.paused
                 read = self._reads.get(seat)
                 if read is not None and not message.paused:
                     read.resumed.set()
         elif isinstance(message, Rewind):
-            seat = (message.subscription, TopicPartition(message.topic, message.partition))
-            self._seat_rewinds[seat] = message.epoch
+            self._seat_rewinds[_seat(message)] = message.epoch
         elif isinstance(message, CaughtUp):
             self._caught.append(message)
         elif isinstance(message, Join):
@@ -240,8 +239,7 @@ class InstanceMemberActor(GroupConsumerActor):
         for tp, messages in batches.items():
             fanout = self.fanouts.get(tp)
             if messages and fanout is not None:
-                records = [Record(m.topic, m.partition, m.offset, m.key, m.value,
-                                  tuple(m.headers or ()), m.timestamp, now) for m in messages]
+                records = records_of(messages, now)
                 highwater = kafka.highwater(tp)
                 self._feed(tp, fanout.append(records, highwater), highwater)
 
@@ -251,14 +249,9 @@ class InstanceMemberActor(GroupConsumerActor):
         shared = len(self.fanouts[tp].cursors) > 1
         for key, records in feed:
             cursor = self._cursor(key, tp)
-            if cursor is None:
-                continue
-            if shared:
-                for record in records:
-                    if record.memo is None:
-                        record.memo = {}  # one memo for every copy: filters run once
-                records = [r.clone() for r in records]
-            cursor.tell_system(Batch(records, highwater))
+            if cursor is not None:
+                batch = [r.clone() for r in records] if shared else records
+                cursor.tell_system(Batch(batch, highwater))
 
     def _steer(self, kafka: AIOKafkaConsumer) -> None:
         """Fetch a partition only while some cursor is live on it."""
@@ -787,6 +780,11 @@ class RiderActor(Actor):
 
     def __repr__(self) -> str:
         return f"<RiderActor {self.path} {self.rider.sub.key} on {self.member.name}>"
+
+
+def _seat(message: CommitRequest | FlowControl | Rewind) -> Seat:
+    """The cursor a message of a partition actor comes from."""
+    return message.subscription, TopicPartition(message.topic, message.partition)
 
 
 def _target_of(roster: Roster) -> tuple[str, ...] | str:
