@@ -66,9 +66,9 @@ def group_client_settings(group_id: str, client_id: str, *, auto_offset_reset: s
                           session_timeout_ms: int) -> ClientSettings:
     """The settings every group consumer here shares; subclasses add what differs.
     Commits are manual (partition actors say what is finished), a fetch brings at most
-    4 MiB per partition, heartbeats go every second, and the fetch loop may take five
-    minutes between polls (a hand-over waits for its partition actor) before the group
-    counts the consumer as gone."""
+    4 MiB per partition, heartbeats go every second (a third of a shorter session), and
+    the fetch loop may take five minutes between polls (a hand-over waits for its
+    partition actor) before the group counts the consumer as gone."""
     return {
         "group_id": group_id,
         "client_id": client_id,
@@ -76,7 +76,7 @@ def group_client_settings(group_id: str, client_id: str, *, auto_offset_reset: s
         "auto_offset_reset": auto_offset_reset,
         "max_partition_fetch_bytes": 4 * 1024 * 1024,
         "session_timeout_ms": session_timeout_ms,
-        "heartbeat_interval_ms": 1_000,
+        "heartbeat_interval_ms": min(1_000, session_timeout_ms // 3),
         "max_poll_interval_ms": 300_000,
     }
 

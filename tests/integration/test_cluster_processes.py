@@ -48,6 +48,8 @@ subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
 status_topic = "status-{uuid.uuid4().hex[:8]}"
 status_interval_ms = 300
 gone_after_intervals = 3
+[delivery]
+session_timeout_ms = 2000
 [runtime]
 shutdown_deadline_ms = 4000
 """)

@@ -32,6 +32,8 @@ listen = "127.0.0.1:{port}"
 dir = "{tmp / 'persist'}"
 [journal]
 dir = "{tmp / 'journal'}"
+[delivery]
+session_timeout_ms = 2000
 [runtime]
 shutdown_deadline_ms = 4000
 """)

@@ -79,6 +79,8 @@ dir = "{tmp_path / 'journal'}"
 [cluster]
 subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
 replication_factor = 1
+[delivery]
+session_timeout_ms = 2000
 [runtime]
 workers = 2
 shutdown_deadline_ms = 4000
@@ -144,6 +146,8 @@ dir = "{tmp_path / 'journal'}"
 [cluster]
 subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
 replication_factor = 1
+[delivery]
+session_timeout_ms = 2000
 [runtime]
 workers = 2
 """)

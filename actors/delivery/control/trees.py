@@ -378,7 +378,8 @@ class Trees:
         wiring = self._member_wirings.setdefault(name, Wiring(
             ChildRef(groups, name), self.bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
             runtime.consumer_settings(consumer.broker)))
-        settings = instance_client_settings(roster.group_id)
+        settings = instance_client_settings(roster.group_id,
+                                            runtime.config.delivery.session_timeout_ms)
         return ChildSpec(
             name, lambda: InstanceMemberActor(name, roster, wiring, settings, runtime.metrics,
                                               runtime.keep_long_lived),

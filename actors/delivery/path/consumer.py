@@ -74,14 +74,14 @@ def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSetting
     return settings
 
 
-def instance_client_settings(group_id: str) -> ClientSettings:
+def instance_client_settings(group_id: str, session_timeout_ms: int) -> ClientSettings:
     """The client settings of an instance member (actors/delivery/path/member.py): it
     reads for every subscription, so none of their `properties` applies; each cursor
     starts at its own group's commit or `auto.offset.reset`. Metadata is refreshed often
     so that topics created later match a pattern soon."""
     settings = group_client_settings(group_id, "hookstream-instance",
                                      auto_offset_reset="earliest",
-                                     session_timeout_ms=SESSION_TIMEOUT_MS)
+                                     session_timeout_ms=session_timeout_ms)
     settings["metadata_max_age_ms"] = PATTERN_METADATA_MAX_AGE_MS
     return settings
 
