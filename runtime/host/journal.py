@@ -175,6 +175,13 @@ def offset_ranges(offsets: list[int]) -> str:
     return ",".join(parts)
 
 
+def ranges_of(offsets: str) -> list[tuple[int, int]]:
+    """The `offsets` field of a `filtered` event as inclusive ranges: `"3-7,9"` ->
+    `[(3, 7), (9, 9)]` (the inverse of `offset_ranges`)."""
+    return [(int(a), int(b or a)) for a, _, b in
+            (part.partition("-") for part in offsets.split(","))]
+
+
 def final_name(open_path: Path) -> Path:
     """`segment-...jsonl.open` -> `segment-...jsonl`."""
     return open_path.with_name(open_path.name.removesuffix(".open"))

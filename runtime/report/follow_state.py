@@ -41,6 +41,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.host.journal import ranges_of
 from runtime.report import tables
 from runtime.report.facts import THROUGHPUT_TYPES
 from runtime.report.transforms import PERCENTILES
@@ -128,8 +129,7 @@ class FollowState:
 
     def _filtered(self, subscription: str, topic: str, partition: int, offsets: str) -> None:
         """Close the open records of the partition that the ranges ("3-7,9") hold."""
-        ranges = [(int(a), int(b or a)) for a, _, b in
-                  (part.partition("-") for part in offsets.split(","))]
+        ranges = ranges_of(offsets)
         for key in [k for k in self.open if k[:3] == (subscription, topic, partition)]:
             if any(first <= key[3] <= last for first, last in ranges):
                 del self.open[key]

@@ -61,6 +61,7 @@ class Receiver:
 
     behaviour: Behaviour = always_ok
     answer_body: Callable[[Push, int], bytes] | None = None  # (push, status) -> body
+    answer_headers: Callable[[Push, int], dict[str, str]] | None = None  # -> headers
     pushes: list[Push] = field(default_factory=list)
     ok: list[Push] = field(default_factory=list)
     port: int = 0
@@ -95,7 +96,8 @@ class Receiver:
             self.ok.append(push)
         self._changed.set()
         body = self.answer_body(push, status) if self.answer_body is not None else None
-        return web.Response(status=status, body=body)
+        headers = self.answer_headers(push, status) if self.answer_headers else None
+        return web.Response(status=status, body=body, headers=headers)
 
     def delivered(self) -> set[tuple[str, str, int, int]]:
         return {(p.consumer, p.topic, p.partition, p.offset) for p in self.ok}

@@ -1,7 +1,8 @@
 """The attempts API (issue 27) on the real broker and a real receiver that fails twice,
 then succeeds: three attempts, newest last, two response snippets; the same answer by
 `webhookId`; the failures listed; after a restart (memory empty) the journal answers; no
-secret of the subscription in any answer."""
+secret of the subscription in any answer. A receiver's `QOH-Action: skip` is `skipped`,
+a record the subscription's filter left out `filtered`."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.integration.test_batching import wait_committed
+from tests.integration.test_filters import produce_typed
 
 pytestmark = pytest.mark.integration
 STAMP_MS = 1_700_000_000_000
@@ -130,5 +133,38 @@ async def test_a_record_given_up_is_dead_lettered_and_its_attempts_are_listed(
                 await asyncio.sleep(0.05)  # the journal event has no waiter to tell
             assert data["state"] == "dead_lettered", data
             assert [a["status"] for a in data["attempts"]] == [503, 503]
+    finally:
+        await receiver.stop()
+
+
+async def test_a_record_the_receiver_skipped_is_skipped_and_one_the_filter_left_out_filtered(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce_typed(kafka_bootstrap, topic, 4)  # created, paid, invoice.sent, signup
+
+    async def answer(push: Push) -> int:  # offset 0: a 500 that says skip
+        return 500 if push.offset == 0 else 200
+    receiver = await Receiver(answer, answer_headers=lambda push, status: {
+        "QOH-Action": "skip"} if push.offset == 0 else {}).start()
+    sub = subscription("att", [{"name": topic, "filter": {"headers": {"event-type": [
+        "order.created", "order.paid"]}}}], receiver.url, fast_group=fast_group_kwargs)
+
+    async def states(admin: Admin) -> list[str]:
+        found = []
+        for offset in range(4):
+            status, reply, _ = await attempts(admin, f"topic={topic}&partition=0&offset={offset}")
+            assert status == 200, reply
+            found.append(reply["data"]["state"])
+        return found
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await Admin(runtime).subscribe(sub)
+            await receiver.wait_for(lambda: [p.offset for p in receiver.pushes] == [0, 1])
+            await wait_committed(kafka_bootstrap, "g-att", topic, {0: 4})
+            assert (await states(Admin(runtime)))[:2] == ["skipped", "delivered"]  # memory
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:  # the journal
+            assert await states(Admin(runtime)) == [
+                "skipped", "delivered", "filtered", "filtered"]
     finally:
         await receiver.stop()

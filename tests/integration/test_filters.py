@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import random
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from tests.integration.delivery_harness import (
     make_runtime,
     subscription,
 )
+from tests.integration.delivery_harness import committed as committed_offsets
 from tests.integration.test_batching import batch_of, wait_committed
 from tests.integration.test_cluster import instance as cluster_instance
 from tests.integration.test_cluster import owned, until
@@ -73,24 +75,51 @@ def flaky(seed: int) -> Any:
     return answer
 
 
-def single(receiver: Receiver) -> list[Coordinates]:
-    return [(p.partition, p.offset) for p in receiver.ok]
+def single(pushes: list[Push]) -> list[Coordinates]:
+    return [(p.partition, p.offset) for p in pushes]
 
 
-def batched(receiver: Receiver) -> list[Coordinates]:
-    return [(r["partition"], r["offset"]) for p in receiver.ok for r in batch_of(p)]
+def batched(pushes: list[Push]) -> list[Coordinates]:
+    return [(r["partition"], r["offset"]) for p in pushes for r in batch_of(p)]
+
+
+def end_offsets(types: dict[Coordinates, str]) -> dict[int, int]:
+    """Per partition, the offset after its last produced record."""
+    ends: dict[int, int] = {}
+    for partition, offset in types:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    return ends
 
 
 @dataclass
 class ThreeSubscribers:
-    """A finished run of the three subscribers: what each received and should have."""
+    """A finished run of the three subscribers: what each was sent and should have."""
 
     types: dict[Coordinates, str]
     expected: dict[str, set[Coordinates]]  # subscription key -> its subset
-    received: dict[str, list[Coordinates]]  # subscription key -> 2xx answers
-    failures: int
-    shown: dict[str, Any]  # GET of the JSON-filtered subscription
+    received: dict[str, list[Coordinates]]  # subscription key -> records answered 2xx
+    requested: dict[str, list[Coordinates]]  # subscription key -> records of every request
+    requests: dict[str, int]  # subscription key -> HTTP requests
+    failures: dict[str, int]  # subscription key -> requests answered 500
+    ends: dict[int, int]  # partition -> end offset
+    committed: dict[str, dict[int, int]]  # subscription key -> its group's commits
+    shown: dict[str, Any]  # subscription key -> its GET
     journal: Path
+    wall_s: float
+
+    def summary(self) -> str:
+        """One line per subscriber: what the test asserts, for bench/RESULTS.md."""
+        lines = [f"{len(self.types)} records, ends {self.ends}, {self.wall_s:.1f} s"]
+        for key, subset in self.expected.items():
+            got = self.received[key]
+            lines.append(
+                f"{key}: received {len(set(got))} distinct of {len(subset)} expected "
+                f"(exact: {set(got) == subset}, 2xx duplicates {len(got) - len(set(got))}, "
+                f"outside the subset {len(set(self.requested[key]) - subset)}), "
+                f"{self.requests[key]} requests, {self.failures[key]} answered 500, "
+                f"filtered {self.shown[key]['status']['counters']['filtered']}, "
+                f"committed {self.committed[key]}")
+        return "\n".join(lines)
 
 
 async def run_three_subscribers(bootstrap: str, topic: str, tmp_path: Path,
@@ -99,15 +128,17 @@ async def run_three_subscribers(bootstrap: str, topic: str, tmp_path: Path,
     20) and no filter, each endpoint failing 10% of requests; returns once every group
     committed the end offsets and the runtime stopped (its journal closed)."""
     types = await produce_events(bootstrap, topic)
+    started = time.monotonic()
     expected = {
         "by-header_g-by-header": {c for c, t in types.items()
                                   if t in ("order.created", "invoice.sent")},
         "by-json_g-by-json": {c for c, t in types.items() if t.startswith("order.")},
         "everything_g-everything": set(types),
     }
-    receivers = [await Receiver(flaky(seed)).start() for seed in range(3)]
-    got = [lambda: single(receivers[0]), lambda: batched(receivers[1]),
-           lambda: single(receivers[2])]
+    receivers = dict(zip(expected, [await Receiver(flaky(seed)).start() for seed in range(3)],
+                         strict=True))
+    records_of = dict(zip(expected, (single, batched, single), strict=True))
+    ends, committed, shown = end_offsets(types), {}, {}
     runtime = make_runtime(bootstrap, tmp_path)
     await runtime.start()
     admin = Admin(runtime)
@@ -115,29 +146,36 @@ async def run_three_subscribers(bootstrap: str, topic: str, tmp_path: Path,
         await admin.subscribe(subscription(
             "by-header", [{"name": topic, "filter": HEADER_FILTER,
                            "config": {"concurrencyFactor": 8, "ordering": "key"}}],
-            receivers[0].url, fast_group=fast_group))
+            receivers["by-header_g-by-header"].url, fast_group=fast_group))
         await admin.subscribe(subscription(
             "by-json", [{"name": topic, "filter": JSON_FILTER,
                          "config": {"concurrencyFactor": 4}}],
-            receivers[1].url, fast_group=fast_group, batchSize=20, batchLingerMs=10))
+            receivers["by-json_g-by-json"].url, fast_group=fast_group, batchSize=20,
+            batchLingerMs=10))
         await admin.subscribe(subscription(
             "everything", [{"name": topic, "config": {"concurrencyFactor": 8}}],
-            receivers[2].url, fast_group=fast_group))
-        for receiver, received, subset in zip(receivers, got, expected.values(), strict=True):
-            await receiver.wait_for(lambda r=received, s=subset: set(r()) >= s, 60)
-        ends = {0: RECORDS // PARTITIONS, 1: RECORDS // PARTITIONS}
+            receivers["everything_g-everything"].url, fast_group=fast_group))
+        for key, subset in expected.items():
+            receiver, of = receivers[key], records_of[key]
+            await receiver.wait_for(lambda r=receiver, f=of, s=subset: set(f(r.ok)) >= s, 120)
         for key in expected:
-            await wait_committed(bootstrap, key.split("_", 1)[1], topic, ends)
-        status, shown = await admin.call("GET", "/broker/subscription/by-json/g-by-json")
-        assert status == 200, shown
+            group = key.split("_", 1)[1]
+            await wait_committed(bootstrap, group, topic, ends)
+            committed[key] = await committed_offsets(bootstrap, group, topic, len(ends))
+            status, shown[key] = await admin.call(
+                "GET", "/broker/subscription/{}/{}".format(*key.split("_", 1)))
+            assert status == 200, shown[key]
     finally:
         await runtime.stop()
-        for receiver in receivers:
+        for receiver in receivers.values():
             await receiver.stop()
     return ThreeSubscribers(
-        types, expected, {key: r() for key, r in zip(expected, got, strict=True)},
-        sum(len(r.pushes) - len(r.ok) for r in receivers), shown["data"],
-        tmp_path / "journal")
+        types, expected, {k: records_of[k](r.ok) for k, r in receivers.items()},
+        {k: records_of[k](r.pushes) for k, r in receivers.items()},
+        {k: len(r.pushes) for k, r in receivers.items()},
+        {k: len(r.pushes) - len(r.ok) for k, r in receivers.items()}, ends, committed,
+        {k: s["data"] for k, s in shown.items()}, tmp_path / "journal",
+        time.monotonic() - started)
 
 
 HEADER_FILTER = {"headers": {"event-type": ["order.created", "invoice.sent"]}}
@@ -149,13 +187,18 @@ async def test_three_subscribers_each_receive_exactly_their_subset_despite_failu
         fast_group_kwargs: dict[str, int]) -> None:
     topic = await topic_factory(partitions=PARTITIONS)
     run = await run_three_subscribers(kafka_bootstrap, topic, tmp_path, fast_group_kwargs)
+    print(run.summary())
     for key, subset in run.expected.items():
-        assert set(run.received[key]) == subset, key
-    assert run.failures > 0  # the retries were exercised
-    assert run.shown["consumer"]["topics"][0]["filter"] == JSON_FILTER
-    filtered = RECORDS - len(run.expected["by-json_g-by-json"])
-    assert run.shown["status"]["counters"]["filtered"] == filtered
-    assert sum(p["filtered"] for p in run.shown["status"]["partitions"]) == filtered
+        assert sorted(run.received[key]) == sorted(subset), key  # each once, nothing else
+        assert set(run.requested[key]) == subset, key  # nothing outside it was ever sent
+        assert run.failures[key] > 0, key  # its retries were exercised
+        assert run.committed[key] == run.ends, key
+        status = run.shown[key]["status"]
+        assert status["counters"]["filtered"] == len(run.types) - len(subset), key
+        assert sum(p["filtered"] for p in status["partitions"]) == len(run.types) - len(subset)
+    assert run.shown["by-json_g-by-json"]["consumer"]["topics"][0]["filter"] == JSON_FILTER
+    assert run.shown["by-header_g-by-header"]["consumer"]["topics"][0]["filter"] == \
+        HEADER_FILTER
 
 
 async def test_a_bad_filter_is_a_400_naming_the_field_and_get_shows_a_good_one(
@@ -223,8 +266,7 @@ async def test_an_in_process_handler_receives_only_the_records_its_filter_matche
             filter={"json": {"type": ["order.paid", "user.signup"]}},
             properties={k.replace("_", "."): v for k, v in fast_group_kwargs.items()})
         await asyncio.wait_for(everything.wait(), 60)
-        ends = {0: RECORDS // PARTITIONS, 1: RECORDS // PARTITIONS}
-        await wait_committed(kafka_bootstrap, "in-proc", topic, ends)
+        await wait_committed(kafka_bootstrap, "in-proc", topic, end_offsets(types))
         counters = consumer.status()["status"]
         await consumer.stop()
     assert set(handled) == wanted
@@ -376,12 +418,11 @@ async def test_in_cluster_mode_every_instance_applies_the_posted_filter(
             await until(lambda: owned(a, key) == 1 and owned(b, key) == 1)
             types = await produce_events(kafka_bootstrap, topic)
             wanted = {c for c, t in types.items() if t.startswith("order.")}
-            await receiver.wait_for(lambda: set(single(receiver)) >= wanted, 60)
-            ends = {0: RECORDS // PARTITIONS, 1: RECORDS // PARTITIONS}
-            await wait_committed(kafka_bootstrap, "g-cf", topic, ends)
+            await receiver.wait_for(lambda: set(single(receiver.ok)) >= wanted, 60)
+            await wait_committed(kafka_bootstrap, "g-cf", topic, end_offsets(types))
             shown = [r.service(DeliveryService).status_of(key) for r in (a, b)]
     finally:
         await receiver.stop()
-    assert set(single(receiver)) == wanted
+    assert set(single(receiver.ok)) == wanted
     assert all(s["consumer"]["topics"][0]["filter"] == JSON_FILTER  # type: ignore[index]
                for s in shown)

@@ -12,15 +12,16 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
 from pyspark.sql import SparkSession
 
-from runtime.host.journal import Event, Journal, offset_ranges
+from runtime.host.journal import Event, Journal, offset_ranges, ranges_of
 from runtime.report import batch, facts, transforms
-from runtime.report.job import find_journal_files, read_raw
+from runtime.report.job import JournalFiles, find_journal_files, read_raw
 from tests.conftest import TopicFactory
 from tests.integration.test_filters import PARTITIONS, run_three_subscribers
 
@@ -72,11 +73,27 @@ def test_filtered_offsets_are_accounted_for_and_only_the_unfinished_one_is_lost(
     assert summary["lost"] == 1 and summary["delivered"] == 10
 
 
+def journaled_filtered(files: JournalFiles) -> dict[str, set[tuple[int, int]]]:
+    """Per subscription, the (partition, offset)s its `filtered` events name."""
+    found: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for path in files.paths:
+        with path.open("rb") as lines:
+            for line in lines:
+                event = msgspec.json.decode(line, type=Event)
+                if event.type == "filtered":
+                    assert event.subscription is not None and event.offsets is not None
+                    found[event.subscription].update(
+                        (event.partition, offset) for first, last in ranges_of(event.offsets)
+                        for offset in range(first, last + 1))
+    return found
+
+
 async def test_on_the_real_broker_the_audit_says_nothing_lost_for_each_subscriber(
         spark: SparkSession, kafka_bootstrap: str, topic_factory: TopicFactory,
         tmp_path: Path, fast_group_kwargs: dict[str, int]) -> None:
     topic = await topic_factory(partitions=PARTITIONS)
     run = await run_three_subscribers(kafka_bootstrap, topic, tmp_path, fast_group_kwargs)
+    print(run.summary())
     files = find_journal_files(run.journal)
     summary = await asyncio.to_thread(batch.run_report, spark, files, tmp_path / "out",
                                       progress=lambda _: None)
@@ -85,12 +102,18 @@ async def test_on_the_real_broker_the_audit_says_nothing_lost_for_each_subscribe
     per_subscription: dict[str, Counter[str]] = defaultdict(Counter)
     for row in audit:
         assert row["topic"] == topic
-        for column in ("delivered", "lost", "records_fetched"):
+        assert int(row["committed_offset"]) == run.ends[int(row["partition"])], row
+        for column in ("delivered", "lost", "records_fetched", "duplicates"):
             per_subscription[row["subscription"]][column] += int(row[column])
+    filtered = journaled_filtered(files)
+    for key, counts in per_subscription.items():
+        print(f"audit {key}: {dict(counts)}, journaled filtered {len(filtered[key])}")
     assert set(per_subscription) == set(run.expected)
+    assert len(audit) == len(run.expected) * PARTITIONS
     for key, subset in run.expected.items():
         counts = per_subscription[key]
         assert (counts["lost"], counts["delivered"], counts["records_fetched"]) == (
             0, len(subset), len(subset)), key
+        assert filtered[key] == set(run.types) - subset, key  # the rest is accounted for
     assert summary["lost"] == 0
     assert summary["delivered"] == sum(len(s) for s in run.expected.values())

@@ -51,7 +51,7 @@ def test_the_state_follows_the_last_attempt_and_a_later_give_up() -> None:
     failed, ok = attempt(0, 1, "failed", at=10), attempt(0, 2, "delivered", at=20)
     assert state_of([failed], None) == "retrying"
     assert state_of([failed, ok], None) == "delivered"
-    assert state_of([attempt(0, 1, "skipped")], None) == "filtered"
+    assert state_of([attempt(0, 1, "skipped")], None) == "skipped"
     assert state_of([failed], GiveUp(15, "dead_lettered", "gave up")) == "dead_lettered"
     assert state_of([failed, ok], GiveUp(15, "dead_lettered", "x")) == "delivered"  # replayed
     assert state_of([failed], GiveUp(15, "retry_scheduled", "moved")) == "retrying"

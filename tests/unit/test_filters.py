@@ -4,6 +4,8 @@ distinct filter."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -264,3 +266,32 @@ def test_a_filter_survives_the_stored_and_cluster_form_of_a_subscription() -> No
     assert again.topic_filter("audit.x") == decoded({"key": "k"})
     assert again.topic_filter("other") is None
     assert again.topic_filter("events.retry") is None  # read for no entry
+
+
+# -- the README's example ------------------------------------------------------------------
+def readme_example() -> dict[str, Any]:
+    """The JSON block of the README's filters section."""
+    text = (Path(__file__).parents[2] / "README.md").read_text()
+    section = text.split("### Filters:", 1)[1]
+    block = section.split("```json\n", 1)[1].split("```", 1)[0]
+    topic: dict[str, Any] = json.loads(block)
+    return topic
+
+
+def test_the_readme_example_passes_a_matching_record_and_each_condition_can_refuse() -> None:
+    wire = readme_example()["filter"]
+    body = {"currency": "EUR", "status": "paid", "customer": {"tier": "gold"}, "amount": 12}
+    headers = (("event-type", b"order.paid"),)
+
+    def one(key: bytes = b"tenant-42/o-1", value: dict[str, Any] | None = None,
+            extra: tuple[tuple[str, bytes], ...] = ()) -> Record:
+        return record(json.dumps(value or body).encode(), key, (*headers, *extra))
+    assert passes(wire, one())
+    assert not passes(wire, record(json.dumps(body).encode(), b"tenant-42/o-1",
+                                   (("event-type", b"invoice.sent"),)))  # a list
+    assert not passes(wire, one(extra=(("test", b"1"),)))  # exists: false
+    assert not passes(wire, one(key=b"tenant-7/o-1"))  # prefix
+    for path, other in (("currency", "USD"), ("status", "open"), ("customer", {"tier": "x"}),
+                        ("channel", "sandbox")):  # a string, equals, in, not
+        assert not passes(wire, one(value={**body, path: other})), path
+    assert not passes(wire, one(value={k: v for k, v in body.items() if k != "amount"}))

@@ -2,7 +2,9 @@
 latest failures (issue 27). Recent attempts come from the subscription's `AttemptRing`
 (actors/delivery/egress/attempts.py); older ones from the journal on disk, read newest
 segment first within `SCAN_BYTES`; beyond that the state is `unknown` and `reason` says
-why. Journaled attempts have no `response` (the journal does not keep answer bodies).
+why. A record the subscription's filter left out has no attempt: its state `filtered`
+comes from the journal's `filtered` events (their `offsets` ranges hold it). Journaled
+attempts have no `response` (the journal does not keep answer bodies).
 
 The scan runs in a worker thread (`asyncio.to_thread`): it only reads files.
 """
@@ -27,7 +29,7 @@ from actors.delivery.egress.attempts import (
     State,
     state_of,
 )
-from runtime.host.journal import Event, closed_segments, open_segments
+from runtime.host.journal import Event, closed_segments, open_segments, ranges_of
 
 SCAN_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_LIMIT: Final = 20
@@ -92,7 +94,16 @@ class Journaled:
     attempts: list[Attempt] = field(default_factory=list)
     given_up: GiveUp | None = None
     fetched: bool = False
+    filtered: bool = False  # a `filtered` event's ranges hold it
     record_ts_ms: int | None = None
+
+
+def holds(event: Event, coordinates: Coordinates) -> bool:
+    """A `filtered` event of the record's partition whose offset ranges hold it."""
+    topic, partition, offset = coordinates
+    return (event.topic, event.partition) == (topic, partition) and \
+        event.offsets is not None and \
+        any(first <= offset <= last for first, last in ranges_of(event.offsets))
 
 
 def attempt_of(event: Event) -> Attempt | None:
@@ -112,6 +123,9 @@ def attempt_of(event: Event) -> Attempt | None:
 def read_record(scan: Scan, coordinates: Coordinates) -> Journaled:
     found = Journaled()
     for event in scan.events():
+        if event.type == "filtered":
+            found.filtered = found.filtered or holds(event, coordinates)
+            continue
         if (event.topic, event.partition, event.offset) != coordinates:
             continue
         if event.record_ts_ms is not None:
@@ -192,6 +206,8 @@ def lookup_record(ring: AttemptRing | None, scan: Scan, coordinates: Coordinates
         stamp = None
     if attempts or given_up is not None:
         return record_answer(coordinates, stamp, state_of(attempts, given_up), attempts)
+    if journaled.filtered:
+        return record_answer(coordinates, stamp, "filtered", [])
     if journaled.fetched:
         return record_answer(coordinates, stamp, "pending", [])
     return record_answer(coordinates, stamp, "unknown", [], _why_unknown(scan))

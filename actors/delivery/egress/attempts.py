@@ -13,10 +13,13 @@ answer body kept only on failures and only for the newest `responses` of them, a
 attempts.py reads it with a bounded scan). The request is never kept: no secret, header
 or body of ours can appear in an answer.
 
-`state` of a record from its attempts, newest last: `delivered` (a 2xx), `filtered` (the
+`state` of a record from its attempts, newest last: `delivered` (a 2xx), `skipped` (the
 receiver answered `QOH-Action: skip`), `dead_lettered` (given up: to the dead-letter
 topic or journaled as given up), `retrying` (the last attempt failed and it was not
-given up), `pending` (fetched, no attempt yet: known from the journal only), `unknown`.
+given up); and, known from the journal only, `filtered` (the subscription's filter left
+it out: no attempt, issue 26), `pending` (fetched, no attempt yet), `unknown`. The
+receiver's skip was first called `filtered` too (never released): `filtered` now means
+the filter's doing only, as in the status counters, the replay progress and the journal.
 
 The ring also keeps the last 15 minutes per minute (`Series`): attempts delivered per
 second and the p50/p99 of every attempt's round trip, for the status page's small charts.
@@ -39,7 +42,8 @@ RING_CAPACITY: Final = 1000
 RESPONSES_KEPT: Final = 100
 RESPONSE_BYTES: Final = 1024
 Outcome = Literal["delivered", "failed", "skipped"]
-State = Literal["delivered", "retrying", "dead_lettered", "filtered", "pending", "unknown"]
+State = Literal["delivered", "retrying", "dead_lettered", "skipped", "filtered", "pending",
+                "unknown"]
 Coordinates = tuple[str, int, int]
 SERIES_BUCKET_MS: Final = 60_000
 SERIES_BUCKETS: Final = 15
@@ -108,7 +112,7 @@ def state_of(attempts: list[Attempt], given_up: GiveUp | None) -> State:
     if last.outcome == "delivered":
         return "delivered"
     if last.outcome == "skipped":
-        return "filtered"
+        return "skipped"
     return "retrying"
 
 
