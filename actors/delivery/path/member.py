@@ -152,6 +152,7 @@ class InstanceMemberActor(GroupConsumerActor):
         self._matched: frozenset[str] = frozenset()  # those the riders' patterns match
         self._subscribed_matched = self._matched  # `_matched` when last subscribed
         self._matched_with: list[str] = []  # the patterns `_matched` is for
+        self._patterns: tuple[int, list[str]] = (-1, [])  # the riders' at a roster version
         self._rematch = False  # a listing arrived: match again
         self._listing = False  # a listing task runs
         self._list_at = 0  # when the next listing is due (monotonic ms)
@@ -258,7 +259,7 @@ class InstanceMemberActor(GroupConsumerActor):
     def _match_patterns(self) -> None:
         """Match the riders' patterns against the last listing when either changed: one
         bounded round of the `TopicMatcher` (what it leaves waits for the next listing)."""
-        patterns = self.roster.patterns()
+        patterns = self._riders_patterns()
         if patterns == self._matched_with and not self._rematch:
             return
         if patterns != self._matched_with:
@@ -271,6 +272,14 @@ class InstanceMemberActor(GroupConsumerActor):
             log.warning("%s: %d pattern/topic pairs left for the next round (at most %d "
                         "per round): %r", self.path, self.matcher.pending,
                         self.matcher.budget, self.matcher)
+
+    def _riders_patterns(self) -> list[str]:
+        """The riders' patterns, looked for again only when the roster changed (the fetch
+        loop asks every turn; thousands of riders must not be scanned each time)."""
+        version = self.roster.version
+        if self._patterns[0] != version:
+            self._patterns = (version, self.roster.patterns())
+        return self._patterns[1]
 
     def _list_topics_when_due(self, kafka: AIOKafkaConsumer) -> None:
         """List the cluster's topics every `PATTERN_METADATA_MAX_AGE_MS` while a rider
