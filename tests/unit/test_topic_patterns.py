@@ -1,5 +1,6 @@
 """Topic patterns (issue 13): the subset both engines read alike, and a backtracking bound
-that keeps Python's `re` (aiokafka's pattern subscription) fast on every topic name.
+that keeps a backtracking engine (Python's `re`, Java's `Pattern`) fast on every topic name;
+the runtime itself matches with RE2 only (issue 25).
 
 The property tests generate patterns from the grammar, and for every accepted one check
 what the module promises: RE2 and `re` agree on random names, and `re` runs the pattern
@@ -25,7 +26,7 @@ from actors.delivery.document.patterns import (
     parse,
 )
 from actors.delivery.document.subscription import decode_consumer
-from actors.delivery.path.consumer import _combined_pattern
+from actors.delivery.errors import InvalidSubscription
 
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-"
 SLOW_S = 0.25
@@ -90,11 +91,13 @@ def test_names_beside_patterns_count_in_the_combined_bound() -> None:
         check_combined([parse(".*a.*b"), parse(".*a.*c")], ["ab"])
 
 
-def test_the_bound_covers_exactly_what_consumer_py_gives_aiokafka() -> None:
-    sub = decode_consumer({"id": "a", "group.id": "g", "broker": "K",
-                           "topics": [{"pattern": "ev-[0-9]+"}, {"name": "x.y"}],
-                           "subscriptionMethod": {"uri": "http://h"}})
-    assert _combined_pattern(sub) == "^(?:(?:ev-[0-9]+)|(?:x\\.y))$"
+def test_a_subscription_with_a_pattern_that_re2_cannot_compile_names_the_field() -> None:
+    for pattern in ("(a)\\1", "(?=a)b", "(?<!a)b"):
+        with pytest.raises(InvalidSubscription) as refused:
+            decode_consumer({"id": "a", "group.id": "g", "broker": "K",
+                             "topics": [{"name": "x"}, {"name": pattern, "pattern": True}],
+                             "subscriptionMethod": {"uri": "http://h"}})
+        assert refused.value.reason == "invalid topics[1].pattern", pattern
 
 
 # -- properties over generated patterns ---------------------------------------------------
@@ -142,7 +145,7 @@ def test_an_accepted_pattern_is_fast_in_python_re_on_hostile_names(pattern: str)
         check_pattern(pattern)
     except PatternRejected:
         return
-    python = re.compile(f"^(?:{pattern})$")  # as consumer.py wraps it for aiokafka
+    python = re.compile(f"^(?:{pattern})$")  # as a backtracking matcher would run it
     for name in _hostile_names(pattern):
         started = time.perf_counter()
         python.match(name)

@@ -1,10 +1,15 @@
 """Topic patterns: a regex subset that no topic name can make slow, in either engine.
 
-A subscription's pattern is matched twice: here by RE2 (`matches`, linear time), to find a
-topic's settings, and by Python's backtracking `re` inside aiokafka's pattern subscription
-(`_combined_pattern` in actors/delivery/path/consumer.py), on every metadata refresh. In a
-backtracking engine a pattern like `((a|a)*)*b` takes exponential time (issue 13: it hung
-the whole process once a topic of 30 a's existed). So a pattern is accepted only when
+The runtime matches a subscription's pattern only with RE2 (`matches`: a full match, linear
+time): to find a topic's settings, and in the instance member's `TopicMatcher`
+(actors/delivery/path/topic_matcher.py), which finds the topic names the member subscribes
+aiokafka to. No pattern reaches aiokafka: its pattern subscription runs Python's
+backtracking `re` against every topic on every metadata refresh, and even a pattern within
+the bound below took 97 ms per long name there (issue 25). In a backtracking engine a
+pattern like `((a|a)*)*b` takes exponential time (issue 13: it hung the whole process once
+a topic of 30 a's existed); the rules below stay, so that the stored document (which
+Queue-Over-Http's Java clients and servers read too, with a backtracking `Pattern`) means
+the same and stays safe in both kinds of engine. A pattern is accepted only when
 
 1. it is at most `MAX_PATTERN_CHARS` long and written in the subset both engines read the
    same way (`parse`): literals, `.`, classes `[a-z0-9._-]` and `[^...]`, `\\d \\w \\s` and
@@ -14,9 +19,9 @@ the whole process once a topic of 30 a's existed). So a pattern is accepted only
 2. RE2 and Python's `re` both compile it;
 3. its backtracking bound (`backtracking_bound`) is at most `MAX_BACKTRACKING`.
 
-The bound counts, for the pattern as aiokafka runs it (`^(?:p)$` on a topic name of at
-most `TOPIC_MAX_CHARS` characters), how many ways a backtracking matcher can get past each
-piece and still go on: a sequence multiplies, alternatives add (or take the largest when
+The bound counts, for the pattern as a backtracking matcher runs it (`^(?:p)$` on a topic
+name of at most `TOPIC_MAX_CHARS` characters), how many ways it can get past each piece
+and still go on: a sequence multiplies, alternatives add (or take the largest when
 their first characters differ, so that at most one of them gets past its first
 character), and a quantifier multiplies by its number of counts unless what follows it
 cannot start with a character it repeats (then only the longest run goes on: `[a-z]+\\.`
@@ -336,15 +341,16 @@ def _nodes(node: Node) -> Iterable[Node]:
 
 
 def backtracking_bound(trees: Sequence[Node]) -> int:
-    """The bound for `^(?:t1|t2|...)$`, the one pattern aiokafka gets for a subscription's
-    patterns and names; more than `MAX_BACKTRACKING` means "too many"."""
+    """The bound for `^(?:t1|t2|...)$`, a subscription's patterns and names as one
+    backtracking matcher would run them; more than `MAX_BACKTRACKING` means "too
+    many"."""
     whole = Seq((Anchor(end=False), Alt(tuple(trees)) if len(trees) > 1 else trees[0],
                  Anchor(end=True)))
     return _shape(whole, frozenset()).cost
 
 
 def literal_tree(name: str) -> Node:
-    """A topic name as a pattern that matches just it (`re.escape`d, as consumer.py does)."""
+    """A topic name as a pattern that matches just it (`re.escape`d)."""
     return Seq(tuple(Chars(_literal(c)) for c in name))
 
 
@@ -368,8 +374,8 @@ def check_pattern(pattern: str) -> Node:
 
 
 def check_combined(trees: Sequence[Node], names: Sequence[str]) -> None:
-    """The subscription's one combined pattern (its patterns and its topic names, as
-    consumer.py builds it for aiokafka) within `MAX_BACKTRACKING`."""
+    """The subscription's patterns and topic names as one combined pattern within
+    `MAX_BACKTRACKING`."""
     if backtracking_bound([*trees, *(literal_tree(n) for n in names)]) > MAX_BACKTRACKING:
         raise PatternRejected(
             "too ambiguous: a backtracking matcher could take very long on some topic name. "

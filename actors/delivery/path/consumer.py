@@ -7,13 +7,12 @@ The fetch loop, positions, commits and rebalance handling are `GroupConsumerActo
 this class says how a subscription subscribes and builds its `PartitionActor`s.
 
 Explicit `partitions[]` in the subscription use manual assignment (no group membership),
-still committing to the group. A topic `pattern` subscribes by regex; metadata is
-refreshed every few seconds so that topics created later are picked up.
+still committing to the group. A pattern cannot pin partitions, so no pattern ever
+reaches this actor's client (the instance member matches patterns itself with RE2).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -77,8 +76,10 @@ def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSetting
 def instance_client_settings(group_id: str, session_timeout_ms: int) -> ClientSettings:
     """The client settings of an instance member (actors/delivery/path/member.py): it
     reads for every subscription, so none of their `properties` applies; each cursor
-    starts at its own group's commit or `auto.offset.reset`. Metadata is refreshed often
-    so that topics created later match a pattern soon."""
+    starts at its own group's commit or `auto.offset.reset`. The member lists the
+    cluster's topics for its patterns every `PATTERN_METADATA_MAX_AGE_MS` itself; the
+    client's metadata (of the topics subscribed to) is refreshed as often, so that new
+    partitions are found soon too."""
     settings = group_client_settings(group_id, "hookstream-instance",
                                      auto_offset_reset="earliest",
                                      session_timeout_ms=session_timeout_ms)
@@ -102,8 +103,6 @@ class ConsumerActor(GroupConsumerActor):
             tps = self._explicit_partitions(kafka)
             kafka.assign(list(tps))
             await self.assign(tps)
-        elif any(t.pattern for t in self.sub.topics):
-            kafka.subscribe(pattern=_combined_pattern(self.sub), listener=self.listener)
         else:
             kafka.subscribe(topics=[t.name for t in self.sub.topics if t.name],
                             listener=self.listener)
@@ -133,7 +132,3 @@ class ConsumerActor(GroupConsumerActor):
     def journal_subscription(self) -> str | None:
         return self.sub.key
 
-
-def _combined_pattern(sub: Consumer) -> str:
-    parts = [t.pattern if t.pattern else re.escape(t.name or "") for t in sub.topics]
-    return "^(?:" + "|".join(f"(?:{p})" for p in parts) + ")$"

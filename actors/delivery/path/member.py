@@ -31,6 +31,13 @@ gets cursors on the partitions already owned (no rebalance); a new topic subscri
 (one rebalance of the instance group for changes that arrive together). A leave drains
 and commits that subscription's cursors, then stops them.
 
+Patterns never reach aiokafka (its pattern subscription runs Python's backtracking `re`
+against every topic on each metadata refresh: issue 25). The member lists the cluster's
+topics every `PATTERN_METADATA_MAX_AGE_MS` in a task of its own, its `TopicMatcher`
+matches the riders' patterns against them with RE2 (each pair once, a bounded number per
+round), and the member subscribes to the names: the riders' topics and what their
+patterns match. A change in that set is a change of topics like any other.
+
 The roster lives in the delivery service, not in the member: a restarted member finds its
 riders again. A rider whose member is not running leaves the roster itself.
 """
@@ -48,10 +55,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from actors.delivery.path.catchup import CATCH_UP_READERS, CatchUpRead, catch_up
-from actors.delivery.path.consumer import fetch_size
+from actors.delivery.path.consumer import PATTERN_METADATA_MAX_AGE_MS, fetch_size
 from actors.delivery.path.fanout import EARLIEST, CatchUp, Fanout, Feed
 from actors.delivery.path.partition import PartitionActor, PartitionPeers
 from actors.delivery.path.roster import Rider, Roster, consumes
+from actors.delivery.path.topic_matcher import TopicMatcher
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.group_consumer import (
     DRAIN_GRACE_MS,
@@ -110,6 +118,14 @@ class CaughtUp:
     answer: asyncio.Future[bool]
 
 
+@dataclass(slots=True)
+class TopicsListed:
+    """The member's listing task -> member: the cluster's topic names (None: the broker
+    did not answer; the last listing stands)."""
+
+    topics: frozenset[str] | None
+
+
 class InstanceMemberActor(GroupConsumerActor):
     def __init__(self, name: str, roster: Roster, wiring: Wiring, settings: ClientSettings,
                  metrics: Registry, long_lived: Callable[[], None] = lambda: None) -> None:
@@ -130,7 +146,16 @@ class InstanceMemberActor(GroupConsumerActor):
         self._reads: dict[Seat, CatchUpRead] = {}
         self._readers = asyncio.Semaphore(CATCH_UP_READERS)
         self._subscribed: int | None = None  # the roster version subscribed with
-        self._target: tuple[str, ...] | str | None = None
+        self._target: tuple[str, ...] | None = None  # the topics subscribed to
+        self.matcher = TopicMatcher()
+        self._topics: frozenset[str] = frozenset()  # the cluster's, as last listed
+        self._matched: frozenset[str] = frozenset()  # those the riders' patterns match
+        self._subscribed_matched = self._matched  # `_matched` when last subscribed
+        self._matched_with: list[str] = []  # the patterns `_matched` is for
+        self._patterns: tuple[int, list[str]] = (-1, [])  # the riders' at a roster version
+        self._rematch = False  # a listing arrived: match again
+        self._listing = False  # a listing task runs
+        self._list_at = 0  # when the next listing is due (monotonic ms)
         self._listening = False
         self._missing: set[str] = set()  # named topics not on the broker yet (watched)
         self._leaves: list[Leave] = []
@@ -169,6 +194,11 @@ class InstanceMemberActor(GroupConsumerActor):
                 if sup.children():
                     await sup.stop_children(sup.children())
         if not self.roster.held:
+            if self.roster.uses_pattern():  # the first subscription has what they match
+                with contextlib.suppress(KafkaError):
+                    self._topics = frozenset(await kafka.topics())
+                self._match_patterns()
+                self._list_at = self.context.clock.monotonic_ms() + PATTERN_METADATA_MAX_AGE_MS
             await self._resubscribe(kafka)
 
     # -- messages ----------------------------------------------------------------------
@@ -192,6 +222,10 @@ class InstanceMemberActor(GroupConsumerActor):
             self.roster.join(message.rider)  # the fetch loop subscribes anew
         elif isinstance(message, Leave):
             self._leaves.append(message)
+        elif isinstance(message, TopicsListed):
+            self._listing = False
+            if message.topics is not None:
+                self._topics, self._rematch = message.topics, True
         else:
             raise UnexpectedMessage(self.path, message)
 
@@ -205,13 +239,65 @@ class InstanceMemberActor(GroupConsumerActor):
         await self._apply_rewinds(kafka)
         self._apply_caught_up()
         self._steer(kafka)
-        if not self.roster.held and self._subscribed != self.roster.version:
-            if self._target == _target_of(self.roster):
+        self._match_patterns()
+        self._list_topics_when_due(kafka)
+        moved = (self._subscribed != self.roster.version
+                 or self._subscribed_matched is not self._matched)
+        if not self.roster.held and moved:
+            if self._target == self._wanted():
                 await self._reroute()
             elif self._settled():
                 await self._resubscribe(kafka)
         elif self._missing and topic_creation.missing(kafka, self._missing) != self._missing:
             await self._resubscribe(kafka)
+
+    # -- patterns ----------------------------------------------------------------------
+    def _wanted(self) -> tuple[str, ...]:
+        """The topics to subscribe to: the riders' names and what their patterns match."""
+        return tuple(sorted(set(self.roster.topics()) | self._matched))
+
+    def _match_patterns(self) -> None:
+        """Match the riders' patterns against the last listing when either changed: one
+        bounded round of the `TopicMatcher` (what it leaves waits for the next listing)."""
+        patterns = self._riders_patterns()
+        if patterns == self._matched_with and not self._rematch:
+            return
+        if patterns != self._matched_with:
+            self._list_at = 0  # a new pattern: list the topics now
+        self._matched_with, self._rematch = patterns, False
+        found = self.matcher.round(patterns, self._topics)
+        if found != self._matched:
+            self._matched = found
+        if self.matcher.pending:
+            log.warning("%s: %d pattern/topic pairs left for the next round (at most %d "
+                        "per round): %r", self.path, self.matcher.pending,
+                        self.matcher.budget, self.matcher)
+
+    def _riders_patterns(self) -> list[str]:
+        """The riders' patterns, looked for again only when the roster changed (the fetch
+        loop asks every turn; thousands of riders must not be scanned each time)."""
+        version = self.roster.version
+        if self._patterns[0] != version:
+            self._patterns = (version, self.roster.patterns())
+        return self._patterns[1]
+
+    def _list_topics_when_due(self, kafka: AIOKafkaConsumer) -> None:
+        """List the cluster's topics every `PATTERN_METADATA_MAX_AGE_MS` while a rider
+        has a pattern, in a task: the fetch loop never waits for the broker's answer."""
+        now = self.context.clock.monotonic_ms()
+        if self._listing or not self._matched_with or now < self._list_at:
+            return
+        self._listing, self._list_at = True, now + PATTERN_METADATA_MAX_AGE_MS
+        self.spawn(self._list_topics(kafka), name=f"{self.path}:topics")
+
+    async def _list_topics(self, kafka: AIOKafkaConsumer) -> None:
+        try:
+            topics: frozenset[str] | None = frozenset(await kafka.topics())
+        except KafkaError as exc:
+            log.warning("%s: listing the cluster's topics failed (%r); trying again",
+                        self.path, exc)
+            topics = None
+        self.tell_system(TopicsListed(topics))
 
     def _settled(self) -> bool:
         """Whether a change of topics may be subscribed now: once the riders stopped
@@ -645,24 +731,20 @@ class InstanceMemberActor(GroupConsumerActor):
         watched instead, and joined when they appear (runtime/kafka/topic_creation.py)."""
         roster = self.roster
         self._noted()
-        self._target = _target_of(roster)
+        self._target = self._wanted()
         listened, self._listening, self._missing = self._listening, False, set()
         if not roster.riders:
             if listened:  # leave first: unsubscribing forgets the member id (quirks 6, 9)
                 await compat.leave_group(kafka)
             _unsubscribe(kafka, listened)
             return
-        if roster.uses_pattern():
-            kafka.subscribe(pattern=roster.pattern(), listener=self.listener)
+        present, self._missing = await topic_creation.split(kafka, list(self._target))
+        if present:
+            kafka.subscribe(topics=present, listener=self.listener)
             self._listening = True
         else:
-            present, self._missing = await topic_creation.split(kafka, roster.topics())
-            if present:
-                kafka.subscribe(topics=present, listener=self.listener)
-                self._listening = True
-            else:
-                _unsubscribe(kafka, listened)
-            topic_creation.watch(kafka, self._missing)
+            _unsubscribe(kafka, listened)
+        topic_creation.watch(kafka, self._missing)
         if self._missing:
             log.info("%s: waiting for topics that do not exist yet: %s", self.path,
                         ", ".join(sorted(self._missing)))
@@ -674,7 +756,7 @@ class InstanceMemberActor(GroupConsumerActor):
         wait apply (over every rider only when some left; joins only raise the bounds:
         a burst of thousands of joins must not rescan them all each time)."""
         roster = self.roster
-        self._subscribed = roster.version
+        self._subscribed, self._subscribed_matched = roster.version, self._matched
         self.m_riders.set(len(roster))
         left, self._retune = self._retune, False
         riders = roster.riders.values() if left else [
@@ -733,7 +815,13 @@ class InstanceMemberActor(GroupConsumerActor):
                 "commitError": (self.commit_errors.get(rider.sub.group_id)
                                 if rider is not None else None),
                 "waitingForTopics": sorted(self._missing),
+                "patternTopics": self._pattern_topics(rider),
                 "groupPartitions": len(self.owned)}
+
+    def _pattern_topics(self, rider: Rider | None) -> list[str]:
+        """The topics `rider`'s patterns were found to match."""
+        patterns = [t.pattern for t in rider.sub.topics if t.pattern] if rider else []
+        return sorted({topic for p in patterns for topic in self.matcher.matching(p)})
 
     def __repr__(self) -> str:
         return (f"<InstanceMemberActor {self.path} riders={len(self.roster)} "
@@ -785,11 +873,6 @@ class RiderActor(Actor):
 def _seat(message: CommitRequest | FlowControl | Rewind) -> Seat:
     """The cursor a message of a partition actor comes from."""
     return message.subscription, TopicPartition(message.topic, message.partition)
-
-
-def _target_of(roster: Roster) -> tuple[str, ...] | str:
-    """What a member of `roster` subscribes to: one pattern, or the topic names."""
-    return roster.pattern() if roster.uses_pattern() else tuple(roster.topics())
 
 
 def _unsubscribe(kafka: AIOKafkaConsumer, listened: bool) -> None:

@@ -8,7 +8,8 @@ Two subscriptions of one group may not consume the same topic (issue 17): Kafka 
 its partitions between them, each seeing only part of the topic. How overlap is decided:
 
 - a topic name against a topic name: equal names overlap;
-- a pattern against a topic name: the pattern matches the whole name (`re.fullmatch`);
+- a pattern against a topic name: the pattern matches the whole name (RE2's full match,
+  `patterns.matches`: no backtracking engine ever runs a subscription's pattern);
 - a pattern against a pattern: only identical patterns are refused, since whether two
   regular expressions can match a common name is not decidable here. A topic that matches
   several riders' patterns at run time goes to the rider that joined first (a warning is
@@ -17,10 +18,11 @@ its partitions between them, each seeing only part of the topic. How overlap is 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from actors.delivery.document.patterns import matches
 
 if TYPE_CHECKING:
     from actors.delivery.document.subscription import Consumer, TopicSpec
@@ -34,7 +36,7 @@ def specs_overlap(a: TopicSpec, b: TopicSpec) -> bool:
         return a.pattern == b.pattern
     if a.pattern or b.pattern:
         pattern, name = (a.pattern, b.name) if a.pattern else (b.pattern, a.name)
-        return bool(pattern and name and _matches(pattern, name))
+        return bool(pattern and name and matches(pattern, name))
     return a.name == b.name
 
 
@@ -115,17 +117,16 @@ class Roster:
         return [key for key, rider in self.riders.items() if consumes(rider.sub, topic)]
 
     def topics(self) -> list[str]:
-        """The names to subscribe to when no rider uses a pattern."""
+        """The topics the riders name (the member adds those their patterns match)."""
         return sorted({t.name for r in self.riders.values() for t in r.sub.topics if t.name})
 
     def uses_pattern(self) -> bool:
         return any(t.pattern for r in self.riders.values() for t in r.sub.topics)
 
-    def pattern(self) -> str:
-        """One regex for the union of every rider's topics and patterns."""
-        parts = [t.pattern if t.pattern else re.escape(t.name or "")
-                 for r in self.riders.values() for t in r.sub.topics]
-        return "^(?:" + "|".join(f"(?:{p})" for p in parts) + ")$"
+    def patterns(self) -> list[str]:
+        """Every rider's patterns, once each (matched by the member's `TopicMatcher`)."""
+        return sorted({t.pattern for r in self.riders.values() for t in r.sub.topics
+                       if t.pattern})
 
     def __len__(self) -> int:
         return len(self.riders)
@@ -133,12 +134,5 @@ class Roster:
 
 def consumes(sub: Consumer, topic: str) -> bool:
     """Whether `sub` reads `topic` (by name, or its pattern matches the whole name)."""
-    return any(t.name == topic if not t.pattern else _matches(t.pattern, topic)
+    return any(t.name == topic if not t.pattern else matches(t.pattern, topic)
                for t in sub.topics)
-
-
-def _matches(pattern: str, name: str) -> bool:
-    try:
-        return re.fullmatch(pattern, name) is not None
-    except re.error:
-        return False
