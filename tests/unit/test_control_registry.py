@@ -240,5 +240,7 @@ def test_records_under_the_joined_name_of_before_issue_25_apply_to_their_pair(
     assert "k_a_b" not in registry.marked_paused  # not a flag of (`k_a`, `b`)
     assert registry.change_of("paused:k_a_b", None) == Resume("k_a%5Fb")
     assert registry.change_of("disabled:k_a_b", b"410") == Disable("k_a%5Fb", "410")
+    with pytest.raises(SubscriptionExists, match="earlier version"):  # it would replace it
+        registry.refuse_new(consumer("k_a", "payments", group="b"))
     assert registry.change_of("k_a_b", None) == Remove("k_a%5Fb")
     assert registry.change_of("k_a_b", None) is None

@@ -148,6 +148,12 @@ class SubscriptionRegistry:
         if consumer.key in self._entries:
             raise SubscriptionExists("subscription already exists",
                                      f"{consumer.key}: unsubscribe it first")
+        held = self._earlier.get(consumer.key)
+        if held in self._entries:  # its record would replace the one that holds `held`
+            raise SubscriptionExists(
+                "subscription name held by an earlier version's record",
+                f"the subscriptions topic keeps subscription {held} under {consumer.key}: "
+                f"unsubscribe and subscribe {held} again to move it to its own key")
         self.refuse_shared_topic(consumer)
 
     def refuse_update(self, key: str, consumer: Consumer) -> None:
