@@ -6,7 +6,7 @@ Hierarchy::
     DeliveryError                   base: `reason` (short, stable) and `details` (the specifics)
     ├── InvalidSubscription         a Consumer JSON that does not decode or validate, or an
     │                               unsafe subscription name; also a ValueError, as before
-    ├── SubscriptionExists          subscribe: `<id>_<group.id>` is already subscribed
+    ├── SubscriptionExists          subscribe: (`id`, `group.id`) is already subscribed
     ├── SubscriptionNotFound        unsubscribe: no such subscription
     ├── UnknownBroker               the Consumer's `broker` is not a configured broker
     └── SubscriptionStartFailed     its actors did not start (a missing pinned topic, an

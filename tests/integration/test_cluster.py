@@ -18,6 +18,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.delivery.cluster.log import Apply, SubscriptionLog
+from actors.delivery.document.store import encode
+from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.kafka import create_topics
@@ -242,4 +244,44 @@ async def test_cluster_mode_with_the_broker_down_at_boot_waits_and_recovers(
             await receiver.wait_for(lambda: len(receiver.delivered()) == 3, timeout_s=30)
     finally:
         await broker.stop()
+        await receiver.stop()
+
+
+async def test_pairs_that_join_alike_share_the_topic_and_an_earlier_versions_record_is_kept(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """Before issue 25 (`k`, `a_b`) was written under `k_a_b`, which is now the key of
+    (`k_a`, `b`): the earlier record still applies to (`k`, `a_b`), paused included, and is
+    not overwritten until that subscription moved to its own key `k_a%5Fb`."""
+    topic, log_topic = await topic_factory(), f"subs-{uuid.uuid4().hex[:8]}"
+    receiver = await Receiver().start()
+
+    def body(sub_id: str, group: str) -> dict[str, Any]:
+        return subscription(sub_id, [{"name": topic}], receiver.url, group=group,
+                            fast_group=fast_group_kwargs)
+
+    async def nothing(key: str, value: bytes | None) -> None:
+        return None
+
+    earlier = decode_consumer(body("k", "a_b"))
+    async with following(SubscriptionLog(kafka_bootstrap, log_topic), nothing) as writer:
+        await writer.write("k_a_b", encode(earlier))
+        await writer.write("paused:k_a_b", b"true")
+    try:
+        async with instance(kafka_bootstrap, tmp_path, "a", log_topic) as a:
+            admin = Admin(a)
+            assert delivery(a).status["k_a%5Fb"].state == "paused"
+            status, reply = await admin.call("POST", "/broker/subscription", body("k_a", "b"))
+            assert (status, reply["reason"]) == (
+                400, "subscription name held by an earlier version's record")
+            status, _ = await admin.call("POST", "/broker/unsubscribe",
+                                         {"id": "k", "group": {"id": "a_b"}})
+            assert status == 200
+            await admin.subscribe(body("k_a", "b"))
+            await admin.subscribe(body("k", "a_b"))
+        async with instance(kafka_bootstrap, tmp_path, "a", log_topic) as a:
+            await until(lambda: {k: s.state for k, s in delivery(a).status.items()} == {
+                "k_a_b": "running", "k_a%5Fb": "running"})
+            assert delivery(a).subscriptions["k_a_b"].same("k_a", "b")
+    finally:
         await receiver.stop()

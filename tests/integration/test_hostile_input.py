@@ -177,25 +177,6 @@ def instance_member(runtime: Runtime) -> InstanceMemberActor:
     return member
 
 
-async def test_a_pair_that_only_shares_a_key_is_neither_taken_for_nor_removed_by_another(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
-    topic = await topic_factory()
-    async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
-        admin = Admin(runtime)
-        await admin.subscribe(document("k_a", "b", [{"name": topic}]))
-        status, reply = await admin.call("POST", "/broker/subscription",
-                                         document("k", "a_b", [{"name": topic}]))
-        assert (status, reply["reason"]) == (400, "subscription name taken")
-        status, reply = await admin.call("POST", "/broker/unsubscribe",
-                                         {"id": "k", "group": {"id": "a_b"}})
-        assert (status, reply["reason"]) == (404, "subscription not found")
-        listed = (await admin.call("GET", "/broker/subscription"))[1]["data"]
-        assert [(s["id"], s["group"]["id"]) for s in listed] == [("k_a", "b")]
-        status, _ = await admin.call("POST", "/broker/unsubscribe",
-                                     {"id": "k_a", "group": {"id": "b"}})
-        assert status == 200
-
-
 async def test_uri_credentials_and_query_values_show_nowhere_but_in_the_request(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
     topic = await topic_factory()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from actors.delivery.document.store import SubscriptionStore
@@ -222,3 +223,67 @@ def _quietly(check: Callable[[], bool]) -> bool:
         return check()
     except ActorDeadError:
         return False
+
+
+async def test_two_pairs_that_join_alike_are_two_subscriptions_each_addressed_alone(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """(`k_a`, `b`) and (`k`, `a_b`) both push as `QOH-Consumer: k_a_b` but are two
+    subscriptions (issue 25, item 15): each delivers, pauses, survives a restart and
+    goes away alone."""
+    topic = await topic_factory()
+    first, second = await Receiver().start(), await Receiver().start()
+    pairs = {"k_a/b": first, "k/a_b": second}
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            for path, receiver in pairs.items():
+                sub_id, group = path.split("/")
+                await admin.subscribe(subscription(sub_id, [{"name": topic}], receiver.url,
+                                                   group=group, fast_group=fast_group_kwargs))
+            await produce(kafka_bootstrap, topic, 5)
+            for receiver in pairs.values():
+                await receiver.wait_for(lambda r=receiver: len(r.delivered()) == 5)
+                assert {p.consumer for p in receiver.ok} == {"k_a_b"}
+            for path in pairs:
+                _, one = await admin.call("GET", f"/broker/subscription/{path}")
+                consumer = one["data"]["consumer"]
+                assert f"{consumer['id']}/{consumer['group']['id']}" == path
+            metrics = await metrics_text(admin)
+            for key in ("k_a_b", "k_a%5Fb"):
+                assert f'hookstream_delivered_total{{subscription="{key}",topic="{topic}"' \
+                    in metrics
+            status, _ = await admin.call("POST", "/broker/subscription/k/a_b/pause")
+            assert status == 200
+            assert await states(admin) == {("k_a", "b"): "running", ("k", "a_b"): "paused"}
+            await produce(kafka_bootstrap, topic, 5, start=5)
+            await first.wait_for(lambda: len(first.delivered()) == 10)
+        assert len(second.delivered()) == 5
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:  # from the store
+            admin = Admin(runtime)
+            assert await states(admin) == {("k_a", "b"): "running", ("k", "a_b"): "paused"}
+            await admin.call("POST", "/broker/subscription/k/a_b/resume")
+            await second.wait_for(lambda: len(second.delivered()) == 10)
+            status, _ = await admin.call("POST", "/broker/unsubscribe",
+                                         {"id": "k", "group": {"id": "a_b"}})
+            assert status == 200
+            assert await states(admin) == {("k_a", "b"): "running"}
+            assert (await admin.call("GET", "/broker/subscription/k/a_b"))[0] == 404
+            await produce(kafka_bootstrap, topic, 5, start=10)
+            await first.wait_for(lambda: len(first.delivered()) == 15)
+        assert len(second.delivered()) == 10
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def states(admin: Admin) -> dict[tuple[str, str], str]:
+    _, listed = await admin.call("GET", "/broker/subscription")
+    return {(s["id"], s["group"]["id"]): s["state"] for s in listed["data"]}
+
+
+async def metrics_text(admin: Admin) -> str:
+    async with aiohttp.ClientSession() as session, session.get(
+            admin.base + "/metrics", headers=admin.headers) as response:
+        assert response.status == 200
+        return await response.text()

@@ -259,6 +259,24 @@ async def test_pause_keeps_the_subscription_paused_across_a_restart(tmp_path: Pa
         assert plane.state() == "paused" and plane.plot.starts == []
 
 
+async def test_the_lists_of_before_issue_25_name_a_pair_by_its_joined_name(
+        tmp_path: Path) -> None:
+    """`k_a_b` in the lists was (`k`, `a_b`), whose key is now `k_a%5Fb`; a name that is
+    a subscription's key stays its own."""
+    old = decode_consumer({"id": "k", "group": {"id": "a_b"}, "broker": "Kafka",
+                           "topics": [{"name": "orders"}],
+                           "subscriptionMethod": {"uri": "http://127.0.0.1:9/hook"}})
+    await SubscriptionStore(tmp_path).save(old)
+    (tmp_path / PAUSED_FILE).write_bytes(msgspec.json.encode(["k_a_b", "x_y"]))
+    (tmp_path / DISABLED_FILE).write_bytes(msgspec.json.encode({"k_a_b": "410"}))
+    stored = await LocalFiles(tmp_path).open(_ignore)
+    assert (stored.paused, stored.disabled) == ({"k_a%5Fb", "x_y"}, {"k_a%5Fb": "410"})
+
+
+async def _ignore(key: str, value: bytes | None) -> None:
+    return None
+
+
 async def test_unsubscribe_stops_the_tree_and_deletes_the_file(plane: Plane) -> None:
     await ask(plane.control, Subscribe(consumer()))
     gone: Any = await ask(plane.control, Unsubscribe(KEY))

@@ -214,3 +214,33 @@ def test_readers_see_published_copies_that_later_changes_replace_but_never_write
     assert registry.published.statuses["a_team"].state == "running"
     registry.remove("a_team")
     assert "a_team" not in registry.published.consumers and "a_team" in before.consumers
+
+
+def test_pairs_that_join_alike_are_two_subscriptions_in_the_cluster_topic(
+        registry: SubscriptionRegistry) -> None:
+    first, second = consumer("k_a", group="b"), consumer("k", "payments", group="a_b")
+    assert (first.key, second.key) == ("k_a_b", "k_a%5Fb")
+    registry.refuse_new(first)
+    registry.add(first)
+    registry.refuse_new(second)  # not taken: another pair
+    registry.add(second)
+    assert registry.change_of("paused:k_a%5Fb", b"true") == Pause("k_a%5Fb")
+    assert registry.change_of("k_a%5Fb", None) == Remove("k_a%5Fb")
+    assert registry.state("k_a_b") == "starting"
+
+
+def test_records_under_the_joined_name_of_before_issue_25_apply_to_their_pair(
+        registry: SubscriptionRegistry) -> None:
+    """A version before issue 25 wrote (`k`, `a_b`) under `k_a_b`; after compaction its
+    pause may come before the document."""
+    old = consumer("k", group="a_b")
+    assert registry.change_of("paused:k_a_b", b"true") is None
+    assert registry.change_of("k_a_b", encode(old)) == Adopt(old)
+    assert registry.add(old) is False and registry.state("k_a%5Fb") == "paused"
+    assert "k_a_b" not in registry.marked_paused  # not a flag of (`k_a`, `b`)
+    assert registry.change_of("paused:k_a_b", None) == Resume("k_a%5Fb")
+    assert registry.change_of("disabled:k_a_b", b"410") == Disable("k_a%5Fb", "410")
+    with pytest.raises(SubscriptionExists, match="earlier version"):  # it would replace it
+        registry.refuse_new(consumer("k_a", "payments", group="b"))
+    assert registry.change_of("k_a_b", None) == Remove("k_a%5Fb")
+    assert registry.change_of("k_a_b", None) is None

@@ -12,10 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from actors.delivery.document.store import SubscriptionStore
-from actors.delivery.document.subscription import Consumer, InvalidSubscription, decode_consumer
+from actors.delivery.document.subscription import (
+    Consumer,
+    InvalidSubscription,
+    decode_consumer,
+    document,
+)
 
 
 def consumer(sub_id: str, **method: Any) -> Consumer:
@@ -168,3 +174,46 @@ async def test_a_file_named_unlike_its_subscription_is_renamed_and_a_second_copy
     assert sorted(os.listdir(tmp_path)) == ["a_g.json", "z-second.json.corrupt"]
     await store.delete("a_g")  # unsubscribe finds it under its own name
     assert sorted(os.listdir(tmp_path)) == ["z-second.json.corrupt"]
+
+
+def paired(sub_id: str, group_id: str) -> Consumer:
+    return decode_consumer({
+        "id": sub_id, "group": {"id": group_id}, "broker": "Kafka",
+        "topics": [{"name": "orders"}], "subscriptionMethod": {"uri": "http://127.0.0.1:9/hook"},
+    })
+
+
+async def test_pairs_that_join_alike_are_two_files_each_deleted_alone(tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await store.save(paired("k_a", "b"))
+    await store.save(paired("k", "a_b"))
+    assert sorted(os.listdir(tmp_path)) == ["k_a%5Fb.json", "k_a_b.json"]
+    loaded, _ = await store.load_all()
+    assert sorted((c.id, c.group_id) for c in loaded) == [("k", "a_b"), ("k_a", "b")]
+    await store.delete(paired("k", "a_b").key)
+    assert [(c.id, c.group_id) for c in (await store.load_all())[0]] == [("k_a", "b")]
+
+
+async def test_a_store_written_with_the_joined_names_of_before_issue_25_still_loads(
+        tmp_path: Path) -> None:
+    """Files named `<id>_<group.id>.json`, as every version before issue 25 named them: a
+    pair whose group.id has no `_` keeps its file; one with a `_` is renamed to its key."""
+    for pair in (("svc_1", "orders"), ("k", "a_b")):
+        raw = msgspec.json.encode(document(paired(*pair), redact=False))
+        (tmp_path / f"{pair[0]}_{pair[1]}.json").write_bytes(raw)
+    loaded, problems = await SubscriptionStore(tmp_path).load_all()
+    assert problems == []
+    assert sorted((c.id, c.group_id) for c in loaded) == [("k", "a_b"), ("svc_1", "orders")]
+    assert sorted(os.listdir(tmp_path)) == ["k_a%5Fb.json", "svc_1_orders.json"]
+
+
+async def test_a_key_too_long_for_a_file_name_is_stored_under_a_bounded_one(
+        tmp_path: Path) -> None:
+    long = paired("s" * 100, "g" + "_" * 98)  # accepted before issue 25: 199 joined
+    store = SubscriptionStore(tmp_path)
+    await store.save(long)
+    [name] = os.listdir(tmp_path)
+    assert len(name) < 255 - 20 and len(long.key) > 255
+    assert await store.load_all() == ([long], [])
+    await store.delete(long.key)
+    assert os.listdir(tmp_path) == []

@@ -6,10 +6,9 @@ the library API (`DeliveryControl.subscribe`, `unsubscribe`), answer.
     POST /broker/unsubscribe       a Consumer JSON, or just `id` and `group` (or the
                                    deprecated `id` and `group.id`)
 
-A subscription is the pair (`id`, `group.id`); `known_key` finds its key and refuses a
-pair that only shares the key (`k`, `a_b` is not `k_a`, `b`), and a new pair whose key is
-taken by another is refused (`refuse_taken_name`): both would push as the same
-`QOH-Consumer`.
+A subscription is the pair (`id`, `group.id`); `known_key` finds its key
+(actors/delivery/document/identity.py: one per pair, so (`k`, `a_b`) and (`k_a`, `b`) are
+two subscriptions, each addressed alone, though both push as `QOH-Consumer: k_a_b`).
 
 Errors are translated in one place, `answering`: a `DeliveryError` becomes the admin
 API's `{"success": false, "reason", "details"}` with the status `STATUS` gives its class.
@@ -27,6 +26,7 @@ from aiohttp import web
 
 from actors.delivery.api.apidoc import describe_delivery_api
 from actors.delivery.control.service import DeliveryControl
+from actors.delivery.document.identity import subscription_key
 from actors.delivery.document.secrets import resolved
 from actors.delivery.document.subscription import SAFE_ID, Consumer, decode_consumer, redacted
 from actors.delivery.document.tls import client_context
@@ -85,7 +85,6 @@ class SubscriptionRoutes:
     async def post_subscription(self, request: web.Request) -> web.Response:
         consumer = decode_consumer(await request.read())
         check_resolvable(consumer, self.service.guard.references)
-        refuse_taken_name(self.service.subscriptions, consumer)
         await self.service.subscribe(consumer)
         return ok(redacted(consumer))
 
@@ -109,8 +108,8 @@ class SubscriptionRoutes:
 
 def known_key(subscriptions: Mapping[str, Consumer], sub_id: str, group_id: str) -> str:
     """The key of subscription (`sub_id`, `group_id`); `SubscriptionNotFound` when there is
-    none, also when another pair has the same key."""
-    key = f"{sub_id}_{group_id}"
+    none."""
+    key = subscription_key(sub_id, group_id)
     consumer = subscriptions.get(key)
     if consumer is None or not consumer.same(sub_id, group_id):
         raise SubscriptionNotFound("subscription not found",
@@ -131,17 +130,6 @@ def refuse_in_process(service: DeliveryControl, key: str) -> None:
     if service.in_process(key):
         raise InvalidSubscription("in-process subscription",
                                   f"{key} is owned by the program that registered it")
-
-
-def refuse_taken_name(subscriptions: Mapping[str, Consumer], consumer: Consumer) -> None:
-    """`SubscriptionExists` when another pair already has `consumer`'s key."""
-    existing = subscriptions.get(consumer.key)
-    if existing is not None and not existing.same(consumer.id, consumer.group_id):
-        raise SubscriptionExists(
-            "subscription name taken",
-            f"(id {consumer.id!r}, group.id {consumer.group_id!r}) and the existing (id "
-            f"{existing.id!r}, group.id {existing.group_id!r}) would both push as "
-            f"QOH-Consumer {consumer.key}; receivers could not tell them apart")
 
 
 def unsubscribe_pair(body: bytes) -> tuple[str, str]:

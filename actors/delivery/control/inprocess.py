@@ -18,7 +18,7 @@ commits, journal and metrics. Its `subscriptionMethod.uri` is a placeholder
 nothing requests; it shows which function consumes in the admin API's listing, where
 the subscription is marked in-process.
 
-`id` defaults to the handler's name: the subscription's key is `<id>_<group_id>`, so two
+`id` defaults to the handler's name: a subscription is the pair (`id`, `group_id`), so two
 handlers may consume with one group only under different ids.
 """
 
@@ -74,7 +74,8 @@ class InProcessSubscription:
 
     @property
     def key(self) -> str:
-        """`<id>_<group_id>`: the name in the admin API, metrics and journal."""
+        """The pair's key (`<id>_<group_id>` when `group_id` has no `_`: actors/delivery/
+        document/identity.py): the name in metrics and the journal."""
         return self.consumer.key
 
     def status(self) -> dict[str, object]:

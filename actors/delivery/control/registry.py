@@ -105,6 +105,9 @@ class SubscriptionRegistry:
         # what the subscriptions topic (or the files) say, also of keys not listed yet
         self.marked_paused: set[str] = set()
         self.marked_disabled: dict[str, str] = {}
+        # record names a version before issue 25 wrote (`<id>_<group.id>`) -> the key of
+        # the subscription in that record, where the two differ
+        self._earlier: dict[str, str] = {}
 
     # -- reading -------------------------------------------------------------------------
     def __contains__(self, key: object) -> bool:
@@ -145,6 +148,12 @@ class SubscriptionRegistry:
         if consumer.key in self._entries:
             raise SubscriptionExists("subscription already exists",
                                      f"{consumer.key}: unsubscribe it first")
+        held = self._earlier.get(consumer.key)
+        if held in self._entries:  # its record would replace the one that holds `held`
+            raise SubscriptionExists(
+                "subscription name held by an earlier version's record",
+                f"the subscriptions topic keeps subscription {held} under {consumer.key}: "
+                f"unsubscribe and subscribe {held} again to move it to its own key")
         self.refuse_shared_topic(consumer)
 
     def refuse_update(self, key: str, consumer: Consumer) -> None:
@@ -263,22 +272,42 @@ class SubscriptionRegistry:
 
     # -- cluster mode: what a record of the subscriptions topic asks for ---------------
     def change_of(self, key: str, value: bytes | None) -> Change | None:
-        """Note the record's flags; the change it asks of this instance, if any."""
+        """Note the record's flags; the change it asks of this instance, if any. A record
+        written under an earlier name applies to the subscription that name was for."""
         if key.startswith(PAUSED_PREFIX):
-            target = key.removeprefix(PAUSED_PREFIX)
+            target = self._named(key.removeprefix(PAUSED_PREFIX))
             (self.marked_paused.add if value else self.marked_paused.discard)(target)
             if target not in self._entries:
                 return None
             return Pause(target) if value else Resume(target)
         if key.startswith(DISABLED_PREFIX):
-            return self._disabled_change(key.removeprefix(DISABLED_PREFIX), value)
+            return self._disabled_change(self._named(key.removeprefix(DISABLED_PREFIX)), value)
         if value is None:
-            return Remove(key) if key in self._entries else None
+            target = self._named(key)
+            self._earlier.pop(key, None)
+            return Remove(target) if target in self._entries else None
         consumer = decode_consumer(value)
-        entry = self._entries.get(key)
+        self._note_name(key, consumer.key)
+        entry = self._entries.get(consumer.key)
         if entry is None:
             return Adopt(consumer)
         return Replace(consumer) if consumer != entry.consumer else None
+
+    def _named(self, name: str) -> str:
+        return self._earlier.get(name, name)
+
+    def _note_name(self, name: str, key: str) -> None:
+        """Record `name` holds subscription `key`; flags read under `name` before are
+        `key`'s (after compaction a flag may come before the record it flags)."""
+        if name == key:
+            self._earlier.pop(name, None)
+            return
+        self._earlier[name] = key
+        if name in self.marked_paused:
+            self.marked_paused.discard(name)
+            self.marked_paused.add(key)
+        if name in self.marked_disabled:
+            self.marked_disabled[key] = self.marked_disabled.pop(name)
 
     def _disabled_change(self, key: str, reason: bytes | None) -> Change | None:
         entry = self._entries.get(key)

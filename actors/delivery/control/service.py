@@ -257,7 +257,7 @@ class DeliveryControl:
         await self._source_for(consumer.key).subscribe(self._ref(), consumer)
 
     async def unsubscribe(self, key: str) -> Consumer:
-        """Stop subscription `key` (`<id>_<group.id>`): it drains and commits, then it
+        """Stop subscription `key` (`Consumer.key`): it drains and commits, then it
         is removed from the source (in cluster mode: a tombstone stops it everywhere).
         Raises `SubscriptionNotFound`."""
         return await self._source_for(key).unsubscribe(self._ref(), key)

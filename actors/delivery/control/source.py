@@ -129,6 +129,15 @@ def restored_note(consumers: list[Consumer], directory: Path,
             f"topics; remove {directory} to start without them")
 
 
+def current_keys(consumers: list[Consumer]) -> Callable[[str], str]:
+    """Maps a name in the lists to its subscription's key: a version before issue 25 wrote
+    `<id>_<group.id>` (`Consumer.joined`), which is no longer the key when `group.id` has
+    a `_`. A name that is some subscription's key stays that key."""
+    keys = {c.key for c in consumers}
+    earlier = {c.joined: c.key for c in consumers}
+    return lambda name: name if name in keys else earlier.get(name, name)
+
+
 class Direct:
     """Changes asked of the control actor, applied here at once. In-process
     subscriptions (the embedding program's, never in a source) are changed so in either
@@ -168,7 +177,9 @@ class LocalFiles(Direct):
             log.info("%s", restored_note(consumers, self.folder, self.is_embedded))
         paused = await asyncio.to_thread(self._read, PAUSED_FILE, list[str], [])
         disabled = await asyncio.to_thread(self._read, DISABLED_FILE, dict[str, str], {})
-        return Stored(consumers, set(paused), disabled, problems)
+        key = current_keys(consumers)
+        return Stored(consumers, {key(k) for k in paused},
+                      {key(k): reason for k, reason in disabled.items()}, problems)
 
     async def follow(self, apply: Apply) -> None:
         return None  # only this instance changes its files, through the control actor
@@ -180,7 +191,7 @@ class LocalFiles(Direct):
         return False  # files that cannot be read now will not be readable later
 
     def check_name(self, key: str) -> None:
-        self.store.path(key)  # `<id>_<group.id>` may be too long for a file
+        self.store.path(key)  # InvalidSubscription for a key no pair has
 
     async def save(self, consumer: Consumer) -> None:
         await self.store.save(consumer)
@@ -214,6 +225,17 @@ class LocalFiles(Direct):
         return f"<LocalFiles {self.folder}>"
 
 
+async def earlier_records(control: Ref, consumer: Consumer,
+                          *prefixes: str) -> list[tuple[str, None]]:
+    """Tombstones for what a version before issue 25 may have written under `consumer`'s
+    joined name, when that is not its key (a `_` in `group.id`) nor another
+    subscription's: compaction would keep those records, and the next start obey them."""
+    name = consumer.joined
+    if name == consumer.key or await ask(control, Listed(name)):
+        return []
+    return [(prefix + name, None) for prefix in prefixes]
+
+
 class ClusterTopic:
     """Subscriptions in the cluster's subscriptions topic (Kafka Connect's distributed
     mode keeps its configuration the same way): written here, applied everywhere."""
@@ -239,8 +261,10 @@ class ClusterTopic:
             records.append((PAUSED_PREFIX + key, None))
         if marks.disabled:
             records.append((DISABLED_PREFIX + key, None))
-        await self._publish(control, *records, (key, None))
         assert marks.consumer is not None
+        records += await earlier_records(control, marks.consumer, "", PAUSED_PREFIX,
+                                         DISABLED_PREFIX)
+        await self._publish(control, *records, (key, None))
         return marks.consumer
 
     async def update(self, control: Ref, key: str, consumer: Consumer) -> None:
@@ -256,6 +280,9 @@ class ClusterTopic:
         records: list[tuple[str, bytes | None]] = []
         if marks.disabled:
             records.append((DISABLED_PREFIX + key, None))
+        if marks.consumer is not None:
+            records += await earlier_records(control, marks.consumer, PAUSED_PREFIX,
+                                             DISABLED_PREFIX)
         await self._publish(control, *records, (PAUSED_PREFIX + key, None))
 
     @staticmethod

@@ -1,9 +1,13 @@
 """The subscription registry's persistence: one JSON file per subscription.
 
-Files are named `<id>_<group.id>.json`. Both parts are checked with full-string matches
-(`SAFE_ID`: letters, digits, `.`, `_`, `-`, starting with a letter or digit, at most 200
-together), so a name can neither leave the directory nor end in a newline, and
-`decode_consumer` refuses what could not be stored, before anything starts. The content is
+Files are named after the subscription's key (`<id>_<group.id>` with `_` of `group.id`
+as `%5F`: actors/delivery/document/identity.py), `.json`. Both parts are checked with
+full-string matches (`SAFE_ID`: letters, digits, `.`, `_`, `-`, starting with a letter or
+digit, at most 200 together), so a name can neither leave the directory nor end in a
+newline, and `decode_consumer` refuses what could not be stored, before anything starts.
+A key longer than `MAX_STEM` (the encoding makes keys up to three times longer) is cut
+and completed with a hash of the whole key: file names stay under the file system's 255
+bytes, temp names included. The content is
 the Queue-Over-Http document (`document(consumer, redact=False)`), secrets included, so
 the directory is made 0700 and every file is written 0600 (issue 13).
 
@@ -11,7 +15,8 @@ Writes are atomic (`runtime.host.files.atomic_write`: temp file, fsync, rename, 
 the directory). At start every file is read back: one that does not decode is reported,
 moved aside as `*.corrupt` so it is not retried forever, and skipped, never stopping
 startup; one written by an earlier version (the flat `group.id`, 0644) is rewritten in
-the current form; one whose name is not its subscription's is renamed.
+the current form; one whose name is not its subscription's is renamed (the joined name of
+a version before issue 25 for a `group.id` with a `_`, say).
 
 The API is async: every file operation runs in a worker thread, because an fsync can take
 tens of milliseconds on a busy disk and the event loop runs the delivery actors meanwhile.
@@ -22,6 +27,7 @@ wins, so only the control actor writes here: its mailbox orders the changes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import stat
@@ -30,6 +36,7 @@ from typing import Final
 
 import msgspec
 
+from actors.delivery.document.identity import legacy_name, pair_of_key
 from actors.delivery.document.subscription import SAFE_ID, Consumer, decode_consumer, document
 from actors.delivery.errors import InvalidSubscription
 from runtime.host.files import FILE_MODE, atomic_write, fsync_directory
@@ -37,11 +44,28 @@ from runtime.host.files import FILE_MODE, atomic_write, fsync_directory
 log = logging.getLogger(__name__)
 SUFFIX: Final = ".json"
 DIRECTORY_MODE: Final = 0o700
+MAX_STEM: Final = 200
+"""The longest file name stem: every key of a version before issue 25 fits."""
 
 
 def encode(consumer: Consumer) -> bytes:
     """A subscription file's content."""
     return msgspec.json.encode(document(consumer, redact=False))
+
+
+def file_stem(key: str) -> str:
+    """`key` as a file name without suffix: itself, or when longer than `MAX_STEM` its
+    start and a hash (`~` is never in a key, so no key is such a stem)."""
+    try:
+        pair = pair_of_key(key)
+    except ValueError:
+        raise InvalidSubscription("invalid subscription name", repr(key)) from None
+    if not all(SAFE_ID.fullmatch(name) for name in (*pair, legacy_name(*pair))):
+        raise InvalidSubscription("invalid subscription name", repr(key))
+    if len(key) <= MAX_STEM:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:40]
+    return f"{key[:MAX_STEM - len(digest) - 1]}~{digest}"
 
 
 class SubscriptionStore:
@@ -60,11 +84,9 @@ class SubscriptionStore:
         return await asyncio.to_thread(self._load_all)
 
     def path(self, key: str) -> Path:
-        """Where subscription `key` is stored; `InvalidSubscription` for a name that is not
-        safe as a file name (too long, path tricks)."""
-        if not SAFE_ID.fullmatch(key):
-            raise InvalidSubscription("invalid subscription name", repr(key))
-        return self.directory / f"{key}{SUFFIX}"
+        """Where subscription `key` is stored; `InvalidSubscription` for a key no valid
+        pair has (too long, path tricks)."""
+        return self.directory / f"{file_stem(key)}{SUFFIX}"
 
     # -- blocking: run in a worker thread ----------------------------------------------
     def _private_directory(self) -> None:

@@ -23,9 +23,9 @@ The model used inside (`Consumer`) is not quite the wire format: a pattern topic
 `document(consumer)` writes the Queue-Over-Http shape back (the admin API's answers, with
 `redact=True`; the store's files, without).
 
-Identity: `Consumer.key` is `<id>_<group.id>` (the `QOH-Consumer` header, the actor and
-file name). Two pairs can share it (`k`, `a_b` and `k_a`, `b`): the admin routes refuse the
-second one while the first exists, since receivers could not tell them apart.
+Identity: the pair (`id`, `group.id`). `Consumer.key` is its one string (the actor, file
+and metrics name: actors/delivery/document/identity.py), `Consumer.joined` is
+`<id>_<group.id>`, the `QOH-Consumer` header, which (`k`, `a_b`) and (`k_a`, `b`) share.
 
 Every check runs here, before anything starts (issue 13), and each error names its field:
 `decode_consumer` raises `InvalidSubscription(reason="invalid <field>", details=why)`.
@@ -44,6 +44,7 @@ import yarl
 from msgspec import Meta
 
 from actors.delivery.document.filters import Filter, decode_filter, filter_document
+from actors.delivery.document.identity import legacy_name, subscription_key
 from actors.delivery.document.patterns import (
     MAX_PATTERN_CHARS,
     Node,
@@ -274,8 +275,14 @@ class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
 
     @property
     def key(self) -> str:
-        """`<id>_<group.id>`: the `QOH-Consumer` header and the persistence name."""
-        return f"{self.id}_{self.group_id}"
+        """The pair as one string, unique per pair: the persistence, actor and metrics
+        name (`subscription_key`)."""
+        return subscription_key(self.id, self.group_id)
+
+    @property
+    def joined(self) -> str:
+        """`<id>_<group.id>`: the `QOH-Consumer` header; two pairs may share it."""
+        return legacy_name(self.id, self.group_id)
 
     def same(self, sub_id: str, group_id: str) -> bool:
         """True when this is subscription (`sub_id`, `group_id`), not just one whose key
@@ -408,8 +415,8 @@ def validate(consumer: Consumer) -> None:
             raise InvalidSubscription(
                 f"invalid {field}", f"{value!r}: use letters, digits, '.', '_' or '-' "
                 f"(at most {MAX_NAME}, starting with a letter or digit)")
-    if not SAFE_ID.fullmatch(consumer.key):
-        raise InvalidSubscription("invalid subscription name", f"{consumer.key!r}: id and "
+    if not SAFE_ID.fullmatch(consumer.joined):
+        raise InvalidSubscription("invalid subscription name", f"{consumer.joined!r}: id and "
                                   f"group.id together are at most {MAX_NAME - 1} characters")
     _validate_topics(consumer.topics)
     _validate_method(consumer.subscriptionMethod)

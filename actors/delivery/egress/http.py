@@ -144,7 +144,7 @@ def static_headers(consumer: Consumer, broker_name: str, has_body: bool) -> dict
         for existing in [h for h in headers if h.lower() == clean.lower()]:
             del headers[existing]  # the subscription overrides our Content-Type/User-Agent
         headers[clean] = header_safe(value)
-    headers["QOH-Consumer"] = header_safe(consumer.key)
+    headers["QOH-Consumer"] = header_safe(consumer.joined)
     headers["QOH-Broker"] = header_safe(broker_name)
     return headers
 
