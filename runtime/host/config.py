@@ -18,7 +18,8 @@ import msgspec
 from msgspec import Meta
 
 from runtime.errors import ConfigError
-from runtime.host.references import resolve
+from runtime.host.references import is_reference, resolve
+from runtime.host.sealing import parse_keys
 from runtime.host.tls import server_context
 from runtime.kafka import valid_topic
 from runtime.kafka.security import FIELDS as SECURITY_KEYS
@@ -156,6 +157,20 @@ class ClusterConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     gone_after_intervals: Annotated[int, Meta(ge=2)] = 3
     """An instance whose last status is older than this many of its intervals is shown
     gone (killed, hung or cut off from the broker)."""
+    secrets_key: str = ""
+    """A reference (`${file:/path}` or `${env:NAME}`) to 32 random bytes in base64 or hex
+    (runtime/host/sealing.py), resolved at load: the secret fields of a subscription are
+    sealed with it in the subscriptions topic. Several keys separated by whitespace: the
+    first seals, every one opens (rotation). Empty: a subscription with a secret written
+    as it is (not a reference) is refused in cluster mode."""
+
+    def sealing_keys(self) -> tuple[bytes, ...]:
+        """The keys `secrets_key` holds (none when it is empty); checked at load."""
+        return parse_keys(self.secrets_key) if self.secrets_key else ()
+
+    def __repr__(self) -> str:  # the resolved key must not reach a log
+        shown = {f: getattr(self, f) for f in self.__struct_fields__ if f != "secrets_key"}
+        return f"ClusterConfig({shown}, secrets_key={'***' if self.secrets_key else ''!r})"
 
 
 class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -268,7 +283,7 @@ def _check(config: Config) -> Config:
     _check_networks(config.egress)
     _check_references(config.egress)
     _check_cluster(config)
-    return config
+    return msgspec.structs.replace(config, cluster=_sealing_key(config.cluster))
 
 
 def _check_broker(i: int, broker: BrokerConfig) -> BrokerConfig:
@@ -322,6 +337,22 @@ def _check_cluster(config: Config) -> None:
             config.broker(cluster.broker)
         except ConfigError as exc:
             raise ConfigError(str(exc).removeprefix("broker: "), "cluster.broker") from None
+
+
+def _sealing_key(cluster: ClusterConfig) -> ClusterConfig:
+    """`cluster` with `secrets_key` resolved; raises ConfigError naming the key."""
+    key = "cluster.secrets_key"
+    if not cluster.secrets_key:
+        return cluster
+    if not is_reference(cluster.secrets_key):
+        raise ConfigError("give the key by reference, ${file:/path} or ${env:NAME}, not "
+                          "in the config file", key)
+    text = resolve(cluster.secrets_key, key)
+    try:
+        parse_keys(text)
+    except ValueError as exc:
+        raise ConfigError(f"{cluster.secrets_key}: {exc}", key) from None
+    return msgspec.structs.replace(cluster, secrets_key=text)
 
 
 def _check_admin(admin: AdminConfig) -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 import msgspec
 
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
+from actors.delivery.cluster.sealed import opened_value, refuse_clear, sealed_value
 from actors.delivery.control.messages import (
     Check,
     Listed,
@@ -36,10 +37,11 @@ from actors.delivery.control.messages import (
     Update,
     ask,
 )
-from actors.delivery.document.store import SubscriptionStore, encode
+from actors.delivery.document.store import SubscriptionStore
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.errors import SubscriptionStartFailed
 from runtime.host.files import atomic_write
+from runtime.host.sealing import Unsealable
 from runtime.kernel.actor import Ref
 
 if TYPE_CHECKING:
@@ -244,12 +246,15 @@ class ClusterTopic:
         cluster = runtime.config.cluster
         self.runtime = runtime
         self.topic = cluster.subscriptions_topic
+        self._keys = cluster.sealing_keys()  # actors/delivery/cluster/sealed.py
         self._log: SubscriptionLog | None = None
         self._problem: str | None = None  # kept from one attempt to open to the next
+        self._unopened: dict[str, str] = {}  # key -> why its secrets cannot be opened
 
     async def subscribe(self, control: Ref, consumer: Consumer) -> None:
+        refuse_clear(consumer, self._keys)
         await ask(control, Check(consumer))
-        await self._publish(control, (consumer.key, encode(consumer)))
+        await self._publish(control, (consumer.key, sealed_value(consumer, self._keys)))
         if not await ask(control, Listed(consumer.key)):  # written, but not applied
             raise SubscriptionStartFailed("subscription not applied",
                                           f"{consumer.key}: see this instance's log")
@@ -269,7 +274,8 @@ class ClusterTopic:
 
     async def update(self, control: Ref, key: str, consumer: Consumer) -> None:
         kept: Consumer = await ask(control, Check(consumer, update=key))  # secrets kept
-        await self._publish(control, (key, encode(kept)))
+        refuse_clear(kept, self._keys)
+        await self._publish(control, (key, sealed_value(kept, self._keys)))
 
     async def pause(self, control: Ref, key: str) -> None:
         await ask(control, Marks(key))  # SubscriptionNotFound
@@ -297,13 +303,33 @@ class ClusterTopic:
         self._log = SubscriptionLog(runtime.bootstrap(broker), self.topic,
                                     replication_factor=cluster.replication_factor,
                                     client_settings=runtime.consumer_settings(broker))
-        await self._log.start(apply)  # every subscription applied before we are ready
+        self._unopened.clear()
+        await self._log.start(self._opening(apply))  # all applied before we are ready
         self._problem = None
         return Stored()
 
+    def _opening(self, apply: Apply) -> Apply:
+        """`apply` given plain documents: sealed secrets opened (cluster/sealed.py). A
+        subscription whose secrets do not open is not applied (it would run without
+        them): the log and `problem` say why until a record of its key opens."""
+        async def opened(key: str, value: bytes | None) -> None:
+            if value is not None and not key.startswith((PAUSED_PREFIX, DISABLED_PREFIX)):
+                try:
+                    value = opened_value(value, self._keys)
+                except Unsealable as exc:
+                    self._unopened[key] = str(exc)
+                    log.error("subscription %s in topic %s does not run here: its secrets "
+                              "cannot be opened: %s", key, self.topic, exc)
+                    return
+            self._unopened.pop(key, None)
+            await apply(key, value)
+        return opened
+
     @property
     def problem(self) -> str | None:
-        return self._problem
+        unopened = [f"subscription {key} does not run: its secrets cannot be opened "
+                    f"({why})" for key, why in sorted(self._unopened.items())]
+        return "; ".join(([self._problem] if self._problem else []) + unopened) or None
 
     def failed(self, exc: Exception, attempt: int) -> bool:
         """The broker is away (down at boot) or refuses us: it may come back (#25)."""
@@ -314,7 +340,7 @@ class ClusterTopic:
 
     async def follow(self, apply: Apply) -> None:
         assert self._log is not None
-        await self._log.follow(apply)
+        await self._log.follow(self._opening(apply))
 
     async def close(self) -> None:
         subscription_log, self._log = self._log, None
