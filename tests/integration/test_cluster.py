@@ -6,8 +6,10 @@ and an unsubscribe stops it everywhere (real broker, real runtimes, real receive
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,10 +20,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from actors.delivery.cluster.log import Apply, SubscriptionLog
+from actors.delivery.cluster.sealed import opened_value
 from actors.delivery.document.store import encode
 from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
+from runtime.host.sealing import parse_keys
 from runtime.kafka import create_topics
 from runtime.kafka.broker import EmbeddedBroker
 from tests.conftest import TopicFactory
@@ -38,8 +42,14 @@ pytestmark = pytest.mark.integration
 
 
 def instance(bootstrap: str, tmp: Path, name: str, topic: str) -> Runtime:
-    return make_runtime(bootstrap, tmp / name, cluster={"subscriptions_topic": topic,
-                                                        "replication_factor": 1})
+    """An instance of the cluster in `tmp`; they share `tmp`'s secrets key (their
+    subscriptions carry a header value, sealed with it in the topic)."""
+    key = tmp / "secrets.key"
+    if not key.exists():
+        key.write_text(base64.b64encode(os.urandom(32)).decode())
+    return make_runtime(bootstrap, tmp / name, cluster={
+        "subscriptions_topic": topic, "replication_factor": 1,
+        "secrets_key": f"${{file:{key}}}"})
 
 
 def delivery(runtime: Runtime) -> DeliveryService:
@@ -111,8 +121,10 @@ async def test_instances_share_subscriptions_through_the_topic(
     assert await committed(kafka_bootstrap, "g-cl", topic, 4) == {p: 20 for p in range(4)}
 
 
-async def last_document(bootstrap: str, topic: str, key: str) -> dict[str, Any]:
-    """The subscriptions topic's last value for `key` (what compaction would keep)."""
+async def last_document(bootstrap: str, topic: str, key: str,
+                        keys: tuple[bytes, ...]) -> dict[str, Any]:
+    """The subscriptions topic's last value for `key` (what compaction would keep), its
+    sealed secrets opened with `keys`."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -129,7 +141,7 @@ async def last_document(bootstrap: str, topic: str, key: str) -> dict[str, Any]:
             if high is not None and await consumer.position(tp) >= high:
                 break
         assert last is not None
-        document: dict[str, Any] = msgspec.json.decode(last)
+        document: dict[str, Any] = msgspec.json.decode(opened_value(last, keys))
         return document
     finally:
         await consumer.stop()
@@ -161,7 +173,8 @@ async def test_concurrent_updates_of_one_subscription_converge_on_the_last_write
                     Admin(b).call("PUT", "/broker/subscription/cw/g-cw",
                                   version(2 * round_ + 1)))
                 assert [status for status, _ in answers] == [200, 200], answers
-            winner = (await last_document(kafka_bootstrap, log_topic, key))[
+            keys = parse_keys((tmp_path / "secrets.key").read_text())
+            winner = (await last_document(kafka_bootstrap, log_topic, key, keys))[
                 "subscriptionMethod"]["additionalHeaders"]
             assert winner in ({"X-Version": "4"}, {"X-Version": "5"})
             for runtime in (a, b):

@@ -7,6 +7,7 @@ receiver counts), and the others show it gone in the cluster view."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import subprocess
@@ -32,7 +33,8 @@ PATH = "/broker/subscription/cp/g-cp"
 
 
 def write_config(tmp: Path, bootstrap: str) -> Path:
-    path = tmp / "cluster.toml"
+    path, key = tmp / "cluster.toml", tmp / "secrets.key"
+    key.write_text(base64.b64encode(os.urandom(32)).decode())
     path.write_text(f"""
 [[brokers]]
 name = "Kafka"
@@ -48,6 +50,7 @@ subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
 status_topic = "status-{uuid.uuid4().hex[:8]}"
 status_interval_ms = 300
 gone_after_intervals = 3
+secrets_key = "${{file:{key}}}"
 [delivery]
 session_timeout_ms = 2000
 [runtime]
