@@ -162,7 +162,8 @@ async def test_a_secret_in_clear_without_a_key_is_a_400_naming_the_setting(
 
 async def test_a_record_of_the_previous_version_runs_and_is_sealed_when_next_written(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
+        fast_group_kwargs: dict[str, int], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "actors.delivery.control.source")
     topic = await topic_factory()
     subs = f"subs-{uuid.uuid4().hex[:8]}"
     key, _ = key_file(tmp_path, "key")
@@ -198,3 +199,6 @@ async def test_a_record_of_the_previous_version_runs_and_is_sealed_when_next_wri
     for secret in SECRETS:
         assert secret.encode() not in second
     assert {p.headers["Authorization"] for p in receiver.ok} == {TOKEN}
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m for m in warned if "sealed_g-sealed" in m and "a PUT of it seals them" in m
+            and TOKEN not in m], warned

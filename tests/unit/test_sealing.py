@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.delivery.cluster.sealed import opened_value, refuse_clear, sealed_value
+from actors.delivery.cluster.sealed import clear_in, opened_value, refuse_clear, sealed_value
 from actors.delivery.document.store import encode
 from actors.delivery.document.subscription import Consumer, decode_consumer, document
 from actors.delivery.errors import InvalidSubscription
@@ -166,3 +166,11 @@ def test_a_key_written_in_the_config_file_is_refused() -> None:
     with pytest.raises(ConfigError, match="by reference"):
         parse_config({"brokers": BROKERS, "cluster": {
             "secrets_key": base64.b64encode(KEY).decode()}})
+
+
+def test_a_record_in_clear_names_its_secret_fields() -> None:
+    assert clear_in(encode(secret_consumer("sealed"))) == [
+        "subscriptionMethod.additionalHeaders.Authorization", "subscriptionMethod.signingSecret",
+        "subscriptionMethod.uri"]
+    assert clear_in(sealed_value(secret_consumer("sealed"), (KEY,))) == []
+    assert clear_in(b"not json") == []

@@ -29,7 +29,12 @@ import msgspec
 
 from actors.delivery.document.signing import secrets_of
 from actors.delivery.document.store import encode
-from actors.delivery.document.subscription import Consumer, document, redact_uri
+from actors.delivery.document.subscription import (
+    Consumer,
+    decode_consumer,
+    document,
+    redact_uri,
+)
 from actors.delivery.errors import InvalidSubscription
 from runtime.host.references import is_reference
 from runtime.host.sealing import Envelope, Unsealable, seal, unseal
@@ -92,6 +97,20 @@ def opened_value(value: bytes, keys: tuple[bytes, ...]) -> bytes:
         raise Unsealable("not a sealed subscription document")
     method.update(secrets)
     return msgspec.json.encode(shown)
+
+
+def clear_in(value: bytes) -> list[str]:
+    """The fields of record `value` that hold a secret in clear (a record of an earlier
+    version, or written without a key); none when it is sealed or not a document."""
+    try:
+        return [] if _sealed(value) else clear_secrets(decode_consumer(value))
+    except (InvalidSubscription, msgspec.DecodeError):
+        return []
+
+
+def _sealed(value: bytes) -> bool:
+    shown = msgspec.json.decode(value)
+    return isinstance(shown, dict) and SEALED in shown
 
 
 def _envelope(raw: Any) -> Envelope:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 import msgspec
 
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX, SubscriptionLog
-from actors.delivery.cluster.sealed import opened_value, refuse_clear, sealed_value
+from actors.delivery.cluster.sealed import clear_in, opened_value, refuse_clear, sealed_value
 from actors.delivery.control.messages import (
     Check,
     Listed,
@@ -321,9 +321,18 @@ class ClusterTopic:
                     log.error("subscription %s in topic %s does not run here: its secrets "
                               "cannot be opened: %s", key, self.topic, exc)
                     return
+                self._warn_clear(key, value)
             self._unopened.pop(key, None)
             await apply(key, value)
         return opened
+
+    def _warn_clear(self, key: str, value: bytes) -> None:
+        fields = clear_in(value)
+        if fields:
+            log.warning("subscription %s: %s in clear in topic %s (%s)", key,
+                        ", ".join(fields), self.topic,
+                        "a PUT of it seals them" if self._keys
+                        else "set [cluster] secrets_key to seal them")
 
     @property
     def problem(self) -> str | None:
