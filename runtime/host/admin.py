@@ -239,9 +239,21 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         if hdrs.ALLOW in exc.headers:  # a 405 says which methods the path has
             response.headers[hdrs.ALLOW] = exc.headers[hdrs.ALLOW]
         return response
+    except ConnectionResetError as exc:
+        if not _client_gone(request):
+            log.exception("admin %s %s failed", request.method, request.path)
+            return fail(500, "internal error", repr(exc))
+        log.warning("admin %s %s: the client closed the connection before the end of its "
+                    "request body", request.method, request.path)  # a mistake, not ours
+        return fail(400, "incomplete request", "the connection closed before the body ended")
     except Exception as exc:
         log.exception("admin %s %s failed", request.method, request.path)
         return fail(500, "internal error", repr(exc))
+
+
+def _client_gone(request: web.Request) -> bool:
+    """The request's own connection is closed (reading its body failed because of it)."""
+    return request.transport is None or request.transport.is_closing()
 
 
 def _state_only(response: web.StreamResponse) -> web.StreamResponse:

@@ -8,6 +8,10 @@ ever checked. Here each connection is a `FrontDoor` protocol in front of aiohttp
 handler:
 
 - Past `max_connections` open connections a new one is answered `503` (JSON) and closed.
+- A request aiohttp cannot parse (a bad request line, header or length: a scanner or a
+  broken client) is answered in the API's JSON shape (`JsonErrors`), not aiohttp's
+  text/plain page; the admin server's log makes it one WARNING line (admin.py
+  `ServerLog`).
 - A connection must complete a request head within `header_timeout_ms` of its opening,
   and the next one within as long of the previous answer; otherwise it is closed, with a
   `408` (JSON) when part of a head had come. One that sent nothing is closed silently, as
@@ -24,9 +28,12 @@ import json
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Final, cast
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 REFUSED_BUSY: Final = (503, "Service Unavailable", "too many connections",
                        "the admin API holds its limit of open connections: try again")
@@ -40,6 +47,34 @@ def refusal(status: int, text: str, reason: str, details: str) -> bytes:
     head = (f"HTTP/1.1 {status} {text}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     return head.encode() + body
+
+
+class JsonErrors(RequestHandler):
+    """aiohttp's connection handler, with the answers it makes itself (a request it cannot
+    parse, a handler error past the middleware) in the API's JSON shape:
+    `{"success": false, "reason": ..., "details": <the parser's first line>}`."""
+
+    __slots__ = ()
+
+    def handle_error(self, request: BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # logs; raises if answering
+        phrase = HTTPStatus(status).phrase
+        first = (message or "").strip().splitlines()[:1]
+        details = first[0].rstrip(":") if first and status < 500 else phrase
+        reason = "malformed request" if status == 400 else phrase.lower()
+        response = web.json_response({"success": False, "reason": reason,
+                                      "details": details}, status=status)
+        response.force_close()
+        return response
+
+
+def json_errors(handler: RequestHandler) -> RequestHandler:
+    """`handler` (made by aiohttp's `Server`, which takes no handler class) as a
+    `JsonErrors`: the same object, its class swapped (no state is added)."""
+    handler.__class__ = JsonErrors
+    return handler
 
 
 @dataclass(slots=True)
@@ -155,7 +190,8 @@ class FrontDoorSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         doors = self._doors
-        factory: Callable[[], asyncio.Protocol] = lambda: FrontDoor(server(), doors)  # noqa: E731
+        factory: Callable[[], asyncio.Protocol] = lambda: FrontDoor(  # noqa: E731
+            json_errors(server()), doors)
         self._server = await asyncio.get_running_loop().create_server(
             factory, self._host, self._port, ssl=self._ssl_context,
             backlog=self._backlog, reuse_address=True)
