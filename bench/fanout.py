@@ -95,6 +95,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         "persistence": {"dir": str(workdir / "persist")},
         "journal": {"dir": str(workdir / "journal"), "enabled": True},
         "runtime": {"shutdown_deadline_ms": 30_000},
+        **({"egress": {"origin_max_connections": args.origin_connections}}
+           if args.origin_connections else {}),
     })
     result: dict[str, Any] = {"tree": args.tree}
     import gc
@@ -362,6 +364,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     command += ["--restart"] if args.restart else []
     if args.gc_threshold:
         command += ["--gc-threshold", args.gc_threshold]
+    if args.origin_connections:
+        command += ["--origin-connections", str(args.origin_connections)]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -448,6 +452,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="cProfile the fan-out phases of this tree into this file")
     parser.add_argument("--gc-threshold", default="",
                         help="gc.set_threshold for the workers, e.g. 10000,20,100")
+    parser.add_argument("--origin-connections", type=int, default=0,
+                        help="[egress] origin_max_connections (0: the default)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=str(HERE.parent), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
