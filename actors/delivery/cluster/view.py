@@ -7,8 +7,10 @@ Record: key the instance id (`<hostname>:<admin port>`), value an `InstanceStatu
 its admin address, state, publish time, and per subscription the partitions it delivers
 with their lag. A clean stop publishes the state `stopped`. An instance whose last record
 is older than `gone_after_intervals` of its own interval is shown `gone` (killed, hung or
-cut off); stopped and gone instances are forgotten after `FORGET_AFTER_INTERVALS`, when
-the first instance to notice writes a tombstone for them (compaction then drops them).
+cut off); its partitions stay in the view, unowned with their last lag, until a running
+instance reports them (issue 25: a failover must not hide lag). Stopped and gone
+instances are forgotten after `FORGET_AFTER_INTERVALS`, when the first instance to notice
+writes a tombstone for them (compaction then drops them).
 
 `ClusterView` is pure (takes `now`); `ClusterStatusActor` performs it: one
 `SubscriptionLog` (actors/delivery/cluster/log.py) for the topic, whose follower is a task
