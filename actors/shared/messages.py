@@ -82,6 +82,14 @@ class Batch:
 
 
 @dataclass(frozen=True, slots=True)
+class Highwater:
+    """Consumer -> partition: the log's end, read while no batch comes (the partition's
+    fetch is paused, or this partition actor is): its lag grows meanwhile (issue 25)."""
+
+    highwater: int
+
+
+@dataclass(frozen=True, slots=True)
 class Deliver:
     """Partition -> egress: push this record; the outcome goes back to `reply_to`."""
 

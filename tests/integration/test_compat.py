@@ -18,11 +18,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaConnectionError
+from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest as AiokafkaInitProducerId
 from aiokafka.structs import OffsetAndMetadata
 
 from runtime.kafka import committed_offset, compat, make_consumer, make_producer
 from runtime.kafka.broker import EmbeddedBroker, free_port, port_accepts
+from runtime.kafka.highwater import read_highwaters
 from runtime.kafka.oauth import FileTokenProvider
 from tests.certs import self_signed
 from tests.conftest import TopicFactory
@@ -168,6 +170,50 @@ async def test_list_offsets_latest_undercounts_multi_record_batches_quirk(
         await reader.stop()
 
     assert end != 100, "ListOffsets is right now: compat.lag may use end_offsets again"
+
+
+async def test_the_highwater_probe_is_right_after_multi_record_batches_while_paused(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """Issue 25: a paused partition's high watermark read with one small fetch from the
+    last known one (runtime/kafka/highwater.py), where ListOffsets is wrong (quirk 2)."""
+    topic = await topic_factory(partitions=2, prefix="hwp")
+    tp, idle = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    await _produce_one_batch(kafka_bootstrap, topic, 100)
+    reader = make_consumer(kafka_bootstrap, auto_offset_reset="earliest")
+    reader.assign([tp, idle])
+    await reader.start()
+    try:
+        await _read(reader, 100)
+        reader.pause(tp)
+        await _produce_one_batch(kafka_bootstrap, topic, 300)
+        found = await read_highwaters(compat.client_of(reader), {tp: 100, idle: 0})
+        assert found == {tp: 400, idle: 0}
+        assert reader.highwater(tp) == 100  # the reader's own fetch never saw them
+        assert await reader.position(tp) == 100  # and its position did not move
+    finally:
+        await reader.stop()
+
+
+async def test_a_fetch_that_waits_0_ms_gets_no_partitions_quirk(
+    kafka_bootstrap: str, broker_is_embedded: bool, topic_factory: TopicFactory
+) -> None:
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    topic = await topic_factory(prefix="w0")
+    tp = TopicPartition(topic, 0)
+    await _produce_one_batch(kafka_bootstrap, topic, 10)
+    reader = _assigned_reader(kafka_bootstrap, tp)
+    await reader.start()
+    try:
+        await _read(reader, 10)
+        client = compat.client_of(reader)
+        node = client.cluster.leader_for_partition(tp)
+        response = await client.send(node, FetchRequest(0, 0, 1, 0, [(topic, [(0, 10, 1)])]))
+    finally:
+        await reader.stop()
+
+    assert response.topics == [], "a 0 ms fetch answers now: PROBE_WAIT_MS may be 0"
 
 
 # -- 3. aborted transactions -------------------------------------------------------------------

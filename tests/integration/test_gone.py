@@ -94,7 +94,7 @@ async def test_410_disables_until_resumed_even_across_a_restart(
 
 @pytest.mark.xfail(strict=False, reason=(
     "on the embedded broker a leader that left stays the instance group's leader "
-    "(runtime/kafka/compat.py quirk 10): the later instance's member follows it and "
+    "(runtime/kafka/compat.py quirk 11): the later instance's member follows it and "
     "rejoins until the test's 20 s are over"))
 async def test_in_cluster_mode_a_410_disables_everywhere_and_an_instance_started_later(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,

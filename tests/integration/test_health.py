@@ -99,3 +99,45 @@ async def test_a_stuck_partition_is_reported_stalled_in_readyz_and_the_journal(
         await receiver.stop()
     journal = "".join(p.read_text() for p in (tmp_path / "journal").glob("*.jsonl"))
     assert '"type":"stalled"' in journal
+
+
+async def test_lag_keeps_growing_while_the_fetch_is_paused_and_readyz_names_it(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """Issue 25, item 3: the endpoint hangs, the cursor's buffer fills, the partition's
+    fetch pauses; records that arrive meanwhile still count in `lag` (status API and
+    `hookstream_lag`) and in the stall reason of `/readyz`."""
+    topic = await topic_factory(partitions=1)
+    release = asyncio.Event()
+
+    async def hangs(push: Push) -> int:
+        await release.wait()
+        return 200
+
+    receiver = await Receiver(hangs).start()
+    runtime = make_runtime(kafka_bootstrap, tmp_path, delivery={"stall_after_ms": 1000})
+    await runtime.start()
+    try:
+        admin = Admin(runtime)
+        config = {"concurrencyFactor": 2, "loadFactor": 5}  # paused at 10 buffered
+        await admin.subscribe(subscription("frozen", [{"name": topic, "config": config}],
+                                           receiver.url, fast_group=fast_group_kwargs))
+        await produce(kafka_bootstrap, topic, 50)
+        await wait_series(runtime, "hookstream_lag", topic, 50)
+        await produce(kafka_bootstrap, topic, 2000, start=50)  # the fetch is paused now
+        await wait_series(runtime, "hookstream_lag", topic, 2050)
+        _, one = await admin.call("GET", "/broker/subscription/frozen/g-frozen")
+        partition = one["data"]["status"]["partitions"][0]
+        assert (partition["highwater"], partition["lag"], partition["paused"]) == (
+            2050, 2050, True)
+        assert len(receiver.pushes) == 2  # the window: nothing else was sent
+        status, ready = await admin.call("GET", "/readyz")
+        assert status == 503
+        assert [r for r in ready["reasons"] if f"{topic}-0 stalled" in r and "lag 2050" in r]
+        release.set()
+        await receiver.wait_for(lambda: len(receiver.delivered()) == 2050)
+        await wait_series(runtime, "hookstream_lag", topic, 0)
+    finally:
+        release.set()
+        await runtime.stop()
+        await receiver.stop()

@@ -36,16 +36,41 @@ def test_owners_and_total_lag_come_from_every_live_instance() -> None:
     assert view.as_dict(500)["total_lag"] == 12
 
 
-def test_a_silent_instance_is_gone_after_its_intervals_and_no_longer_counted() -> None:
+def test_a_silent_instance_is_gone_after_its_intervals_and_its_partitions_unowned() -> None:
     view = ClusterView(gone_after_intervals=3)
     view.apply("a", record("a", 0, {0: 5}), now_ms=0)
     view.apply("b", record("b", 0, {1: 7}), now_ms=0)
     view.apply("a", record("a", 3500, {0: 1}), now_ms=3500)
     assert view.shown("b", now_ms=3000) == "running"
     assert view.shown("b", now_ms=3001) == "gone"
-    assert view.subscription("s_g", now_ms=3501)["total_lag"] == 1
+    owners = view.owners("s_g", now_ms=3501)
+    assert [(o["partition"], o["instance"], o.get("last_owner"), o["lag"])
+            for o in owners] == [(0, "a", None, 1), (1, None, "b", 7)]
+    assert view.subscription("s_g", now_ms=3501)["total_lag"] == 8  # b's last lag counts
+    assert view.as_dict(3501)["total_lag"] == 8
     assert [(i["instance"], i["state"], i["lag"]) for i in view.instances(3501)] == [
         ("a", "running", 1), ("b", "gone", 7)]
+
+
+def test_a_gone_instances_partition_is_owned_again_once_a_live_one_reports_it() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("a", record("a", 0, {0: 5}), now_ms=0)
+    view.apply("b", record("b", 0, {1: 7}), now_ms=0)
+    view.apply("a", record("a", 4000, {0: 5, 1: 9}), now_ms=4000)  # took b's partition
+    owners = view.owners("s_g", now_ms=4000)
+    assert [(o["partition"], o["instance"], "last_owner" in o, o["lag"]) for o in owners] == [
+        (0, "a", False, 5), (1, "a", False, 9)]
+    assert view.as_dict(4000)["total_lag"] == 14
+
+
+def test_a_subscription_only_a_gone_instance_read_stays_in_the_view() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("a", record("a", 0, {0: 5}), now_ms=0)
+    view.apply("b", record("b", 0, {3: 4}, key="other_g"), now_ms=0)
+    view.apply("a", record("a", 3500, {0: 5}), now_ms=3500)
+    whole = view.as_dict(3501)
+    assert whole["total_lag"] == 9
+    assert whole["subscriptions"]["other_g"]["partitions"][0]["last_owner"] == "b"  # type: ignore[index]
 
 
 def test_an_old_record_read_at_start_up_is_judged_by_when_it_was_written() -> None:

@@ -177,3 +177,24 @@ def test_copies_of_a_record_share_one_filter_memo_and_start_their_attempts_afres
     first, second = original.clone(), original.clone()
     assert first.memo is second.memo is original.memo is not None
     assert (first.attempt, second.attempt) == (0, 0)
+
+
+def test_cursors_without_batches_are_told_the_high_watermark_once() -> None:
+    fanout = positioned(capacity=10, a=0, b=0, c=None)
+    fanout.append(records(0, 5), highwater=5)
+    assert fanout.highwater == 5
+    assert fanout.note_highwater(5) == []  # every cursor is live: batches tell them
+    fanout.pause("a")
+    assert fanout.note_highwater(9) == ["a"]
+    assert fanout.note_highwater(9) == []  # heard already
+    assert fanout.note_highwater(7) == []  # an older reading lowers nothing
+    fanout.append(records(5, 2), highwater=30)  # b's fetch saw the log grow
+    assert fanout.note_highwater(12) == ["a"] and fanout.highwater == 30
+
+
+def test_a_cursor_behind_the_buffer_is_told_the_high_watermark_too() -> None:
+    fanout = positioned(capacity=3, a=0)
+    fanout.append(records(0, 10), highwater=10)
+    fanout.add("late")
+    assert isinstance(fanout.position("late", 0), CatchUp)
+    assert fanout.note_highwater(100) == ["late"]

@@ -295,6 +295,13 @@ def test_lag_follows_every_fetch_while_nothing_finishes() -> None:
     assert book.lag() == 50
 
 
+def test_lag_follows_the_high_watermark_read_while_no_batch_comes() -> None:
+    book = new_book(position=0)
+    book.take(recs(0, 1, 2), highwater=3)
+    assert book.note_highwater(2050) == 2050  # paused: the log grew meanwhile
+    assert book.note_highwater(40) == 2050  # an older reading never lowers it
+
+
 def test_oldest_pending_is_the_age_of_the_lowest_unfinished_record() -> None:
     book = new_book(position=0)
     records = [Record("orders", 0, o, b"k", b"v", (), 0, fetched_ms=100 * o) for o in range(3)]

@@ -7,8 +7,10 @@ Record: key the instance id (`<hostname>:<admin port>`), value an `InstanceStatu
 its admin address, state, publish time, and per subscription the partitions it delivers
 with their lag. A clean stop publishes the state `stopped`. An instance whose last record
 is older than `gone_after_intervals` of its own interval is shown `gone` (killed, hung or
-cut off); stopped and gone instances are forgotten after `FORGET_AFTER_INTERVALS`, when
-the first instance to notice writes a tombstone for them (compaction then drops them).
+cut off); its partitions stay in the view, unowned with their last lag, until a running
+instance reports them (issue 25: a failover must not hide lag). Stopped and gone
+instances are forgotten after `FORGET_AFTER_INTERVALS`, when the first instance to notice
+writes a tombstone for them (compaction then drops them).
 
 `ClusterView` is pure (takes `now`); `ClusterStatusActor` performs it: one
 `SubscriptionLog` (actors/delivery/cluster/log.py) for the topic, whose follower is a task
@@ -116,19 +118,26 @@ class ClusterView:
 
     def _live(self, now_ms: int) -> list[InstanceStatus]:
         """Running instances, the freshest first (it wins a partition two claim)."""
-        live = [s.status for i, s in self._seen.items() if self.shown(i, now_ms) == "running"]
-        return sorted(live, key=lambda s: -s.published_ms)
+        return self._showing("running", now_ms)
+
+    def _showing(self, shown: Shown, now_ms: int) -> list[InstanceStatus]:
+        """The instances shown `shown`, the freshest record first."""
+        found = [s.status for i, s in self._seen.items() if self.shown(i, now_ms) == shown]
+        return sorted(found, key=lambda s: -s.published_ms)
 
     def owners(self, key: str, now_ms: int) -> list[dict[str, object]]:
-        """Each partition of subscription `key` a live instance owns, with its owner."""
+        """Each partition of subscription `key` a live instance owns, with its owner; then
+        those a gone instance owned that no live one reports yet, unowned (`instance`
+        None, `last_owner` the gone one) with their last known lag (issue 25: a failover
+        must not make lag disappear until the new owner reports)."""
         rows: dict[tuple[str, int], dict[str, object]] = {}
         for status in self._live(now_ms):
-            share = status.subscriptions.get(key)
-            for p in share.partitions if share is not None else []:
-                rows.setdefault((p.topic, p.partition), {
-                    "topic": p.topic, "partition": p.partition, "instance": status.instance,
-                    "address": status.address, "lag": p.lag, "committed": p.committed,
-                    "highwater": p.highwater})
+            for p in _partitions(status, key):
+                rows.setdefault((p.topic, p.partition), _row(p, status.instance,
+                                                             status.address))
+        for status in self._showing("gone", now_ms):
+            for p in _partitions(status, key):
+                rows.setdefault((p.topic, p.partition), _row(p, None, None, status.instance))
         return [rows[k] for k in sorted(rows)]
 
     def subscription(self, key: str, now_ms: int) -> dict[str, object]:
@@ -152,13 +161,31 @@ class ClusterView:
 
     def as_dict(self, now_ms: int) -> dict[str, object]:
         """`GET /cluster`: instances, and per subscription its owners and total lag."""
-        keys = sorted({k for s in self._live(now_ms) for k in s.subscriptions})
+        counted = self._live(now_ms) + self._showing("gone", now_ms)
+        keys = sorted({k for s in counted for k in s.subscriptions})
         subscriptions = {k: self.subscription(k, now_ms) for k in keys}
         return {"instances": self.instances(now_ms), "subscriptions": subscriptions,
                 "total_lag": sum(int(str(s["total_lag"])) for s in subscriptions.values())}
 
     def __repr__(self) -> str:
         return f"<ClusterView instances={sorted(self._seen)}>"
+
+
+def _partitions(status: InstanceStatus, key: str) -> list[OwnedPartition]:
+    share = status.subscriptions.get(key)
+    return share.partitions if share is not None else []
+
+
+def _row(p: OwnedPartition, instance: str | None, address: str | None,
+         last_owner: str | None = None) -> dict[str, object]:
+    """A partition in the view: its owner (None: unowned, `last_owner` is gone)."""
+    row: dict[str, object] = {
+        "topic": p.topic, "partition": p.partition, "instance": instance,
+        "address": address, "lag": p.lag, "committed": p.committed,
+        "highwater": p.highwater}
+    if last_owner is not None:
+        row["last_owner"] = last_owner
+    return row
 
 
 Snapshot = Callable[[], dict[str, Share]]

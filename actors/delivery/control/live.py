@@ -55,9 +55,11 @@ def _member_of(tree: Supervisor, key: str) -> dict[str, object] | None:
 
 
 def stalls(tree: Supervisor, key: str, stall_after_ms: int) -> list[str]:
-    """A readiness reason per partition whose commit position stopped moving."""
+    """A readiness reason per partition whose commit position stopped moving, with its
+    lag (kept right while the partition's fetch pauses: issue 25)."""
     return [f"subscription {key} partition {p.topic}-{p.partition} stalled: commit "
             f"position {p.committed} has not moved for over {stall_after_ms // 1000} s"
+            + (f" (lag {p.lag})" if p.lag is not None else "")
             for p in partitions_of(tree) if p.stalled_for_ms is not None]
 
 

@@ -181,11 +181,19 @@ class PartitionBook:
 
     def lag(self) -> int | None:
         """Fetch high watermark minus the commit position: grows while delivery is stuck,
-        since every fetch updates the high watermark."""
+        since every fetch updates the high watermark, and so does `note_highwater` while
+        nothing is fetched for this partition."""
         position = self._commit.position
         if self.highwater is None or position is None:
             return None
         return max(self.highwater - position, 0)
+
+    def note_highwater(self, highwater: int) -> int | None:
+        """The log's end read while no batch comes (paused): the lag it makes, if known.
+        Only raises it: a batch fetched earlier may still be on its way."""
+        if self.highwater is None or highwater > self.highwater:
+            self.highwater = highwater
+        return self.lag()
 
     def oldest_pending_ms(self, now_ms: int) -> int | None:
         """How long the oldest unfinished record has waited since it was fetched (monotonic

@@ -23,6 +23,12 @@ The shared buffer (`ring`) keeps the last `capacity` records fetched, so a curso
 paused for a short while resumes from memory; only one that fell further behind needs a
 reader of its own. Fetching pauses when no cursor is live (every one paused, behind or
 waiting): one subscription alone behaves as before, and nothing is read that no one takes.
+
+The high watermark. A live cursor hears the log's end with every batch; a paused or behind
+one gets no batch from the shared fetch, and a paused fetch reads none. The member reads
+the high watermark of paused partitions every few seconds (runtime/kafka/highwater.py)
+and `note_highwater` says which cursors must be told, so their lag keeps growing while
+they wait (issue 25).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class Cursor:
     state: State = "waiting"
     next: int | None = None
     """The next offset it needs; None while live: "from the next record fetched"."""
+    told: int | None = None
+    """The last high watermark it was told outside a batch (`note_highwater`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +70,7 @@ Feed = list[tuple[str, list[Record]]]
 class Fanout:
     """The cursors of one topic-partition and its shared buffer; see the module docstring."""
 
-    __slots__ = ("_takers", "capacity", "cursors", "head", "ring")
+    __slots__ = ("_takers", "capacity", "cursors", "head", "highwater", "ring")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -71,6 +79,8 @@ class Fanout:
         self.ring: deque[Record] = deque()
         self.head: int | None = None
         """The offset the shared fetch reads next (None: not positioned yet)."""
+        self.highwater: int | None = None
+        """The highest high watermark seen: by the shared fetch or read while it pauses."""
         self.cursors: dict[str, Cursor] = {}
         self._takers = 0  # cursors live or latest: `fetching` without a scan
 
@@ -155,6 +165,8 @@ class Fanout:
         """A fetched batch (offset order): into the buffer, and to every live cursor the
         part at or above its `next`. A `latest` cursor starts at `highwater` (the log's
         end when the batch was fetched)."""
+        if highwater is not None and (self.highwater is None or highwater > self.highwater):
+            self.highwater = highwater  # paused cursors hear it on the next round
         if not records:
             return []
         ring = self.ring
@@ -175,6 +187,19 @@ class Fanout:
             if part:
                 feed.append((cursor.key, part))
         return feed
+
+    def note_highwater(self, highwater: int) -> list[str]:
+        """The log's end is at `highwater` (or further, when it was seen further already):
+        the cursors the shared fetch does not feed (paused, behind) that were not told
+        it yet, in cursor order. A live one hears it with its next batch."""
+        if self.highwater is None or highwater > self.highwater:
+            self.highwater = highwater
+        told: list[str] = []
+        for cursor in self.cursors.values():
+            if cursor.state in _UNFED and cursor.told != self.highwater:
+                cursor.told = self.highwater
+                told.append(cursor.key)
+        return told
 
     @property
     def fetching(self) -> bool:
@@ -205,6 +230,7 @@ class Fanout:
 
 
 _TAKES: dict[str, int] = {"live": 1, "latest": 1}
+_UNFED: frozenset[str] = frozenset({"paused", "behind"})
 
 
 def _at_or_above(records: list[Record], offset: int | None) -> list[Record]:

@@ -76,6 +76,7 @@ from actors.shared.messages import (
     CommitRequest,
     Drain,
     FlowControl,
+    Highwater,
     Rewind,
 )
 from runtime.errors import ActorDeadError, ActorStartError
@@ -83,6 +84,7 @@ from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kafka import compat, topic_creation
 from runtime.kafka.group_offsets import GroupOffsets
+from runtime.kafka.highwater import read_highwaters
 from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,9 @@ SETTLE_MAX_MS = 3000
 RING_MIN_RECORDS = 2000
 """The shared buffer of a partition holds at least this many records (more when one
 fetch brings more), so a cursor that paused briefly resumes from memory."""
+HIGHWATER_REFRESH_MS = 2000
+"""How often paused partitions' high watermarks are read, and cursors that get no batch
+are told theirs (their lag grows while they wait: issue 25)."""
 
 Seat = tuple[str, TopicPartition]
 """A cursor: (subscription key, topic-partition)."""
@@ -166,6 +171,7 @@ class InstanceMemberActor(GroupConsumerActor):
         self._retune = False  # a rider left: recompute the fetch size and wait
         self._fetch_records = 0
         self._rider_wait_ms: int | None = None
+        self._highwater_due = 0  # monotonic ms of the next high watermark round
         self.rebalances = 0
         labels = {"group": roster.group_id, "member": name}
         self.m_generation = metrics.gauge(
@@ -239,6 +245,7 @@ class InstanceMemberActor(GroupConsumerActor):
         await self._apply_rewinds(kafka)
         self._apply_caught_up()
         self._steer(kafka)
+        await self._refresh_highwaters(kafka)
         self._match_patterns()
         self._list_topics_when_due(kafka)
         moved = (self._subscribed != self.roster.version
@@ -364,8 +371,52 @@ class InstanceMemberActor(GroupConsumerActor):
             self._feed(tp, decision, self._highwater(tp))
 
     def _highwater(self, tp: TopicPartition) -> int | None:
-        kafka = self.kafka
-        return kafka.highwater(tp) if kafka is not None and tp in self.owned else None
+        """The highest high watermark known: the last fetch's, or one read since."""
+        kafka, fanout = self.kafka, self.fanouts.get(tp)
+        if kafka is None or tp not in self.owned or fanout is None:
+            return None
+        fetched: int | None = kafka.highwater(tp)
+        known = [hw for hw in (fetched, fanout.highwater) if hw is not None]
+        return max(known) if known else None
+
+    async def _refresh_highwaters(self, kafka: AIOKafkaConsumer) -> None:
+        """Every `HIGHWATER_REFRESH_MS`: read the high watermark of the partitions whose
+        fetch is paused (one request per leader for all of them, from the last one
+        known: right on the embedded broker too, runtime/kafka/highwater.py), then tell
+        each cursor that gets no batch (paused, behind) the log's end it has not heard."""
+        now = self.context.clock.monotonic_ms()
+        if now < self._highwater_due:
+            return
+        self._highwater_due = now + HIGHWATER_REFRESH_MS
+        paused = kafka.paused()
+        starts = {tp: hw for tp in self.fanouts
+                  if tp in paused and (hw := self._highwater(tp)) is not None}
+        read = await self._read_highwaters(kafka, starts) if starts else {}
+        for tp, fanout in list(self.fanouts.items()):  # the await let a revoke through
+            self._tell_highwater(tp, fanout, read.get(tp))
+
+    async def _read_highwaters(self, kafka: AIOKafkaConsumer,
+                               starts: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """At most `HIGHWATER_REFRESH_MS` of the fetch loop's time: a broker that does
+        not answer must not hold commits and flow control for a request timeout."""
+        try:
+            return await within(self.context.clock,
+                                read_highwaters(compat.client_of(kafka), starts),
+                                HIGHWATER_REFRESH_MS)
+        except TimeoutError:
+            return {}
+
+    def _tell_highwater(self, tp: TopicPartition, fanout: Fanout, read: int | None) -> None:
+        """Tell the cursors of `tp` that get no batch the log's end (`read` just now, or
+        the last one known) unless they heard it already."""
+        known = [hw for hw in (read, self._highwater(tp)) if hw is not None]
+        if not known:
+            return
+        highwater = max(known)
+        for key in fanout.note_highwater(highwater):
+            cursor = self._cursor(key, tp)
+            if cursor is not None:
+                cursor.tell_system(Highwater(highwater))
 
     # -- commits -----------------------------------------------------------------------
     async def _flush_commits(self) -> None:

@@ -45,6 +45,7 @@ from actors.shared.messages import (
     DrainDeadline,
     Failed,
     FlowControl,
+    Highwater,
     Record,
     RetryDue,
     Rewind,
@@ -184,6 +185,8 @@ class PartitionActor(Actor):
                 self._schedule_commit_tick()
             # else idle: no tick until records come (a thousand idle cursors would wake
             # a thousand times a second for nothing)
+        elif isinstance(message, Highwater):
+            self._on_highwater(message.highwater)
         elif isinstance(message, Assigned):
             if message.epoch == self.epoch:
                 self.book.assign(message.position)
@@ -225,6 +228,11 @@ class PartitionActor(Actor):
         await self._pump()
         self._flow(book.flow())
         return book.paused
+
+    def _on_highwater(self, highwater: int) -> None:
+        lag = self.book.note_highwater(highwater)
+        if lag is not None:
+            self.m_lag.set(lag)
 
     def _filtered(self, taken: list[Record], filtered: list[int], now: int) -> None:
         """The batch's records the filter left out, finished already: one journal event
