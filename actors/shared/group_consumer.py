@@ -39,12 +39,14 @@ from actors.shared.messages import (
     CommitRequest,
     Drain,
     FlowControl,
+    Highwater,
     Record,
     Rewind,
 )
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
 from runtime.kafka import committed_offsets, compat, make_consumer
+from runtime.kafka.highwater import read_highwaters
 from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,9 @@ DEFAULT_FETCH_WAIT_MS = 500
 # How long the consumer waits for a drain beyond its deadline: the partition actor answers
 # at the deadline, and its reply needs a turn of its mailbox.
 DRAIN_GRACE_MS = 1000
+HIGHWATER_REFRESH_MS = 2000
+"""How often paused partitions' high watermarks are read (a paused partition is not
+fetched, so its lag would freeze while the log grows: issue 25, item 3)."""
 
 ClientSettings = dict[str, object]
 """Keyword arguments of `AIOKafkaConsumer`."""
@@ -123,6 +128,8 @@ class GroupConsumerActor(Actor):
         self.listener = _Listener(self)
         self._configured_wait_ms = DEFAULT_FETCH_WAIT_MS
         self._quiet = False  # the last poll brought nothing (actors/shared/idle_pace.py)
+        self._highwater_due = 0
+        self._told_highwater: dict[TopicPartition, int] = {}
 
     # -- what subclasses define --------------------------------------------------------
     def client_settings(self) -> ClientSettings:
@@ -137,6 +144,11 @@ class GroupConsumerActor(Actor):
     def commits_here(self, tp: TopicPartition) -> bool:
         """False where the partition actor commits itself (exactly-once transactions)."""
         return True
+
+    def tracks_highwater(self) -> bool:
+        """Whether the partition actors take `Highwater` while their partition is paused
+        (delivery's do; they report lag)."""
+        return False
 
     def reset_to_beginning(self) -> bool:
         """With no committed offset, a restarted partition restarts from the beginning."""
@@ -264,6 +276,36 @@ class GroupConsumerActor(Actor):
         current = {tp: epoch for tp, epoch in rewinds.items() if self._current(tp, epoch)}
         if current:
             await self._rewind(kafka, current)
+        if self.tracks_highwater():
+            await self._refresh_paused_highwaters(kafka)
+
+    async def _refresh_paused_highwaters(self, kafka: AIOKafkaConsumer) -> None:
+        """Every `HIGHWATER_REFRESH_MS`: the high watermark of each paused partition (one
+        request per leader, runtime/kafka/highwater.py), told to its actor when it moved."""
+        now = self.context.clock.monotonic_ms()
+        if now < self._highwater_due:
+            return
+        self._highwater_due = now + HIGHWATER_REFRESH_MS
+        starts = {tp: hw for tp in kafka.paused()
+                  if tp in self.owned and (hw := kafka.highwater(tp)) is not None}
+        for tp, highwater in (await self.read_highwaters(kafka, starts)).items():
+            if tp in self.owned and self._told_highwater.get(tp) != highwater:
+                self._told_highwater[tp] = highwater
+                self.partition_actor(tp).tell_system(Highwater(highwater))
+
+    async def read_highwaters(self, kafka: AIOKafkaConsumer, starts: dict[TopicPartition, int],
+                              ) -> dict[TopicPartition, int]:
+        """The high watermarks of `starts`, within `HIGHWATER_REFRESH_MS` of the fetch
+        loop's time: a broker that does not answer must not hold commits and flow control
+        for a request timeout."""
+        if not starts:
+            return {}
+        try:
+            return await within(self.context.clock,
+                                read_highwaters(compat.client_of(kafka), starts),
+                                HIGHWATER_REFRESH_MS)
+        except TimeoutError:
+            return {}
 
     async def _rewind(self, kafka: AIOKafkaConsumer, rewinds: dict[TopicPartition, int]) -> None:
         """Seek each partition to its committed offset and tell its actor; one request

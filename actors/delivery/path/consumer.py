@@ -94,6 +94,9 @@ class ConsumerActor(GroupConsumerActor):
         self.deps = deps
         self._reset = sub.properties.get("auto.offset.reset", "earliest")
 
+    def tracks_highwater(self) -> bool:
+        return True
+
     def client_settings(self) -> ClientSettings:
         return subscription_client_settings(self.sub, f"hookstream-{self.sub.key}")
 

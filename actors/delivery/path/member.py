@@ -63,6 +63,7 @@ from actors.delivery.path.topic_matcher import TopicMatcher
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.group_consumer import (
     DRAIN_GRACE_MS,
+    HIGHWATER_REFRESH_MS,
     POLL_MS,
     ClientSettings,
     GroupConsumerActor,
@@ -84,7 +85,6 @@ from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kafka import compat, topic_creation
 from runtime.kafka.group_offsets import GroupOffsets
-from runtime.kafka.highwater import read_highwaters
 from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -95,9 +95,6 @@ SETTLE_MAX_MS = 3000
 RING_MIN_RECORDS = 2000
 """The shared buffer of a partition holds at least this many records (more when one
 fetch brings more), so a cursor that paused briefly resumes from memory."""
-HIGHWATER_REFRESH_MS = 2000
-"""How often paused partitions' high watermarks are read, and cursors that get no batch
-are told theirs (their lag grows while they wait: issue 25)."""
 
 Seat = tuple[str, TopicPartition]
 """A cursor: (subscription key, topic-partition)."""
@@ -171,7 +168,6 @@ class InstanceMemberActor(GroupConsumerActor):
         self._retune = False  # a rider left: recompute the fetch size and wait
         self._fetch_records = 0
         self._rider_wait_ms: int | None = None
-        self._highwater_due = 0  # monotonic ms of the next high watermark round
         self.rebalances = 0
         labels = {"group": roster.group_id, "member": name}
         self.m_generation = metrics.gauge(
@@ -391,20 +387,9 @@ class InstanceMemberActor(GroupConsumerActor):
         paused = kafka.paused()
         starts = {tp: hw for tp in self.fanouts
                   if tp in paused and (hw := self._highwater(tp)) is not None}
-        read = await self._read_highwaters(kafka, starts) if starts else {}
+        read = await self.read_highwaters(kafka, starts)
         for tp, fanout in list(self.fanouts.items()):  # the await let a revoke through
             self._tell_highwater(tp, fanout, read.get(tp))
-
-    async def _read_highwaters(self, kafka: AIOKafkaConsumer,
-                               starts: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """At most `HIGHWATER_REFRESH_MS` of the fetch loop's time: a broker that does
-        not answer must not hold commits and flow control for a request timeout."""
-        try:
-            return await within(self.context.clock,
-                                read_highwaters(compat.client_of(kafka), starts),
-                                HIGHWATER_REFRESH_MS)
-        except TimeoutError:
-            return {}
 
     def _tell_highwater(self, tp: TopicPartition, fanout: Fanout, read: int | None) -> None:
         """Tell the cursors of `tp` that get no batch the log's end (`read` just now, or
