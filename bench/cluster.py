@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/cluster.py [--records 30000] [--partitions 8]
         [--concurrency 50] [--instances 1,2] [--rounds 1] [--timeout-s 180]
+        [--subscribers 1]
 
 Everything runs on loopback, started by this script and stopped by PID at the end: the
 embedded broker (Tansu), the receiver (`bench/receiver.py`, a uvloop responder answering
@@ -10,10 +11,12 @@ config file, cluster mode: `[cluster] subscriptions_topic`, journal off), each g
 admin port as `[runtime] workers` does.
 
 Per configuration and round: a new topic with `--partitions` partitions and a new group;
-the subscription is posted to the first instance; once every instance owns partitions
-(the group settled), `--records` records of 100 bytes are produced (by this process, in
-about a second) and the clock runs from the first produce to the moment the instances'
-`delivered` counters (their admin API, polled every 50 ms) add up to `--records`. CPU:
+`--subscribers` subscriptions (each its own `group.id`: cursors on the instances' shared
+reads, issue 24) are posted to the first instance; once every instance owns partitions
+(the instance group settled), `--records` records of 100 bytes are produced (by this
+process, in about a second) and the clock runs from the first produce to the moment the
+instances' `delivered` counters (their admin API, polled every 50 ms) add up to
+`--records` x `--subscribers`; rates and CPU are per delivery. CPU:
 user + system seconds from /proc of the runtime processes (together), of the broker and
 of the receiver over the same window, per record. A bare aiohttp POST loop to the same
 receiver (`--concurrency` x 2 workers, `--records` requests) runs in the same session as
@@ -166,14 +169,20 @@ async def until(check: Any, timeout_s: float, what: str) -> None:
     raise TimeoutError(what)
 
 
-async def shares(urls: list[str], group: str) -> list[tuple[int, int]]:
-    """(partitions owned, records delivered) per instance."""
+async def shares(urls: list[str], subscribers: int) -> list[tuple[int, int]]:
+    """(partitions the first subscription reads there, records delivered to every
+    subscription) per instance."""
     answers = []
     for url in urls:
-        status, reply = await get(f"{url}/broker/subscription/bench/{group}")
-        data = reply.get("data", {}).get("status", {}) if status == 200 else {}
-        counters = data.get("counters") or {}
-        answers.append((len(data.get("partitions", [])), int(counters.get("delivered", 0))))
+        status, reply = await get(f"{url}/broker/subscription")
+        listed = reply.get("data", []) if status == 200 else []
+        owned, delivered = 0, 0
+        for sub in listed:
+            data = sub.get("status") or {}
+            if sub.get("id") == "bench-0":
+                owned = len(data.get("partitions", []))
+            delivered += int((data.get("counters") or {}).get("delivered", 0))
+        answers.append((owned, delivered))
     return answers
 
 
@@ -193,21 +202,25 @@ async def produce(bootstrap: str, topic: str, count: int, partitions: int) -> No
 async def cluster_run(n: int, args: argparse.Namespace, bootstrap: str, url: str,
                       pids: dict[str, int], workdir: Path) -> Result:
     topic, group = f"bench-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    deliveries: int = args.records * args.subscribers
     await create_topics(bootstrap, {topic: args.partitions})
     config = write_config(workdir, bootstrap)
     async with instances(n, config, workdir) as running:
         urls = [u for u, _ in running]
-        body = {"id": "bench", "group.id": group, "broker": "Kafka",
-                "topics": [{"name": topic, "config": {"concurrencyFactor": args.concurrency}}],
-                "subscriptionMethod": {"type": "http", "uri": url, "delayOnErrorMs": 100},
-                "properties": {"session.timeout.ms": "2000", "heartbeat.interval.ms": "300",
-                               "fetch.max.wait.ms": "10"}}
-        async with aiohttp.ClientSession() as session, session.post(
-                urls[0] + "/broker/subscription", json=body) as response:
-            assert response.status == 200, await response.text()
+        async with aiohttp.ClientSession() as session:
+            for i in range(args.subscribers):
+                body = {"id": f"bench-{i}", "group.id": f"{group}-{i}", "broker": "Kafka",
+                        "topics": [{"name": topic,
+                                    "config": {"concurrencyFactor": args.concurrency}}],
+                        "subscriptionMethod": {"type": "http", "uri": url,
+                                               "delayOnErrorMs": 100},
+                        "properties": {"fetch.max.wait.ms": "10"}}
+                async with session.post(urls[0] + "/broker/subscription",
+                                        json=body) as response:
+                    assert response.status == 200, await response.text()
 
         async def settled() -> bool:
-            owned = [s[0] for s in await shares(urls, group)]
+            owned = [s[0] for s in await shares(urls, args.subscribers)]
             return sum(owned) == args.partitions and min(owned) > 0
 
         await until(settled, 60, "the group did not settle")
@@ -217,13 +230,13 @@ async def cluster_run(n: int, args: argparse.Namespace, bootstrap: str, url: str
         await produce(bootstrap, topic, args.records, args.partitions)
 
         async def done() -> bool:
-            return sum(s[1] for s in await shares(urls, group)) >= args.records
+            return sum(s[1] for s in await shares(urls, args.subscribers)) >= deliveries
 
         await until(done, args.timeout_s, "not everything was delivered in time")
         seconds = time.perf_counter() - start
         used = {k: cpu_s(p) - before[k] for k, p in who.items()}
     runtime = sum(v for k, v in used.items() if k.startswith("runtime-"))
-    return Result(f"{n} instance{'s' if n > 1 else ''}", args.records, seconds,
+    return Result(f"{n} instance{'s' if n > 1 else ''}", deliveries, seconds,
                   {"runtime": runtime, "broker": used["broker"], "receiver": used["receiver"],
                    "self": used["self"]})
 
@@ -270,7 +283,8 @@ async def main(args: argparse.Namespace) -> None:
             assert broker.pid is not None
             pids = {"broker": broker.pid, "receiver": recv.pid, "self": os.getpid()}
             print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
-            results = [await bare_loop(url, args.records, args.concurrency * 2, pids)]
+            results = [await bare_loop(url, args.records * args.subscribers,
+                                       args.concurrency * 2, pids)]
             for round_ in range(args.rounds):
                 for n in args.instances:
                     result = await cluster_run(n, args, broker.bootstrap, url, pids, Path(tmp))
@@ -292,6 +306,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         default=[1, 2])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=180.0)
+    parser.add_argument("--subscribers", type=int, default=1,
+                        help="subscriptions of the topic, each its own group.id")
     return parser.parse_args(argv)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,16 @@ async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
         await receiver.stop()
 
 
+async def until_stalled(admin: Admin) -> dict[str, Any]:
+    """`/readyz` once it is 503 naming a stall (the watchdog looks on commit ticks)."""
+    for _ in range(100):
+        status, ready = await admin.call("GET", "/readyz")
+        if status == 503 and any("stalled" in r for r in ready["reasons"]):
+            return dict(ready)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"/readyz never named a stall: {status} {ready}")
+
+
 async def test_a_stuck_partition_is_reported_stalled_in_readyz_and_the_journal(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int]) -> None:
@@ -85,12 +96,8 @@ async def test_a_stuck_partition_is_reported_stalled_in_readyz_and_the_journal(
         await admin.subscribe(subscription("stall", [{"name": topic}], receiver.url,
                                            fast_group=fast_group_kwargs))
         await produce(kafka_bootstrap, topic, 3)
-        for _ in range(100):
-            status, ready = await admin.call("GET", "/readyz")
-            if any("stalled" in r for r in ready["reasons"]):
-                break
-            await asyncio.sleep(0.1)
-        assert status == 503 and [r for r in ready["reasons"] if f"{topic}-0 stalled" in r]
+        ready = await until_stalled(admin)
+        assert [r for r in ready["reasons"] if f"{topic}-0 stalled" in r]
         _, one = await admin.call("GET", "/broker/subscription/stall/g-stall")
         assert one["data"]["status"]["partitions"][0]["stalled_for_ms"] >= 1000
         release.set()
@@ -137,12 +144,7 @@ async def test_lag_keeps_growing_while_the_fetch_is_paused_and_readyz_names_it(
         assert (partition["highwater"], partition["lag"], partition["paused"]) == (
             2050, 2050, True)
         assert len(receiver.pushes) == 2  # the window: nothing else was sent
-        for _ in range(100):  # the stall watchdog looks on the cursor's commit ticks
-            status, ready = await admin.call("GET", "/readyz")
-            if status == 503:
-                break
-            await asyncio.sleep(0.1)
-        assert status == 503, ready
+        ready = await until_stalled(admin)
         assert [r for r in ready["reasons"] if f"{topic}-0 stalled" in r and "lag 2050" in r]
         release.set()
         await receiver.wait_for(lambda: len(receiver.delivered()) == 2050)
