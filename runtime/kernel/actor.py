@@ -52,6 +52,25 @@ class _Envelope:
     counted: bool = True
 
 
+def _wait_for(loop: asyncio.AbstractEventLoop, clock: Clock, deadline_ms: int | None,
+              ) -> tuple[asyncio.Future[Any], asyncio.TimerHandle | None]:
+    """A future done at `deadline_ms` of `clock` (never, for None), and the loop's alarm
+    that sets it. On the real clock a bare future and one alarm: a task per wait (a
+    sleep) cost a task and two more loop callbacks each time a timer was due."""
+    if deadline_ms is None:
+        return loop.create_future(), None
+    delay_ms = deadline_ms - clock.monotonic_ms()
+    if not isinstance(clock, RealClock):
+        return loop.create_task(clock.sleep_ms(delay_ms)), None
+    wake: asyncio.Future[Any] = loop.create_future()
+    return wake, loop.call_later(max(delay_ms, 0) / 1000, _set_done, wake)
+
+
+def _set_done(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class Mailbox:
     """A bounded FIFO of envelopes, read by one task (the actor's).
 
@@ -319,10 +338,8 @@ class Actor:
         while True:
             for message in wheel.advance(clock.monotonic_ms()):
                 self.tell_system(message)
-            deadline = wheel.next_deadline()
-            sleep = self._timer_sleep = (
-                loop.create_future() if deadline is None else
-                loop.create_task(clock.sleep_ms(deadline - clock.monotonic_ms())))
+            sleep, alarm = _wait_for(loop, clock, wheel.next_deadline())
+            self._timer_sleep = sleep
             try:
                 await sleep
             except asyncio.CancelledError:
@@ -331,6 +348,8 @@ class Actor:
                     raise  # this loop is cancelled (the actor stops), not just woken
             finally:
                 self._timer_sleep = None
+                if alarm is not None:
+                    alarm.cancel()
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self, ready: asyncio.Future[None]) -> None:

@@ -199,6 +199,25 @@ async def test_an_earlier_timer_cuts_the_wait_for_a_later_one_short() -> None:
     await system.stop()
 
 
+async def test_on_the_real_clock_an_earlier_timer_cuts_the_wait_short() -> None:
+    """The real clock's waits are a future and a loop alarm (no task per wait): a timer
+    scheduled earlier than the one waited for still comes first, and on time."""
+    actor = Recorder()
+    system = await start(actor)  # the real clock
+    now = actor.context.clock.monotonic_ms()
+    actor.schedule(now + 10_000, "late")
+    await asyncio.sleep(0.01)  # the timer loop now waits for 10 s
+    actor.schedule(now + 30, "early")
+    for _ in range(200):
+        if actor.seen:
+            break
+        await asyncio.sleep(0.01)
+    assert actor.seen == ["early"]
+    assert actor.context.clock.monotonic_ms() - now < 5_000  # not after the late one
+    await system.stop()
+    assert actor.seen == ["early"]
+
+
 async def test_stopping_an_actor_ends_its_timer_loop() -> None:
     clock = FakeClock()
     actor = Recorder()
