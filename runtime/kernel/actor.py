@@ -90,12 +90,16 @@ class Mailbox:
         self._items: deque[_Envelope] = deque()
         self._getter: asyncio.Future[None] | None = None
         self._counted = 0
-        self._putters: deque[asyncio.Future[None]] = deque()
+        # senders waiting for room; made when the first one waits (an empty deque is 760
+        # bytes, and most mailboxes never fill: issue 24, memory per subscription)
+        self._putters: deque[asyncio.Future[None]] | None = None
         self.closed = False
 
     async def put(self, envelope: _Envelope) -> None:
         while self._counted >= self.capacity and not self.closed:
             space: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if self._putters is None:
+                self._putters = deque()
             self._putters.append(space)
             try:
                 await space
@@ -148,8 +152,9 @@ class Mailbox:
         return envelope
 
     def _wake_putter(self) -> None:
-        while self._putters:
-            space = self._putters.popleft()
+        putters = self._putters
+        while putters:
+            space = putters.popleft()
             if not space.done():
                 space.set_result(None)
                 return
@@ -157,8 +162,9 @@ class Mailbox:
     def close(self) -> list[_Envelope]:
         """The owner died: senders waiting for room fail; return what was queued."""
         self.closed = True
-        while self._putters:
-            space = self._putters.popleft()
+        putters = self._putters
+        while putters:
+            space = putters.popleft()
             if not space.done():
                 space.set_result(None)  # they wake, see `closed` and raise
         return self.drain()

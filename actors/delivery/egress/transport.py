@@ -311,7 +311,7 @@ class LeanTransport:
         self._shelf = shelf if shelf is not None else Shelf()
         self._shelf.users += 1
         self._busy = 0
-        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._waiting: deque[asyncio.Future[None]] | None = None  # made on first wait
         self._using: set[_Connection] = set()  # connections with a request of ours
         self._addresses: list[AddrInfoType] = []
         self._resolved_at = 0.0
@@ -355,6 +355,8 @@ class LeanTransport:
             self._busy += 1
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiting is None:
+            self._waiting = deque()
         self._waiting.append(waiter)
         try:
             await waiter  # _give_slot hands its slot over
@@ -366,8 +368,9 @@ class LeanTransport:
             raise
 
     def _give_slot(self) -> None:
-        while self._waiting:
-            waiter = self._waiting.popleft()
+        waiting = self._waiting
+        while waiting:
+            waiter = waiting.popleft()
             if not waiter.done():
                 waiter.set_result(None)  # the slot moves to the waiter: _busy unchanged
                 return
