@@ -79,7 +79,13 @@ from actors.delivery.document.tls import client_context
 from actors.delivery.egress.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
 from actors.delivery.egress.guard import DestinationDenied, DestinationGuard
 from actors.delivery.egress.origin import STATE_VALUES, Origin, origin_of
-from actors.delivery.egress.outlet import Answer, OutletActor, describe_error, outcome_of
+from actors.delivery.egress.outlet import (
+    Answer,
+    OutletActor,
+    describe_error,
+    failure_of,
+    outcome_of,
+)
 from actors.delivery.egress.transport import (
     Transport,
     TransportName,
@@ -300,7 +306,7 @@ class EgressActor(OutletActor):
     def _reply(batch: list[Queued], answer: Answer, latency_ms: float) -> None:
         """One `BatchOutcome` per partition incarnation (a batch is one partition's
         records; two incarnations of it may share one across a restart)."""
-        error = None if answer.action == "skip" else answer.error  # a skip is finished
+        failure = failure_of(answer, latency_ms)
         by_actor: dict[tuple[int, int], tuple[Ref, int, list[Record]]] = {}
         for record, epoch, reply_to, alone in batch:
             if alone:
@@ -308,10 +314,7 @@ class EgressActor(OutletActor):
                 continue
             by_actor.setdefault((id(reply_to), epoch), (reply_to, epoch, []))[2].append(record)
         for reply_to, epoch, records in by_actor.values():
-            reply_to.tell_system(BatchOutcome(
-                records, epoch, answer.status, error, latency_ms, answer.retry_after_ms,
-                give_up=answer.action == "dead-letter",
-                disable=answer.action == "disable", local=answer.local))
+            reply_to.tell_system(BatchOutcome(records, epoch, failure))
 
     async def on_stop(self) -> None:
         session, self._session = self._session, None
