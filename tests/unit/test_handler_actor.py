@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from actors.delivery.document.signing import webhook_id
-from actors.delivery.egress.handler import ConsumedRecord, HandlerActor
+from actors.delivery.egress.handler import ConsumedRecord, HandlerActor, HandlerDestination
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.errors import DeadLetter, Skip
 from runtime.host.journal import Event
@@ -42,7 +42,8 @@ class Harness:
 
     async def outlet(self, handler: Callable[[ConsumedRecord], Awaitable[object]]
                      ) -> HandlerActor:
-        actor = HandlerActor("egress", "billing_g1", handler, 4, TIMEOUT_MS, Registry())
+        destination = HandlerDestination(handler, 4, TIMEOUT_MS)
+        actor = destination.outlet("egress", "billing_g1", Registry())
         await self.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
         return actor
 

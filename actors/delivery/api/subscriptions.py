@@ -93,7 +93,7 @@ class SubscriptionRoutes:
         embedding program registered: read-only here)."""
         status = self.service.status
         return ok([{**redacted(c), "state": status[k].state if k in status else "unknown",
-                    "inProcess": k in self.service.outlets}
+                    "inProcess": k in self.service.handlers}
                    for k, c in self.service.subscriptions.items()])
 
     async def post_unsubscribe(self, request: web.Request) -> web.Response:

@@ -11,12 +11,12 @@ The parameters become a Consumer document (the admin API's JSON, as a dict) that
 `decode_consumer` validates like any posted one, so an in-process subscription has exactly
 the HTTP path's settings, defaults and checks; an invalid value raises
 `InvalidSubscription` naming the parameter. The document is subscribed with
-`persist=False` and an outlet factory that builds a `HandlerActor` (actors/delivery/
-handler.py) instead of the HTTP egress: the same consumer, partition, dead-letter actors,
-commits, journal and metrics. Its `subscriptionMethod.uri` is a placeholder
-(`http://in-process.invalid/<handler>`, a reserved domain that never resolves) that
-nothing requests; it shows which function consumes in the admin API's listing, where
-the subscription is marked in-process.
+`persist=False` and a `HandlerDestination` (actors/delivery/egress/handler.py): its outlet
+is a `HandlerActor` instead of the HTTP egress, with the same consumer, partition,
+dead-letter actors, commits, journal and metrics. Its `subscriptionMethod.uri` is only a
+label for the admin API's listing (`http://in-process.invalid/<handler>`, a reserved
+domain that never resolves, so the document stays a valid Consumer JSON): nothing reads
+it to decide anything, where the subscription is marked in-process.
 
 `id` defaults to the handler's name: a subscription is the pair (`id`, `group_id`), so two
 handlers may consume with one group only under different ids.
@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING, Any, Final, Unpack
 
 from actors.delivery.control.service import DeliveryControl
 from actors.delivery.document.subscription import Consumer, decode_consumer
-from actors.delivery.egress.handler import ConsumedRecord, Handler, HandlerActor, handler_name
+from actors.delivery.egress.handler import (
+    ConsumedRecord,
+    Handler,
+    HandlerDestination,
+    handler_name,
+)
 from actors.delivery.egress.http import pool_size
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from runtime.errors import ActorDeadError, UsageError
@@ -109,12 +114,9 @@ async def consume(delivery: DeliveryControl, runtime: Runtime, group_id: str,
     raises (`SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`)."""
     default_broker = runtime.config.brokers[0].name
     consumer = decode_in_process(consumer_document(group_id, handler, options, default_broker))
-    pool, timeout_ms = pool_size(consumer), consumer.subscriptionMethod.timeoutMs
-
-    def outlet(name: str) -> HandlerActor:
-        return HandlerActor(name, consumer.key, handler, pool, timeout_ms, runtime.metrics)
-
-    await delivery.subscribe(consumer, persist=False, outlet=outlet)
+    destination = HandlerDestination(handler, pool_size(consumer),
+                                      consumer.subscriptionMethod.timeoutMs)
+    await delivery.subscribe(consumer, persist=False, handler=destination)
     return InProcessSubscription(delivery, consumer)
 
 
@@ -164,7 +166,7 @@ def default_id(handler: Handler) -> str:
 
 
 def in_process_uri(handler: Handler) -> str:
-    """The placeholder endpoint of an in-process subscription (never requested)."""
+    """The label in an in-process subscription's `uri` (never requested nor read)."""
     return f"http://{IN_PROCESS_HOST}/{urllib.parse.quote(handler_name(handler), safe='')}"
 
 
