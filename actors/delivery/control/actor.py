@@ -201,7 +201,7 @@ class ControlActor(Actor):
             await self.trees.stop_all(list(self.registry))
 
     # -- messages ------------------------------------------------------------------------
-    async def handle(self, message: object) -> Any:
+    async def handle(self, message: object) -> object:
         """A refusal (`DeliveryError`) is the asker's answer, not this actor's crash."""
         try:
             return await self._handle(message)
@@ -250,7 +250,7 @@ class ControlActor(Actor):
             return await self._replay(message)
         raise UsageError(f"{self.path}: unknown message {message!r}")
 
-    def _later(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+    def _later(self, work: Coroutine[object, None, None]) -> asyncio.Future[None]:
         """Run `work` as an owned task and answer with a future of its outcome: a write
         to the subscriptions topic returns once the follower applied it, which takes this
         mailbox, so it must not be awaited here. Its error goes to the asker, not to us."""

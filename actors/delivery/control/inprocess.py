@@ -28,8 +28,8 @@ import contextlib
 import inspect
 import re
 import urllib.parse
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Unpack
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Unpack
 
 from actors.delivery.control.service import DeliveryControl
 from actors.delivery.document.subscription import Consumer, decode_consumer
@@ -120,8 +120,8 @@ async def consume(delivery: DeliveryControl, runtime: Runtime, group_id: str,
     return InProcessSubscription(delivery, consumer)
 
 
-def consumer_document(group_id: str, handler: Handler, options: Mapping[str, Any],
-                      default_broker: str) -> dict[str, Any]:
+def consumer_document(group_id: str, handler: Handler, options: ConsumeOptions,
+                      default_broker: str) -> dict[str, object]:
     """The Consumer JSON (as a dict) of `Runtime.consume`'s parameters; fields not given
     are left out, so the document's own defaults apply."""
     _check_handler(handler)
@@ -131,7 +131,7 @@ def consumer_document(group_id: str, handler: Handler, options: Mapping[str, Any
                          f"known: group_id, handler, {', '.join(sorted(OPTIONS))}")
     config = _fields(options, TOPIC_FIELDS)
     chosen = {} if options.get("filter") is None else {"filter": _filter(options["filter"])}
-    topics: list[dict[str, Any]] = [{"name": name, "config": config, **chosen}
+    topics: list[dict[str, object]] = [{"name": name, "config": config, **chosen}
                                     for name in _topic_names(options.get("topics", ()))]
     if options.get("pattern") is not None:
         topics.append({"name": options["pattern"], "pattern": True, "config": config,
@@ -150,7 +150,7 @@ def consumer_document(group_id: str, handler: Handler, options: Mapping[str, Any
     }
 
 
-def decode_in_process(document: dict[str, Any]) -> Consumer:
+def decode_in_process(document: dict[str, object]) -> Consumer:
     """`decode_consumer`, with errors naming `consume()`'s parameters, not the JSON's."""
     try:
         return decode_consumer(document)
@@ -177,14 +177,14 @@ def _check_handler(handler: Handler) -> None:
                          f"got {handler!r}")
 
 
-def _topic_names(topics: Any) -> list[str]:
+def _topic_names(topics: Sequence[str]) -> list[str]:
     if isinstance(topics, str | bytes):
         raise UsageError(f"topics is a list of topic names, got the string {topics!r}: "
                          f"write topics=[{topics!r}]")
     return [str(name) for name in topics]
 
 
-def _filter(value: Any) -> Any:
+def _filter(value: object) -> object:
     """The filter as JSON would give it (a Mapping becomes a dict, tuples lists), so it
     is validated as a posted one is."""
     if isinstance(value, Mapping):
@@ -194,7 +194,7 @@ def _filter(value: Any) -> Any:
     return value
 
 
-def _fields(options: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+def _fields(options: Mapping[str, object], names: Mapping[str, str]) -> dict[str, object]:
     return {field: options[name] for name, field in names.items()
             if options.get(name) is not None}
 

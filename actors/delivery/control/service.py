@@ -362,7 +362,7 @@ class DeliveryControl:
         (typed: actors/delivery/control/status.py)."""
         consumer, status = self._known(key)
         tree = self._running_tree(key)
-        return SubscriptionAnswer(consumer=redacted(consumer), status=status.answer(
+        return SubscriptionAnswer(consumer={**redacted(consumer)}, status=status.answer(
             live(tree, key), activity=self._activity(key) if tree is not None else None))
 
     def answers(self) -> dict[str, SubscriptionAnswer]:

@@ -28,7 +28,6 @@ import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from actors.delivery.document.signing import webhook_id
 from actors.delivery.egress.outlet import Answer, OutletActor, describe_error
@@ -111,8 +110,8 @@ class HandlerActor(OutletActor):
                          metrics)
         self.handler = destination.handler
         self.timeout_ms = destination.timeout_ms
-        self._running: dict[asyncio.Task[Any], int] = {}  # worker -> deadline (monotonic)
-        self._timed_out: set[asyncio.Task[Any]] = set()
+        self._running: dict[asyncio.Task[object], int] = {}  # worker -> deadline (monotonic)
+        self._timed_out: set[asyncio.Task[object]] = set()
         self._busy = asyncio.Event()  # set when a call starts with none running
         self._tracebacks = Throttle()
 
@@ -141,7 +140,7 @@ class HandlerActor(OutletActor):
             self._log_failure(record, exc)
             raise  # the outlet turns it into a failed attempt (with `describe`)
 
-    async def _call(self, task: asyncio.Task[Any], item: ConsumedRecord) -> bool:
+    async def _call(self, task: asyncio.Task[object], item: ConsumedRecord) -> bool:
         """`await handler(item)`; False when the watchdog cut it off at `timeout_ms`."""
         running = self._running
         if not running:
@@ -157,7 +156,7 @@ class HandlerActor(OutletActor):
             running.pop(task, None)
         return not self._ours(task)  # a handler that swallowed our cancellation: late
 
-    def _ours(self, task: asyncio.Task[Any]) -> bool:
+    def _ours(self, task: asyncio.Task[object]) -> bool:
         """Whether the watchdog cancelled `task`; takes that cancellation back. Raises
         CancelledError when someone else (the actor stopping) asked to cancel it too,
         also when the handler swallowed that."""

@@ -61,7 +61,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 import msgspec
@@ -251,16 +251,15 @@ class EgressActor(OutletActor):
             self.transport_name, self.origin.shelf)
 
     # -- batches (batchSize > 1) ------------------------------------------------------
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: object) -> None:
         if self._batch_size == 1:
-            return await super().handle(message)
-        if isinstance(message, DeliverMany):
+            await super().handle(message)
+        elif isinstance(message, DeliverMany):
             self._queue(message.records, message.epoch, message.reply_to, False)
         elif isinstance(message, Deliver):  # a retry, or a replay
             self._queue([message.record], message.epoch, message.reply_to, True)
         else:
-            return await super().handle(message)  # refuses it
-        return None
+            await super().handle(message)  # refuses it
 
     def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
         batches = self._batches

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from actors.delivery.egress.attempts import Attempt, AttemptRing, Outcome, snippet
 from actors.shared.messages import Deliver, Delivered, Failed, Failure, Record
@@ -175,7 +175,7 @@ class OutletActor(Actor):
         """The text of a push that raised, for `Failed.error` and the journal."""
         return describe_error(exc)
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: object) -> None:
         if not isinstance(message, Deliver):
             raise UsageError(f"{self.path} handles Deliver, got {message!r}")
         self._pending.append((message, message.reply_to))
