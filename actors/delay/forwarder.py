@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -44,6 +44,7 @@ from runtime.kafka import make_producer
 from runtime.kernel import Actor
 from runtime.kernel.errors import ActorDeadError
 
+T = TypeVar("T")
 _PARTITIONER = DefaultPartitioner()
 BATCH_BYTES = 256 * 1024  # per produce batch; below Kafka's default 1 MB message limit
 SMALL_FLUSH = 64  # up to this many records per target partition: send() each (see Forwarder)
@@ -107,12 +108,12 @@ class Flight:
     cancelled meanwhile, the write goes on and its successor learns how it ended."""
 
     outputs: list[Output]
-    ack: asyncio.Future[Any]
+    ack: Awaitable[object]
     shared: bool = False
 
 
-def _done() -> asyncio.Future[Any]:
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+def _done() -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     future.set_result(None)
     return future
 
@@ -268,7 +269,7 @@ def _earlier(out: Output, ledger: DeadLetterLedger | None) -> Flight | None:
     return None if entry is None else Flight([out], entry, shared=True)
 
 
-def _batch_flight(outputs: list[Output], ack: asyncio.Future[Any],
+def _batch_flight(outputs: list[Output], ack: asyncio.Future[T],
                   ledger: DeadLetterLedger | None) -> Flight:
     if ledger is None:
         return Flight(outputs, ack)

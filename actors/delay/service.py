@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiokafka.structs import RecordMetadata
 
@@ -45,7 +45,7 @@ class DelayService:
     name = "delay"
 
     def __init__(self, *, drain_ms: int | None = None,
-                 consumer_settings: Mapping[str, Any] | None = None) -> None:
+                 consumer_settings: Mapping[str, object] | None = None) -> None:
         """`drain_ms` and `consumer_settings` (AIOKafkaConsumer settings) override what
         `[delay]` configures (`drain_ms`, `session_timeout_ms`)."""
         self._drain_override = drain_ms

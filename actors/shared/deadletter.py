@@ -40,7 +40,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypeVar
 
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
@@ -159,6 +159,7 @@ def _number(raw: bytes | None) -> int | None:
 
 # -- once per record ------------------------------------------------------------------------
 
+T = TypeVar("T")
 LedgerKey = tuple[str, int, int, int]
 LEDGER_CAPACITY: Final = 10_000
 
@@ -201,7 +202,7 @@ class DeadLetterLedger:
         """The first write of `record`'s dead letter (done: written), or None."""
         return self._entries.get(ledger_key(record))
 
-    def track(self, record: Record, write: asyncio.Future[Any]) -> asyncio.Future[None]:
+    def track(self, record: Record, write: asyncio.Future[T]) -> asyncio.Future[None]:
         """`record`'s dead letter is being written; `write` resolves once the broker
         acknowledged it. Returns the ledger's entry: it resolves when `write` does, or
         fails like it (then the record is forgotten). Await it through `asyncio.shield`:
@@ -243,7 +244,7 @@ class DeadLetterLedger:
             del self._by_partition[(key[0], key[1])]
 
     def _settle(self, key: LedgerKey, entry: asyncio.Future[None],
-                write: asyncio.Future[Any]) -> None:
+                write: asyncio.Future[T]) -> None:
         if entry.done():
             return
         error = WriteAbandoned("the dead-letter write was abandoned") if write.cancelled() \

@@ -109,11 +109,10 @@ class Delivered:
 
 
 @dataclass(frozen=True, slots=True)
-class Failed:
-    """Egress -> partition: non-2xx, timeout or connection error; may be retried."""
+class Failure:
+    """What a failed push got: non-2xx, timeout or connection error. One per request,
+    shared by `Failed` (one record) and `BatchOutcome` (each record of a batch)."""
 
-    record: Record
-    epoch: int
     status: int | None
     error: str
     latency_ms: float
@@ -125,6 +124,15 @@ class Failed:
     retried nor finished (it is delivered again after the operator resumes)."""
     local: bool = False
     """Not sent: the origin's circuit breaker was open. Counts as an attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Egress -> partition: pushing `record` failed; it may be retried."""
+
+    record: Record
+    epoch: int
+    failure: Failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,18 +148,12 @@ class DeliverMany:
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """Egress -> partition: one batched request's answer, for each of its records (the
-    partition handles each as if it came alone, then dispatches once). `error` None is
+    partition handles each as if it came alone, then dispatches once). `failure` None is
     finished (2xx, or the receiver said skip)."""
 
     records: list[Record]
     epoch: int
-    status: int | None
-    error: str | None
-    latency_ms: float
-    retry_after_ms: int | None = None
-    give_up: bool = False
-    disable: bool = False  # as in `Failed`
-    local: bool = False
+    failure: Failure | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 import msgspec
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 
 from runtime.errors import ActorError
 from runtime.host.config import (
@@ -81,7 +82,7 @@ class BadRequest(Exception):
         self.status = status
 
 
-def ok(data: Any) -> web.Response:
+def ok(data: object) -> web.Response:
     return web.Response(body=_encoder.encode({"success": True, "data": data}),
                         content_type="application/json")
 
@@ -93,7 +94,8 @@ def fail(status: int, reason: str, details: str = "") -> web.Response:
 
 
 def guard_middleware(token: str, public_health: bool,
-                     hosts: HostCheck | None = None, doors: Doors | None = None) -> Any:
+                     hosts: HostCheck | None = None, doors: Doors | None = None,
+                     ) -> Middleware:
     """The rules in the module docstring, as aiohttp middleware. With `doors`, the request
     head time limit (runtime/host/frontdoor.py) stops while a request is handled."""
     guard = _Guard(token, public_health, hosts or HostCheck("127.0.0.1"))
@@ -292,7 +294,7 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 class AdminServer:
     def __init__(self, listen: str, token: str, registry: Registry,
-                 health: Callable[[], dict[str, Any]], *, public_health: bool = False,
+                 health: Callable[[], dict[str, object]], *, public_health: bool = False,
                  tls: ssl.SSLContext | None = None,
                  allowed_hosts: Sequence[str] = (),
                  header_timeout_ms: int = DEFAULT_HEADER_TIMEOUT_MS,
@@ -316,7 +318,7 @@ class AdminServer:
 
     @classmethod
     def from_config(cls, config: AdminConfig, registry: Registry,
-                    health: Callable[[], dict[str, Any]]) -> AdminServer:
+                    health: Callable[[], dict[str, object]]) -> AdminServer:
         """The server `[admin]` describes (TLS files are loaded here: checked already by
         the config's own check)."""
         tls = (server_context(config.tls_certfile, config.tls_keyfile)

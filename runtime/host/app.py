@@ -105,7 +105,7 @@ class Runtime:
         """True for a broker this runtime started itself (see runtime.kafka.compat)."""
         return broker_name in self._brokers
 
-    def consumer_settings(self, broker_name: str) -> dict[str, Any]:
+    def consumer_settings(self, broker_name: str) -> dict[str, object]:
         """Consumer settings that work around the quirks of this broker, if any."""
         return compat.fetch_settings(self.is_embedded(broker_name))
 
@@ -170,7 +170,7 @@ class Runtime:
         self.journal.emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,
                                 reason=event.reason))
 
-    def _health(self) -> dict[str, Any]:
+    def _health(self) -> dict[str, object]:
         started = self._started_ms
         uptime = None if started is None else (self.clock.monotonic_ms() - started) // 1000
         return {"status": "ok" if self._state == "running" else self._state,

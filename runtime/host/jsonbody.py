@@ -12,9 +12,14 @@ to that conversion, which knows each field.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final, TypeAlias
 
 import msgspec
+
+JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
+"""A JSON document as msgspec decodes it (and as `msgspec.json.encode` takes it)."""
+JSONObject: TypeAlias = dict[str, JSON]
+"""A JSON object: a subscription document, an OpenAPI schema, a status answer."""
 
 MAX_DEPTH: Final = 16
 """Objects and arrays inside each other; a subscription needs 5."""
@@ -29,9 +34,9 @@ class JsonRejected(ValueError):
         self.details = details
 
 
-def load_json(body: bytes | bytearray | memoryview) -> Any:
+def load_json(body: bytes | bytearray | memoryview) -> JSON:
     try:
-        value = msgspec.json.decode(body)
+        value: JSON = msgspec.json.decode(body)
     except UnicodeDecodeError as exc:
         raise JsonRejected("malformed JSON", f"not UTF-8: {exc.reason} at byte {exc.start}"
                            ) from None
@@ -42,13 +47,13 @@ def load_json(body: bytes | bytearray | memoryview) -> Any:
     return value
 
 
-def check_value(value: Any) -> None:
+def check_value(value: object) -> None:
     """`value` (decoded JSON, or what a library caller built) within the limits above;
     also refuses strings that cannot be encoded as UTF-8 (lone surrogates)."""
     _check(value, "", 0)
 
 
-def _check(value: Any, path: str, depth: int) -> None:
+def _check(value: object, path: str, depth: int) -> None:
     if isinstance(value, str):
         _check_string(value, path, "")
     elif isinstance(value, dict | list):

@@ -14,12 +14,14 @@ Security follows the config: with a token every operation needs the bearer schem
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 
-JSON: Final = "application/json"
-Operation = dict[str, Any]
+from runtime.host.jsonbody import JSON, JSONObject
+
+MEDIA_JSON: Final = "application/json"
+Operation = JSONObject
 
 ERROR_TEXT: Final = {
     400: "a malformed or invalid request; `reason` names the field",
@@ -30,7 +32,7 @@ ERROR_TEXT: Final = {
     415: "body not `application/json`",
     503: "cannot be done now (a subscription that cannot start, actors restarting)",
 }
-BASE_SCHEMAS: Final[dict[str, Any]] = {
+BASE_SCHEMAS: Final[JSONObject] = {
     "Error": {
         "type": "object",
         "required": ["success", "reason", "details"],
@@ -40,34 +42,34 @@ BASE_SCHEMAS: Final[dict[str, Any]] = {
 }
 
 
-def ref(name: str) -> dict[str, str]:
+def ref(name: str) -> JSONObject:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def success(data: Mapping[str, Any]) -> dict[str, Any]:
+def success(data: Mapping[str, JSON]) -> JSONObject:
     """The schema of `{"success": true, "data": <data>}`."""
     return {"type": "object", "required": ["success", "data"],
             "properties": {"success": {"const": True}, "data": dict(data)}}
 
 
-def json_answer(description: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-    return {"description": description, "content": {JSON: {"schema": dict(schema)}}}
+def json_answer(description: str, schema: Mapping[str, JSON]) -> JSONObject:
+    return {"description": description, "content": {MEDIA_JSON: {"schema": dict(schema)}}}
 
 
-def errors(*statuses: int) -> dict[str, Any]:
+def errors(*statuses: int) -> JSONObject:
     return {str(s): json_answer(ERROR_TEXT[s], ref("Error")) for s in statuses}
 
 
-def json_body(schema: Mapping[str, Any], *, required: bool = True) -> dict[str, Any]:
-    return {"required": required, "content": {JSON: {"schema": dict(schema)}}}
+def json_body(schema: Mapping[str, JSON], *, required: bool = True) -> JSONObject:
+    return {"required": required, "content": {MEDIA_JSON: {"schema": dict(schema)}}}
 
 
-_HEALTH: Final = {"type": "object", "required": ["status"],
+_HEALTH: Final[JSONObject] = {"type": "object", "required": ["status"],
                   "properties": {"status": {"type": "string"},
                                  "services": {"type": "array", "items": {"type": "string"}},
                                  "brokers": {"type": "object",
                                              "additionalProperties": {"type": "string"}}}}
-_READY: Final = {"type": "object", "required": ["ready"],
+_READY: Final[JSONObject] = {"type": "object", "required": ["ready"],
                  "properties": {"ready": {"type": "boolean"},
                                 "reasons": {"type": "array", "items": {"type": "string"}}}}
 HOST_OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
@@ -107,7 +109,7 @@ class OpenApi:
         self.token = token
         self.public_health = public_health
         self._operations: dict[tuple[str, str], Operation] = {}
-        self._schemas: dict[str, Any] = dict(BASE_SCHEMAS)
+        self._schemas: JSONObject = dict(BASE_SCHEMAS)
         for (method, path), operation in HOST_OPERATIONS.items():
             self.describe(method, path, operation)
 
@@ -115,29 +117,29 @@ class OpenApi:
         """Describe `method path` (aiohttp's `{name}` placeholders are OpenAPI's too)."""
         self._operations[(method.upper(), path)] = operation
 
-    def add_schemas(self, schemas: Mapping[str, Any]) -> None:
+    def add_schemas(self, schemas: Mapping[str, JSON]) -> None:
         self._schemas.update(schemas)
 
     def undescribed(self, router: web.UrlDispatcher) -> list[tuple[str, str]]:
         return sorted(r for r in _routes(router) if r not in self._operations)
 
-    def document(self, router: web.UrlDispatcher, server: str) -> dict[str, Any]:
-        paths: dict[str, dict[str, Any]] = {}
+    def document(self, router: web.UrlDispatcher, server: str) -> JSONObject:
+        paths: dict[str, JSONObject] = {}
         for method, path in sorted(_routes(router)):
             operation = self._operations.get((method, path))
             if operation is not None:
                 paths.setdefault(path, {})[method.lower()] = self._secured(path, operation)
-        document: dict[str, Any] = {
+        components: JSONObject = {"schemas": self._schemas}
+        document: JSONObject = {
             "openapi": "3.1.0",
             "info": {"title": "hookstream admin API (Queue-Over-Http compatible)",
                      "version": "1"},
             "servers": [{"url": server}],
-            "paths": paths,
-            "components": {"schemas": self._schemas},
+            "paths": {path: operations for path, operations in paths.items()},
+            "components": components,
         }
         if self.token:
-            document["components"]["securitySchemes"] = {
-                "bearer": {"type": "http", "scheme": "bearer"}}
+            components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
             document["security"] = [{"bearer": []}]
         return document
 
@@ -148,7 +150,9 @@ class OpenApi:
             return {k: v for k, v in operation.items() if k != "security"}
         if public:
             return {**operation, "security": [{"bearer": []}, {}]}
-        return {**operation, "responses": {**operation["responses"], **errors(401)}}
+        responses = operation.get("responses")
+        known = responses if isinstance(responses, dict) else {}
+        return {**operation, "responses": {**known, **errors(401)}}
 
     def __repr__(self) -> str:
         return f"<OpenApi {len(self._operations)} operations>"

@@ -14,7 +14,6 @@ import os
 import resource
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Actor
@@ -64,7 +63,7 @@ class ProcessSampler:
         self._cpu.set(times.user + times.system)
         self._fds.set(open_fds())
 
-    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._gc_started = time.perf_counter()
         elif self._gc_started is not None:

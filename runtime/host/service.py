@@ -61,7 +61,7 @@ class ConsumeOptions(TypedDict, total=False):
     id: str
     auto_commit_period_ms: int
     load_factor: float
-    filter: Mapping[str, Any]
+    filter: Mapping[str, object]
     """The records to handle: a filter as in a subscription's `topics[].filter` (issue 26),
     applied to every topic and the pattern."""
 

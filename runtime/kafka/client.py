@@ -99,14 +99,14 @@ async def _partition_count(admin: AIOKafkaAdminClient, topic: str) -> int | None
     return len(described["partitions"])
 
 
-def make_producer(bootstrap: str, **kwargs: Any) -> AIOKafkaProducer:
+def make_producer(bootstrap: str, **kwargs: object) -> AIOKafkaProducer:
     """An `AIOKafkaProducer` (not started); transactional/idempotent ones get compat fixes."""
     if kwargs.get("transactional_id") or kwargs.get("enable_idempotence"):
         compat.enable_init_producer_id_v3()
     return AIOKafkaProducer(bootstrap_servers=bootstrap, **_secured(bootstrap, kwargs))
 
 
-def make_consumer(bootstrap: str, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
+def make_consumer(bootstrap: str, *topics: str, **kwargs: object) -> AIOKafkaConsumer:
     """An `AIOKafkaConsumer` (not started) subscribed to `topics` when given.
 
     Its metadata requests never ask the broker to create a topic (see `topic_creation`).
@@ -117,12 +117,12 @@ def make_consumer(bootstrap: str, *topics: str, **kwargs: Any) -> AIOKafkaConsum
     return consumer
 
 
-def make_admin(bootstrap: str, **kwargs: Any) -> AIOKafkaAdminClient:
+def make_admin(bootstrap: str, **kwargs: object) -> AIOKafkaAdminClient:
     """An `AIOKafkaAdminClient` (not started)."""
     return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **_secured(bootstrap, kwargs))
 
 
-def _secured(bootstrap: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _secured(bootstrap: str, kwargs: dict[str, object]) -> dict[str, object]:
     """The registered security settings of `bootstrap`, under what the caller passed (a
     test may connect in plaintext on purpose)."""
     return {**security.client_kwargs(bootstrap), **kwargs}

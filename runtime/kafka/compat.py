@@ -87,6 +87,7 @@ import logging
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.producer import sender as _sender
 from aiokafka.protocol.api import Request, RequestStruct, Response
@@ -176,7 +177,7 @@ def init_producer_id_v3_enabled() -> bool:
     return current is InitProducerIdRequest or _knows_v3(current)
 
 
-def _knows_v3(request_class: Any) -> bool:
+def _knows_v3(request_class: object) -> bool:
     # A newer aiokafka that speaks v3 itself retires this workaround.
     classes = getattr(request_class, "_CLASSES", ())
     return any(getattr(c, "API_VERSION", 0) >= 3 for c in classes)
@@ -210,7 +211,7 @@ PROBE_WAIT_MS = 1
 EMBEDDED_FETCH_MAX_WAIT_MS = 10
 
 
-def fetch_settings(embedded: bool) -> dict[str, Any]:
+def fetch_settings(embedded: bool) -> dict[str, object]:
     """Consumer settings that work around quirk 4 on the embedded broker."""
     return {"fetch_max_wait_ms": EMBEDDED_FETCH_MAX_WAIT_MS} if embedded else {}
 
@@ -261,7 +262,7 @@ async def leave_group(consumer: AIOKafkaConsumer) -> bool:
 # -- reach-ins into aiokafka (pinned in pyproject.toml), each with a test ----------------
 
 
-def client_of(consumer: AIOKafkaConsumer) -> Any:
+def client_of(consumer: AIOKafkaConsumer) -> AIOKafkaClient:
     """The `AIOKafkaClient` a started consumer talks through: commits and offset fetches of
     other groups (runtime/kafka/group_offsets.py) reuse its connections instead of opening
     one client per group. aiokafka has no public accessor."""

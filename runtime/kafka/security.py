@@ -29,7 +29,7 @@ import ssl
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from aiokafka.abc import AbstractTokenProvider
 from aiokafka.helpers import create_ssl_context
@@ -82,9 +82,9 @@ class Security:
         self._check_tls()
         self._check_sasl()
 
-    def client_kwargs(self) -> dict[str, Any]:
+    def client_kwargs(self) -> dict[str, object]:
         """Keyword arguments for aiokafka's consumer, producer and admin client."""
-        kwargs: dict[str, Any] = {"security_protocol": self.security_protocol}
+        kwargs: dict[str, object] = {"security_protocol": self.security_protocol}
         if self.tls:
             kwargs["ssl_context"] = self.ssl_context
         if self.sasl:
@@ -205,6 +205,6 @@ def lookup(bootstrap: str) -> Security:
     return _table.get(normalize(bootstrap), PLAINTEXT)
 
 
-def client_kwargs(bootstrap: str) -> dict[str, Any]:
+def client_kwargs(bootstrap: str) -> dict[str, object]:
     """aiokafka keyword arguments for a client of `bootstrap` (see `Security`)."""
     return lookup(bootstrap).client_kwargs()

@@ -48,7 +48,7 @@ _STOP = _Stop()
 @dataclass(slots=True)
 class _Envelope:
     message: object
-    reply: asyncio.Future[Any] | None = None
+    reply: asyncio.Future[object] | None = None
     counted: bool = True
 
 
@@ -233,17 +233,17 @@ class Actor:
         self.name = name
         self.context = ActorContext(path=f"/{name}")
         self._mailbox = Mailbox(self.mailbox_capacity)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._state = "new"
         self._stopping = False
-        self._timers: TimerWheel[Any] | None = None
-        self._timer_sleep: asyncio.Future[Any] | None = None  # the timer loop's current wait
+        self._timers: TimerWheel[object] | None = None
+        self._timer_sleep: asyncio.Future[None] | None = None  # the timer loop's current wait
 
     # -- overridable -------------------------------------------------------------------
     async def on_start(self) -> None:
         """Runs before the actor reports ready; an error here fails `start()`."""
 
-    async def handle(self, message: object) -> Any:
+    async def handle(self, message: object) -> object:
         raise NotImplementedError(f"{type(self).__name__} does not handle {message!r}")
 
     async def on_stop(self) -> None:
@@ -288,7 +288,7 @@ class Actor:
     async def ask(self, message: object, timeout_s: float | None = None) -> Any:
         """Send a message and wait for `handle`'s return value (or its error)."""
         self._check_alive()
-        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        reply: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         await self._mailbox.put(_Envelope(message, reply))
         if timeout_s is None:
             return await reply
@@ -305,7 +305,7 @@ class Actor:
         self.tell_system(_Crash(ActorKilled(f"{self.path}: {reason}")))
 
     # -- owned tasks and timers --------------------------------------------------------
-    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+    def spawn(self, coro: Coroutine[object, None, T], name: str | None = None) -> asyncio.Task[T]:
         """Run `coro` as a task owned by this actor: cancelled when the actor ends,
         and an error in it crashes the actor."""
         task = asyncio.get_running_loop().create_task(coro, name=name or f"{self.path}:task")
@@ -313,7 +313,7 @@ class Actor:
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
+    def _task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.tell_system(_Crash(task.exception()))  # type: ignore[arg-type]
@@ -322,7 +322,7 @@ class Actor:
         """Whether any message of `schedule` is still to come."""
         return self._timers is not None and self._timers.next_deadline() is not None
 
-    def schedule(self, deadline_ms: int, message: object) -> TimerHandle[Any]:
+    def schedule(self, deadline_ms: int, message: object) -> TimerHandle[object]:
         """Deliver `message` to this actor at monotonic time `deadline_ms`."""
         if self._timers is None:
             self._timers = TimerWheel(start_ms=self.context.clock.monotonic_ms())

@@ -202,7 +202,7 @@ class Supervisor(Actor):
             await _cancel_all([self._children.pop(n) for n in list(self._children)])
             raise
 
-    async def handle(self, message: object) -> Any:
+    async def handle(self, message: object) -> object:
         if isinstance(message, _Exited):
             await self._on_exit(message)
         elif isinstance(message, _StartChild):

@@ -26,7 +26,7 @@ async def test_a_denied_destination_fails_at_connect_time_and_nothing_is_sent(
     egress = await _egress(harness, DestinationGuard(deny=["127.0.0.0/8"]))
     [outcome] = await harness.push(egress, make_record())
     assert isinstance(outcome, Failed)
-    assert "destination guard" in outcome.error and "127.0.0.1" in outcome.error
+    assert "destination guard" in outcome.failure.error and "127.0.0.1" in outcome.failure.error
     assert harness.endpoint.seen == []
 
 

@@ -123,8 +123,8 @@ async def _push(harness: Harness, url: str, **method: Any) -> Delivered | Failed
 async def test_by_default_an_unknown_ca_is_refused_and_journaled_with_the_tls_error(
         harness: Harness, https: HttpsReceiver) -> None:
     outcome = await _push(harness, https.url)
-    assert isinstance(outcome, Failed) and not outcome.give_up
-    assert outcome.error is not None and UNKNOWN_CA in outcome.error
+    assert isinstance(outcome, Failed) and not outcome.failure.give_up
+    assert outcome.failure.error is not None and UNKNOWN_CA in outcome.failure.error
     [failed] = [e for e in harness.events if e.type == "failed"]
     assert failed.reason is not None and UNKNOWN_CA in failed.reason
     assert https.peers == []  # no request got through
@@ -140,7 +140,7 @@ async def test_the_extra_ca_file_makes_the_endpoint_trusted(
 async def test_a_receiver_demanding_a_client_certificate_refuses_a_push_without_one(
         harness: Harness, mutual: HttpsReceiver, pki: Pki) -> None:
     outcome = await _push(harness, mutual.url, tls={"caFile": str(pki.ca_file)})
-    assert isinstance(outcome, Failed) and outcome.status is None
+    assert isinstance(outcome, Failed) and outcome.failure.status is None
     assert mutual.peers == []
 
 
@@ -215,7 +215,7 @@ async def test_the_host_name_is_still_checked_with_an_extra_ca(
     async for receiver in _serve(context):
         outcome = await _push(harness, receiver.url, tls={"caFile": str(pki.ca_file)})
         assert isinstance(outcome, Failed)
-        assert outcome.error is not None and "mismatch" in outcome.error
+        assert outcome.failure.error is not None and "mismatch" in outcome.failure.error
         assert receiver.peers == []
 
 

@@ -52,16 +52,17 @@ async def test_skip_finishes_the_record_even_on_a_500(harness: Harness, receiver
 
 async def test_dead_letter_gives_up_now_even_on_a_200(harness: Harness, receiver: str) -> None:
     outcome = await _answer(harness, f"{receiver}/200?action=dead-letter")
-    assert isinstance(outcome, Failed) and outcome.give_up
+    assert isinstance(outcome, Failed) and outcome.failure.give_up
 
 
 async def test_retry_after_sets_the_delay(harness: Harness, receiver: str) -> None:
     outcome = await _answer(harness, f"{receiver}/503?action=retry-after%3D1500")
-    assert isinstance(outcome, Failed) and outcome.retry_after_ms == 1500
-    assert not outcome.give_up
+    assert isinstance(outcome, Failed) and outcome.failure.retry_after_ms == 1500
+    assert not outcome.failure.give_up
 
 
 async def test_an_unknown_action_leaves_the_status_to_decide(harness: Harness,
                                                              receiver: str) -> None:
     failed = await _answer(harness, f"{receiver}/500?action=explode")
-    assert isinstance(failed, Failed) and not failed.give_up and failed.error == "HTTP 500"
+    assert isinstance(failed, Failed)
+    assert not failed.failure.give_up and failed.failure.error == "HTTP 500"

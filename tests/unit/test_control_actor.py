@@ -37,9 +37,9 @@ from actors.delivery.control.source import (
     LocalFiles,
     Stored,
 )
-from actors.delivery.control.trees import OutletFactory
 from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
@@ -84,7 +84,7 @@ class Plot:
     the next `failing` ones as a broker that is away would."""
 
     clock: FakeClock
-    outlets: dict[str, OutletFactory] = field(default_factory=dict)
+    handlers: dict[str, HandlerDestination] = field(default_factory=dict)
     restoring: bool = False
     running: set[str] = field(default_factory=set)
     starts: list[tuple[str, int]] = field(default_factory=list)

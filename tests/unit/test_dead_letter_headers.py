@@ -4,7 +4,7 @@ queue write, and the reader that understands it and the delay queue's legacy nam
 from __future__ import annotations
 
 from actors.delay.book import dead_letter
-from actors.delivery.path.deadletter import DeadLetter
+from actors.delivery.path.deadletter import WriteDeadLetter
 from actors.shared.deadletter import (
     Attempts,
     DeadLetterSource,
@@ -20,8 +20,8 @@ def rec(*headers: tuple[str, bytes], offset: int = 7) -> Record:
 
 
 def test_delivery_writes_where_why_attempts_and_status_after_the_records_headers() -> None:
-    message = DeadLetter(rec(("trace", b"t1")), "gave up after 4 attempts: HTTP 500", 500, 1,
-                         Actor("partition"))
+    message = WriteDeadLetter(rec(("trace", b"t1")), "gave up after 4 attempts: HTTP 500",
+                              500, 1, Actor("partition"))
     assert message.headers() == [
         ("trace", b"t1"),
         ("dlt-reason", b"gave up after 4 attempts: HTTP 500"),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from actors.delivery.document.signing import webhook_id
-from actors.delivery.egress.handler import ConsumedRecord, HandlerActor
+from actors.delivery.egress.handler import ConsumedRecord, HandlerActor, HandlerDestination
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.errors import DeadLetter, Skip
 from runtime.host.journal import Event
@@ -42,7 +42,8 @@ class Harness:
 
     async def outlet(self, handler: Callable[[ConsumedRecord], Awaitable[object]]
                      ) -> HandlerActor:
-        actor = HandlerActor("egress", "billing_g1", handler, 4, TIMEOUT_MS, Registry())
+        destination = HandlerDestination(handler, 4, TIMEOUT_MS)
+        actor = destination.outlet("egress", "billing_g1", Registry())
         await self.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
         return actor
 
@@ -117,17 +118,17 @@ async def test_skip_finishes_the_record_without_a_retry_and_says_why(
 async def test_dead_letter_gives_the_record_up_now(harness: Harness) -> None:
     outcome = await harness.raising(DeadLetter("unknown customer"))
 
-    assert isinstance(outcome, Failed) and outcome.give_up
-    assert outcome.error == "DeadLetter: unknown customer"
+    assert isinstance(outcome, Failed) and outcome.failure.give_up
+    assert outcome.failure.error == "DeadLetter: unknown customer"
 
 
 async def test_an_error_fails_the_attempt_naming_where_the_handler_raised(
         harness: Harness) -> None:
     outcome = await harness.raising(ValueError("bad amount"))
 
-    assert isinstance(outcome, Failed) and not outcome.give_up
-    assert outcome.error.startswith("ValueError: bad amount (at test_handler_actor.py:")
-    assert outcome.error.endswith(" in handle)")
+    assert isinstance(outcome, Failed) and not outcome.failure.give_up
+    assert outcome.failure.error.startswith("ValueError: bad amount (at test_handler_actor.py:")
+    assert outcome.failure.error.endswith(" in handle)")
 
 
 async def test_a_hanging_handler_is_bounded_by_timeout_ms_on_the_injected_clock(
@@ -149,8 +150,8 @@ async def test_a_hanging_handler_is_bounded_by_timeout_ms_on_the_injected_clock(
     await harness.clock.advance_settled(1)
 
     outcome = harness.partition.outcomes.get_nowait()
-    assert isinstance(outcome, Failed) and not outcome.give_up
-    assert outcome.error == f"handler did not finish within {TIMEOUT_MS} ms"
+    assert isinstance(outcome, Failed) and not outcome.failure.give_up
+    assert outcome.failure.error == f"handler did not finish within {TIMEOUT_MS} ms"
     assert cancelled.is_set()
 
 
@@ -159,7 +160,7 @@ async def test_a_timeout_the_handler_raises_itself_is_its_own_error_not_ours(
     outcome = await harness.raising(TimeoutError("the database did not answer"))
 
     assert isinstance(outcome, Failed)
-    assert outcome.error.startswith("TimeoutError: the database did not answer (at ")
+    assert outcome.failure.error.startswith("TimeoutError: the database did not answer (at ")
 
 
 async def test_a_stray_cancelled_error_fails_the_attempt_and_the_worker_lives_on(
@@ -176,7 +177,7 @@ async def test_a_stray_cancelled_error_fails_the_attempt_and_the_worker_lives_on
     first = await harness.push(outlet, record(offset=1))
     second = await harness.push(outlet, record(offset=2))
 
-    assert isinstance(first, Failed) and "CancelledError" in first.error
+    assert isinstance(first, Failed) and "CancelledError" in first.failure.error
     assert isinstance(second, Delivered) and outlet.alive
 
 
@@ -205,7 +206,7 @@ async def test_each_call_times_out_at_its_own_deadline(harness: Harness) -> None
 
     second = harness.partition.outcomes.get_nowait()
     assert isinstance(second, Failed) and second.record.offset == 2
-    assert second.error == f"handler did not finish within {TIMEOUT_MS} ms"
+    assert second.failure.error == f"handler did not finish within {TIMEOUT_MS} ms"
 
 
 async def test_a_handler_that_swallows_the_timeout_and_returns_late_still_failed(
@@ -226,7 +227,7 @@ async def test_a_handler_that_swallows_the_timeout_and_returns_late_still_failed
 
     outcome = harness.partition.outcomes.get_nowait()
     assert isinstance(outcome, Failed)
-    assert outcome.error == f"handler did not finish within {TIMEOUT_MS} ms"
+    assert outcome.failure.error == f"handler did not finish within {TIMEOUT_MS} ms"
     assert isinstance(await harness.push(outlet, record(offset=8)), Delivered)  # worker fine
 
 

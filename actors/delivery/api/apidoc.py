@@ -7,21 +7,23 @@ decoder checks more than a schema can say (a known broker, a safe pattern, a fre
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
 from actors.delivery.document.subscription import ID_CHARS, ConsumerDocument
+from runtime.host.jsonbody import JSON, JSONObject
 from runtime.host.openapi import OpenApi, errors, json_answer, json_body, ref, success
 
 ONE: Final = "/broker/subscription/{id}/{groupId}"
-_PAIR: Final = [
+_PAIR: Final[list[JSON]] = [
     {"name": name, "in": "path", "required": True,
      "schema": {"type": "string", "minLength": 1}, "description": what}
     for name, what in (("id", "the subscription's id"), ("groupId", "its group.id"))
 ]
-_ID: Final = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": f"^{ID_CHARS}$"}
-UNSUBSCRIBE: Final[dict[str, Any]] = {
+_ID: Final[JSONObject] = {"type": "string", "minLength": 1, "maxLength": 200,
+                          "pattern": f"^{ID_CHARS}$"}
+UNSUBSCRIBE: Final[JSONObject] = {
     "description": "The whole Consumer JSON, or just `id` and `group` (or the deprecated "
                    "`id` and `group.id`); nothing else is read.",
     "type": "object",
@@ -33,35 +35,39 @@ UNSUBSCRIBE: Final[dict[str, Any]] = {
          "properties": {"id": _ID, "group.id": _ID}},
     ],
 }
-STATUS: Final[dict[str, Any]] = {
+STATUS: Final[JSONObject] = {
     "type": "object", "required": ["consumer", "status"],
     "properties": {"consumer": ref("ConsumerDocument"), "status": {"type": "object"}},
 }
-LISTED: Final[dict[str, Any]] = {
+LISTED: Final[JSONObject] = {
     "description": "A Consumer document (redacted) plus `state` and `inProcess`.",
     "type": "object", "required": ["id", "group", "state", "inProcess"],
     "properties": {"id": _ID, "state": {"type": "string"}, "inProcess": {"type": "boolean"}},
 }
-ATTEMPT_QUERY: Final = [
+_ATTEMPT_FIELDS: Final[tuple[tuple[str, JSONObject], ...]] = (
+    ("topic", {"type": "string"}),
+    ("partition", {"type": "integer", "minimum": 0}),
+    ("offset", {"type": "integer", "minimum": 0}),
+    ("webhookId", {"type": "string"}),
+    ("failed", {"type": "string", "enum": ["true"]}),
+    ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+)
+ATTEMPT_QUERY: Final[list[JSON]] = [
     {"name": name, "in": "query", "required": False, "schema": schema}
-    for name, schema in (("topic", {"type": "string"}),
-                         ("partition", {"type": "integer", "minimum": 0}),
-                         ("offset", {"type": "integer", "minimum": 0}),
-                         ("webhookId", {"type": "string"}),
-                         ("failed", {"type": "string", "enum": ["true"]}),
-                         ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}))
+    for name, schema in _ATTEMPT_FIELDS
 ]
 _CHANGE: Final = (403, 413, 415)  # what any request with a body may get
 _CONSUMER: Final = success(ref("ConsumerDocument"))
 _STATUS: Final = success(ref("SubscriptionStatus"))
 
 
-def _operation(summary: str, answer: dict[str, Any], *statuses: int,
-               body: dict[str, Any] | None = None,
-               parameters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    operation: dict[str, Any] = {"summary": summary,
-                                 "responses": {"200": json_answer("done", answer),
-                                               **errors(*statuses)}}
+def _operation(summary: str, answer: JSONObject, *statuses: int,
+               body: JSONObject | None = None,
+               parameters: list[JSON] | None = None, code: str = "200") -> JSONObject:
+    """`code` is the success status (`202` for work that runs on)."""
+    operation: JSONObject = {"summary": summary,
+                             "responses": {code: json_answer("done", answer),
+                                           **errors(*statuses)}}
     if body is not None:
         operation["requestBody"] = body
     if parameters:
@@ -95,8 +101,8 @@ def describe_delivery_api(doc: OpenApi) -> None:
     replay = _operation(
         "Replay records to the endpoint again (pushes carry QOH-Replay)",
         success({"type": "object"}), 400, 404, 503, *_CHANGE,
-        body=json_body({"type": "object"}, required=False), parameters=_PAIR)
-    replay["responses"]["202"] = replay["responses"].pop("200")  # accepted: it runs on
+        body=json_body({"type": "object"}, required=False), parameters=_PAIR,
+        code="202")  # accepted: it runs on
     doc.describe("POST", f"{ONE}/replay", replay)
     doc.describe("GET", f"{ONE}/attempts", _operation(
         "What happened to a record (topic, partition and offset, or webhookId), or the "

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from aiohttp import web
 
@@ -93,7 +92,7 @@ class SubscriptionRoutes:
         embedding program registered: read-only here)."""
         status = self.service.status
         return ok([{**redacted(c), "state": status[k].state if k in status else "unknown",
-                    "inProcess": k in self.service.outlets}
+                    "inProcess": k in self.service.handlers}
                    for k, c in self.service.subscriptions.items()])
 
     async def post_unsubscribe(self, request: web.Request) -> web.Response:
@@ -138,7 +137,7 @@ def unsubscribe_pair(body: bytes) -> tuple[str, str]:
     `{"id", "group": {"id"}}`, or the deprecated `{"id", "group.id"}`. Nothing else in the
     body is read."""
     try:
-        raw: Any = load_json(body)
+        raw = load_json(body)
     except JsonRejected as exc:
         raise InvalidSubscription(exc.reason, exc.details) from None
     if not isinstance(raw, dict):

@@ -23,7 +23,8 @@ source.py: the log and `/readyz`), rather than run it without its secrets.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 import msgspec
 
@@ -72,8 +73,9 @@ def sealed_value(consumer: Consumer, keys: tuple[bytes, ...]) -> bytes:
     if not keys or not clear_secrets(consumer):
         return encode(consumer)
     plain = document(consumer, redact=False)[METHOD]
-    secrets = {name: plain[name] for name in SECRET_FIELDS if plain.get(name) is not None}
-    shown = document(consumer, redact=True)
+    secrets = {name: plain[name] for name in SECRET_FIELDS
+               if isinstance(plain, dict) and plain.get(name) is not None}
+    shown: dict[str, object] = {**document(consumer, redact=True)}
     shown[SEALED] = seal(keys, msgspec.json.encode(secrets), _identity(shown))
     return msgspec.json.encode(shown)
 
@@ -113,14 +115,14 @@ def _sealed(value: bytes) -> bool:
     return isinstance(shown, dict) and SEALED in shown
 
 
-def _envelope(raw: Any) -> Envelope:
+def _envelope(raw: object) -> Envelope:
     try:
         return msgspec.convert(raw, Envelope)
     except msgspec.ValidationError as exc:
         raise Unsealable(f"malformed {SEALED!r} field: {exc}") from None
 
 
-def _identity(shown: dict[str, Any]) -> bytes:
+def _identity(shown: Mapping[str, object]) -> bytes:
     """What a sealed set belongs to: the subscription's (`id`, `group.id`) pair."""
     group = shown.get("group")
     group_id = group.get("id") if isinstance(group, dict) else None

@@ -38,6 +38,7 @@ from actors.delivery.cluster.log import RETRY, SubscriptionLog
 from actors.delivery.control.status import SubscriptionAnswer
 from runtime.errors import UsageError
 from runtime.host.admin import ok
+from runtime.host.jsonbody import JSONObject
 from runtime.host.openapi import OpenApi, json_answer, success
 from runtime.kernel.actor import Actor
 from runtime.kernel.backoff import RestartBackoff
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 FORGET_AFTER_INTERVALS = 100
-CLUSTER_SCHEMA: Final[dict[str, object]] = {
+CLUSTER_SCHEMA: Final[JSONObject] = {
     "type": "object", "required": ["instances", "subscriptions", "total_lag"],
     "properties": {"instances": {"type": "array"}, "subscriptions": {"type": "object"},
                    "total_lag": {"type": "integer"}}}

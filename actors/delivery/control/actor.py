@@ -14,7 +14,7 @@ in cluster mode, reads the subscriptions topic to its end, and only then reports
 The topic's follower is a task this actor owns: a failure of it crashes the actor, and
 its supervisor restarts it, which reads everything again. A restarted incarnation first
 stops the trees an earlier one left, so that what runs is what the source says.
-In-process subscriptions are the embedding program's: their documents and outlets live
+In-process subscriptions are the embedding program's: their documents and handlers live
 in `Programmed`, which the facade owns and every incarnation starts again.
 """
 
@@ -34,7 +34,6 @@ from actors.delivery.control.messages import (
     Gone,
     Listed,
     Marks,
-    OutletFactory,
     PauseSubscription,
     Publish,
     Record,
@@ -62,6 +61,7 @@ from actors.delivery.control.source import SubscriptionSource
 from actors.delivery.control.trees import Plant, check_replay_topic, refuse_own_topics
 from actors.delivery.document.secrets import kept_secrets
 from actors.delivery.document.subscription import Consumer, redact_uri
+from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
@@ -107,7 +107,7 @@ class Programmed:
     never stored, so they outlive an incarnation of the control actor here."""
 
     consumers: dict[str, Consumer] = field(default_factory=dict)
-    outlets: dict[str, OutletFactory] = field(default_factory=dict)
+    handlers: dict[str, HandlerDestination] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,7 @@ class ControlActor(Actor):
         self.replays: dict[str, ReplayProgress] = {}
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
-        trees.outlets = programmed.outlets
+        trees.handlers = programmed.handlers
         trees.follow(lambda: dict(self.registry.consumers))
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -201,7 +201,7 @@ class ControlActor(Actor):
             await self.trees.stop_all(list(self.registry))
 
     # -- messages ------------------------------------------------------------------------
-    async def handle(self, message: object) -> Any:
+    async def handle(self, message: object) -> object:
         """A refusal (`DeliveryError`) is the asker's answer, not this actor's crash."""
         try:
             return await self._handle(message)
@@ -250,7 +250,7 @@ class ControlActor(Actor):
             return await self._replay(message)
         raise UsageError(f"{self.path}: unknown message {message!r}")
 
-    def _later(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+    def _later(self, work: Coroutine[object, None, None]) -> asyncio.Future[None]:
         """Run `work` as an owned task and answer with a future of its outcome: a write
         to the subscriptions topic returns once the follower applied it, which takes this
         mailbox, so it must not be awaited here. Its error goes to the asker, not to us."""
@@ -312,14 +312,14 @@ class ControlActor(Actor):
     async def _subscribe(self, message: Subscribe) -> None:
         consumer, key = message.consumer, message.consumer.key
         self._refuse_new(consumer, message.persist)
-        in_process = message.outlet is not None
-        if message.outlet is not None:
-            self.trees.outlets[key] = message.outlet
+        in_process = message.handler is not None
+        if message.handler is not None:
+            self.trees.handlers[key] = message.handler
         self.registry.add(consumer, in_process=in_process)
         try:
             await self.trees.start(consumer)
         except BaseException:
-            self.trees.outlets.pop(key, None)
+            self.trees.handlers.pop(key, None)
             self.registry.remove(key)
             raise
         self.registry.started(key)
@@ -336,7 +336,7 @@ class ControlActor(Actor):
         self.trees.forget(key)
         self.registry.remove(key)
         self.programmed.consumers.pop(key, None)
-        if self.trees.outlets.pop(key, None) is None:
+        if self.trees.handlers.pop(key, None) is None:
             self.trees.settle_origin(consumer.subscriptionMethod.uri)
             await self.source.delete(key)  # in-process ones were never stored
             await self._keep_flags()

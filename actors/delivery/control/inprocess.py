@@ -11,12 +11,12 @@ The parameters become a Consumer document (the admin API's JSON, as a dict) that
 `decode_consumer` validates like any posted one, so an in-process subscription has exactly
 the HTTP path's settings, defaults and checks; an invalid value raises
 `InvalidSubscription` naming the parameter. The document is subscribed with
-`persist=False` and an outlet factory that builds a `HandlerActor` (actors/delivery/
-handler.py) instead of the HTTP egress: the same consumer, partition, dead-letter actors,
-commits, journal and metrics. Its `subscriptionMethod.uri` is a placeholder
-(`http://in-process.invalid/<handler>`, a reserved domain that never resolves) that
-nothing requests; it shows which function consumes in the admin API's listing, where
-the subscription is marked in-process.
+`persist=False` and a `HandlerDestination` (actors/delivery/egress/handler.py): its outlet
+is a `HandlerActor` instead of the HTTP egress, with the same consumer, partition,
+dead-letter actors, commits, journal and metrics. Its `subscriptionMethod.uri` is only a
+label for the admin API's listing (`http://in-process.invalid/<handler>`, a reserved
+domain that never resolves, so the document stays a valid Consumer JSON): nothing reads
+it to decide anything, where the subscription is marked in-process.
 
 `id` defaults to the handler's name: a subscription is the pair (`id`, `group_id`), so two
 handlers may consume with one group only under different ids.
@@ -28,12 +28,17 @@ import contextlib
 import inspect
 import re
 import urllib.parse
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Unpack
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Unpack
 
 from actors.delivery.control.service import DeliveryControl
 from actors.delivery.document.subscription import Consumer, decode_consumer
-from actors.delivery.egress.handler import ConsumedRecord, Handler, HandlerActor, handler_name
+from actors.delivery.egress.handler import (
+    ConsumedRecord,
+    Handler,
+    HandlerDestination,
+    handler_name,
+)
 from actors.delivery.egress.http import pool_size
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from runtime.errors import ActorDeadError, UsageError
@@ -109,17 +114,14 @@ async def consume(delivery: DeliveryControl, runtime: Runtime, group_id: str,
     raises (`SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`)."""
     default_broker = runtime.config.brokers[0].name
     consumer = decode_in_process(consumer_document(group_id, handler, options, default_broker))
-    pool, timeout_ms = pool_size(consumer), consumer.subscriptionMethod.timeoutMs
-
-    def outlet(name: str) -> HandlerActor:
-        return HandlerActor(name, consumer.key, handler, pool, timeout_ms, runtime.metrics)
-
-    await delivery.subscribe(consumer, persist=False, outlet=outlet)
+    destination = HandlerDestination(handler, pool_size(consumer),
+                                      consumer.subscriptionMethod.timeoutMs)
+    await delivery.subscribe(consumer, persist=False, handler=destination)
     return InProcessSubscription(delivery, consumer)
 
 
-def consumer_document(group_id: str, handler: Handler, options: Mapping[str, Any],
-                      default_broker: str) -> dict[str, Any]:
+def consumer_document(group_id: str, handler: Handler, options: ConsumeOptions,
+                      default_broker: str) -> dict[str, object]:
     """The Consumer JSON (as a dict) of `Runtime.consume`'s parameters; fields not given
     are left out, so the document's own defaults apply."""
     _check_handler(handler)
@@ -129,7 +131,7 @@ def consumer_document(group_id: str, handler: Handler, options: Mapping[str, Any
                          f"known: group_id, handler, {', '.join(sorted(OPTIONS))}")
     config = _fields(options, TOPIC_FIELDS)
     chosen = {} if options.get("filter") is None else {"filter": _filter(options["filter"])}
-    topics: list[dict[str, Any]] = [{"name": name, "config": config, **chosen}
+    topics: list[dict[str, object]] = [{"name": name, "config": config, **chosen}
                                     for name in _topic_names(options.get("topics", ()))]
     if options.get("pattern") is not None:
         topics.append({"name": options["pattern"], "pattern": True, "config": config,
@@ -148,7 +150,7 @@ def consumer_document(group_id: str, handler: Handler, options: Mapping[str, Any
     }
 
 
-def decode_in_process(document: dict[str, Any]) -> Consumer:
+def decode_in_process(document: dict[str, object]) -> Consumer:
     """`decode_consumer`, with errors naming `consume()`'s parameters, not the JSON's."""
     try:
         return decode_consumer(document)
@@ -164,7 +166,7 @@ def default_id(handler: Handler) -> str:
 
 
 def in_process_uri(handler: Handler) -> str:
-    """The placeholder endpoint of an in-process subscription (never requested)."""
+    """The label in an in-process subscription's `uri` (never requested nor read)."""
     return f"http://{IN_PROCESS_HOST}/{urllib.parse.quote(handler_name(handler), safe='')}"
 
 
@@ -175,14 +177,14 @@ def _check_handler(handler: Handler) -> None:
                          f"got {handler!r}")
 
 
-def _topic_names(topics: Any) -> list[str]:
+def _topic_names(topics: Sequence[str]) -> list[str]:
     if isinstance(topics, str | bytes):
         raise UsageError(f"topics is a list of topic names, got the string {topics!r}: "
                          f"write topics=[{topics!r}]")
     return [str(name) for name in topics]
 
 
-def _filter(value: Any) -> Any:
+def _filter(value: object) -> object:
     """The filter as JSON would give it (a Mapping becomes a dict, tuples lists), so it
     is validated as a posted one is."""
     if isinstance(value, Mapping):
@@ -192,7 +194,7 @@ def _filter(value: Any) -> Any:
     return value
 
 
-def _fields(options: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+def _fields(options: Mapping[str, object], names: Mapping[str, str]) -> dict[str, object]:
     return {field: options[name] for name, field in names.items()
             if options.get(name) is not None}
 

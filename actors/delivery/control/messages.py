@@ -3,27 +3,24 @@ change to the subscriptions is one of these, handled one at a time by its mailbo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from actors.delivery.document.subscription import Consumer
-from actors.delivery.egress.outlet import OutletActor
+from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import DeliveryError
 from actors.delivery.path.replay import ReplayRequest
 from runtime.kernel.actor import Ref
 
-OutletFactory = Callable[[str], OutletActor]
-
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
-    """Start a subscription here (and with `persist`, keep it in the files). `outlet`
-    replaces the HTTP egress: an in-process subscription, never persisted."""
+    """Start a subscription here (and with `persist`, keep it in the files). `handler`:
+    an in-process subscription (its records go to a Python function), never persisted."""
 
     consumer: Consumer
     persist: bool = True
-    outlet: OutletFactory | None = None
+    handler: HandlerDestination | None = None
 
 
 @dataclass(frozen=True, slots=True)

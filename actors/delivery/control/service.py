@@ -43,7 +43,6 @@ from actors.delivery.control.actor import ControlActor, Programmed
 from actors.delivery.control.live import has_partitions, live, stalls
 from actors.delivery.control.messages import (
     Gone,
-    OutletFactory,
     Replay,
     Subscribe,
     TreeExited,
@@ -62,6 +61,7 @@ from actors.delivery.control.trees import (
 from actors.delivery.document.subscription import Consumer, redacted
 from actors.delivery.egress.attempts import AttemptRing, Coordinates, GiveUp, GiveUpKind
 from actors.delivery.egress.guard import DEFAULT_DENY, DestinationGuard
+from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.egress.origin import Origins
 from actors.delivery.errors import SubscriptionNotFound
 from actors.delivery.path.replay import ReplayProgress, ReplayRequest
@@ -78,7 +78,7 @@ CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
 """Its stop: the members drain and commit, then the trees."""
 RECENT_ATTEMPTS = 10  # per subscription in its status (the status page's table)
 
-__all__ = ["DeliveryControl", "OutletFactory"]
+__all__ = ["DeliveryControl"]
 
 
 class DeliveryControl:
@@ -197,9 +197,9 @@ class DeliveryControl:
         return registry.statuses if registry is not None else {}
 
     @property
-    def outlets(self) -> Mapping[str, OutletFactory]:
-        """The in-process subscriptions' outlets, by key."""
-        return self._programmed.outlets
+    def handlers(self) -> Mapping[str, HandlerDestination]:
+        """The in-process subscriptions' handlers, by key."""
+        return self._programmed.handlers
 
     @property
     def problems(self) -> list[str]:
@@ -218,7 +218,7 @@ class DeliveryControl:
 
     def in_process(self, key: str) -> bool:
         """True for a subscription an embedding program registered (read-only here)."""
-        return key in self._programmed.outlets
+        return key in self._programmed.handlers
 
     def tree(self, key: str) -> Supervisor:
         """The running supervisor of subscription `key` (for operators and chaos tests)."""
@@ -241,18 +241,18 @@ class DeliveryControl:
         return self.source
 
     async def subscribe(self, consumer: Consumer, *, persist: bool = True,
-                        outlet: OutletFactory | None = None) -> None:
+                        handler: HandlerDestination | None = None) -> None:
         """Start `consumer`'s actor tree and (with `persist`) keep it in the source for
-        the next start. `outlet` replaces the HTTP egress (in-process subscriptions,
-        never persisted). In cluster mode the subscription is written to the
+        the next start. `handler`: an in-process subscription (its records go to a
+        Python function), never persisted. In cluster mode the subscription is written to the
         subscriptions topic and every instance starts it; this returns once this
         instance applied it.
 
         Raises `SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`, or
         `InvalidSubscription` for a name the store refuses.
         """
-        if outlet is not None or not persist:
-            await ask(self._ref(), Subscribe(consumer, persist=False, outlet=outlet))
+        if handler is not None or not persist:
+            await ask(self._ref(), Subscribe(consumer, persist=False, handler=handler))
             return
         await self._source_for(consumer.key).subscribe(self._ref(), consumer)
 
@@ -362,7 +362,7 @@ class DeliveryControl:
         (typed: actors/delivery/control/status.py)."""
         consumer, status = self._known(key)
         tree = self._running_tree(key)
-        return SubscriptionAnswer(consumer=redacted(consumer), status=status.answer(
+        return SubscriptionAnswer(consumer={**redacted(consumer)}, status=status.answer(
             live(tree, key), activity=self._activity(key) if tree is not None else None))
 
     def answers(self) -> dict[str, SubscriptionAnswer]:

@@ -39,6 +39,7 @@ from actors.delivery.document.patterns import matches
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.attempts import AttemptRing
 from actors.delivery.egress.guard import DestinationGuard
+from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.egress.http import EgressActor, GoneCallback
 from actors.delivery.egress.origin import BreakerSettings, Origin, Origins
 from actors.delivery.egress.outlet import OutletActor
@@ -69,8 +70,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 OutletFactory = Callable[[str], OutletActor]
-"""Builds a subscription's outlet actor (given its name): the HTTP `EgressActor` unless an
-embedding program gives its own (`Runtime.consume`'s in-process handlers)."""
+"""Builds a subscription's outlet actor (given its name): the HTTP `EgressActor`, or a
+`HandlerActor` for an in-process subscription (`Runtime.consume`)."""
 Exited = Callable[[str, BaseException | None], None]
 """Told when a subscription's tree ended by itself: (key, its error)."""
 DRAIN_MS = 2500
@@ -85,7 +86,7 @@ class Plant(Protocol):
     """What the control actor does to actor trees; `Trees` is the real one (a unit test
     gives its own, to drive the control actor's timing on a FakeClock)."""
 
-    outlets: dict[str, OutletFactory]
+    handlers: dict[str, HandlerDestination]
     restoring: bool
 
     def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None: ...
@@ -142,7 +143,7 @@ class Trees:
         self.origins, self.guard = origins, guard
         # by subscription key: the attempts API's rings (the facade's: they outlive us)
         self.attempts: dict[str, AttemptRing] = attempts if attempts is not None else {}
-        self.outlets: dict[str, OutletFactory] = {}  # in-process subscriptions only
+        self.handlers: dict[str, HandlerDestination] = {}  # in-process subscriptions
         self.rosters: dict[str, Roster] = {}  # by member name; they outlive the members
         self._member_wirings: dict[str, Wiring] = {}
         self.restoring = False  # members hold their subscribe until the restore is done
@@ -301,11 +302,7 @@ class Trees:
         retrytopic = ChildRef(sup, "retrytopic") if retry_bootstrap else None
         deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics,
                             runtime.config.delivery.stall_after_ms, retrytopic)
-        origin = self.settle_origin(consumer.subscriptionMethod.uri, consumer)
-        gone = self.wires.gone
-        outlet = self.outlets.get(consumer.key) or (
-            lambda name: EgressActor(name, consumer, consumer.broker, runtime.metrics,
-                                     self.guard, origin, gone))
+        outlet = self._outlet(consumer)
         ring = self.attempts.setdefault(consumer.key, AttemptRing())
         specs = [ChildSpec("egress", lambda: with_ring(outlet("egress"), ring))]
         if method.deadLetterTopic:
@@ -325,13 +322,23 @@ class Trees:
         specs.append(self._consumer_spec(with_retry_topic(consumer), wiring, deps))
         return specs
 
+    def _outlet(self, consumer: Consumer) -> OutletFactory:
+        """An in-process subscription's handler, else the HTTP egress of its origin."""
+        metrics, handler = self.runtime.metrics, self.handlers.get(consumer.key)
+        if handler is not None:
+            return lambda name: handler.outlet(name, consumer.key, metrics)
+        origin = self.settle_origin(consumer.subscriptionMethod.uri, consumer)
+        guard, gone = self.guard, self.wires.gone
+        return lambda name: EgressActor(name, consumer, consumer.broker, metrics, guard,
+                                        origin, gone)
+
     def settle_origin(self, uri: str, joining: Consumer | None = None) -> Origin:
         """The origin of `uri`, set to the strictest settings of the subscriptions that
         push there now (and `joining`): one that leaves takes its limits with it."""
         origin = self.origins.get(uri)
         skip = joining.key if joining is not None else None
         methods = [c.subscriptionMethod for k, c in self._consumers().items()
-                   if k != skip and k not in self.outlets
+                   if k != skip and k not in self.handlers
                    and self.origins.get(c.subscriptionMethod.uri) is origin]
         if joining is not None:
             methods.append(joining.subscriptionMethod)

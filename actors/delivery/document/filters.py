@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, Final, Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
 from actors.delivery.errors import InvalidSubscription
 from actors.shared.messages import Record
+from runtime.host.jsonbody import JSON, JSONObject
 
 K = TypeVar("K")
 Op = Literal["equals", "in", "prefix", "exists"]
@@ -85,7 +86,7 @@ _INTERNED: weakref.WeakValueDictionary[Filter, Filter] = weakref.WeakValueDictio
 
 
 # -- decoding ---------------------------------------------------------------------------
-def decode_filter(value: Any, where: str) -> Filter | None:
+def decode_filter(value: JSON, where: str) -> Filter | None:
     """The wire JSON of a `filter` (decoded builtins) as a `Filter`; None for no filter
     (absent or `{}`). Raises `InvalidSubscription("invalid <where>...")`."""
     if value is None:
@@ -94,7 +95,7 @@ def decode_filter(value: Any, where: str) -> Filter | None:
     return None if decoded == Filter() else decoded
 
 
-def _filter(value: Any, where: str, depth: int) -> Filter:
+def _filter(value: JSON, where: str, depth: int) -> Filter:
     if not isinstance(value, dict):
         raise InvalidSubscription(f"invalid {where}", "expected an object with headers, "
                                   "key, json or not")
@@ -122,7 +123,7 @@ def intern(decoded: Filter) -> Filter:
     return _INTERNED.setdefault(decoded, decoded)
 
 
-def _named(section: Any, where: str, name_of: Callable[[str, str], K]
+def _named(section: JSON, where: str, name_of: Callable[[str, str], K]
               ) -> tuple[tuple[K, Condition], ...]:
     if section is None:
         return ()
@@ -152,7 +153,7 @@ def _json_path(path: str, where: str) -> tuple[str, ...]:
     return segments
 
 
-def _condition(value: Any, where: str) -> Condition:
+def _condition(value: JSON, where: str) -> Condition:
     if isinstance(value, str):
         return _texts("equals", (value,), where)
     if isinstance(value, list):
@@ -176,21 +177,24 @@ def _condition(value: Any, where: str) -> Condition:
             raise InvalidSubscription(f"invalid {inner}", "a string (numbers compare by "
                                       "their JSON text: write \"42\")")
         return _texts("equals", (operand,), inner)
-    if op == "prefix" and isinstance(operand, str):
+    kind: Op = "prefix" if op == "prefix" else "in"
+    if kind == "prefix" and isinstance(operand, str):
         return _texts("prefix", (operand,), inner)
-    return _texts(op, _strings(operand, inner), inner)
+    return _texts(kind, _strings(operand, inner), inner)
 
 
-def _strings(value: Any, where: str) -> tuple[str, ...]:
+def _strings(value: JSON, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise InvalidSubscription(f"invalid {where}", "a non-empty list of strings")
     if len(value) > MAX_VALUES:
         raise InvalidSubscription(f"invalid {where}", f"at most {MAX_VALUES} values")
+    strings: list[str] = []
     for i, item in enumerate(value):
         if not isinstance(item, str):
             raise InvalidSubscription(f"invalid {where}[{i}]", "a string (numbers compare by "
                                       "their JSON text: write \"42\")")
-    return tuple(value)
+        strings.append(item)
+    return tuple(strings)
 
 
 def _texts(op: Op, texts: tuple[str, ...], where: str) -> Condition:
@@ -202,10 +206,10 @@ def _texts(op: Op, texts: tuple[str, ...], where: str) -> Condition:
 
 
 # -- writing it back ------------------------------------------------------------------------
-def filter_document(decoded: Filter) -> dict[str, Any]:
+def filter_document(decoded: Filter) -> JSONObject:
     """The wire JSON of `decoded`, in its short form (what GET shows): equals as a string,
     in as a list."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     if decoded.headers:
         out["headers"] = {name: _condition_document(c) for name, c in decoded.headers}
     if decoded.key is not None:
@@ -217,7 +221,7 @@ def filter_document(decoded: Filter) -> dict[str, Any]:
     return out
 
 
-def _condition_document(condition: Condition) -> Any:
+def _condition_document(condition: Condition) -> JSON:
     op, texts = condition.op, condition.texts
     if op == "exists":
         return {"exists": condition.exists}

@@ -58,7 +58,7 @@ from actors.delivery.document.signing import MAX_SECRETS, secrets_of, signing_ke
 # re-exported: it lived here first, and callers still import it from here
 from actors.delivery.errors import InvalidSubscription as InvalidSubscription
 from runtime.host.config import _path_of
-from runtime.host.jsonbody import JsonRejected, check_value, load_json
+from runtime.host.jsonbody import JSONObject, JsonRejected, check_value, load_json
 from runtime.host.references import is_reference
 from runtime.kafka import valid_topic
 
@@ -317,7 +317,7 @@ class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
 
 
 # -- decoding ------------------------------------------------------------------------------
-def decode_consumer(body: bytes | Mapping[str, Any]) -> Consumer:
+def decode_consumer(body: bytes | Mapping[str, object]) -> Consumer:
     """Decode and validate a Consumer JSON (either form); raises `InvalidSubscription`
     naming the field."""
     try:
@@ -346,7 +346,7 @@ def _field_error(message: str) -> tuple[str, str]:
     return (f"invalid {path}" if path else "invalid subscription"), text
 
 
-def _check_text(value: Any, path: str) -> None:
+def _check_text(value: object, path: str) -> None:
     """No control characters in any string of the document (a tab in a header value is
     the one exception HTTP allows); NUL and bad UTF-8 were refused by `check_value`."""
     if isinstance(value, dict):
@@ -645,22 +645,23 @@ def _validate_headers(headers: dict[str, str]) -> None:
 
 
 # -- writing it back -------------------------------------------------------------------------
-def document(consumer: Consumer, *, redact: bool) -> dict[str, Any]:
+def document(consumer: Consumer, *, redact: bool) -> JSONObject:
     """The Queue-Over-Http shape of `consumer`: nested `group`, `pattern` a boolean with the
     regex in `name`, partition numbers as strings. With `redact`, as the admin API shows
     it: header values and the signing secret `***` unless they are references (which name
     where a secret is, and are shown), and the URI's user-info and query values hidden
     (`redact_uri`)."""
-    method: dict[str, Any] = msgspec.to_builtins(consumer.subscriptionMethod)
+    wire = consumer.subscriptionMethod
+    method: JSONObject = msgspec.to_builtins(wire)
     if method.get("tls") is None:
         method.pop("tls", None)  # absent, as before the field existed
     if redact:
-        method["uri"] = redact_uri(consumer.subscriptionMethod.uri)
+        method["uri"] = redact_uri(wire.uri)
         method["additionalHeaders"] = {k: v if is_reference(v) else REDACTED
-                                       for k, v in method["additionalHeaders"].items()}
-        if method.get("signingSecret"):
+                                       for k, v in wire.additionalHeaders.items()}
+        if wire.signingSecret:
             method["signingSecret"] = " ".join(
-                p if is_reference(p) else REDACTED for p in secrets_of(method["signingSecret"]))
+                p if is_reference(p) else REDACTED for p in secrets_of(wire.signingSecret))
     return {
         "id": consumer.id,
         "group": msgspec.to_builtins(consumer.group),
@@ -671,8 +672,8 @@ def document(consumer: Consumer, *, redact: bool) -> dict[str, Any]:
     }
 
 
-def _topic_document(topic: TopicSpec) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _topic_document(topic: TopicSpec) -> JSONObject:
+    out: JSONObject = {
         "name": topic.pattern if topic.pattern is not None else topic.name,
         "pattern": topic.pattern is not None,
         "partitions": [{"number": str(p.number)} for p in topic.partitions or []],
@@ -683,7 +684,7 @@ def _topic_document(topic: TopicSpec) -> dict[str, Any]:
     return out
 
 
-def redacted(consumer: Consumer) -> dict[str, Any]:
+def redacted(consumer: Consumer) -> JSONObject:
     """The Consumer as the admin API shows it (`document(consumer, redact=True)`)."""
     return document(consumer, redact=True)
 

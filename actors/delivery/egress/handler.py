@@ -28,7 +28,6 @@ import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from actors.delivery.document.signing import webhook_id
 from actors.delivery.egress.outlet import Answer, OutletActor, describe_error
@@ -77,6 +76,24 @@ def handler_name(handler: Handler) -> str:
     return f"{module}.{qualname}" if module else qualname
 
 
+@dataclass(frozen=True, slots=True)
+class HandlerDestination:
+    """Where an in-process subscription's records go: a Python function, not a URL. Its
+    outlet is a `HandlerActor`; it has no origin, guard or connection pool."""
+
+    handler: Handler
+    concurrency: int
+    timeout_ms: int
+
+    @property
+    def endpoint(self) -> str:
+        """The readable name status and logs show: `in-process:module.qualname`."""
+        return f"{IN_PROCESS}:{handler_name(self.handler)}"
+
+    def outlet(self, name: str, subscription: str, metrics: Registry) -> HandlerActor:
+        return HandlerActor(name, subscription, self, metrics)
+
+
 class HandlerActor(OutletActor):
     """Timeouts. Each call is bounded by `timeout_ms` of the injected clock, kept by one
     watchdog task instead of a timer per call (`asyncio.timeout` cost 14 us per record on
@@ -87,14 +104,14 @@ class HandlerActor(OutletActor):
     into a failed attempt. A worker cancelled by the actor stopping is not ours to catch.
     """
 
-    def __init__(self, name: str, subscription: str, handler: Handler, concurrency: int,
-                 timeout_ms: int, metrics: Registry) -> None:
-        super().__init__(name, subscription, f"{IN_PROCESS}:{handler_name(handler)}",
-                         concurrency, metrics)
-        self.handler = handler
-        self.timeout_ms = timeout_ms
-        self._running: dict[asyncio.Task[Any], int] = {}  # worker -> deadline (monotonic)
-        self._timed_out: set[asyncio.Task[Any]] = set()
+    def __init__(self, name: str, subscription: str, destination: HandlerDestination,
+                 metrics: Registry) -> None:
+        super().__init__(name, subscription, destination.endpoint, destination.concurrency,
+                         metrics)
+        self.handler = destination.handler
+        self.timeout_ms = destination.timeout_ms
+        self._running: dict[asyncio.Task[object], int] = {}  # worker -> deadline (monotonic)
+        self._timed_out: set[asyncio.Task[object]] = set()
         self._busy = asyncio.Event()  # set when a call starts with none running
         self._tracebacks = Throttle()
 
@@ -123,7 +140,7 @@ class HandlerActor(OutletActor):
             self._log_failure(record, exc)
             raise  # the outlet turns it into a failed attempt (with `describe`)
 
-    async def _call(self, task: asyncio.Task[Any], item: ConsumedRecord) -> bool:
+    async def _call(self, task: asyncio.Task[object], item: ConsumedRecord) -> bool:
         """`await handler(item)`; False when the watchdog cut it off at `timeout_ms`."""
         running = self._running
         if not running:
@@ -139,7 +156,7 @@ class HandlerActor(OutletActor):
             running.pop(task, None)
         return not self._ours(task)  # a handler that swallowed our cancellation: late
 
-    def _ours(self, task: asyncio.Task[Any]) -> bool:
+    def _ours(self, task: asyncio.Task[object]) -> bool:
         """Whether the watchdog cancelled `task`; takes that cancellation back. Raises
         CancelledError when someone else (the actor stopping) asked to cancel it too,
         also when the handler swallowed that."""

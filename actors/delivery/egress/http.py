@@ -61,7 +61,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import aiohttp
 import msgspec
@@ -79,7 +79,13 @@ from actors.delivery.document.tls import client_context
 from actors.delivery.egress.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
 from actors.delivery.egress.guard import DestinationDenied, DestinationGuard
 from actors.delivery.egress.origin import STATE_VALUES, Origin, origin_of
-from actors.delivery.egress.outlet import Answer, OutletActor, describe_error, outcome_of
+from actors.delivery.egress.outlet import (
+    Answer,
+    OutletActor,
+    describe_error,
+    failure_of,
+    outcome_of,
+)
 from actors.delivery.egress.transport import (
     Transport,
     TransportName,
@@ -245,16 +251,15 @@ class EgressActor(OutletActor):
             self.transport_name, self.origin.shelf)
 
     # -- batches (batchSize > 1) ------------------------------------------------------
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: object) -> None:
         if self._batch_size == 1:
-            return await super().handle(message)
-        if isinstance(message, DeliverMany):
+            await super().handle(message)
+        elif isinstance(message, DeliverMany):
             self._queue(message.records, message.epoch, message.reply_to, False)
         elif isinstance(message, Deliver):  # a retry, or a replay
             self._queue([message.record], message.epoch, message.reply_to, True)
         else:
-            return await super().handle(message)  # refuses it
-        return None
+            await super().handle(message)  # refuses it
 
     def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
         batches = self._batches
@@ -300,7 +305,7 @@ class EgressActor(OutletActor):
     def _reply(batch: list[Queued], answer: Answer, latency_ms: float) -> None:
         """One `BatchOutcome` per partition incarnation (a batch is one partition's
         records; two incarnations of it may share one across a restart)."""
-        error = None if answer.action == "skip" else answer.error  # a skip is finished
+        failure = failure_of(answer, latency_ms)
         by_actor: dict[tuple[int, int], tuple[Ref, int, list[Record]]] = {}
         for record, epoch, reply_to, alone in batch:
             if alone:
@@ -308,10 +313,7 @@ class EgressActor(OutletActor):
                 continue
             by_actor.setdefault((id(reply_to), epoch), (reply_to, epoch, []))[2].append(record)
         for reply_to, epoch, records in by_actor.values():
-            reply_to.tell_system(BatchOutcome(
-                records, epoch, answer.status, error, latency_ms, answer.retry_after_ms,
-                give_up=answer.action == "dead-letter",
-                disable=answer.action == "disable", local=answer.local))
+            reply_to.tell_system(BatchOutcome(records, epoch, failure))
 
     async def on_stop(self) -> None:
         session, self._session = self._session, None

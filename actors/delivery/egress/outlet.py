@@ -20,10 +20,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from actors.delivery.egress.attempts import Attempt, AttemptRing, Outcome, snippet
-from actors.shared.messages import Deliver, Delivered, Failed, Record
+from actors.shared.messages import Deliver, Delivered, Failed, Failure, Record
 from runtime.errors import UsageError
 from runtime.host.journal import Event, EventType
 from runtime.host.metrics import Registry
@@ -112,14 +112,23 @@ def describe_error(exc: BaseException, text: str | None = None) -> str:
     return described[:ERROR_TEXT_LIMIT]
 
 
+def failure_of(answer: Answer, latency_ms: float) -> Failure | None:
+    """What the partition is told went wrong with a push; None when it is finished (2xx,
+    or the receiver said skip)."""
+    if answer.error is None or answer.action == "skip":
+        return None
+    return Failure(answer.status, answer.error, latency_ms, answer.retry_after_ms,
+                   give_up=answer.action == "dead-letter",
+                   disable=answer.action == "disable", local=answer.local)
+
+
 def outcome_of(record: Record, epoch: int, answer: Answer,
                latency_ms: float) -> Delivered | Failed:
     """What the partition is told of `record` after `answer` (a skip is finished)."""
-    if answer.error is None or answer.action == "skip":
+    failure = failure_of(answer, latency_ms)
+    if failure is None:
         return Delivered(record, epoch, answer.status or 0, latency_ms)
-    return Failed(record, epoch, answer.status, answer.error, latency_ms,
-                  answer.retry_after_ms, give_up=answer.action == "dead-letter",
-                  disable=answer.action == "disable", local=answer.local)
+    return Failed(record, epoch, failure)
 
 
 class OutletActor(Actor):
@@ -166,7 +175,7 @@ class OutletActor(Actor):
         """The text of a push that raised, for `Failed.error` and the journal."""
         return describe_error(exc)
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: object) -> None:
         if not isinstance(message, Deliver):
             raise UsageError(f"{self.path} handles Deliver, got {message!r}")
         self._pending.append((message, message.reply_to))

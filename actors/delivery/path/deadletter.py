@@ -20,43 +20,39 @@ A failed write, by its cause (issue 13: a poison record never blocks forever):
   pass when the cluster or its configuration is fixed; meanwhile the partition's commit
   position waits at the record (the stall watchdog names it in `/readyz`).
 
-Once per record: the `DeadLetterLedger` answers a record given up again by a restarted
-partition actor (whose predecessor's write is done or still running) with the first write
-instead of a second one. The producer is idempotent as well, so its own retries of one
-send never write a record twice either.
+Once per record (the ledger of sidetopic.py, the base it shares with the retry-topic
+actor): a record given up again by a restarted partition actor gets the first write's
+answer. The producer is idempotent as well, so its own retries of one send never write a
+record twice either.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, replace
 
 from aiokafka import AIOKafkaProducer
 
+from actors.delivery.path.sidetopic import SideTopicActor
 from actors.shared.deadletter import (
     TOO_LARGE,
     Attempts,
-    DeadLetterLedger,
     dead_letter_headers,
     dropped_reason,
     value_dropped_reason,
 )
-from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import DeadLettered, Record
-from runtime.host.journal import Event
 from runtime.host.metrics import Registry, Value
 from runtime.kafka import make_producer
-from runtime.kernel import Actor, Ref
+from runtime.kernel import Ref
 
 log = logging.getLogger(__name__)
-RETRY_FIRST_MS = 100
-RETRY_CAP_MS = 5000
 
 
 @dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """Partition -> dead-letter actor: produce `record` to the dead-letter topic."""
+class WriteDeadLetter:
+    """Partition -> dead-letter actor: write `record` to the dead-letter topic (not to be
+    confused with `runtime.DeadLetter`, what an in-process handler raises to give up)."""
 
     record: Record
     reason: str
@@ -71,16 +67,13 @@ class DeadLetter:
                                    value_dropped=value_dropped)
 
 
-class DeadLetterActor(Actor):
-    mailbox_capacity = 1024
+class DeadLetterActor(SideTopicActor[WriteDeadLetter]):
+    request = WriteDeadLetter
 
     def __init__(self, name: str, bootstrap: str, topic: str, *,
                  subscription: str | None = None, metrics: Registry | None = None) -> None:
-        super().__init__(name)
+        super().__init__(name, topic, subscription)
         self.bootstrap = bootstrap
-        self.topic = topic
-        self.subscription = subscription
-        self.ledger = DeadLetterLedger()
         self.dropped = 0  # records not even written without their value (this incarnation)
         self._m_dropped: Value | None = None
         if metrics is not None:
@@ -99,23 +92,15 @@ class DeadLetterActor(Actor):
         if self._producer is not None:
             await self._producer.stop()
 
-    async def handle(self, message: object) -> None:
-        if not isinstance(message, DeadLetter):
-            raise UnexpectedMessage(self.path, message)
-        earlier = self.ledger.find(message.record)
-        if earlier is None:
-            write = self.spawn(self._produce(message), name=f"{self.path}:dlt")
-            earlier = self.ledger.track(message.record, write)
-        # Told once the (first) write is done, whichever incarnation of the partition asks:
-        # a restarted partition actor gets its answer from its predecessor's write.
-        earlier.add_done_callback(lambda entry: _answer(entry, message))
+    def answer(self, message: WriteDeadLetter) -> DeadLettered:
+        return DeadLettered(message.record, message.epoch, message.reason)
 
-    async def _produce(self, message: DeadLetter) -> None:
+    async def write(self, message: WriteDeadLetter) -> None:
         record = message.record
         refused = await self._write(record, record.value, message.headers())
         if refused is not None and record.value:
-            self._journal_failure(record, f"too large for {self.topic} ({refused!r}): "
-                                  "writing it without its value")
+            self.journal_failure(record, f"too large for {self.topic} ({refused!r}): "
+                                 "writing it without its value")
             reason = value_dropped_reason(message.reason, refused)
             headers = replace(message, reason=reason).headers(value_dropped=True)
             refused = await self._write(record, b"", headers)
@@ -126,23 +111,15 @@ class DeadLetterActor(Actor):
                      headers: list[tuple[str, bytes]]) -> BaseException | None:
         """Write one form of a dead letter: None once acknowledged, the error when it is
         too large; every other error is retried until it passes."""
-        assert self._producer is not None
-        delay_ms = RETRY_FIRST_MS
-        while True:
-            try:
-                await self._producer.send_and_wait(self.topic, value, key=record.key,
-                                                   headers=headers)
-                return None
-            except TOO_LARGE as exc:
-                refused: BaseException = exc  # aiokafka's errors are untyped
-                return refused
-            except Exception as exc:  # never dropped: retried, loudly, until it is written
-                log.error("%s: dead-letter produce of %s-%d@%d failed (%r); retrying in "
-                          "%.1fs", self.path, record.topic, record.partition, record.offset,
-                          exc, delay_ms / 1000)
-                self._journal_failure(record, repr(exc))
-                await self.context.clock.sleep_ms(delay_ms)
-                delay_ms = min(delay_ms * 2, RETRY_CAP_MS)
+        producer = self._producer
+        assert producer is not None
+        try:
+            await self.until_written(record, lambda: producer.send_and_wait(
+                self.topic, value, key=record.key, headers=headers), final=TOO_LARGE)
+        except TOO_LARGE as exc:
+            refused: BaseException = exc  # aiokafka's errors are untyped
+            return refused
+        return None
 
     def _drop(self, record: Record, refused: BaseException) -> None:
         """The explicit rule for a record that cannot be dead-lettered at all (see the
@@ -150,25 +127,11 @@ class DeadLetterActor(Actor):
         reason = dropped_reason(self.topic, refused)
         log.error("%s: %s-%d@%d %s", self.path, record.topic, record.partition,
                   record.offset, reason)
-        self._journal_failure(record, reason)
+        self.journal_failure(record, reason)
         self.dropped += 1
         if self._m_dropped is not None:
             self._m_dropped.inc()
 
-    def _journal_failure(self, record: Record, reason: str) -> None:
-        self.context.emit(Event(
-            type="dead_letter_failed", ts_ms=self.context.clock.wall_ms(),
-            subscription=self.subscription, topic=record.topic, partition=record.partition,
-            offset=record.offset, attempt=record.attempt, reason=reason))
-
     def __repr__(self) -> str:
         return (f"<DeadLetterActor {self.path} topic={self.topic} tasks={len(self._tasks)} "
                 f"{self.ledger!r} dropped={self.dropped}>")
-
-
-def _answer(entry: asyncio.Future[None], message: DeadLetter) -> None:
-    """The write is done: tell the partition actor that asked (a write that did not finish
-    was cancelled with this actor, and nobody is told: the record is given up again)."""
-    if not entry.cancelled() and entry.exception() is None:
-        message.reply_to.tell_system(DeadLettered(message.record, message.epoch,
-                                                  message.reason))

@@ -3,7 +3,7 @@
 It holds the partition's `PartitionBook` (actors/delivery/path/book.py: the prefetch buffer and
 in-flight window, the offset tracker, pausing, commits, drains and retries, all decided
 there) and performs what it decides: `Deliver` to the egress actor, `RetryDue` timers,
-`DeadLetter` to the dead-letter actor, `CommitRequest` and `FlowControl` to the consumer
+`WriteDeadLetter` to the dead-letter actor, `CommitRequest` and `FlowControl` to the consumer
 actor, journal events and metrics. It never touches Kafka: batches come from the consumer
 actor, commits and pause/resume go back to it as requests.
 
@@ -28,7 +28,7 @@ from functools import partial
 from actors.delivery.document.filters import Filter, drop_decoded, matches, reads_json
 from actors.delivery.document.subscription import Consumer, TopicConfig
 from actors.delivery.path.book import PartitionBook
-from actors.delivery.path.deadletter import DeadLetter
+from actors.delivery.path.deadletter import WriteDeadLetter
 from actors.delivery.path.retrytopic import MoveAside, MovedAside, note_failure, read_retry
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import (
@@ -44,6 +44,7 @@ from actors.shared.messages import (
     Drain,
     DrainDeadline,
     Failed,
+    Failure,
     FlowControl,
     Highwater,
     Record,
@@ -277,28 +278,27 @@ class PartitionActor(Actor):
             return
         self._batching = True
         try:
-            if outcome.error is None:
+            failure = outcome.failure
+            if failure is None:
                 self.m_delivered.inc(len(outcome.records))
                 for record in outcome.records:
                     await self._finish(record)
             else:
                 for record in outcome.records:
-                    await self._on_failed(Failed(
-                        record, outcome.epoch, outcome.status, outcome.error,
-                        outcome.latency_ms, outcome.retry_after_ms, outcome.give_up,
-                        outcome.disable, outcome.local))
+                    await self._on_failed(Failed(record, outcome.epoch, failure))
         finally:
             self._batching = False
         if not self.book.draining:
             await self._pump()
             self._flow(self.book.flow())
 
-    async def _on_failed(self, outcome: Failed) -> None:
-        if outcome.epoch != self.epoch:
+    async def _on_failed(self, failed: Failed) -> None:
+        if failed.epoch != self.epoch:
             return
         self.m_failed.inc()
+        outcome = failed.failure
         self.last_error = outcome.error
-        record, now = outcome.record, self.context.clock.monotonic_ms()
+        record, now = failed.record, self.context.clock.monotonic_ms()
         if outcome.disable:  # 410 Gone: the service disables the subscription
             self.book.halt(record)
             self.m_inflight.set(self.book.inflight)
@@ -336,7 +336,7 @@ class PartitionActor(Actor):
                         record.offset, what, reason,
                         f" ({held} more give-ups not logged)" if held else "")
 
-    async def _give_up(self, record: Record, outcome: Failed) -> None:
+    async def _give_up(self, record: Record, outcome: Failure) -> None:
         reason = (f"the receiver gave it up: {outcome.error}" if outcome.give_up else
                   f"gave up after {record.attempt} attempts: {outcome.error}")
         if self.peers.deadletter is None:
@@ -346,8 +346,8 @@ class PartitionActor(Actor):
             self.m_dead.inc()
             await self._finish(record)
             return
-        await self.peers.deadletter.tell(DeadLetter(record, reason, outcome.status,
-                                                    self.epoch, self))
+        await self.peers.deadletter.tell(WriteDeadLetter(record, reason, outcome.status,
+                                                         self.epoch, self))
 
     async def _on_dead_lettered(self, message: DeadLettered) -> None:
         if message.epoch != self.epoch:

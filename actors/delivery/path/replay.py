@@ -157,7 +157,7 @@ class ReplayActor(Actor):
     async def handle(self, message: object) -> None:
         if isinstance(message, Delivered | Failed):
             if isinstance(message, Failed):
-                self._last_error = message.error
+                self._last_error = message.failure.error
             done = self.progress.pending.pop(_coords(message.record), None)
             if done is not None and not done.done():
                 done.set_result(isinstance(message, Delivered))

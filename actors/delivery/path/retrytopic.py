@@ -27,7 +27,7 @@ The state travels with the record, so it survives crashes and restarts:
 A crash between the delay-queue write and the commit writes it again (at least once: the
 receiver may see it twice, with the same `webhook-id`); `RetryTopicActor` answers a
 record moved aside twice by the same process with its first write (the dead-letter
-ledger's scheme).
+ledger's scheme: both are a `SideTopicActor`, path/sidetopic.py).
 
 Delays and levels: a delay fits when some `[[delay.levels]]` entry has `delay_ms` at most
 the delay (the delay queue picks the largest such level; longer delays cascade). A
@@ -36,24 +36,20 @@ subscription with a delay that fits no level is refused, naming the level to add
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from actors.delay.producer import DelayProducer
 from actors.delivery.document.subscription import Consumer, RetryTopics, TopicSpec
 from actors.delivery.errors import InvalidSubscription
-from actors.shared.deadletter import DeadLetterLedger
-from actors.shared.errors import UnexpectedMessage
+from actors.delivery.path.sidetopic import SideTopicActor
 from actors.shared.messages import Record, RetryInfo
 from runtime.host.config import DelayLevel
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry, Value
 from runtime.kafka import create_topics
-from runtime.kernel import Actor, Ref
+from runtime.kernel import Ref
 
-log = logging.getLogger(__name__)
 TOPIC = "retry-topic"
 PARTITION = "retry-partition"
 OFFSET = "retry-offset"
@@ -62,8 +58,6 @@ FIRST_FAILURE = "retry-first-failure-ms"
 STAGE = "retry-stage"
 TIMESTAMP = "retry-timestamp-ms"  # the original record's: its webhook-id depends on it
 HEADERS = frozenset({TOPIC, PARTITION, OFFSET, ATTEMPTS, FIRST_FAILURE, STAGE, TIMESTAMP})
-RETRY_FIRST_MS = 100
-RETRY_CAP_MS = 5000
 
 
 # -- pure decisions -----------------------------------------------------------------------
@@ -166,17 +160,15 @@ class MovedAside:
 
 
 # -- the actor -------------------------------------------------------------------------
-class RetryTopicActor(Actor):
-    """Owns the subscription's delay-queue producer. A write that fails is retried with a
-    capped backoff, never dropped: meanwhile the partition's commit position waits at the
-    record (the stall watchdog names it)."""
+class RetryTopicActor(SideTopicActor[MoveAside]):
+    """Owns the subscription's delay-queue producer (the rest is sidetopic.py's)."""
 
-    mailbox_capacity = 1024
+    request = MoveAside
 
     def __init__(self, name: str, bootstrap: str, levels: Sequence[DelayLevel],
                  retry: RetryTopics, subscription: str, partitions: int = 3,
                  metrics: Registry | None = None) -> None:
-        super().__init__(name)
+        super().__init__(name, retry.topic, subscription)
         self._m_moved: Value | None = None
         if metrics is not None:
             self._m_moved = metrics.counter(
@@ -187,14 +179,12 @@ class RetryTopicActor(Actor):
         self.partitions = partitions
         self.levels = list(levels)
         self.retry = retry
-        self.subscription = subscription
-        self.ledger = DeadLetterLedger()
         self.moved = 0
         self._producer: DelayProducer | None = None
 
     async def on_start(self) -> None:
         # before the consumer starts (it subscribes to it): an existing topic is kept
-        await create_topics(self.bootstrap, {self.retry.topic: self.partitions})
+        await create_topics(self.bootstrap, {self.topic: self.partitions})
         self._producer = DelayProducer(self.bootstrap, self.levels,
                                        clock=self.context.clock)
         await self._producer.start()
@@ -203,49 +193,29 @@ class RetryTopicActor(Actor):
         if self._producer is not None:
             await self._producer.stop()
 
-    async def handle(self, message: object) -> None:
-        if not isinstance(message, MoveAside):
-            raise UnexpectedMessage(self.path, message)
-        earlier = self.ledger.find(message.record)
-        if earlier is None:
-            write = self.spawn(self._write(message), name=f"{self.path}:move")
-            earlier = self.ledger.track(message.record, write)
-        earlier.add_done_callback(lambda entry: _answer(entry, message))
+    def answer(self, message: MoveAside) -> MovedAside:
+        return MovedAside(message.record, message.delay_ms, message.epoch)
 
-    async def _write(self, message: MoveAside) -> None:
-        assert self._producer is not None
-        record, delay_ms = message.record, RETRY_FIRST_MS
+    async def write(self, message: MoveAside) -> None:
+        producer, record = self._producer, message.record
+        assert producer is not None
         headers = moved_headers(record)
-        while True:
-            try:
-                await self._producer.send(self.retry.topic, record.value, key=record.key,
-                                          headers=headers, delay_ms=message.delay_ms)
-                self.moved += 1
-                if self._m_moved is not None:
-                    self._m_moved.inc()
-                return
-            except Exception as exc:  # never dropped: retried, loudly, until written
-                log.error("%s: moving %s-%d@%d to %s failed (%r); retrying in %.1fs",
-                          self.path, record.topic, record.partition, record.offset,
-                          self.retry.topic, exc, delay_ms / 1000)
-                self._journal_failure(record, repr(exc))
-                await self.context.clock.sleep_ms(delay_ms)
-                delay_ms = min(delay_ms * 2, RETRY_CAP_MS)
+        await self.until_written(record, lambda: producer.send(
+            self.topic, record.value, key=record.key, headers=headers,
+            delay_ms=message.delay_ms))
+        self.moved += 1
+        if self._m_moved is not None:
+            self._m_moved.inc()
 
-    def _journal_failure(self, record: Record, reason: str) -> None:
+    def journal_failure(self, record: Record, reason: str) -> None:
+        """Journaled under the record's original coordinates."""
         topic, partition, offset = record.coordinates()
         self.context.emit(Event(
             type="dead_letter_failed", ts_ms=self.context.clock.wall_ms(),
             subscription=self.subscription, topic=topic, partition=partition,
             offset=offset, attempt=record.attempt,
-            reason=f"retry topic {self.retry.topic}: {reason}"))
+            reason=f"retry topic {self.topic}: {reason}"))
 
     def __repr__(self) -> str:
-        return (f"<RetryTopicActor {self.path} topic={self.retry.topic} "
+        return (f"<RetryTopicActor {self.path} topic={self.topic} "
                 f"delays={self.retry.delaysMs} moved={self.moved} {self.ledger!r}>")
-
-
-def _answer(entry: asyncio.Future[None], message: MoveAside) -> None:
-    if not entry.cancelled() and entry.exception() is None:
-        message.reply_to.tell_system(MovedAside(message.record, message.delay_ms,
-                                                message.epoch))
