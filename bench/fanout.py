@@ -260,6 +260,11 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                                                                   args.partitions))
             base_rss = rss_kib()
             base_cursors = cursors()
+            if args.tracemalloc:
+                import tracemalloc
+                gc.collect()
+                tracemalloc.start()
+                before = tracemalloc.take_snapshot()
             start = time.perf_counter()
             await subscribe(session, [body(f"s{i}", topics[i % args.topics], args.url)
                                       for i in range(args.subscribers)])
@@ -270,6 +275,10 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(2)
             gc.collect()
             result["rss_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
+            if args.tracemalloc:
+                result["python_kib_per_sub"], result["python_top"] = allocations(
+                    before, tracemalloc.take_snapshot(), args.subscribers)
+                tracemalloc.stop()
             note(args.tree, "subscribed:", result)
             c0, b0, t0 = cpu_s(), cpu_s(args.broker_pid), time.perf_counter()
             await asyncio.sleep(args.idle_s)
@@ -314,6 +323,17 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         await runtime.stop()
         await producer.stop()
     return result
+
+
+def allocations(before: Any, after: Any, subscribers: int,
+                ) -> tuple[float, list[tuple[str, float]]]:
+    """Python allocations per subscription between two tracemalloc snapshots, and the
+    files that made most of them (KiB per subscription)."""
+    diff = after.compare_to(before, "filename")
+    total = sum(d.size_diff for d in diff) / 1024 / subscribers
+    top = [(d.traceback[0].filename.split("/site-packages/")[-1].replace(
+        str(HERE.parent) + "/", ""), d.size_diff / 1024 / subscribers) for d in diff[:12]]
+    return total, top
 
 
 def note(*parts: object) -> None:
@@ -366,6 +386,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
         command += ["--gc-threshold", args.gc_threshold]
     if args.origin_connections:
         command += ["--origin-connections", str(args.origin_connections)]
+    command += ["--tracemalloc"] if args.tracemalloc else []
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -412,6 +433,9 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']}; of which garbage collection "
               f"{r['fanout_gc_us']:.0f} us)")
+        if "python_kib_per_sub" in r:
+            print(f"  Python allocations: {r['python_kib_per_sub']:.1f} KiB/subscription; "
+                  "most in: " + ", ".join(f"{name} {kib:.1f}" for name, kib in r["python_top"]))
         if "iso_hung_rate" in r:
             print(f"  isolation ({args.isolation_subscribers} subscribers x "
                   f"{args.isolation} records): the others at {r['iso_healthy_rate']:.0f} "
@@ -454,6 +478,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="gc.set_threshold for the workers, e.g. 10000,20,100")
     parser.add_argument("--origin-connections", type=int, default=0,
                         help="[egress] origin_max_connections (0: the default)")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="Python allocations per subscription and the top files (slow)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=str(HERE.parent), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)

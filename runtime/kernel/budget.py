@@ -26,24 +26,25 @@ class RestartBudget:
             raise ValueError(f"period_ms must be > 0, got {period_ms}")
         self._intensity = intensity
         self._period_ms = period_ms
-        # Only the newest intensity + 1 restarts can decide, so memory stays bounded.
-        self._restarts: deque[int] = deque(maxlen=intensity + 1)
+        # Only the newest intensity + 1 restarts can decide, so memory stays bounded; the
+        # deque (760 bytes) is made at the first restart: most supervisors never restart
+        self._restarts: deque[int] | None = None
 
     def record(self, now_ms: int) -> bool:
         """Note a restart at `now_ms`; False if it exceeds the budget."""
-        if self._restarts and now_ms < self._restarts[-1]:
-            raise ValueError(f"time went backwards: {now_ms} < {self._restarts[-1]}")
-        self._restarts.append(now_ms)
-        self._forget_before(now_ms - self._period_ms)
-        return len(self._restarts) <= self._intensity
-
-    def _forget_before(self, threshold_ms: int) -> None:
         restarts = self._restarts
+        if restarts is None:
+            restarts = self._restarts = deque(maxlen=self._intensity + 1)
+        if restarts and now_ms < restarts[-1]:
+            raise ValueError(f"time went backwards: {now_ms} < {restarts[-1]}")
+        restarts.append(now_ms)
+        threshold_ms = now_ms - self._period_ms
         while restarts and restarts[0] < threshold_ms:
             restarts.popleft()
+        return len(restarts) <= self._intensity
 
     def __repr__(self) -> str:
         return (
-            f"<RestartBudget recent={len(self._restarts)} "
+            f"<RestartBudget recent={len(self._restarts or ())} "
             f"intensity={self._intensity} period={self._period_ms}ms>"
         )
