@@ -687,6 +687,11 @@ class InstanceMemberActor(GroupConsumerActor):
 
     # -- rebalance ---------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
+        """Cursors on the new partitions for every rider. Riders may join while this
+        awaits (joins are the member's messages, this is the rebalance listener's task):
+        only those present from the start count as routed; a later one is routed by the
+        next `_reroute` (one of 10,000 restored subscriptions had no cursor before)."""
+        present = list(self.roster.riders)
         self.rebalances += 1
         self.m_rebalances.inc()
         kafka = self.kafka
@@ -708,7 +713,7 @@ class InstanceMemberActor(GroupConsumerActor):
             for key in self._claimants(tp.topic):
                 await self._add_cursor(self.roster.riders[key], tp)
             self._journal("partition_assigned", tp, actor=self.path)
-        self._routed.update(self.roster.riders)
+        self._routed.update(present)
         if new:
             self.long_lived()
 
