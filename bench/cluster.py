@@ -169,21 +169,23 @@ async def until(check: Any, timeout_s: float, what: str) -> None:
     raise TimeoutError(what)
 
 
-async def shares(urls: list[str], subscribers: int) -> list[tuple[int, int]]:
+async def shares(urls: list[str], group: str) -> list[tuple[int, int]]:
     """(partitions the first subscription reads there, records delivered to every
-    subscription) per instance."""
+    subscription there) per instance: the first from its status, the second from the
+    instance's metrics."""
     answers = []
     for url in urls:
-        status, reply = await get(f"{url}/broker/subscription")
-        listed = reply.get("data", []) if status == 200 else []
-        owned, delivered = 0, 0
-        for sub in listed:
-            data = sub.get("status") or {}
-            if sub.get("id") == "bench-0":
-                owned = len(data.get("partitions", []))
-            delivered += int((data.get("counters") or {}).get("delivered", 0))
-        answers.append((owned, delivered))
+        status, reply = await get(f"{url}/broker/subscription/bench-0/{group}-0")
+        data = reply.get("data", {}).get("status", {}) if status == 200 else {}
+        answers.append((len(data.get("partitions", [])), await delivered(url)))
     return answers
+
+
+async def delivered(url: str) -> int:
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as response:
+        text = await response.text()
+    return sum(int(float(line.rpartition(" ")[2])) for line in text.splitlines()
+               if line.startswith("hookstream_delivered_total{"))
 
 
 async def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
@@ -220,7 +222,7 @@ async def cluster_run(n: int, args: argparse.Namespace, bootstrap: str, url: str
                     assert response.status == 200, await response.text()
 
         async def settled() -> bool:
-            owned = [s[0] for s in await shares(urls, args.subscribers)]
+            owned = [s[0] for s in await shares(urls, group)]
             return sum(owned) == args.partitions and min(owned) > 0
 
         await until(settled, 60, "the group did not settle")
@@ -230,7 +232,7 @@ async def cluster_run(n: int, args: argparse.Namespace, bootstrap: str, url: str
         await produce(bootstrap, topic, args.records, args.partitions)
 
         async def done() -> bool:
-            return sum(s[1] for s in await shares(urls, args.subscribers)) >= deliveries
+            return sum(s[1] for s in await shares(urls, group)) >= deliveries
 
         await until(done, args.timeout_s, "not everything was delivered in time")
         seconds = time.perf_counter() - start
