@@ -10,7 +10,7 @@ The subscriptions' actor trees are the edge here (Kafka, HTTP): `Plot` stands in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -92,9 +92,6 @@ class Plot:
     own: set[str] = field(default_factory=set)
     forgotten: list[str] = field(default_factory=list)
 
-    def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None:
-        return None
-
     def has_tree(self, key: str) -> bool:
         return key in self.running
 
@@ -142,7 +139,8 @@ class Plot:
                            progress: ReplayProgress) -> None:
         return None
 
-    def settle_origin(self, uri: str, joining: Consumer | None = None) -> object:
+    def settle_origin(self, uri: str, joining: Consumer | None = None,
+                      leaving: str | None = None) -> object:
         return None
 
     def hold_member(self, old: Consumer, new: Consumer) -> Roster | None:

@@ -208,12 +208,16 @@ def test_an_undecodable_cluster_record_is_refused_with_the_documents_error(
 def test_readers_see_published_copies_that_later_changes_replace_but_never_write(
         registry: SubscriptionRegistry) -> None:
     registry.add(consumer("a"))
-    before = registry.published
+    registry.add(consumer("b"))
+    read = registry.published.statuses["a_team"]
+    other = registry.published.statuses["b_team"]
     registry.started("a_team")
-    assert before.statuses["a_team"].state == "starting"
+    assert read.state == "starting"  # what a reader holds is a copy: never written
     assert registry.published.statuses["a_team"].state == "running"
+    assert registry.published.statuses["b_team"] is other  # only the change is copied
     registry.remove("a_team")
-    assert "a_team" not in registry.published.consumers and "a_team" in before.consumers
+    assert "a_team" not in registry.published.consumers
+    assert list(registry.published.statuses) == ["b_team"]
 
 
 def test_pairs_that_join_alike_are_two_subscriptions_in_the_cluster_topic(

@@ -128,7 +128,6 @@ class ControlActor(Actor):
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
         trees.handlers = programmed.handlers
-        trees.follow(lambda: dict(self.registry.consumers))
 
     # -- lifecycle -----------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -337,7 +336,7 @@ class ControlActor(Actor):
         self.registry.remove(key)
         self.programmed.consumers.pop(key, None)
         if self.trees.handlers.pop(key, None) is None:
-            self.trees.settle_origin(consumer.subscriptionMethod.uri)
+            self.trees.settle_origin(consumer.subscriptionMethod.uri, leaving=key)
             await self.source.delete(key)  # in-process ones were never stored
             await self._keep_flags()
         self.runtime.metrics.forget(subscription=key)
@@ -463,7 +462,8 @@ class ControlActor(Actor):
         try:
             await self._stop_tree(old, keep_member=roster is not None)
             self.registry.replace(key, consumer)
-            self.trees.settle_origin(old.subscriptionMethod.uri)  # it may push elsewhere
+            # it may push elsewhere: its new tree joins its origin when it starts
+            self.trees.settle_origin(old.subscriptionMethod.uri, leaving=key)
             await self.source.save(consumer)
             log.info("subscription %s updated: %s (was %s)", key, summary(consumer),
                      summary(old))

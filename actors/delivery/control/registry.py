@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX
 from actors.delivery.control.status import RETRYING, STOPPED, State, SubscriptionStatus
@@ -91,7 +92,10 @@ Change = Adopt | Replace | Remove | Pause | Resume | Disable
 @dataclass(frozen=True, slots=True)
 class Published:
     """What the registry shows to readers outside the control actor (the status API,
-    readiness, the cluster view): copies, replaced after every change, never written."""
+    readiness, the cluster view): read-only views whose entries are copies, each
+    replaced when its subscription changes (never written in place). One change costs
+    one entry, not a copy of every subscription (10,000 subscriptions took minutes to
+    subscribe or restore while each change copied them all: bench/RESULTS.md)."""
 
     consumers: Mapping[str, Consumer] = field(default_factory=dict)
     statuses: Mapping[str, SubscriptionStatus] = field(default_factory=dict)
@@ -101,7 +105,10 @@ class SubscriptionRegistry:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._entries: dict[str, Entry] = {}
-        self.published = Published()
+        self._consumers: dict[str, Consumer] = {}
+        self._statuses: dict[str, SubscriptionStatus] = {}
+        self.published = Published(MappingProxyType(self._consumers),
+                                    MappingProxyType(self._statuses))
         # what the subscriptions topic (or the files) say, also of keys not listed yet
         self.marked_paused: set[str] = set()
         self.marked_disabled: dict[str, str] = {}
@@ -190,12 +197,12 @@ class SubscriptionRegistry:
             status.move("disabled", now, self.marked_disabled[key])
         elif key in self.marked_paused:
             status.move("paused", now, paused_reason)
-        self._publish()
+        self._publish(key)
         return status.state == "starting"
 
     def remove(self, key: str) -> Consumer:
         consumer = self._entries.pop(key).consumer
-        self._publish()
+        self._publish(key)
         return consumer
 
     def replace(self, key: str, consumer: Consumer) -> bool:
@@ -203,7 +210,7 @@ class SubscriptionRegistry:
         to run)."""
         entry = self.known(key)
         entry.consumer = consumer
-        self._publish()
+        self._publish(key)
         return entry.status.state not in STOPPED
 
     def runs(self, key: str) -> bool:
@@ -212,20 +219,20 @@ class SubscriptionRegistry:
 
     def move(self, key: str, state: State, reason: str = "") -> None:
         self.known(key).status.move(state, self.clock.wall_ms(), reason)
-        self._publish()
+        self._publish(key)
 
     def started(self, key: str) -> None:
         entry = self.known(key)
         entry.status.move("running", self.clock.wall_ms())
         entry.restarts.succeeded()
-        self._publish()
+        self._publish(key)
 
     def start_failed(self, key: str, reason: str, broker_down: bool) -> Retry:
         """The tree could not start: a retry after the kernel's restart backoff."""
         entry = self.known(key)
         delay = entry.restarts.failed()
         entry.status.retrying(self.clock.wall_ms(), reason, broker_down, delay)
-        self._publish()
+        self._publish(key)
         return Retry(key, entry.restarts.failures, self.clock.monotonic_ms() + delay, delay)
 
     def exited(self, key: str, reason: str, broker_down: bool) -> Retry | None:
@@ -256,10 +263,15 @@ class SubscriptionRegistry:
         entry = self._entries.get(key)
         return entry is not None and entry.status.state == "running"
 
-    def _publish(self) -> None:
-        self.published = Published(
-            consumers={k: e.consumer for k, e in self._entries.items()},
-            statuses={k: dataclasses.replace(e.status) for k, e in self._entries.items()})
+    def _publish(self, key: str) -> None:
+        """Show `key`'s change: a copy of its status, its document; gone when removed."""
+        entry = self._entries.get(key)
+        if entry is None:
+            self._consumers.pop(key, None)
+            self._statuses.pop(key, None)
+            return
+        self._consumers[key] = entry.consumer
+        self._statuses[key] = dataclasses.replace(entry.status)
 
     # -- what the files keep (local mode) ----------------------------------------------
     def paused_keys(self) -> list[str]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from actors.delivery.control.origin_users import Limits, OriginUsers
 from actors.delivery.document.patterns import matches
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.attempts import AttemptRing
@@ -89,8 +90,6 @@ class Plant(Protocol):
     handlers: dict[str, HandlerDestination]
     restoring: bool
 
-    def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None: ...
-
     def has_tree(self, key: str) -> bool: ...
 
     def bootstrap(self, consumer: Consumer) -> str: ...
@@ -112,7 +111,8 @@ class Plant(Protocol):
     async def start_replay(self, consumer: Consumer, request: ReplayRequest,
                            progress: ReplayProgress) -> None: ...
 
-    def settle_origin(self, uri: str, joining: Consumer | None = None) -> object: ...
+    def settle_origin(self, uri: str, joining: Consumer | None = None,
+                      leaving: str | None = None) -> object: ...
 
     def own_topics(self) -> set[str]: ...
 
@@ -147,11 +147,7 @@ class Trees:
         self.rosters: dict[str, Roster] = {}  # by member name; they outlive the members
         self._member_wirings: dict[str, Wiring] = {}
         self.restoring = False  # members hold their subscribe until the restore is done
-        self._consumers: Callable[[], dict[str, Consumer]] = dict
-
-    def follow(self, consumers: Callable[[], dict[str, Consumer]]) -> None:
-        """Where the listed subscriptions are read (for the origins' settings)."""
-        self._consumers = consumers
+        self.origin_users = OriginUsers()
 
     # -- supervisors -------------------------------------------------------------------
     def supervisor(self) -> Supervisor:
@@ -332,18 +328,20 @@ class Trees:
         return lambda name: EgressActor(name, consumer, consumer.broker, metrics, guard,
                                         origin, gone)
 
-    def settle_origin(self, uri: str, joining: Consumer | None = None) -> Origin:
+    def settle_origin(self, uri: str, joining: Consumer | None = None,
+                      leaving: str | None = None) -> Origin:
         """The origin of `uri`, set to the strictest settings of the subscriptions that
-        push there now (and `joining`): one that leaves takes its limits with it."""
+        push there now: `joining` starts pushing there, `leaving` (a key) stopped
+        pushing wherever it did and takes its limits with it."""
         origin = self.origins.get(uri)
-        skip = joining.key if joining is not None else None
-        methods = [c.subscriptionMethod for k, c in self._consumers().items()
-                   if k != skip and k not in self.handlers
-                   and self.origins.get(c.subscriptionMethod.uri) is origin]
+        if leaving is not None:
+            self.origin_users.leave(leaving)
         if joining is not None:
-            methods.append(joining.subscriptionMethod)
-        origin.configure((m.rateLimitPerSecond for m in methods),
-                         (_breaker_settings(m.circuitBreaker) for m in methods))
+            method = joining.subscriptionMethod
+            self.origin_users.join(joining.key, origin, Limits(
+                method.rateLimitPerSecond, _breaker_settings(method.circuitBreaker)))
+        limits = self.origin_users.limits(origin)
+        origin.configure((lim.rate for lim in limits), (lim.breaker for lim in limits))
         return origin
 
     def _consumer_spec(self, consumer: Consumer, wiring: Wiring,
