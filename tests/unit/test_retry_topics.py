@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors.delivery.document.settings import retry_topic_settings
 from actors.delivery.document.signing import webhook_id_of
 from actors.delivery.document.subscription import RetryTopics, decode_consumer
 from actors.delivery.errors import InvalidSubscription
@@ -32,7 +33,8 @@ def rec(offset: int, topic: str = "orders") -> Record:
 
 
 def new_book(retries: int) -> PartitionBook:
-    book = PartitionBook("partition", 1, 1, 2, Backoff(100), retries, retry_topics=RETRY)
+    book = PartitionBook("partition", 1, 1, 2, Backoff(100), retries,
+                         retry_topics=retry_topic_settings(RETRY))
     book.assign(0)
     return book
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from actors.delivery.document.patterns import matches
+from actors.delivery.document.settings import CursorCatalog
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.attempts import AttemptRing
 from actors.delivery.egress.guard import DestinationGuard
@@ -300,8 +301,10 @@ class Trees:
                         runtime.consumer_settings(consumer.broker))
         retry_bootstrap = self.check_retry_topics(consumer)
         retrytopic = ChildRef(sup, "retrytopic") if retry_bootstrap else None
+        reads = with_retry_topic(consumer)
         deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics,
-                            runtime.config.delivery.stall_after_ms, retrytopic)
+                            CursorCatalog(reads), runtime.config.delivery.stall_after_ms,
+                            retrytopic)
         outlet = self._outlet(consumer)
         ring = self.attempts.setdefault(consumer.key, AttemptRing())
         specs = [ChildSpec("egress", lambda: with_ring(outlet("egress"), ring))]
@@ -319,7 +322,7 @@ class Trees:
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
             shutdown_ms=500))
-        specs.append(self._consumer_spec(with_retry_topic(consumer), wiring, deps))
+        specs.append(self._consumer_spec(reads, wiring, deps))
         return specs
 
     def _outlet(self, consumer: Consumer) -> OutletFactory:

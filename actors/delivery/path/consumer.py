@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from actors.delivery.document.settings import CursorsOf, largest_buffer
 from actors.delivery.document.subscription import INT_PROPERTIES, Consumer
-from actors.delivery.path.book import buffer_limit
 from actors.delivery.path.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
 from actors.shared.group_consumer import (
     ClientSettings,
@@ -44,6 +44,7 @@ class ConsumerDeps:
     egress: Ref
     deadletter: Ref | None
     metrics: Registry
+    cursors: CursorsOf  # each topic's cursor settings, built once per topic
     stall_after_ms: int = STALL_AFTER_MS
     retrytopic: Ref | None = None  # with subscriptionMethod.retryTopics
 
@@ -51,8 +52,7 @@ class ConsumerDeps:
 def fetch_size(sub: Consumer) -> int:
     """One fetch brings at most about one prefetch buffer: a partition is paused when its
     buffer is full, so it then holds less than twice its buffer."""
-    largest_buffer = max(buffer_limit(t.config) for t in sub.topics)
-    return min(MAX_FETCH_RECORDS, max(largest_buffer, MIN_FETCH_RECORDS))
+    return min(MAX_FETCH_RECORDS, max(largest_buffer(sub), MIN_FETCH_RECORDS))
 
 
 def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSettings:
@@ -126,8 +126,9 @@ class ConsumerActor(GroupConsumerActor):
     def build_child(self, tp: TopicPartition, epoch: int) -> PartitionActor:
         peers = PartitionPeers(self, self.deps.egress, self.deps.deadletter,
                                self.deps.retrytopic)
-        return PartitionActor(child_name(tp), self.sub, tp.topic, tp.partition, epoch, peers,
-                              self.deps.metrics, self.deps.stall_after_ms)
+        return PartitionActor(child_name(tp), self.deps.cursors(tp.topic), tp.topic,
+                              tp.partition, epoch, peers, self.deps.metrics,
+                              self.deps.stall_after_ms)
 
     def reset_to_beginning(self) -> bool:
         return self._reset == "earliest"

@@ -35,6 +35,7 @@ from aiokafka.structs import ConsumerRecord
 from msgspec import Meta
 
 from actors.delivery.document.filters import matches
+from actors.delivery.document.settings import retry_policy
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.path.book import retry_backoff
 from actors.shared.deadletter import dead_letter_source
@@ -128,7 +129,7 @@ class ReplayActor(Actor):
         self.consumer, self.request, self.progress = consumer, request, progress
         self.bootstrap, self.egress = bootstrap, egress
         self.client_settings = client_settings
-        self.backoff = retry_backoff(consumer.subscriptionMethod)
+        self.backoff = retry_backoff(retry_policy(consumer.subscriptionMethod))
         self.retries = consumer.subscriptionMethod.retryBeforeCommit
         self._kafka: AIOKafkaConsumer | None = None
         self._last_error = ""

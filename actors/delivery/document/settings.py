@@ -1,0 +1,220 @@
+"""The subscription document decoded into the settings each actor takes (issue 23 item 5).
+
+The `Consumer` (subscription.py) is the wire document: the admin API, the store and the
+cluster's subscriptions topic keep it. Actors never read it: when a subscription's tree
+starts, the functions here turn it into small frozen settings with Python's names, one
+kind per part:
+
+- `CursorSettings`: a cursor of one topic (`PartitionActor` and its `PartitionBook`):
+  window, prefetch, ordering, lanes, commit period, retry policy, side topics, filter;
+- `EgressSettings`: the HTTP egress (request, signing, TLS, pool, batches);
+- `RetryPolicy`, `RetryTopicSettings`: what the cursor, the replay and the retry-topic
+  writer share.
+
+Built once per tree start (cursor settings once per topic, `CursorCatalog`), never per
+record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from actors.delivery.document.filters import Filter
+from actors.delivery.document.subscription import (
+    Consumer,
+    Ordering,
+    RetryTopics,
+    SubscriptionMethod,
+    TlsSettings,
+    TopicConfig,
+)
+
+MIN_POOL: Final = 10
+MAX_POOL: Final = 1000
+POOL_PER_WINDOW: Final = 4
+DEFAULT_QUERY_KEY: Final = "message"
+"""Queue-Over-Http's default `queryParamKey`."""
+
+
+class _Settings(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class RetryPolicy(_Settings, frozen=True, kw_only=True):
+    """A failed push is retried after `delay_ms`, grown by `backoff_multiplier` up to
+    `max_delay_ms` (0: no cap given), with `jitter`; `retries` N > 0 gives N retries after
+    the first attempt, 0 retries forever (`retryBeforeCommit`)."""
+
+    delay_ms: int = 1000
+    backoff_multiplier: float = 1.0
+    max_delay_ms: int = 0
+    jitter: float = 0.0
+    retries: int = 0
+
+
+class RetryTopicSettings(_Settings, frozen=True, kw_only=True):
+    """Non-blocking retries through the delay queue (`retryTopics`)."""
+
+    topic: str
+    delays_ms: tuple[int, ...]
+
+
+class CursorSettings(_Settings, frozen=True, kw_only=True):
+    """A subscription's cursor on one topic: `PartitionActor` and `PartitionBook`."""
+
+    subscription: str
+    """The subscription's key: journal events and metric labels."""
+    ordering: Ordering = "none"
+    concurrency: int = 1
+    lanes: int = 0
+    """Key mode parallelism; 0: `concurrency` lanes."""
+    load_factor: float = 2.0
+    commit_period_ms: int = 0
+    """0: commit when idle and every second (partition.py)."""
+    batch_size: int = 1
+    retry: RetryPolicy = RetryPolicy()
+    dead_letter_topic: str | None = None
+    retry_topics: RetryTopicSettings | None = None
+    filter: Filter | None = None
+    reads_retries: bool = False
+    """The cursor reads the subscription's retry topic."""
+
+    @property
+    def window(self) -> int:
+        """Records in flight at most: one in `partition` order, else `concurrency`."""
+        return 1 if self.ordering == "partition" else self.concurrency
+
+    @property
+    def buffer_limit(self) -> int:
+        """Buffered records at which a cursor asks to be paused (load factor x window)."""
+        size = self.window
+        return max(size, math.ceil(size * self.load_factor))
+
+
+class TlsFiles(_Settings, frozen=True, kw_only=True):
+    """PEM files toward an https endpoint (tls.py reads them)."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+class EgressSettings(_Settings, frozen=True, kw_only=True):
+    """What the HTTP egress pushes with. Header values and the signing secret may still be
+    `${env:}`/`${file:}` references: the egress resolves them when it starts (secrets.py)."""
+
+    subscription: str
+    """The subscription's key: journal events, metric labels, the 410 callback."""
+    consumer_header: str
+    """`QOH-Consumer`: `<id>_<group.id>`."""
+    broker: str
+    uri: str
+    method: str = "POST"
+    """Upper case."""
+    query_param_key: str = DEFAULT_QUERY_KEY
+    charset: str = "utf-8"
+    headers: dict[str, str] = {}
+    timeout_ms: int = 30_000
+    connect_timeout_ms: int = 5_000
+    signing_secret: str | None = None
+    tls: TlsFiles | None = None
+    pool: int = MIN_POOL
+    batch_size: int = 1
+    batch_linger_ms: int = 0
+    fail_fast: bool = False
+    """Retries are bounded (`retryBeforeCommit` > 0, or retry topics): attempts while the
+    origin's breaker is open fail at once (origin.py)."""
+
+
+# -- from the document --------------------------------------------------------------------
+def retry_policy(method: SubscriptionMethod) -> RetryPolicy:
+    return RetryPolicy(delay_ms=method.delayOnErrorMs,
+                       backoff_multiplier=method.backoffMultiplier,
+                       max_delay_ms=method.maxDelayOnErrorMs, jitter=method.jitter,
+                       retries=method.retryBeforeCommit)
+
+
+def retry_topic_settings(retry: RetryTopics | None) -> RetryTopicSettings | None:
+    if retry is None:
+        return None
+    return RetryTopicSettings(topic=retry.topic, delays_ms=tuple(retry.delaysMs))
+
+
+def cursor_of(config: TopicConfig, method: SubscriptionMethod, subscription: str = "",
+              wanted: Filter | None = None, reads_retries: bool = False) -> CursorSettings:
+    """A cursor's settings from a topic entry's `config` and the subscription's method."""
+    return CursorSettings(
+        subscription=subscription, ordering=config.ordering,
+        concurrency=config.concurrencyFactor, lanes=config.lanes,
+        load_factor=config.loadFactor, commit_period_ms=config.autoCommitPeriodMs,
+        batch_size=method.batchSize, retry=retry_policy(method),
+        dead_letter_topic=method.deadLetterTopic,
+        retry_topics=retry_topic_settings(method.retryTopics), filter=wanted,
+        reads_retries=reads_retries)
+
+
+def cursor_settings(consumer: Consumer, topic: str) -> CursorSettings:
+    """The settings of `consumer`'s cursor on `topic`: the entry that names or matches it
+    (else the first: the retry topic, read with the first topic's settings)."""
+    method = consumer.subscriptionMethod
+    retry = method.retryTopics
+    return cursor_of(consumer.topic_config(topic), method, consumer.key,
+                     consumer.topic_filter(topic),
+                     retry is not None and topic == retry.topic)
+
+
+@dataclass(slots=True)
+class CursorCatalog:
+    """A subscription's cursor settings by topic, each built once (a subscription starts a
+    cursor per partition: they share one settings object)."""
+
+    consumer: Consumer
+    _made: dict[str, CursorSettings] = field(default_factory=dict)
+
+    def __call__(self, topic: str) -> CursorSettings:
+        made = self._made.get(topic)
+        if made is None:
+            made = self._made[topic] = cursor_settings(self.consumer, topic)
+        return made
+
+
+CursorsOf = Callable[[str], CursorSettings]
+"""A topic's cursor settings (a `CursorCatalog`)."""
+
+
+def largest_buffer(consumer: Consumer) -> int:
+    """The largest prefetch buffer of the subscription's topic entries."""
+    method = consumer.subscriptionMethod
+    return max(cursor_of(t.config, method).buffer_limit for t in consumer.topics)
+
+
+def pool_size(consumer: Consumer) -> int:
+    """`maxConnections`, else four windows clamped to 10..1000 (egress/http.py says why)."""
+    configured = consumer.subscriptionMethod.maxConnections
+    if configured:
+        return configured
+    return min(max(consumer.window * POOL_PER_WINDOW, MIN_POOL), MAX_POOL)
+
+
+def tls_files(tls: TlsSettings | None) -> TlsFiles | None:
+    if tls is None:
+        return None
+    return TlsFiles(ca_file=tls.caFile, cert_file=tls.certFile, key_file=tls.keyFile)
+
+
+def egress_settings(consumer: Consumer) -> EgressSettings:
+    method = consumer.subscriptionMethod
+    return EgressSettings(
+        subscription=consumer.key, consumer_header=consumer.joined, broker=consumer.broker,
+        uri=method.uri, method=method.method.upper(),
+        query_param_key=method.queryParamKey or DEFAULT_QUERY_KEY, charset=method.charset,
+        headers=dict(method.additionalHeaders), timeout_ms=method.timeoutMs,
+        connect_timeout_ms=method.connectTimeoutMs, signing_secret=method.signingSecret,
+        tls=tls_files(method.tls), pool=pool_size(consumer), batch_size=method.batchSize,
+        batch_linger_ms=method.batchLingerMs,
+        fail_fast=method.retryBeforeCommit > 0 or method.retryTopics is not None)
