@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from actors.delivery.document.patterns import matches
-from actors.delivery.document.settings import CursorCatalog
+from actors.delivery.document.settings import CursorCatalog, egress_settings
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.attempts import AttemptRing
 from actors.delivery.egress.guard import DestinationGuard
@@ -332,8 +332,8 @@ class Trees:
             return lambda name: handler.outlet(name, consumer.key, metrics)
         origin = self.settle_origin(consumer.subscriptionMethod.uri, consumer)
         guard, gone = self.guard, self.wires.gone
-        return lambda name: EgressActor(name, consumer, consumer.broker, metrics, guard,
-                                        origin, gone)
+        settings = egress_settings(consumer)
+        return lambda name: EgressActor(name, settings, metrics, guard, origin, gone)
 
     def settle_origin(self, uri: str, joining: Consumer | None = None) -> Origin:
         """The origin of `uri`, set to the strictest settings of the subscriptions that
