@@ -36,7 +36,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from actors.delivery.document.patterns import matches
-from actors.delivery.document.settings import CursorCatalog, egress_settings
+from actors.delivery.document.settings import (
+    CursorCatalog,
+    egress_settings,
+    replay_settings,
+    retry_topic_settings,
+)
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.attempts import AttemptRing
 from actors.delivery.egress.guard import DestinationGuard
@@ -279,8 +284,8 @@ class Trees:
         settings = self.runtime.consumer_settings(consumer.broker)
         egress, name = ChildRef(tree, "egress"), f"replay-{progress.replay_id}"
         await tree.start_child(ChildSpec(
-            name, lambda: ReplayActor(name, consumer, request, progress, bootstrap, egress,
-                                      settings),
+            name, lambda: ReplayActor(name, replay_settings(consumer), request, progress,
+                                      bootstrap, egress, settings),
             restart="transient"))
 
     def spec(self, consumer: Consumer) -> ChildSpec:
@@ -316,8 +321,9 @@ class Trees:
                                        subscription=consumer.key, metrics=runtime.metrics)))
         retry, delay = method.retryTopics, runtime.config.delay
         if retry is not None and retry_bootstrap is not None:
+            moved = retry_topic_settings(retry)
             specs.append(ChildSpec("retrytopic", lambda: RetryTopicActor(
-                "retrytopic", retry_bootstrap, delay.levels, retry, consumer.key,
+                "retrytopic", retry_bootstrap, delay.levels, moved, consumer.key,
                 delay.partitions, runtime.metrics), start_timeout_ms=15_000))
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),

@@ -8,6 +8,7 @@ kind per part:
 - `CursorSettings`: a cursor of one topic (`PartitionActor` and its `PartitionBook`):
   window, prefetch, ordering, lanes, commit period, retry policy, side topics, filter;
 - `EgressSettings`: the HTTP egress (request, signing, TLS, pool, batches);
+- `ReplaySettings`: a replay;
 - `RetryPolicy`, `RetryTopicSettings`: what the cursor, the replay and the retry-topic
   writer share.
 
@@ -139,22 +140,21 @@ def retry_policy(method: SubscriptionMethod) -> RetryPolicy:
                        retries=method.retryBeforeCommit)
 
 
-def retry_topic_settings(retry: RetryTopics | None) -> RetryTopicSettings | None:
-    if retry is None:
-        return None
+def retry_topic_settings(retry: RetryTopics) -> RetryTopicSettings:
     return RetryTopicSettings(topic=retry.topic, delays_ms=tuple(retry.delaysMs))
 
 
 def cursor_of(config: TopicConfig, method: SubscriptionMethod, subscription: str = "",
               wanted: Filter | None = None, reads_retries: bool = False) -> CursorSettings:
     """A cursor's settings from a topic entry's `config` and the subscription's method."""
+    retry = method.retryTopics
     return CursorSettings(
         subscription=subscription, ordering=config.ordering,
         concurrency=config.concurrencyFactor, lanes=config.lanes,
         load_factor=config.loadFactor, commit_period_ms=config.autoCommitPeriodMs,
         batch_size=method.batchSize, retry=retry_policy(method),
         dead_letter_topic=method.deadLetterTopic,
-        retry_topics=retry_topic_settings(method.retryTopics), filter=wanted,
+        retry_topics=None if retry is None else retry_topic_settings(retry), filter=wanted,
         reads_retries=reads_retries)
 
 
@@ -185,6 +185,23 @@ class CursorCatalog:
 
 CursorsOf = Callable[[str], CursorSettings]
 """A topic's cursor settings (a `CursorCatalog`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySettings:
+    """A replay (path/replay.py): its group's name, the retry policy, the dead-letter
+    topic it may read, and each topic's filter."""
+
+    group_id: str
+    retry: RetryPolicy
+    dead_letter_topic: str | None
+    cursors: CursorsOf
+
+
+def replay_settings(consumer: Consumer) -> ReplaySettings:
+    method = consumer.subscriptionMethod
+    return ReplaySettings(consumer.group_id, retry_policy(method), method.deadLetterTopic,
+                          CursorCatalog(consumer))
 
 
 def largest_buffer(consumer: Consumer) -> int:

@@ -35,8 +35,7 @@ from aiokafka.structs import ConsumerRecord
 from msgspec import Meta
 
 from actors.delivery.document.filters import matches
-from actors.delivery.document.settings import retry_policy
-from actors.delivery.document.subscription import Consumer
+from actors.delivery.document.settings import ReplaySettings
 from actors.delivery.path.book import retry_backoff
 from actors.shared.deadletter import dead_letter_source
 from actors.shared.errors import UnexpectedMessage
@@ -122,15 +121,15 @@ def time_ms(value: int | str | None) -> int | None:
 
 
 class ReplayActor(Actor):
-    def __init__(self, name: str, consumer: Consumer, request: ReplayRequest,
+    def __init__(self, name: str, settings: ReplaySettings, request: ReplayRequest,
                  progress: ReplayProgress, bootstrap: str, egress: Ref,
                  client_settings: dict[str, object]) -> None:
         super().__init__(name)
-        self.consumer, self.request, self.progress = consumer, request, progress
+        self.settings, self.request, self.progress = settings, request, progress
         self.bootstrap, self.egress = bootstrap, egress
         self.client_settings = client_settings
-        self.backoff = retry_backoff(retry_policy(consumer.subscriptionMethod))
-        self.retries = consumer.subscriptionMethod.retryBeforeCommit
+        self.backoff = retry_backoff(settings.retry)
+        self.retries = settings.retry.retries
         self._kafka: AIOKafkaConsumer | None = None
         self._last_error = ""
 
@@ -139,12 +138,12 @@ class ReplayActor(Actor):
         if self.request.source == "topic":
             assert self.request.topic is not None
             return self.request.topic
-        topic = self.consumer.subscriptionMethod.deadLetterTopic
+        topic = self.settings.dead_letter_topic
         assert topic is not None
         return topic
 
     async def on_start(self) -> None:
-        group = f"{self.consumer.group_id}.replay.{self.progress.replay_id}"
+        group = f"{self.settings.group_id}.replay.{self.progress.replay_id}"
         self._kafka = make_consumer(self.bootstrap, group_id=group, enable_auto_commit=False,
                                     auto_offset_reset="earliest", **self.client_settings)
         await self._kafka.start()
@@ -255,9 +254,9 @@ class ReplayActor(Actor):
         false); the others are counted."""
         if not self.request.applyFilter:
             return records
-        consumer, kept = self.consumer, []
+        cursors, kept = self.settings.cursors, []
         for record in records:
-            wanted = consumer.topic_filter(record.topic)
+            wanted = cursors(record.topic).filter
             if wanted is None or matches(wanted, record):
                 kept.append(record)
         self.progress.filtered += len(records) - len(kept)

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from actors.delay.producer import DelayProducer
+from actors.delivery.document.settings import RetryTopicSettings
 from actors.delivery.document.subscription import Consumer, RetryTopics, TopicSpec
 from actors.delivery.errors import InvalidSubscription
 from actors.delivery.path.sidetopic import SideTopicActor
@@ -166,7 +167,7 @@ class RetryTopicActor(SideTopicActor[MoveAside]):
     request = MoveAside
 
     def __init__(self, name: str, bootstrap: str, levels: Sequence[DelayLevel],
-                 retry: RetryTopics, subscription: str, partitions: int = 3,
+                 retry: RetryTopicSettings, subscription: str, partitions: int = 3,
                  metrics: Registry | None = None) -> None:
         super().__init__(name, retry.topic, subscription)
         self._m_moved: Value | None = None
@@ -218,4 +219,4 @@ class RetryTopicActor(SideTopicActor[MoveAside]):
 
     def __repr__(self) -> str:
         return (f"<RetryTopicActor {self.path} topic={self.topic} "
-                f"delays={self.retry.delaysMs} moved={self.moved} {self.ledger!r}>")
+                f"delays={list(self.retry.delays_ms)} moved={self.moved} {self.ledger!r}>")
