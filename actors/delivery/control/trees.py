@@ -39,6 +39,7 @@ from actors.delivery.document.patterns import matches
 from actors.delivery.document.settings import (
     CursorCatalog,
     egress_settings,
+    reader_settings,
     replay_settings,
     retry_topic_settings,
 )
@@ -360,7 +361,8 @@ class Trees:
         """The subscription's seat on its group's shared member, or its own consumer for
         pinned partitions (manual assignment: no group membership to share)."""
         if not rides(consumer):
-            return ChildSpec("consumer", lambda: ConsumerActor("consumer", consumer, wiring,
+            reader = reader_settings(consumer)
+            return ChildSpec("consumer", lambda: ConsumerActor("consumer", reader, wiring,
                                                                deps),
                              shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
         member = ChildRef(self.groups(), member_name(consumer))

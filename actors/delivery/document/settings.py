@@ -9,6 +9,7 @@ kind per part:
   window, prefetch, ordering, lanes, commit period, retry policy, side topics, filter;
 - `EgressSettings`: the HTTP egress (request, signing, TLS, pool, batches);
 - `ReplaySettings`: a replay;
+- `ReaderSettings`: a subscription's own Kafka consumer (pinned partitions);
 - `RetryPolicy`, `RetryTopicSettings`: what the cursor, the replay and the retry-topic
   writer share.
 
@@ -27,6 +28,7 @@ import msgspec
 
 from actors.delivery.document.filters import Filter
 from actors.delivery.document.subscription import (
+    INT_PROPERTIES,
     Consumer,
     Ordering,
     RetryTopics,
@@ -132,6 +134,23 @@ class EgressSettings(_Settings, frozen=True, kw_only=True):
     origin's breaker is open fail at once (origin.py)."""
 
 
+class ReaderSettings(_Settings, frozen=True, kw_only=True):
+    """A subscription's own Kafka consumer (`ConsumerActor`, for pinned partitions)."""
+
+    subscription: str
+    group_id: str
+    topics: dict[str, tuple[int, ...]]
+    """Topic -> its pinned partitions; none: every partition of it."""
+    uses_pattern: bool = False
+    auto_offset_reset: str = "earliest"
+    client: dict[str, int] = {}
+    """aiokafka settings from the subscription's `properties` (INT_PROPERTIES)."""
+
+    @property
+    def pinned(self) -> bool:
+        return any(self.topics.values())
+
+
 # -- from the document --------------------------------------------------------------------
 def retry_policy(method: SubscriptionMethod) -> RetryPolicy:
     return RetryPolicy(delay_ms=method.delayOnErrorMs,
@@ -202,6 +221,20 @@ def replay_settings(consumer: Consumer) -> ReplaySettings:
     method = consumer.subscriptionMethod
     return ReplaySettings(consumer.group_id, retry_policy(method), method.deadLetterTopic,
                           CursorCatalog(consumer))
+
+
+def reader_settings(consumer: Consumer) -> ReaderSettings:
+    """Pattern topics are left out of `topics`: they never pin partitions, and a reader
+    is for pinned partitions (the instance member matches patterns itself)."""
+    properties = consumer.properties
+    return ReaderSettings(
+        subscription=consumer.key, group_id=consumer.group_id,
+        topics={t.name: tuple(p.number for p in t.partitions or ())
+                for t in consumer.topics if t.name is not None},
+        uses_pattern=any(t.pattern for t in consumer.topics),
+        auto_offset_reset=properties.get("auto.offset.reset", "earliest"),
+        client={INT_PROPERTIES[name]: int(value) for name, value in properties.items()
+                if name in INT_PROPERTIES})
 
 
 def largest_buffer(consumer: Consumer) -> int:
