@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from actors.delivery.document.filters import decode_filter
 from actors.delivery.document.settings import (
     CursorCatalog,
@@ -17,6 +19,7 @@ from actors.delivery.document.settings import (
     replay_settings,
 )
 from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.path.replay import ReplayRange, ReplayRequest, replay_range
 from actors.delivery.path.retrytopic import with_retry_topic
 
 
@@ -105,3 +108,11 @@ def test_a_replay_takes_the_group_the_retry_policy_and_the_filters() -> None:
     assert (replay.group_id, replay.dead_letter_topic, replay.retry.retries) == ("g", "dlt", 1)
     assert replay.cursors("orders").filter is not None
     assert replay.cursors("elsewhere").filter is None
+
+
+def test_a_replay_request_is_decoded_once_into_its_range() -> None:
+    request = msgspec.json.decode(
+        b'{"source": "topic", "topic": "t", "partition": 1, "fromOffset": 3, "toOffset": 9,'
+        b' "from": "1970-01-01T00:00:01Z", "to": 2000, "limit": 5, "applyFilter": false}',
+        type=ReplayRequest)
+    assert replay_range(request) == ReplayRange("topic", "t", 1, 3, 9, 1000, 2000, 5, False)

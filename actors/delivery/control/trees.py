@@ -64,7 +64,12 @@ from actors.delivery.path.consumer import (
 )
 from actors.delivery.path.deadletter import DeadLetterActor
 from actors.delivery.path.member import InstanceMemberActor, RiderActor
-from actors.delivery.path.replay import ReplayActor, ReplayProgress, ReplayRequest
+from actors.delivery.path.replay import (
+    ReplayActor,
+    ReplayProgress,
+    ReplayRequest,
+    replay_range,
+)
 from actors.delivery.path.retrytopic import RetryTopicActor, check_levels, with_retry_topic
 from actors.delivery.path.roster import Rider, Roster
 from actors.shared.group_consumer import Wiring
@@ -285,8 +290,8 @@ class Trees:
         settings = self.runtime.consumer_settings(consumer.broker)
         egress, name = ChildRef(tree, "egress"), f"replay-{progress.replay_id}"
         await tree.start_child(ChildSpec(
-            name, lambda: ReplayActor(name, replay_settings(consumer), request, progress,
-                                      bootstrap, egress, settings),
+            name, lambda: ReplayActor(name, replay_settings(consumer), replay_range(request),
+                                      progress, bootstrap, egress, settings),
             restart="transient"))
 
     def spec(self, consumer: Consumer) -> ChildSpec:

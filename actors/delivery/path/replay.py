@@ -81,6 +81,28 @@ class ReplayRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
             raise ValueError(f"'from' ({self.from_}) is after 'to' ({self.to})")
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayRange:
+    """What a replay reads and pushes: its `ReplayRequest` decoded once (`replay_range`),
+    times as epoch ms."""
+
+    source: Literal["deadLetter", "topic"]
+    topic: str | None = None
+    partition: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+    from_ms: int | None = None
+    to_ms: int | None = None
+    limit: int | None = None
+    apply_filter: bool = True
+
+
+def replay_range(request: ReplayRequest) -> ReplayRange:
+    return ReplayRange(request.source, request.topic, request.partition, request.fromOffset,
+                       request.toOffset, time_ms(request.from_), time_ms(request.to),
+                       request.limit, request.applyFilter)
+
+
 @dataclass(slots=True)
 class ReplayProgress:
     """What `GET .../replay/{replayId}` shows; written by the replay actor only."""
@@ -121,7 +143,7 @@ def time_ms(value: int | str | None) -> int | None:
 
 
 class ReplayActor(Actor):
-    def __init__(self, name: str, settings: ReplaySettings, request: ReplayRequest,
+    def __init__(self, name: str, settings: ReplaySettings, request: ReplayRange,
                  progress: ReplayProgress, bootstrap: str, egress: Ref,
                  client_settings: dict[str, object]) -> None:
         super().__init__(name)
@@ -209,15 +231,15 @@ class ReplayActor(Actor):
         for tp in tps:
             if await kafka.committed(tp) is not None:
                 continue  # resuming
-            if request.fromOffset is not None:
-                kafka.seek(tp, request.fromOffset)
+            if request.from_offset is not None:
+                kafka.seek(tp, request.from_offset)
             else:
                 await kafka.seek_to_beginning(tp)
         return {}
 
     async def _replay(self, kafka: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> None:
         request, progress = self.request, self.progress
-        start, stop = time_ms(request.from_), time_ms(request.to)
+        start, stop = request.from_ms, request.to_ms
         budget = request.limit
         while True:
             batches = await kafka.getmany(timeout_ms=500, max_records=BATCH)
@@ -234,7 +256,7 @@ class ReplayActor(Actor):
             if await self._finished(kafka, ends) or budget == 0:
                 progress.total = progress.delivered + progress.failed
                 return
-            if not batches and request.source == "topic" and request.toOffset is None:
+            if not batches and request.source == "topic" and request.to_offset is None:
                 return
 
     def _wanted(self, message: ConsumerRecord[bytes, bytes], end: int | None,
@@ -242,9 +264,9 @@ class ReplayActor(Actor):
         request = self.request
         if end is not None and message.offset >= end:
             return False
-        if request.fromOffset is not None and message.offset < request.fromOffset:
+        if request.from_offset is not None and message.offset < request.from_offset:
             return False  # a reset to the earliest offset reads from before the range
-        if request.toOffset is not None and message.offset > request.toOffset:
+        if request.to_offset is not None and message.offset > request.to_offset:
             return False
         stamp = message.timestamp
         return (start is None or stamp >= start) and (stop is None or stamp <= stop)
@@ -252,7 +274,7 @@ class ReplayActor(Actor):
     def _matching(self, records: list[Record]) -> list[Record]:
         """The records the subscription's filter lets through (all, with `applyFilter`
         false); the others are counted."""
-        if not self.request.applyFilter:
+        if not self.request.apply_filter:
             return records
         cursors, kept = self.settings.cursors, []
         for record in records:
@@ -268,7 +290,7 @@ class ReplayActor(Actor):
         tps = kafka.assignment()
         if len(ends) < len(tps):
             return False
-        last = self.request.toOffset
+        last = self.request.to_offset
         for tp in tps:
             stop = ends[tp] if last is None else min(ends[tp], last + 1)
             if await kafka.position(tp) < stop:
