@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from actors.delivery.document.filters import decode_filter
+from actors.delivery.document.replay import ReplayRange, ReplayRequest, replay_range
 from actors.delivery.document.settings import (
     CursorCatalog,
     RetryPolicy,
@@ -17,10 +18,9 @@ from actors.delivery.document.settings import (
     egress_settings,
     reader_settings,
     replay_settings,
+    with_retry_topic,
 )
 from actors.delivery.document.subscription import Consumer, decode_consumer
-from actors.delivery.path.replay import ReplayRange, ReplayRequest, replay_range
-from actors.delivery.path.retrytopic import with_retry_topic
 
 
 def consumer(topics: list[dict[str, Any]] | None = None,

@@ -36,12 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from actors.delivery.document.patterns import matches
+from actors.delivery.document.replay import ReplayRequest, replay_range
 from actors.delivery.document.settings import (
     CursorCatalog,
+    check_levels,
     egress_settings,
     reader_settings,
     replay_settings,
     retry_topic_settings,
+    with_retry_topic,
 )
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.attempts import AttemptRing
@@ -64,13 +67,8 @@ from actors.delivery.path.consumer import (
 )
 from actors.delivery.path.deadletter import DeadLetterActor
 from actors.delivery.path.member import InstanceMemberActor, RiderActor
-from actors.delivery.path.replay import (
-    ReplayActor,
-    ReplayProgress,
-    ReplayRequest,
-    replay_range,
-)
-from actors.delivery.path.retrytopic import RetryTopicActor, check_levels, with_retry_topic
+from actors.delivery.path.replay import ReplayActor, ReplayProgress
+from actors.delivery.path.retrytopic import RetryTopicActor
 from actors.delivery.path.roster import Rider, Roster
 from actors.shared.group_consumer import Wiring
 from runtime.errors import ActorDeadError, ActorStartError, ConfigError

@@ -1,9 +1,10 @@
 """The subscription document decoded into the settings each actor takes (issue 23 item 5).
 
 The `Consumer` (subscription.py) is the wire document: the admin API, the store and the
-cluster's subscriptions topic keep it. Actors never read it: when a subscription's tree
-starts, the functions here turn it into small frozen settings with Python's names, one
-kind per part:
+cluster's subscriptions topic keep it. Actors do not read it (the instance member's
+riders still do, path/roster.py): when a subscription's tree starts, the control plane
+(control/trees.py) turns it into small frozen settings with Python's names, one kind per
+part, with the functions here:
 
 - `CursorSettings`: a cursor of one topic (`PartitionActor` and its `PartitionBook`):
   window, prefetch, ordering, lanes, commit period, retry policy, side topics, filter;
@@ -14,13 +15,14 @@ kind per part:
   writer share.
 
 Built once per tree start (cursor settings once per topic, `CursorCatalog`), never per
-record.
+record. Here too: `with_retry_topic` (the subscription as its readers see it: the retry
+topic read too) and `check_levels` (retry delays against the delay levels).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -35,7 +37,10 @@ from actors.delivery.document.subscription import (
     SubscriptionMethod,
     TlsSettings,
     TopicConfig,
+    TopicSpec,
 )
+from actors.delivery.errors import InvalidSubscription
+from runtime.host.config import DelayLevel
 
 MIN_POOL: Final = 10
 MAX_POOL: Final = 1000
@@ -163,6 +168,37 @@ def retry_topic_settings(retry: RetryTopics) -> RetryTopicSettings:
     return RetryTopicSettings(topic=retry.topic, delays_ms=tuple(retry.delaysMs))
 
 
+def check_levels(retry: RetryTopics, levels: Sequence[DelayLevel]) -> None:
+    """Every delay must fit a delay level; raises `InvalidSubscription` naming the level
+    to add (the admin API's 400, a restored subscription's start failure)."""
+    smallest = min(levels, key=lambda level: level.delay_ms) if levels else None
+    for i, delay in enumerate(retry.delaysMs):
+        if smallest is None:
+            raise InvalidSubscription(
+                f"invalid subscriptionMethod.retryTopics.delaysMs[{i}]",
+                f"{delay} ms: no [[delay.levels]] configured; add a level with "
+                f"delay_ms <= {delay}")
+        if smallest.delay_ms > delay:
+            raise InvalidSubscription(
+                f"invalid subscriptionMethod.retryTopics.delaysMs[{i}]",
+                f"{delay} ms fits no delay level (the smallest is {smallest.name!r}, "
+                f"{smallest.delay_ms} ms); add a [[delay.levels]] with delay_ms <= {delay}")
+
+
+def with_retry_topic(consumer: Consumer) -> Consumer:
+    """The subscription as its consumer actor sees it: the retry topic is consumed too,
+    with the first topic's settings (a pinned-partition subscription gets all of its
+    partitions)."""
+    retry = consumer.subscriptionMethod.retryTopics
+    if retry is None:
+        return consumer
+    spec = TopicSpec(name=retry.topic, config=consumer.topics[0].config)
+    return Consumer(id=consumer.id, group=consumer.group, broker=consumer.broker,
+                    topics=[*consumer.topics, spec],
+                    subscriptionMethod=consumer.subscriptionMethod,
+                    properties=consumer.properties)
+
+
 def cursor_of(config: TopicConfig, method: SubscriptionMethod, subscription: str = "",
               wanted: Filter | None = None, reads_retries: bool = False) -> CursorSettings:
     """A cursor's settings from a topic entry's `config` and the subscription's method."""
@@ -190,7 +226,9 @@ def cursor_settings(consumer: Consumer, topic: str) -> CursorSettings:
 @dataclass(slots=True)
 class CursorCatalog:
     """A subscription's cursor settings by topic, each built once (a subscription starts a
-    cursor per partition: they share one settings object)."""
+    cursor per partition: they share one settings object). A memo, not shared state: the
+    tree's supervisors call it from their own tasks, and every call for a topic answers
+    the same value."""
 
     consumer: Consumer
     _made: dict[str, CursorSettings] = field(default_factory=dict)
