@@ -87,9 +87,9 @@ import msgspec
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from actors.delivery.document.settings import pool_size
 from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.egress import transport
-from actors.delivery.egress.http import pool_size
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config

@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
+from actors.delivery.document.settings import egress_settings
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.transport import RESPONSE_BODY_CAP, TransportName
@@ -163,7 +164,7 @@ class Harness:
 
     async def egress(self, path: str = "/hook", **method: Any) -> EgressActor:
         consumer = make_consumer(self.endpoint.url + path, **method)
-        actor = EgressActor("egress", consumer, "Kafka", self.metrics,
+        actor = EgressActor("egress", egress_settings(consumer), self.metrics,
                             transport=self.transport)
         await self.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
         return actor
@@ -408,7 +409,7 @@ async def test_a_slow_endpoint_fails_without_status_within_the_timeout(harness: 
 
 async def test_connection_refused_fails_and_the_actor_keeps_working(harness: Harness) -> None:
     consumer = make_consumer(f"http://127.0.0.1:{free_port()}/hook", connectTimeoutMs=1000)
-    refused = EgressActor("refused", consumer, "Kafka", harness.metrics,
+    refused = EgressActor("refused", egress_settings(consumer), harness.metrics,
                           transport=harness.transport)
     await harness.system.spawn(ChildSpec("refused", lambda: refused, restart="temporary"))
 
@@ -421,7 +422,8 @@ async def test_connection_refused_fails_and_the_actor_keeps_working(harness: Har
 
 async def test_a_bad_url_fails_the_request_not_the_actor(harness: Harness) -> None:
     consumer = make_consumer("http://127.0.0.1:99999/hook")
-    bad = EgressActor("bad", consumer, "Kafka", harness.metrics, transport=harness.transport)
+    bad = EgressActor("bad", egress_settings(consumer), harness.metrics,
+                      transport=harness.transport)
     await harness.system.spawn(ChildSpec("bad", lambda: bad, restart="temporary"))
 
     [outcome] = await harness.push(bad, make_record())
@@ -523,7 +525,8 @@ async def test_a_bad_signing_secret_fails_the_start(harness: Harness) -> None:
 
     with pytest.raises(Exception, match="signingSecret"):
         await harness.system.spawn(
-            ChildSpec("bad", lambda: EgressActor("bad", consumer, "Kafka", harness.metrics)))
+            ChildSpec("bad", lambda: EgressActor("bad", egress_settings(consumer),
+                                                 harness.metrics)))
 
 
 async def test_the_session_is_closed_on_stop(harness: Harness) -> None:

@@ -3,6 +3,7 @@ connect time, and framing headers from a subscription never reach the wire."""
 
 from __future__ import annotations
 
+from actors.delivery.document.settings import egress_settings
 from actors.delivery.egress.guard import DestinationGuard
 from actors.delivery.egress.http import EgressActor
 from actors.shared.messages import Delivered, Failed
@@ -15,7 +16,7 @@ __all__ = ["harness"]  # the fixture, imported for pytest
 async def _egress(harness: Harness, guard: DestinationGuard | None = None,
                   **method: object) -> EgressActor:
     consumer = make_consumer(harness.endpoint.url + "/hook", **method)
-    actor = EgressActor("egress", consumer, "Kafka", harness.metrics, guard,
+    actor = EgressActor("egress", egress_settings(consumer), harness.metrics, guard,
                         transport=harness.transport)
     await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
     return actor

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from actors.delivery.document.settings import egress_settings
 from actors.delivery.egress.http import EgressActor
 from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
@@ -114,7 +115,7 @@ async def mutual(pki: Pki) -> AsyncIterator[HttpsReceiver]:
 
 
 async def _push(harness: Harness, url: str, **method: Any) -> Delivered | Failed:
-    actor = EgressActor("egress", make_consumer(url, **method), "Kafka", harness.metrics)
+    actor = EgressActor("egress", egress_settings(make_consumer(url, **method)), harness.metrics)
     await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
     [outcome] = await harness.push(actor, make_record())
     return outcome

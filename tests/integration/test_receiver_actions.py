@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from actors.delivery.document.settings import egress_settings
 from actors.delivery.egress.http import EgressActor
 from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
@@ -36,7 +37,7 @@ async def receiver() -> AsyncIterator[str]:
 
 
 async def _answer(harness: Harness, url: str) -> Delivered | Failed:
-    actor = EgressActor("egress", make_consumer(url), "Kafka", harness.metrics,
+    actor = EgressActor("egress", egress_settings(make_consumer(url)), harness.metrics,
                         transport=harness.transport)
     await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
     [outcome] = await harness.push(actor, make_record())

@@ -37,6 +37,7 @@ from actors.delivery.control.source import (
     LocalFiles,
     Stored,
 )
+from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.egress.handler import HandlerDestination
@@ -47,7 +48,7 @@ from actors.delivery.errors import (
     SubscriptionNotFound,
     SubscriptionStartFailed,
 )
-from actors.delivery.path.replay import ReplayProgress, ReplayRequest
+from actors.delivery.path.replay import ReplayProgress
 from actors.delivery.path.roster import Roster
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry

@@ -8,8 +8,9 @@ import asyncio
 
 import pytest
 
+from actors.delivery.document.settings import cursor_of, retry_policy
 from actors.delivery.document.subscription import SubscriptionMethod, TopicConfig
-from actors.delivery.path.book import PartitionBook, buffer_limit, retry_backoff
+from actors.delivery.path.book import PartitionBook, retry_backoff
 from actors.delivery.path.lanes import Mode
 from actors.shared.messages import Drain, Record, RetryInfo
 from runtime.errors import UsageError
@@ -165,6 +166,11 @@ def test_pauses_at_the_limit_and_resumes_at_half_of_it() -> None:
 
 
 def test_buffer_limit_is_the_load_factor_times_the_window() -> None:
+    method = SubscriptionMethod(uri="http://x")
+
+    def buffer_limit(config: TopicConfig) -> int:
+        return cursor_of(config, method).buffer_limit
+
     assert buffer_limit(TopicConfig(concurrencyFactor=10)) == 20
     assert buffer_limit(TopicConfig(concurrencyFactor=3, loadFactor=1.5)) == 5
     assert buffer_limit(TopicConfig(concurrencyFactor=10, ordering="partition")) == 2
@@ -208,10 +214,11 @@ def test_retry_after_is_a_lower_bound_on_the_delay() -> None:
 
 def test_exponential_backoff_is_capped_at_a_hundred_first_delays_by_default() -> None:
     method = SubscriptionMethod(uri="http://x", delayOnErrorMs=100, backoffMultiplier=2.0)
-    backoff = retry_backoff(method)
+    backoff = retry_backoff(retry_policy(method))
     assert [backoff.delay_ms(n) for n in (1, 2, 3)] == [100, 200, 400]
     assert backoff.delay_ms(40) == 10_000
-    assert retry_backoff(SubscriptionMethod(uri="http://x", delayOnErrorMs=100)).max_ms == 0
+    flat = SubscriptionMethod(uri="http://x", delayOnErrorMs=100)
+    assert retry_backoff(retry_policy(flat)).max_ms == 0
 
 
 def test_jitter_takes_from_the_delay_with_the_books_randomness() -> None:

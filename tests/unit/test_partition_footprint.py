@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import cast
 
+from actors.delivery.document.settings import cursor_settings
 from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.path.partition import PARTITION_SERIES, PartitionActor, PartitionPeers
 from runtime.host.metrics import Registry
@@ -24,7 +25,7 @@ def partition_actor(registry: Registry, partition: int = 0) -> PartitionActor:
         "topics": [{"name": "t"}],
         "subscriptionMethod": {"type": "http", "uri": "http://127.0.0.1:9/hook"}})
     ref = cast(Ref, object())  # never told anything here
-    return PartitionActor(f"t-{partition}", sub, "t", partition, 1,
+    return PartitionActor(f"t-{partition}", cursor_settings(sub, "t"), "t", partition, 1,
                           PartitionPeers(ref, ref, None), registry)
 
 

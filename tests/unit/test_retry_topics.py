@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from actors.delivery.document.settings import (
+    check_levels,
+    retry_topic_settings,
+    with_retry_topic,
+)
 from actors.delivery.document.signing import webhook_id_of
 from actors.delivery.document.subscription import RetryTopics, decode_consumer
 from actors.delivery.errors import InvalidSubscription
 from actors.delivery.path.book import PartitionBook
-from actors.delivery.path.retrytopic import (
-    check_levels,
-    moved_headers,
-    note_failure,
-    read_retry,
-    with_retry_topic,
-)
+from actors.delivery.path.retrytopic import moved_headers, note_failure, read_retry
 from actors.shared.deadletter import dead_letter_headers, dead_letter_source
 from actors.shared.messages import Record
 from runtime.host.config import DelayLevel
@@ -32,7 +31,8 @@ def rec(offset: int, topic: str = "orders") -> Record:
 
 
 def new_book(retries: int) -> PartitionBook:
-    book = PartitionBook("partition", 1, 1, 2, Backoff(100), retries, retry_topics=RETRY)
+    book = PartitionBook("partition", 1, 1, 2, Backoff(100), retries,
+                         retry_topics=retry_topic_settings(RETRY))
     book.assign(0)
     return book
 

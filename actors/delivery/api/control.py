@@ -29,9 +29,9 @@ from actors.delivery.api.subscriptions import (
 )
 from actors.delivery.control.attempts import DEFAULT_LIMIT, MAX_LIMIT
 from actors.delivery.control.service import DeliveryControl
+from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
-from actors.delivery.path.replay import ReplayRequest
 from runtime.host.admin import ok
 
 BASE = "/broker/subscription/{id}/{groupId}"

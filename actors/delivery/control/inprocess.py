@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Unpack
 
 from actors.delivery.control.service import DeliveryControl
+from actors.delivery.document.settings import pool_size
 from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.egress.handler import (
     ConsumedRecord,
@@ -39,7 +40,6 @@ from actors.delivery.egress.handler import (
     HandlerDestination,
     handler_name,
 )
-from actors.delivery.egress.http import pool_size
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from runtime.errors import ActorDeadError, UsageError
 from runtime.host.service import ConsumeOptions

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import DeliveryError
-from actors.delivery.path.replay import ReplayRequest
 from runtime.kernel.actor import Ref
 
 

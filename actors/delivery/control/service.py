@@ -58,13 +58,14 @@ from actors.delivery.control.trees import (
     Wires,
     instance_group,
 )
+from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.subscription import Consumer, redacted
 from actors.delivery.egress.attempts import AttemptRing, Coordinates, GiveUp, GiveUpKind
 from actors.delivery.egress.guard import DEFAULT_DENY, DestinationGuard
 from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.egress.origin import Origins
 from actors.delivery.errors import SubscriptionNotFound
-from actors.delivery.path.replay import ReplayProgress, ReplayRequest
+from actors.delivery.path.replay import ReplayProgress
 from runtime.errors import ActorDeadError, UsageError
 from runtime.host.journal import Event
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor

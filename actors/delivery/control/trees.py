@@ -37,6 +37,16 @@ from typing import TYPE_CHECKING, Protocol
 
 from actors.delivery.control.origin_users import Limits, OriginUsers
 from actors.delivery.document.patterns import matches
+from actors.delivery.document.replay import ReplayRequest, replay_range
+from actors.delivery.document.settings import (
+    CursorCatalog,
+    check_levels,
+    egress_settings,
+    reader_settings,
+    replay_settings,
+    retry_topic_settings,
+    with_retry_topic,
+)
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
 from actors.delivery.egress.attempts import AttemptRing
 from actors.delivery.egress.guard import DestinationGuard
@@ -58,8 +68,8 @@ from actors.delivery.path.consumer import (
 )
 from actors.delivery.path.deadletter import DeadLetterActor
 from actors.delivery.path.member import InstanceMemberActor, RiderActor
-from actors.delivery.path.replay import ReplayActor, ReplayProgress, ReplayRequest
-from actors.delivery.path.retrytopic import RetryTopicActor, check_levels, with_retry_topic
+from actors.delivery.path.replay import ReplayActor, ReplayProgress
+from actors.delivery.path.retrytopic import RetryTopicActor
 from actors.delivery.path.roster import Rider, Roster
 from actors.shared.group_consumer import Wiring
 from runtime.errors import ActorDeadError, ActorStartError, ConfigError
@@ -274,8 +284,8 @@ class Trees:
         settings = self.runtime.consumer_settings(consumer.broker)
         egress, name = ChildRef(tree, "egress"), f"replay-{progress.replay_id}"
         await tree.start_child(ChildSpec(
-            name, lambda: ReplayActor(name, consumer, request, progress, bootstrap, egress,
-                                      settings),
+            name, lambda: ReplayActor(name, replay_settings(consumer), replay_range(request),
+                                      progress, bootstrap, egress, settings),
             restart="transient"))
 
     def spec(self, consumer: Consumer) -> ChildSpec:
@@ -296,8 +306,10 @@ class Trees:
                         runtime.consumer_settings(consumer.broker))
         retry_bootstrap = self.check_retry_topics(consumer)
         retrytopic = ChildRef(sup, "retrytopic") if retry_bootstrap else None
+        reads = with_retry_topic(consumer)
         deps = ConsumerDeps(ChildRef(sup, "egress"), deadletter, runtime.metrics,
-                            runtime.config.delivery.stall_after_ms, retrytopic)
+                            CursorCatalog(reads), runtime.config.delivery.stall_after_ms,
+                            retrytopic)
         outlet = self._outlet(consumer)
         ring = self.attempts.setdefault(consumer.key, AttemptRing())
         specs = [ChildSpec("egress", lambda: with_ring(outlet("egress"), ring))]
@@ -309,13 +321,14 @@ class Trees:
                                        subscription=consumer.key, metrics=runtime.metrics)))
         retry, delay = method.retryTopics, runtime.config.delay
         if retry is not None and retry_bootstrap is not None:
+            moved = retry_topic_settings(retry)
             specs.append(ChildSpec("retrytopic", lambda: RetryTopicActor(
-                "retrytopic", retry_bootstrap, delay.levels, retry, consumer.key,
+                "retrytopic", retry_bootstrap, delay.levels, moved, consumer.key,
                 delay.partitions, runtime.metrics), start_timeout_ms=15_000))
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
             shutdown_ms=500))
-        specs.append(self._consumer_spec(with_retry_topic(consumer), wiring, deps))
+        specs.append(self._consumer_spec(reads, wiring, deps))
         return specs
 
     def _outlet(self, consumer: Consumer) -> OutletFactory:
@@ -325,8 +338,8 @@ class Trees:
             return lambda name: handler.outlet(name, consumer.key, metrics)
         origin = self.settle_origin(consumer.subscriptionMethod.uri, consumer)
         guard, gone = self.guard, self.wires.gone
-        return lambda name: EgressActor(name, consumer, consumer.broker, metrics, guard,
-                                        origin, gone)
+        settings = egress_settings(consumer)
+        return lambda name: EgressActor(name, settings, metrics, guard, origin, gone)
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
                       leaving: str | None = None) -> Origin:
@@ -349,7 +362,8 @@ class Trees:
         """The subscription's seat on its group's shared member, or its own consumer for
         pinned partitions (manual assignment: no group membership to share)."""
         if not rides(consumer):
-            return ChildSpec("consumer", lambda: ConsumerActor("consumer", consumer, wiring,
+            reader = reader_settings(consumer)
+            return ChildSpec("consumer", lambda: ConsumerActor("consumer", reader, wiring,
                                                                deps),
                              shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
         member = ChildRef(self.groups(), member_name(consumer))

@@ -54,10 +54,22 @@ def resolved(method: SubscriptionMethod, allowed: Sequence[str] | None = None
     `[egress] allow_references` patterns (None: any reference)."""
     if not has_references(method):
         return method
-    headers = {name: _header(name, value, allowed)
-               for name, value in method.additionalHeaders.items()}
-    secret = _secret(method.signingSecret, allowed) if method.signingSecret else None
-    return msgspec.structs.replace(method, additionalHeaders=headers, signingSecret=secret)
+    return msgspec.structs.replace(
+        method, additionalHeaders=resolved_headers(method.additionalHeaders, allowed),
+        signingSecret=resolved_secret(method.signingSecret, allowed))
+
+
+def resolved_headers(headers: dict[str, str], allowed: Sequence[str] | None = None
+                     ) -> dict[str, str]:
+    """`additionalHeaders` with their references resolved (the egress's, when it starts)."""
+    return {name: _header(name, value, allowed) for name, value in headers.items()}
+
+
+def resolved_secret(secret: str | None, allowed: Sequence[str] | None = None) -> str | None:
+    """`signingSecret` with its references resolved; without any, as it is."""
+    if not secret or not any(is_reference(part) for part in secrets_of(secret)):
+        return secret
+    return _secret(secret, allowed)
 
 
 def _resolve(value: str, field: str, allowed: Sequence[str] | None) -> str:
@@ -93,7 +105,6 @@ def _secret(secret: str, allowed: Sequence[str] | None) -> str:
         raise InvalidSubscription(f"invalid {SECRET_FIELD}", f"{refs}: resolves to a bad "
                                   f"secret: {exc}") from None
     return text
-
 
 
 # -- a PUT of what GET showed ----------------------------------------------------------------

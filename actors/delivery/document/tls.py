@@ -34,6 +34,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Final
 
+from actors.delivery.document.settings import TlsFiles, tls_files
 from actors.delivery.document.subscription import SubscriptionMethod
 from actors.delivery.errors import InvalidSubscription
 from runtime.host.references import permitted, read_small_file
@@ -60,10 +61,15 @@ def client_context(method: SubscriptionMethod, allowed: Sequence[str] | None = N
     setting, else True (aiohttp's default verified context). `allowed`: the `[egress]
     allow_references` patterns (None: any file). Raises `InvalidSubscription` naming the
     field."""
-    tls = method.tls
-    if tls is None or (tls.caFile is None and tls.certFile is None):
+    return files_context(tls_files(method.tls), allowed)
+
+
+def files_context(tls: TlsFiles | None, allowed: Sequence[str] | None = None
+                  ) -> ssl.SSLContext | bool:
+    """`client_context` of the egress's settings (the same context for the same files)."""
+    if tls is None or (tls.ca_file is None and tls.cert_file is None):
         return True
-    files = (("caFile", tls.caFile), ("certFile", tls.certFile), ("keyFile", tls.keyFile))
+    files = (("caFile", tls.ca_file), ("certFile", tls.cert_file), ("keyFile", tls.key_file))
     for name, path in files:
         if path is not None and allowed is not None and not permitted("file", path, allowed):
             raise InvalidSubscription(f"invalid {FIELD}.{name}", f"{path}: not allowed by "

@@ -64,18 +64,17 @@ from collections.abc import Callable
 from typing import Final
 
 import aiohttp
-import msgspec
 from yarl import URL
 
-from actors.delivery.document.secrets import resolved
+from actors.delivery.document.secrets import resolved_headers, resolved_secret
+from actors.delivery.document.settings import EgressSettings
 from actors.delivery.document.signing import sign_all, signing_keys, webhook_id_of
 from actors.delivery.document.subscription import (
     BODYLESS_METHODS,
-    Consumer,
     redact_uri,
     reserved_header,
 )
-from actors.delivery.document.tls import client_context
+from actors.delivery.document.tls import files_context
 from actors.delivery.egress.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
 from actors.delivery.egress.guard import DestinationDenied, DestinationGuard
 from actors.delivery.egress.origin import STATE_VALUES, Origin, origin_of
@@ -108,15 +107,6 @@ Queued = tuple[Record, int, Ref, bool]
 """A record waiting for its batch: its epoch, who to answer, and whether it came alone
 (a `Deliver`: a retry, or a replay, answered `Delivered`/`Failed` as it expects)."""
 USER_AGENT: Final = "hookstream/0.1"
-MIN_POOL: Final = 10
-MAX_POOL: Final = 1000
-POOL_PER_WINDOW: Final = 4
-def pool_size(consumer: Consumer) -> int:
-    """`maxConnections`, else four windows clamped to 10..1000 (see the module docstring)."""
-    configured = consumer.subscriptionMethod.maxConnections
-    if configured:
-        return configured
-    return min(max(consumer.window * POOL_PER_WINDOW, MIN_POOL), MAX_POOL)
 
 
 def header_safe(text: str) -> str:
@@ -137,21 +127,22 @@ def key_header(key: bytes | None) -> tuple[str, bool]:
     return base64.b64encode(key).decode(), True
 
 
-def static_headers(consumer: Consumer, broker_name: str, has_body: bool) -> dict[str, str]:
-    """The headers that are the same for every push to this endpoint."""
-    method = consumer.subscriptionMethod
+def static_headers(settings: EgressSettings, has_body: bool,
+                   added: dict[str, str] | None = None) -> dict[str, str]:
+    """The headers that are the same for every push to this endpoint; `added`: the
+    subscription's headers with their references resolved (default: as written)."""
     headers = {"User-Agent": USER_AGENT}
     if has_body:
-        headers["Content-Type"] = f"text/plain; charset={header_safe(method.charset)}"
-    for name, value in method.additionalHeaders.items():
+        headers["Content-Type"] = f"text/plain; charset={header_safe(settings.charset)}"
+    for name, value in (settings.headers if added is None else added).items():
         clean = header_safe(name).strip()
         if not clean or reserved_header(clean):
             continue
         for existing in [h for h in headers if h.lower() == clean.lower()]:
             del headers[existing]  # the subscription overrides our Content-Type/User-Agent
         headers[clean] = header_safe(value)
-    headers["QOH-Consumer"] = header_safe(consumer.joined)
-    headers["QOH-Broker"] = header_safe(broker_name)
+    headers["QOH-Consumer"] = header_safe(settings.consumer_header)
+    headers["QOH-Broker"] = header_safe(settings.broker)
     return headers
 
 
@@ -188,37 +179,35 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
-    def __init__(self, name: str, consumer: Consumer, broker_name: str, metrics: Registry,
+    def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
                  on_gone: GoneCallback | None = None,
                  transport: TransportName | None = None) -> None:
-        method = consumer.subscriptionMethod
         # the endpoint label (journal, status, logs) never shows user-info or query values
-        super().__init__(name, consumer.key, redact_uri(method.uri), pool_size(consumer),
+        super().__init__(name, settings.subscription, redact_uri(settings.uri), settings.pool,
                          metrics)
         self.guard = guard or DestinationGuard()
         # shared with every subscription pushing to the same origin (the service's registry)
-        self.origin = origin or Origin(origin_of(method.uri))
-        self.consumer = consumer
-        self._method = method.method.upper()
+        self.origin = origin or Origin(origin_of(settings.uri))
+        self.settings = settings
+        self._method = settings.method
         self._has_body = self._method not in BODYLESS_METHODS
-        self._query_key = method.queryParamKey or "message"  # Queue-Over-Http's default
-        self._charset = method.charset
-        self._timeout_ms = method.timeoutMs
-        self._broker_name = broker_name
-        self._headers = static_headers(consumer, broker_name, self._has_body)
-        self._url: URL | str = method.uri
+        self._query_key = settings.query_param_key
+        self._charset = settings.charset
+        self._timeout_ms = settings.timeout_ms
+        self._headers = static_headers(settings, self._has_body)
+        self._url: URL | str = settings.uri
         self._keys: list[bytes] = []
         self._session: Transport | None = None
         self.on_gone = on_gone
         self._gone = False
         # bounded retries: attempts while the breaker is open fail at once and count
         # (actors/delivery/egress/origin.py); retrying forever: they wait for the probe
-        self._fail_fast = method.retryBeforeCommit > 0 or method.retryTopics is not None
+        self._fail_fast = settings.fail_fast
         self._bind_origin_metrics(metrics)
         self.transport_name = transport  # None: the default (actors/delivery/egress/transport.py)
-        self._batch_size = method.batchSize
-        self._linger_ms = method.batchLingerMs
+        self._batch_size = settings.batch_size
+        self._linger_ms = settings.batch_linger_ms
         self._batches: PartitionQueues[Queued] = PartitionQueues()
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
@@ -233,21 +222,20 @@ class EgressActor(OutletActor):
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
         # references resolved, TLS files loaded: a bad one fails the start, naming it
-        method = resolved(self.consumer.subscriptionMethod, self.guard.references)
-        ssl_setting = client_context(method, self.guard.references)
-        secret = method.signingSecret
+        settings, allowed = self.settings, self.guard.references
+        headers = resolved_headers(settings.headers, allowed)
+        secret = resolved_secret(settings.signing_secret, allowed)
+        ssl_setting = files_context(settings.tls, allowed)
         self._keys = signing_keys(secret) if secret else []  # a bad secret fails the start
-        if method is not self.consumer.subscriptionMethod:
-            self._headers = static_headers(
-                msgspec.structs.replace(self.consumer, subscriptionMethod=method),
-                self._broker_name, self._has_body)
+        if headers != settings.headers:
+            self._headers = static_headers(settings, self._has_body, headers)
         # A URL yarl rejects stays text: every request then fails with aiohttp's own
         # error and is retried or dead-lettered like any failure, never dropped.
         with contextlib.suppress(ValueError):
-            self._url = URL(self.consumer.subscriptionMethod.uri)
+            self._url = URL(settings.uri)
         self._session = make_transport(TransportSettings(
-            self._url, self._headers, self.pool, method.timeoutMs / 1000,
-            method.connectTimeoutMs / 1000, self.guard.socket_factory, ssl_setting),
+            self._url, self._headers, self.pool, settings.timeout_ms / 1000,
+            settings.connect_timeout_ms / 1000, self.guard.socket_factory, ssl_setting),
             self.transport_name, self.origin.shelf)
 
     # -- batches (batchSize > 1) ------------------------------------------------------
@@ -362,7 +350,7 @@ class EgressActor(OutletActor):
         """A 410 Gone: tell the service once (it stops the subscription's tree)."""
         if not self._gone and self.on_gone is not None:
             self._gone = True
-            self.on_gone(self.consumer.key, f"{self.endpoint} answered 410 Gone")
+            self.on_gone(self.settings.subscription, f"{self.endpoint} answered 410 Gone")
 
     async def _wait_for_origin(self, fail_fast: bool) -> bool:
         """Hold this worker while the origin says no (throttled by its Retry-After, rate

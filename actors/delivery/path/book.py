@@ -24,12 +24,11 @@ retry bookkeeping. What the actor asks it:
 
 from __future__ import annotations
 
-import math
 import random
 from collections import deque
 from collections.abc import Callable
 
-from actors.delivery.document.subscription import RetryTopics, SubscriptionMethod, TopicConfig
+from actors.delivery.document.settings import CursorSettings, RetryPolicy, RetryTopicSettings
 from actors.delivery.path.lanes import Dispatcher, Mode
 from actors.shared.errors import InvalidArgument
 from actors.shared.flow import CommitPoint, DrainWaiters, PauseGate
@@ -39,23 +38,12 @@ from runtime.kernel.backoff import Backoff
 from runtime.kernel.errors import UsageError
 
 
-def window(cfg: TopicConfig) -> int:
-    """Records in flight at most: one in `partition` order, else `concurrencyFactor`."""
-    return 1 if cfg.ordering == "partition" else cfg.concurrencyFactor
-
-
-def buffer_limit(cfg: TopicConfig) -> int:
-    """Buffered records at which a partition asks to be paused (`loadFactor` x window)."""
-    size = window(cfg)
-    return max(size, math.ceil(size * cfg.loadFactor))
-
-
-def retry_backoff(method: SubscriptionMethod) -> Backoff:
-    """`delayOnErrorMs`, grown by `backoffMultiplier` up to `maxDelayOnErrorMs` (0: 100 x
-    the first delay when it grows, no cap when it does not), with `jitter`."""
-    grows = method.backoffMultiplier > 1
-    cap = method.maxDelayOnErrorMs or (100 * method.delayOnErrorMs if grows else 0)
-    return Backoff(method.delayOnErrorMs, method.backoffMultiplier, cap, method.jitter)
+def retry_backoff(policy: RetryPolicy) -> Backoff:
+    """The first delay, grown by the multiplier up to the cap (0: 100 x the first delay
+    when it grows, no cap when it does not), with jitter."""
+    grows = policy.backoff_multiplier > 1
+    cap = policy.max_delay_ms or (100 * policy.delay_ms if grows else 0)
+    return Backoff(policy.delay_ms, policy.backoff_multiplier, cap, policy.jitter)
 
 
 def _key_of(record: Record) -> bytes | None:
@@ -65,7 +53,7 @@ def _key_of(record: Record) -> bytes | None:
 class PartitionBook:
     """The state of one delivery partition; see the module docstring.
 
-    `retry_limit` is `retryBeforeCommit`: N > 0 gives a record N retries after its first
+    `retry_limit` is the retry policy's `retries`: N > 0 gives a record N retries after its first
     attempt, then it is given up; 0 retries forever. With `retry_topics`, a record given
     up moves to the retry topic while delays are left (0 then means no local retry, and a
     record read back from the retry topic gets one attempt per delay).
@@ -78,7 +66,7 @@ class PartitionBook:
     def __init__(self, ordering: Mode, window: int, lanes: int, buffer_limit: int,
                  backoff: Backoff, retry_limit: int = 0,
                  rand: Callable[[], float] = random.random,
-                 retry_topics: RetryTopics | None = None) -> None:
+                 retry_topics: RetryTopicSettings | None = None) -> None:
         if retry_limit < 0:
             raise InvalidArgument(f"retry_limit must be >= 0 (0: forever), got {retry_limit}")
         self.dispatcher: Dispatcher[Record] = Dispatcher(ordering, window, lanes, _key_of)
@@ -98,13 +86,13 @@ class PartitionBook:
         self.halted = False  # a 410 Gone: the subscription is being disabled
 
     @classmethod
-    def for_topic(cls, cfg: TopicConfig, method: SubscriptionMethod) -> PartitionBook:
-        # batches: concurrencyFactor counts requests, so the window holds that many
+    def for_cursor(cls, cursor: CursorSettings) -> PartitionBook:
+        # batches: the concurrency counts requests, so the window holds that many
         # batches of records (partition order stays one record at a time)
-        scale = method.batchSize if cfg.ordering != "partition" else 1
-        return cls(cfg.ordering, window(cfg) * scale, cfg.lanes or cfg.concurrencyFactor,
-                   buffer_limit(cfg) * scale, retry_backoff(method), method.retryBeforeCommit,
-                   retry_topics=method.retryTopics)
+        scale = cursor.batch_size if cursor.ordering != "partition" else 1
+        return cls(cursor.ordering, cursor.window * scale, cursor.lanes or cursor.concurrency,
+                   cursor.buffer_limit * scale, retry_backoff(cursor.retry),
+                   cursor.retry.retries, retry_topics=cursor.retry_topics)
 
     # -- intake ------------------------------------------------------------------------
     def assign(self, position: int | None) -> bool:
@@ -264,7 +252,7 @@ class PartitionBook:
         if give_up or retry_topics is None:
             return None
         stage = record.retry.stage if record.retry is not None else 0
-        delays = retry_topics.delaysMs
+        delays = retry_topics.delays_ms
         return delays[stage] if stage < len(delays) else None
 
     def halt(self, record: Record) -> None:

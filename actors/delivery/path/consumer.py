@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.document.subscription import INT_PROPERTIES, Consumer
-from actors.delivery.path.book import buffer_limit
+from actors.delivery.document.settings import CursorsOf, ReaderSettings, largest_buffer
+from actors.delivery.document.subscription import Consumer
 from actors.delivery.path.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
 from actors.shared.group_consumer import (
     ClientSettings,
@@ -44,6 +44,7 @@ class ConsumerDeps:
     egress: Ref
     deadletter: Ref | None
     metrics: Registry
+    cursors: CursorsOf  # each topic's cursor settings, built once per topic
     stall_after_ms: int = STALL_AFTER_MS
     retrytopic: Ref | None = None  # with subscriptionMethod.retryTopics
 
@@ -51,25 +52,18 @@ class ConsumerDeps:
 def fetch_size(sub: Consumer) -> int:
     """One fetch brings at most about one prefetch buffer: a partition is paused when its
     buffer is full, so it then holds less than twice its buffer."""
-    largest_buffer = max(buffer_limit(t.config) for t in sub.topics)
-    return min(MAX_FETCH_RECORDS, max(largest_buffer, MIN_FETCH_RECORDS))
+    return min(MAX_FETCH_RECORDS, max(largest_buffer(sub), MIN_FETCH_RECORDS))
 
 
-def subscription_client_settings(sub: Consumer, client_id: str) -> ClientSettings:
-    """The client settings a subscription asks for: its `properties` over our defaults.
-    Subscriptions of one group whose settings are equal share a group member
-    (actors/delivery/path/member.py)."""
-    uses_pattern = any(t.pattern for t in sub.topics)
-    settings = group_client_settings(sub.group_id, client_id,
-                                     auto_offset_reset=sub.properties.get(
-                                         "auto.offset.reset", "earliest"),
+def subscription_client_settings(reader: ReaderSettings, client_id: str) -> ClientSettings:
+    """The client settings a subscription asks for: its `properties` over our defaults."""
+    settings = group_client_settings(reader.group_id, client_id,
+                                     auto_offset_reset=reader.auto_offset_reset,
                                      session_timeout_ms=SESSION_TIMEOUT_MS)
     # a pattern picks up topics created later: refresh metadata often
-    settings["metadata_max_age_ms"] = (PATTERN_METADATA_MAX_AGE_MS if uses_pattern
+    settings["metadata_max_age_ms"] = (PATTERN_METADATA_MAX_AGE_MS if reader.uses_pattern
                                        else METADATA_MAX_AGE_MS)
-    for name, value in sub.properties.items():
-        if name in INT_PROPERTIES:
-            settings[INT_PROPERTIES[name]] = int(value)
+    settings.update(reader.client)
     return settings
 
 
@@ -88,50 +82,50 @@ def instance_client_settings(group_id: str, session_timeout_ms: int) -> ClientSe
 
 
 class ConsumerActor(GroupConsumerActor):
-    def __init__(self, name: str, sub: Consumer, wiring: Wiring, deps: ConsumerDeps) -> None:
+    def __init__(self, name: str, reader: ReaderSettings, wiring: Wiring,
+                 deps: ConsumerDeps) -> None:
         super().__init__(name, wiring)
-        self.sub = sub
+        self.reader = reader
         self.deps = deps
-        self._reset = sub.properties.get("auto.offset.reset", "earliest")
 
     def tracks_highwater(self) -> bool:
         return True
 
     def client_settings(self) -> ClientSettings:
-        return subscription_client_settings(self.sub, f"hookstream-{self.sub.key}")
+        reader = self.reader
+        return subscription_client_settings(reader, f"hookstream-{reader.subscription}")
 
     async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
-        if any(t.partitions for t in self.sub.topics):
+        if self.reader.pinned:
             await kafka.topics()  # metadata, for topics listed without partitions
             tps = self._explicit_partitions(kafka)
             kafka.assign(list(tps))
             await self.assign(tps)
         else:
-            kafka.subscribe(topics=[t.name for t in self.sub.topics if t.name],
-                            listener=self.listener)
+            kafka.subscribe(topics=list(self.reader.topics), listener=self.listener)
 
     def _explicit_partitions(self, kafka: AIOKafkaConsumer) -> set[TopicPartition]:
         tps: set[TopicPartition] = set()
-        for spec in self.sub.topics:
-            assert spec.name is not None  # validated: patterns cannot pin partitions
-            if spec.partitions:
-                tps.update(TopicPartition(spec.name, p.number) for p in spec.partitions)
+        for topic, pinned in self.reader.topics.items():
+            if pinned:
+                tps.update(TopicPartition(topic, number) for number in pinned)
             else:
-                known = kafka.partitions_for_topic(spec.name)
+                known = kafka.partitions_for_topic(topic)
                 if not known:
-                    raise LookupError(f"topic {spec.name!r} not found on the broker")
-                tps.update(TopicPartition(spec.name, p) for p in known)
+                    raise LookupError(f"topic {topic!r} not found on the broker")
+                tps.update(TopicPartition(topic, p) for p in known)
         return tps
 
     def build_child(self, tp: TopicPartition, epoch: int) -> PartitionActor:
         peers = PartitionPeers(self, self.deps.egress, self.deps.deadletter,
                                self.deps.retrytopic)
-        return PartitionActor(child_name(tp), self.sub, tp.topic, tp.partition, epoch, peers,
-                              self.deps.metrics, self.deps.stall_after_ms)
+        return PartitionActor(child_name(tp), self.deps.cursors(tp.topic), tp.topic,
+                              tp.partition, epoch, peers, self.deps.metrics,
+                              self.deps.stall_after_ms)
 
     def reset_to_beginning(self) -> bool:
-        return self._reset == "earliest"
+        return self.reader.auto_offset_reset == "earliest"
 
     def journal_subscription(self) -> str | None:
-        return self.sub.key
+        return self.reader.subscription
 

@@ -634,8 +634,8 @@ class InstanceMemberActor(GroupConsumerActor):
             self._cancel_read(seat)
             deps = rider.deps
             peers = PartitionPeers(self, deps.egress, deps.deadletter, deps.retrytopic)
-            return PartitionActor(child_name(tp), rider.sub, tp.topic, tp.partition, epoch,
-                                  peers, deps.metrics, deps.stall_after_ms)
+            return PartitionActor(child_name(tp), deps.cursors(tp.topic), tp.topic,
+                                  tp.partition, epoch, peers, deps.metrics, deps.stall_after_ms)
 
         return build
 

@@ -14,7 +14,7 @@ an older incarnation. Outcomes carry the epoch of the incarnation that dispatche
 stale ones are ignored.
 
 Commits. The commit position is the lowest unfinished offset received. It is requested
-when nothing is in flight, every `autoCommitPeriodMs` (or every second when that is 0,
+when nothing is in flight, every commit period (`autoCommitPeriodMs`; every second when 0,
 so a partition that is never idle still commits), and at drain (revoke, shutdown).
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from actors.delivery.document.filters import Filter, drop_decoded, matches, reads_json
-from actors.delivery.document.subscription import Consumer, TopicConfig
+from actors.delivery.document.filters import drop_decoded, matches, reads_json
+from actors.delivery.document.settings import CursorSettings
 from actors.delivery.path.book import PartitionBook
 from actors.delivery.path.deadletter import WriteDeadLetter
 from actors.delivery.path.retrytopic import MoveAside, MovedAside, note_failure, read_retry
@@ -76,10 +76,10 @@ class PartitionTraits:
     """What a partition actor settles once, at start: one attribute (see `_bind_metrics`
     on why a partition actor keeps few)."""
 
-    cfg: TopicConfig
+    commit_period_ms: int
     stall_after_ms: int
     reads_retries: bool  # a partition of the subscription's retry topic
-    batched: bool  # batchSize > 1: records go to the egress as `DeliverMany`
+    batched: bool  # batches of more than one: records go to the egress as `DeliverMany`
     wanted: Callable[[Record], bool] | None = None  # the topic's filter (issue 26)
     drops_json: bool = False  # the filter decodes values: forget them once filtered
 
@@ -95,20 +95,17 @@ _FILTERED = PARTITION_SERIES.index("hookstream_filtered_total")
 class PartitionActor(Actor):
     mailbox_capacity = 1024
 
-    def __init__(self, name: str, sub: Consumer, topic: str, partition: int, epoch: int,
-                 peers: PartitionPeers, metrics: Registry,
+    def __init__(self, name: str, settings: CursorSettings, topic: str, partition: int,
+                 epoch: int, peers: PartitionPeers, metrics: Registry,
                  stall_after_ms: int = STALL_AFTER_MS) -> None:
         super().__init__(name)
-        self.sub, self.topic, self.partition, self.epoch = sub, topic, partition, epoch
-        self.sub_key = sub.key  # a property that formats: once, not per record
+        self.settings, self.topic, self.partition, self.epoch = settings, topic, partition, epoch
+        self.sub_key = settings.subscription
         self.peers = peers
-        cfg: TopicConfig = sub.topic_config(topic)
-        self.book = PartitionBook.for_topic(cfg, sub.subscriptionMethod)
-        retry = sub.subscriptionMethod.retryTopics
-        wanted: Filter | None = sub.topic_filter(topic)
-        self.traits = PartitionTraits(cfg, stall_after_ms,
-                                      retry is not None and topic == retry.topic,
-                                      sub.subscriptionMethod.batchSize > 1,
+        self.book = PartitionBook.for_cursor(settings)
+        wanted = settings.filter
+        self.traits = PartitionTraits(settings.commit_period_ms, stall_after_ms,
+                                      settings.reads_retries, settings.batch_size > 1,
                                       None if wanted is None else partial(matches, wanted),
                                       wanted is not None and reads_json(wanted))
         self.retrying = 0  # records waiting for a retry timer
@@ -352,17 +349,17 @@ class PartitionActor(Actor):
     async def _on_dead_lettered(self, message: DeadLettered) -> None:
         if message.epoch != self.epoch:
             return
-        self._log_give_up(message.record, "dead-lettered to",
-                          str(self.sub.subscriptionMethod.deadLetterTopic))
+        topic = self.settings.dead_letter_topic
+        self._log_give_up(message.record, "dead-lettered to", str(topic))
         self.m_dead.inc()
-        self._journal("dead_lettered", message.record, reason=f"{message.reason} (to "
-                      f"{self.sub.subscriptionMethod.deadLetterTopic})")
+        self._journal("dead_lettered", message.record,
+                      reason=f"{message.reason} (to {topic})")
         await self._finish(message.record)
 
     async def _on_moved_aside(self, message: MovedAside) -> None:
         if message.epoch != self.epoch:
             return
-        record, retry = message.record, self.sub.subscriptionMethod.retryTopics
+        record, retry = message.record, self.settings.retry_topics
         self.m_retries.inc()
         self._journal("retry_scheduled", record, latency_ms=float(message.delay_ms),
                       reason=f"moved to retry topic {retry.topic if retry else '?'}, next "
@@ -414,7 +411,7 @@ class PartitionActor(Actor):
                 reason=f"commit position unchanged for {self.traits.stall_after_ms} ms"))
 
     def _schedule_commit_tick(self) -> None:
-        period = self.traits.cfg.autoCommitPeriodMs or IDLE_COMMIT_PERIOD_MS
+        period = self.traits.commit_period_ms or IDLE_COMMIT_PERIOD_MS
         self.schedule(self.context.clock.monotonic_ms() + period, CommitTick())
 
     # -- drain (revoke, unsubscribe, shutdown) -----------------------------------------

@@ -24,18 +24,16 @@ others are counted as `filtered` in its progress. `limit` counts pushed records.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from typing import Annotated, Final, Literal
+from typing import Literal
 
-import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
-from msgspec import Meta
 
 from actors.delivery.document.filters import matches
-from actors.delivery.document.subscription import Consumer
+from actors.delivery.document.replay import ReplayRange
+from actors.delivery.document.settings import ReplaySettings
 from actors.delivery.path.book import retry_backoff
 from actors.shared.deadletter import dead_letter_source
 from actors.shared.errors import UnexpectedMessage
@@ -47,38 +45,6 @@ from runtime.kernel import Actor, Ref
 log = logging.getLogger(__name__)
 BATCH = 100
 DLT_PREFIX = "dlt-"  # the dead-letter headers a replay leaves out
-
-
-MAX_OFFSET: Final = 2**63 - 1  # Kafka offsets are int64
-MAX_PARTITION: Final = 2**31 - 1
-MAX_TIME_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-Offset = Annotated[int, Meta(ge=0, le=MAX_OFFSET)]
-TimeMs = Annotated[int, Meta(ge=0, le=MAX_TIME_MS)]
-TimeText = Annotated[str, Meta(min_length=1, max_length=64)]
-
-
-class ReplayRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """The `POST .../replay` body, checked whole when decoded: an offset or a time out of
-    range, or a range that ends before it starts, is a 400 (never a fetcher crash: #25)."""
-
-    source: Literal["deadLetter", "topic"]
-    topic: Annotated[str, Meta(min_length=1, max_length=249)] | None = None
-    partition: Annotated[int, Meta(ge=0, le=MAX_PARTITION)] | None = None
-    fromOffset: Offset | None = None
-    toOffset: Offset | None = None
-    from_: TimeMs | TimeText | None = msgspec.field(default=None, name="from")
-    to: TimeMs | TimeText | None = None
-    limit: Annotated[int, Meta(ge=1, le=MAX_OFFSET)] | None = None
-    applyFilter: bool = True
-    """Push only the records the subscription's current filter matches."""
-
-    def __post_init__(self) -> None:
-        start, stop = time_ms(self.from_), time_ms(self.to)  # ValueError: not a time
-        if self.fromOffset is not None and self.toOffset is not None and \
-                self.fromOffset > self.toOffset:
-            raise ValueError(f"fromOffset {self.fromOffset} is after toOffset {self.toOffset}")
-        if start is not None and stop is not None and start > stop:
-            raise ValueError(f"'from' ({self.from_}) is after 'to' ({self.to})")
 
 
 @dataclass(slots=True)
@@ -103,33 +69,16 @@ class ReplayProgress:
                 "filtered": self.filtered, "reason": self.reason}
 
 
-def time_ms(value: int | str | None) -> int | None:
-    """Epoch ms, or an ISO 8601 time (UTC when it has no zone); ValueError names a text
-    that is no time or one before 1970."""
-    if value is None or isinstance(value, int):
-        return value
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{value!r} is neither epoch ms nor an ISO 8601 time") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    ms = int(parsed.timestamp() * 1000)
-    if ms < 0:
-        raise ValueError(f"{value!r} is before 1970")
-    return ms
-
-
 class ReplayActor(Actor):
-    def __init__(self, name: str, consumer: Consumer, request: ReplayRequest,
+    def __init__(self, name: str, settings: ReplaySettings, request: ReplayRange,
                  progress: ReplayProgress, bootstrap: str, egress: Ref,
                  client_settings: dict[str, object]) -> None:
         super().__init__(name)
-        self.consumer, self.request, self.progress = consumer, request, progress
+        self.settings, self.request, self.progress = settings, request, progress
         self.bootstrap, self.egress = bootstrap, egress
         self.client_settings = client_settings
-        self.backoff = retry_backoff(consumer.subscriptionMethod)
-        self.retries = consumer.subscriptionMethod.retryBeforeCommit
+        self.backoff = retry_backoff(settings.retry)
+        self.retries = settings.retry.retries
         self._kafka: AIOKafkaConsumer | None = None
         self._last_error = ""
 
@@ -138,12 +87,12 @@ class ReplayActor(Actor):
         if self.request.source == "topic":
             assert self.request.topic is not None
             return self.request.topic
-        topic = self.consumer.subscriptionMethod.deadLetterTopic
+        topic = self.settings.dead_letter_topic
         assert topic is not None
         return topic
 
     async def on_start(self) -> None:
-        group = f"{self.consumer.group_id}.replay.{self.progress.replay_id}"
+        group = f"{self.settings.group_id}.replay.{self.progress.replay_id}"
         self._kafka = make_consumer(self.bootstrap, group_id=group, enable_auto_commit=False,
                                     auto_offset_reset="earliest", **self.client_settings)
         await self._kafka.start()
@@ -209,15 +158,15 @@ class ReplayActor(Actor):
         for tp in tps:
             if await kafka.committed(tp) is not None:
                 continue  # resuming
-            if request.fromOffset is not None:
-                kafka.seek(tp, request.fromOffset)
+            if request.from_offset is not None:
+                kafka.seek(tp, request.from_offset)
             else:
                 await kafka.seek_to_beginning(tp)
         return {}
 
     async def _replay(self, kafka: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> None:
         request, progress = self.request, self.progress
-        start, stop = time_ms(request.from_), time_ms(request.to)
+        start, stop = request.from_ms, request.to_ms
         budget = request.limit
         while True:
             batches = await kafka.getmany(timeout_ms=500, max_records=BATCH)
@@ -234,7 +183,7 @@ class ReplayActor(Actor):
             if await self._finished(kafka, ends) or budget == 0:
                 progress.total = progress.delivered + progress.failed
                 return
-            if not batches and request.source == "topic" and request.toOffset is None:
+            if not batches and request.source == "topic" and request.to_offset is None:
                 return
 
     def _wanted(self, message: ConsumerRecord[bytes, bytes], end: int | None,
@@ -242,9 +191,9 @@ class ReplayActor(Actor):
         request = self.request
         if end is not None and message.offset >= end:
             return False
-        if request.fromOffset is not None and message.offset < request.fromOffset:
+        if request.from_offset is not None and message.offset < request.from_offset:
             return False  # a reset to the earliest offset reads from before the range
-        if request.toOffset is not None and message.offset > request.toOffset:
+        if request.to_offset is not None and message.offset > request.to_offset:
             return False
         stamp = message.timestamp
         return (start is None or stamp >= start) and (stop is None or stamp <= stop)
@@ -252,11 +201,11 @@ class ReplayActor(Actor):
     def _matching(self, records: list[Record]) -> list[Record]:
         """The records the subscription's filter lets through (all, with `applyFilter`
         false); the others are counted."""
-        if not self.request.applyFilter:
+        if not self.request.apply_filter:
             return records
-        consumer, kept = self.consumer, []
+        cursors, kept = self.settings.cursors, []
         for record in records:
-            wanted = consumer.topic_filter(record.topic)
+            wanted = cursors(record.topic).filter
             if wanted is None or matches(wanted, record):
                 kept.append(record)
         self.progress.filtered += len(records) - len(kept)
@@ -268,7 +217,7 @@ class ReplayActor(Actor):
         tps = kafka.assignment()
         if len(ends) < len(tps):
             return False
-        last = self.request.toOffset
+        last = self.request.to_offset
         for tp in tps:
             stop = ends[tp] if last is None else min(ends[tp], last + 1)
             if await kafka.position(tp) < stop:

@@ -31,7 +31,9 @@ ledger's scheme: both are a `SideTopicActor`, path/sidetopic.py).
 
 Delays and levels: a delay fits when some `[[delay.levels]]` entry has `delay_ms` at most
 the delay (the delay queue picks the largest such level; longer delays cascade). A
-subscription with a delay that fits no level is refused, naming the level to add.
+subscription with a delay that fits no level is refused, naming the level to add
+(`check_levels`, actors/delivery/document/settings.py, with `with_retry_topic`: the
+subscription as its readers see it).
 """
 
 from __future__ import annotations
@@ -40,8 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from actors.delay.producer import DelayProducer
-from actors.delivery.document.subscription import Consumer, RetryTopics, TopicSpec
-from actors.delivery.errors import InvalidSubscription
+from actors.delivery.document.settings import RetryTopicSettings
 from actors.delivery.path.sidetopic import SideTopicActor
 from actors.shared.messages import Record, RetryInfo
 from runtime.host.config import DelayLevel
@@ -61,37 +62,6 @@ HEADERS = frozenset({TOPIC, PARTITION, OFFSET, ATTEMPTS, FIRST_FAILURE, STAGE, T
 
 
 # -- pure decisions -----------------------------------------------------------------------
-def check_levels(retry: RetryTopics, levels: Sequence[DelayLevel]) -> None:
-    """Every delay must fit a delay level; raises `InvalidSubscription` naming the level
-    to add (the admin API's 400, a restored subscription's start failure)."""
-    smallest = min(levels, key=lambda level: level.delay_ms) if levels else None
-    for i, delay in enumerate(retry.delaysMs):
-        if smallest is None:
-            raise InvalidSubscription(
-                f"invalid subscriptionMethod.retryTopics.delaysMs[{i}]",
-                f"{delay} ms: no [[delay.levels]] configured; add a level with "
-                f"delay_ms <= {delay}")
-        if smallest.delay_ms > delay:
-            raise InvalidSubscription(
-                f"invalid subscriptionMethod.retryTopics.delaysMs[{i}]",
-                f"{delay} ms fits no delay level (the smallest is {smallest.name!r}, "
-                f"{smallest.delay_ms} ms); add a [[delay.levels]] with delay_ms <= {delay}")
-
-
-def with_retry_topic(consumer: Consumer) -> Consumer:
-    """The subscription as its consumer actor sees it: the retry topic is consumed too,
-    with the first topic's settings (a pinned-partition subscription gets all of its
-    partitions)."""
-    retry = consumer.subscriptionMethod.retryTopics
-    if retry is None:
-        return consumer
-    spec = TopicSpec(name=retry.topic, config=consumer.topics[0].config)
-    return Consumer(id=consumer.id, group=consumer.group, broker=consumer.broker,
-                    topics=[*consumer.topics, spec],
-                    subscriptionMethod=consumer.subscriptionMethod,
-                    properties=consumer.properties)
-
-
 def note_failure(record: Record, now_wall_ms: int) -> None:
     """Remember when a record first failed (the header travels from here on)."""
     if record.retry is None:
@@ -166,7 +136,7 @@ class RetryTopicActor(SideTopicActor[MoveAside]):
     request = MoveAside
 
     def __init__(self, name: str, bootstrap: str, levels: Sequence[DelayLevel],
-                 retry: RetryTopics, subscription: str, partitions: int = 3,
+                 retry: RetryTopicSettings, subscription: str, partitions: int = 3,
                  metrics: Registry | None = None) -> None:
         super().__init__(name, retry.topic, subscription)
         self._m_moved: Value | None = None
@@ -218,4 +188,4 @@ class RetryTopicActor(SideTopicActor[MoveAside]):
 
     def __repr__(self) -> str:
         return (f"<RetryTopicActor {self.path} topic={self.topic} "
-                f"delays={self.retry.delaysMs} moved={self.moved} {self.ledger!r}>")
+                f"delays={list(self.retry.delays_ms)} moved={self.moved} {self.ledger!r}>")
