@@ -48,7 +48,6 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
 )
 from actors.delivery.path.replay import ReplayProgress, ReplayRequest
-from actors.delivery.path.roster import Roster
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kernel.clock import FakeClock
@@ -145,13 +144,13 @@ class Plot:
     def settle_origin(self, uri: str, joining: Consumer | None = None) -> object:
         return None
 
-    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None:
+    async def hold_member(self, old: Consumer, new: Consumer) -> bool:
+        return False
+
+    async def release_hold(self, consumer: Consumer) -> None:
         return None
 
-    async def release_member(self, consumer: Consumer) -> None:
-        return None
-
-    def release_holds(self) -> None:
+    async def release_holds(self) -> None:
         return None
 
 
