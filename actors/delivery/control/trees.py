@@ -32,11 +32,14 @@ any more, and a member built again (after a crash, by its supervisor) starts wit
 of that record and held while a restore or an update holds it. A subscription's seat is
 recorded when its tree is built (only ever inside `start`/`start_together`, which the
 control actor awaits: subscription trees are `temporary` and build their specs once) and
-dropped before its tree stops, so a member rebuilt meanwhile never gets a leaving rider.
+dropped before its tree stops, so a member rebuilt meanwhile never gets a leaving rider;
+a seat whose tree did not start is told to leave (a `Leave` names its seat, so a newer
+seat of the same subscription is never dropped by an older one's leave).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -66,7 +69,7 @@ from actors.delivery.path.consumer import (
     instance_client_settings,
 )
 from actors.delivery.path.deadletter import DeadLetterActor
-from actors.delivery.path.member import Hold, InstanceMemberActor, Release, RiderActor
+from actors.delivery.path.member import Hold, InstanceMemberActor, Leave, Release, RiderActor
 from actors.delivery.path.replay import ReplayActor, ReplayProgress, ReplayRequest
 from actors.delivery.path.retrytopic import RetryTopicActor, check_levels, with_retry_topic
 from actors.delivery.path.roster import Rider
@@ -383,10 +386,12 @@ class Trees:
         seats.pop(rider.sub.key, None)
         seats[rider.sub.key] = rider
 
-    def _unseat(self, consumer: Consumer) -> None:
-        """`consumer` rides no member any more (its tree stops, or did not start)."""
-        if rides(consumer):
-            self.riders.get(member_name(consumer), {}).pop(consumer.key, None)
+    def _unseat(self, consumer: Consumer) -> Rider | None:
+        """`consumer` rides no member any more (its tree stops, or did not start): its
+        seat, if it had one."""
+        if not rides(consumer):
+            return None
+        return self.riders.get(member_name(consumer), {}).pop(consumer.key, None)
 
     # -- shared instance members (actors/delivery/path/member.py) ----------------------
     def instance_group(self) -> str:
@@ -449,7 +454,11 @@ class Trees:
     async def release_member(self, consumer: Consumer) -> None:
         """`consumer` rides no member now (its tree stopped or did not start): stop its
         member when no subscription rides it any more (it leaves the group)."""
-        self._unseat(consumer)
+        seat = self._unseat(consumer)
+        if seat is not None:  # its tree did not start: the member may have the seat
+            # still (its rider joined, or the member was rebuilt with it): it leaves too
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            await self._tell_member(member_name(consumer), Leave(seat, done))
         await self._stop_idle_member(consumer)
 
     async def _stop_idle_member(self, consumer: Consumer) -> None:
@@ -494,7 +503,7 @@ class Trees:
         for name in [n for n in self.riders if n not in self._held]:
             await self._tell_member(name, Release())
 
-    async def _tell_member(self, name: str, message: Hold | Release) -> None:
+    async def _tell_member(self, name: str, message: Hold | Release | Leave) -> None:
         """Tell a running member (one being rebuilt reads the record instead); `tell`,
         not `ask`: it lands before any later `Leave` or `Join` of a rider, and a member
         that is starting need not be waited for."""

@@ -112,7 +112,10 @@ class Join:
 
 @dataclass(slots=True)
 class Leave:
-    key: str
+    """A seat leaves: its cursors drain and commit, then it is gone. Only that seat: one
+    of the same subscription that joined since (its tree built again) stays."""
+
+    rider: Rider
     done: asyncio.Future[None]
 
 
@@ -753,16 +756,22 @@ class InstanceMemberActor(GroupConsumerActor):
 
     # -- joins and leaves --------------------------------------------------------------
     async def _leave(self, leave: Leave) -> None:
-        """Drain and commit what the leaving subscription holds; then it is gone."""
+        """Drain and commit what the leaving seat holds; then it is gone."""
+        key = leave.rider.sub.key
         try:
-            await self._retire([(leave.key, tp) for tp, fanout in self.fanouts.items()
-                                if leave.key in fanout.cursors])
+            if self._seated(leave.rider):
+                await self._retire([(key, tp) for tp, fanout in self.fanouts.items()
+                                    if key in fanout.cursors])
         finally:
-            self.roster.leave(leave.key)
-            self._routed.discard(leave.key)
-            self._retune = True
+            if self._seated(leave.rider):  # again: a new seat may have joined meanwhile
+                self.roster.leave(key)
+                self._routed.discard(key)
+                self._retune = True
             if not leave.done.done():
                 leave.done.set_result(None)
+
+    def _seated(self, rider: Rider) -> bool:
+        return self.roster.riders.get(rider.sub.key) is rider
 
     async def _reroute(self) -> None:
         """The riders changed, the union did not: riders that joined since get cursors
@@ -905,7 +914,7 @@ class RiderActor(Actor):
     async def on_stop(self) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
-            await self.member.tell(Leave(self.rider.sub.key, done))
+            await self.member.tell(Leave(self.rider, done))
             await within(self.context.clock, done, self.leave_ms + LEAVE_GRACE_MS)
         except (ActorDeadError, TimeoutError):
             # no member runs to drain us: its last commits stand; a member rebuilt
