@@ -8,7 +8,11 @@ egress actors of its subscriptions call its methods (`hold`, `answered`, `thrott
 is not an actor on purpose: every push asks it whether it may go and tells it the
 answer, and a message hop there would make each delivery wait for another actor's turn.
 Its callers share one event loop and no method awaits, so each call runs whole and the
-invariants (window counts, the single half-open probe, the history) stay inside it.
+invariants (window counts, the single half-open probe, the history) stay inside it. The
+connection limit is the one wait: `async with origin.slots`, the origin's own `Slots`
+(first come, first served). The alternative, an owner actor that egress actors tell of
+transitions, would add a task and a mailbox per origin to report what `take_transitions`
+already hands out exactly once.
 
 Circuit breaker (on by default). Closed: requests go; every answer is recorded in a
 sliding window of `window_ms`. When at least `min_requests` answers are in the window and
@@ -31,7 +35,7 @@ subscription: the one that saw the change) and counts it, so each is reported on
 Settings: `subscriptionMethod.circuitBreaker` (`failureRatio`, `minRequests`, `openMs`)
 and `rateLimitPerSecond`; among the subscriptions of an origin the strictest apply (lowest
 ratio, fewest requests, longest open period, lowest rate; a subscription without the
-setting counts with the defaults, or no rate limit). `Origins.configure` recomputes them
+setting counts with the defaults, or no rate limit). `Origin.configure` recomputes them
 whenever a subscription of the origin starts.
 
 Rate limit: a token bucket of `rate` requests per second (burst: one second's worth).
