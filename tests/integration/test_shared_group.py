@@ -256,13 +256,13 @@ async def test_a_member_killed_while_a_subscription_is_updated_loses_nothing(
                 sub_in_group("changing", updated, receiver.url, fast_group_kwargs), 2)
             update = asyncio.create_task(
                 api.call("PUT", f"/broker/subscription/changing/{GROUP}", body))
-            await receiver.wait_for(lambda: victim.roster.held, timeout_s=10)
+            await receiver.wait_for(lambda: victim.held, timeout_s=10)
             victim.kill("chaos test")
             status, answer = await update
             assert status == 200, answer
             await receiver.wait_for(lambda: len(receiver.delivered()) >= 600, timeout_s=90)
             [replacement] = members(runtime)
-            assert replacement is not victim and not replacement.roster.held
+            assert replacement is not victim and not replacement.held
     finally:
         await receiver.stop()
     assert len(delivered_of(receiver, f"steady_{GROUP}")) == 300

@@ -49,7 +49,6 @@ from actors.delivery.errors import (
     SubscriptionStartFailed,
 )
 from actors.delivery.path.replay import ReplayProgress
-from actors.delivery.path.roster import Roster
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kernel.clock import FakeClock
@@ -144,13 +143,13 @@ class Plot:
                       leaving: str | None = None) -> object:
         return None
 
-    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None:
+    async def hold_member(self, old: Consumer, new: Consumer) -> bool:
+        return False
+
+    async def release_hold(self, consumer: Consumer) -> None:
         return None
 
-    async def release_member(self, consumer: Consumer) -> None:
-        return None
-
-    def release_holds(self) -> None:
+    async def release_holds(self) -> None:
         return None
 
 

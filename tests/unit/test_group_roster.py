@@ -1,12 +1,16 @@
 """The roster of a shared group member: who owns a topic, what to subscribe to, and which
-subscription of a group a new one would collide with (actors/delivery/path/roster.py)."""
+subscription of a group a new one would collide with (actors/delivery/path/roster.py);
+the member owns it and changes it only on its messages."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
 from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.path.member import Hold, InstanceMemberActor, Join, Release
 from actors.delivery.path.roster import Rider, Roster, conflict
+from actors.shared.group_consumer import Wiring
+from runtime.host.metrics import Registry
 
 
 def consumer(sub_id: str, *topics: dict[str, Any], group: str = "team",
@@ -76,3 +80,30 @@ def test_the_roster_subscribes_to_the_union_and_moves_its_version_on_each_change
     roster.join(rider(consumer("p", {"name": "x.+", "pattern": True})))
     assert roster.uses_pattern() and roster.patterns() == ["x.+"]
     assert roster.topics() == ["payments"]  # the member adds what the pattern matches
+
+
+def test_joining_with_the_same_seat_again_changes_nothing_and_a_new_seat_joins_last() -> None:
+    roster = Roster("team")
+    a, b = rider(consumer("a", {"name": "orders"})), rider(consumer("b", {"name": "orders"}))
+    roster.join(a)
+    roster.join(b)
+    version = roster.version
+    roster.join(a)  # a member built with a copy of the record, then the rider's own Join
+    assert roster.version == version and list(roster.riders) == ["a_team", "b_team"]
+    roster.join(rider(a.sub))  # its tree was built again: a new seat
+    assert roster.version == version + 1 and list(roster.riders) == ["b_team", "a_team"]
+
+
+async def test_the_member_owns_its_roster_and_takes_joins_holds_and_releases_by_message(
+        ) -> None:
+    wiring = Wiring(cast(Any, None), "127.0.0.1:9", 100, 10)
+    seated = rider(consumer("a", {"name": "orders"}))
+    member = InstanceMemberActor("instance:Kafka", "instances", [seated], wiring, {},
+                                 Registry(), held=True)
+    assert list(member.roster.riders) == ["a_team"] and member.held
+    await member.handle(Join(rider(consumer("b", {"name": "payments"}))))
+    assert member.roster.topics() == ["orders", "payments"]
+    await member.handle(Release())
+    assert not member.held
+    await member.handle(Hold())
+    assert member.held

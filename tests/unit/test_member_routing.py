@@ -11,7 +11,7 @@ from typing import Any, cast
 from aiokafka import TopicPartition
 
 from actors.delivery.path.member import InstanceMemberActor
-from actors.delivery.path.roster import Rider, Roster
+from actors.delivery.path.roster import Rider
 from actors.shared.group_consumer import Wiring
 from runtime.host.metrics import Registry
 from tests.unit.test_group_roster import consumer, rider
@@ -21,9 +21,9 @@ class RecordingMember(InstanceMemberActor):
     """Records which cursors it would start; lets one rider join after the first start
     (as a Join handled while the assignment awaited)."""
 
-    def __init__(self, roster: Roster, late: Rider) -> None:
-        super().__init__("instance:Kafka", roster, Wiring(cast(Any, None), "", 0, 100), {},
-                         Registry())
+    def __init__(self, riders: list[Rider], late: Rider) -> None:
+        super().__init__("instance:Kafka", "hookstream-instances-x", riders,
+                         Wiring(cast(Any, None), "", 0, 100), {}, Registry())
         self.started: list[tuple[str, TopicPartition]] = []
         self._late: Rider | None = late
 
@@ -43,10 +43,8 @@ class RecordingMember(InstanceMemberActor):
 
 
 async def test_a_rider_that_joins_while_partitions_are_assigned_still_gets_its_cursor() -> None:
-    roster = Roster("hookstream-instances-x")
-    roster.join(rider(consumer("early", {"name": "a"}, group="g1")))
     late = rider(consumer("late", {"name": "a"}, group="g2"))
-    member = RecordingMember(roster, late)
+    member = RecordingMember([rider(consumer("early", {"name": "a"}, group="g1"))], late)
     tp_a, tp_b = TopicPartition("a", 0), TopicPartition("a", 1)
     await member.assign({tp_a, tp_b})
     # `late` joined after tp (a, 0) was handled; it got (a, 1) there, (a, 0) still waits

@@ -86,9 +86,28 @@ def test_every_breaker_transition_is_kept_once_for_the_egress_to_report() -> Non
     assert breaker.take_transitions() == []
 
 
+def test_an_origin_hands_each_transition_out_once_and_keeps_the_latest_newest_first(
+        ) -> None:
+    origin = Origin("http://h:1", CircuitBreaker(min_requests=2, open_ms=100))
+    assert origin.take_transitions() == ()
+    origin.answered(False, 0)
+    origin.answered(False, 10)
+    assert [t.after for t in origin.take_transitions()] == ["open"]
+    assert origin.take_transitions() == () and origin.state == "open"
+    assert origin.hold(110) is None  # the probe goes
+    origin.answered(True, 120)
+    assert [t.after for t in origin.take_transitions()] == ["half_open", "closed"]
+    shown = origin.as_dict(now_mono_ms=200, now_wall_ms=1_000_200)["transitions"]
+    assert shown == [
+        {"at": 1_000_120, "from": "half_open", "to": "closed", "why": "the probe succeeded"},
+        {"at": 1_000_110, "from": "open", "to": "half_open", "why": "100 ms passed: one probe"},
+        {"at": 1_000_010, "from": "closed", "to": "open",
+         "why": "2 of the last 2 answers failed"}]
+
+
 def test_an_origin_says_when_its_breaker_is_what_holds_a_request() -> None:
     origin = Origin("http://h:1", CircuitBreaker(min_requests=1, open_ms=1000))
-    origin.breaker.record(False, 0)
+    origin.answered(False, 0)
     held = origin.hold(10)
     assert held is not None and held.breaker and held.ms == 990
     origin.throttle(50)

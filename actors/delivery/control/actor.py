@@ -159,7 +159,7 @@ class ControlActor(Actor):
             await self._restore_programmed()
         finally:
             self.trees.restoring = False
-            self.trees.release_holds()
+            await self.trees.release_holds()
         self.spawn(self.source.follow(self._follow_one), name=f"{self.path}:follower")
 
     async def _stop_leftovers(self) -> None:
@@ -458,9 +458,9 @@ class ControlActor(Actor):
         positions (nothing lost, nothing skipped)."""
         old = self.registry.known(key).consumer
         restart = self.registry.runs(key)
-        roster = self.trees.hold_member(old, consumer) if restart else None
+        held = await self.trees.hold_member(old, consumer) if restart else False
         try:
-            await self._stop_tree(old, keep_member=roster is not None)
+            await self._stop_tree(old, keep_member=held)
             self.registry.replace(key, consumer)
             # it may push elsewhere: its new tree joins its origin when it starts
             self.trees.settle_origin(old.subscriptionMethod.uri, leaving=key)
@@ -471,9 +471,8 @@ class ControlActor(Actor):
                 self.registry.move(key, "starting")
                 await self._try_start(consumer, "restarted with its new settings")
         finally:
-            if roster is not None:
-                roster.held = False  # the member re-subscribes once, if at all
-                await self.trees.release_member(consumer)  # nobody rides if start failed
+            if held:  # the member re-subscribes once, if at all
+                await self.trees.release_hold(consumer)
 
     async def _keep_flags(self) -> None:
         await self.source.keep_flags(self.registry.paused_keys(),

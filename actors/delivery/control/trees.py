@@ -24,10 +24,23 @@ reaches as a message (`exited`) and which retries on a timer.
 
 `Trees` is used by the control actor only, on its task: it performs, the registry
 decides.
+
+Members and their riders. Each instance member owns its roster (riders join and leave
+by message, actors/delivery/path/member.py). `Trees` keeps the control plane's own record
+of which subscriptions ride which member (`riders`): a member stops when nobody rides it
+any more, and a member built again (after a crash, by its supervisor) starts with a copy
+of that record and held while a restore or an update holds it. A subscription's seat is
+recorded when its tree is built (only ever inside `start`/`start_together`, which the
+control actor awaits: subscription trees are `temporary` and build their specs once) and
+dropped before its tree stops, so a member rebuilt meanwhile never gets a leaving rider;
+a seat whose tree did not start is told to leave (a `Leave` names its seat, so a newer
+seat of the same subscription is never dropped by an older one's leave).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable
@@ -67,11 +80,11 @@ from actors.delivery.path.consumer import (
     instance_client_settings,
 )
 from actors.delivery.path.deadletter import DeadLetterActor
-from actors.delivery.path.member import InstanceMemberActor, RiderActor
+from actors.delivery.path.member import Hold, InstanceMemberActor, Leave, Release, RiderActor
 from actors.delivery.path.replay import ReplayActor, ReplayProgress
 from actors.delivery.path.retrytopic import RetryTopicActor
-from actors.delivery.path.roster import Rider, Roster
-from actors.shared.group_consumer import Wiring
+from actors.delivery.path.roster import Rider
+from actors.shared.group_consumer import ClientSettings, Wiring
 from runtime.errors import ActorDeadError, ActorStartError, ConfigError
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
@@ -128,11 +141,11 @@ class Plant(Protocol):
 
     def forget(self, key: str) -> None: ...
 
-    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None: ...
+    async def hold_member(self, old: Consumer, new: Consumer) -> bool: ...
 
-    async def release_member(self, consumer: Consumer) -> None: ...
+    async def release_hold(self, consumer: Consumer) -> None: ...
 
-    def release_holds(self) -> None: ...
+    async def release_holds(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -154,7 +167,10 @@ class Trees:
         # by subscription key: the attempts API's rings (the facade's: they outlive us)
         self.attempts: dict[str, AttemptRing] = attempts if attempts is not None else {}
         self.handlers: dict[str, HandlerDestination] = {}  # in-process subscriptions
-        self.rosters: dict[str, Roster] = {}  # by member name; they outlive the members
+        # member name -> the subscriptions riding it (key -> seat), in the order their
+        # trees were built: the control plane's record, not the members' rosters
+        self.riders: dict[str, dict[str, Rider]] = {}
+        self._held: set[str] = set()  # members an update holds
         self._member_wirings: dict[str, Wiring] = {}
         self.restoring = False  # members hold their subscribe until the restore is done
         self.origin_users = OriginUsers()
@@ -254,6 +270,7 @@ class Trees:
     async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None:
         """Stop `consumer`'s tree (it drains and commits), and the member when nobody
         rides it any more (unless `keep_member`)."""
+        self._unseat(consumer)  # first: a member rebuilt meanwhile does not get it
         if self.has_tree(consumer.key):
             await self.supervisor().stop_child(consumer.key)
         if not keep_member:
@@ -275,6 +292,8 @@ class Trees:
         trees = sup.children()
         await groups.stop_children(groups.children())
         await sup.stop_children(trees)
+        self.riders.clear()
+        self._held.clear()
         return len(trees)
 
     async def start_replay(self, consumer: Consumer, request: ReplayRequest,
@@ -366,12 +385,25 @@ class Trees:
             return ChildSpec("consumer", lambda: ConsumerActor("consumer", reader, wiring,
                                                                deps),
                              shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
-        member = ChildRef(self.groups(), member_name(consumer))
+        name = member_name(consumer)
+        member = ChildRef(self.groups(), name)
         rider = Rider(consumer, wiring.partitions, deps)
-        roster = self.rosters[member_name(consumer)]
-        return ChildSpec("consumer", lambda: RiderActor("consumer", rider, member, roster,
-                                                        DRAIN_MS),
+        self._seat(name, rider)
+        return ChildSpec("consumer", lambda: RiderActor("consumer", rider, member, DRAIN_MS),
                          shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+
+    def _seat(self, name: str, rider: Rider) -> None:
+        """Record that `rider` rides member `name` (last: in the order of joining)."""
+        seats = self.riders.setdefault(name, {})
+        seats.pop(rider.sub.key, None)
+        seats[rider.sub.key] = rider
+
+    def _unseat(self, consumer: Consumer) -> Rider | None:
+        """`consumer` rides no member any more (its tree stops, or did not start): its
+        seat, if it had one."""
+        if not rides(consumer):
+            return None
+        return self.riders.get(member_name(consumer), {}).pop(consumer.key, None)
 
     # -- shared instance members (actors/delivery/path/member.py) ----------------------
     def instance_group(self) -> str:
@@ -391,18 +423,23 @@ class Trees:
         name, groups = member_name(consumer), self.groups()
         if groups.has_child(name):
             return None
-        roster = self.rosters.setdefault(name, Roster(self.instance_group()))
-        roster.held = self.restoring
-        runtime = self.runtime
+        self.riders.setdefault(name, {})
+        runtime, group = self.runtime, self.instance_group()
         wiring = self._member_wirings.setdefault(name, Wiring(
             ChildRef(groups, name), self.bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
             runtime.consumer_settings(consumer.broker)))
-        settings = instance_client_settings(roster.group_id,
-                                            runtime.config.delivery.session_timeout_ms)
-        return ChildSpec(
-            name, lambda: InstanceMemberActor(name, roster, wiring, settings, runtime.metrics,
-                                              runtime.keep_long_lived),
-            shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+        settings = instance_client_settings(group, runtime.config.delivery.session_timeout_ms)
+        return ChildSpec(name, lambda: self._member(name, group, wiring, settings),
+                         shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
+
+    def _member(self, name: str, group: str, wiring: Wiring,
+                settings: ClientSettings) -> InstanceMemberActor:
+        """A member, first or rebuilt by its supervisor after a crash: it starts with a
+        copy of the riders recorded here, held while a restore or an update holds it."""
+        runtime = self.runtime
+        return InstanceMemberActor(name, group, list(self.riders.get(name, {}).values()),
+                                   wiring, settings, runtime.metrics, runtime.keep_long_lived,
+                                   held=self.restoring or name in self._held)
 
     async def _start_members(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
         """Start the members `consumers` ride that do not run yet, in parallel; the
@@ -427,10 +464,19 @@ class Trees:
         return failed
 
     async def release_member(self, consumer: Consumer) -> None:
-        """Stop a member no subscription rides any more (it leaves the group)."""
+        """`consumer` rides no member now (its tree stopped or did not start): stop its
+        member when no subscription rides it any more (it leaves the group)."""
+        seat = self._unseat(consumer)
+        if seat is not None:  # its tree did not start: the member may have the seat
+            # still (its rider joined, or the member was rebuilt with it): it leaves too
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            await self._tell_member(member_name(consumer), Leave(seat, done))
+        await self._stop_idle_member(consumer)
+
+    async def _stop_idle_member(self, consumer: Consumer) -> None:
+        """Stop `consumer`'s member if the record says nobody rides it."""
         name = member_name(consumer)
-        roster = self.rosters.get(name)
-        if not rides(consumer) or roster is None or len(roster) > 0:
+        if not rides(consumer) or name not in self.riders or self.riders[name]:
             return
         try:
             groups = self.groups()
@@ -439,29 +485,45 @@ class Trees:
         if groups is not None and groups.has_child(name):
             await groups.stop_child(name)
             log.info("group member %s stopped: no subscription rides it", name)
-        if not roster.riders:
-            del self.rosters[name]
-            self._member_wirings.pop(name, None)
+        self.riders.pop(name, None)
+        self._member_wirings.pop(name, None)
+        self._held.discard(name)
 
-    def hold_member(self, old: Consumer, new: Consumer) -> Roster | None:
-        """When the updated subscription stays on its member: the roster, held so the
-        member sees the leave and the join as one change (one rebalance, or none when the
-        topics stay), and kept running even when nobody else rides it."""
-        if not (rides(old) and rides(new)):
-            return None
+    async def hold_member(self, old: Consumer, new: Consumer) -> bool:
+        """When the updated subscription stays on its member: hold the member, so it
+        sees the leave and the join as one change (one rebalance, or none when the topics
+        stay); `release_hold` ends it. False: nothing held."""
         name = member_name(old)
-        roster = self.rosters.get(name)
-        if roster is None or name != member_name(new):
-            return None
-        roster.held = True
-        return roster
+        if not (rides(old) and rides(new)) or name not in self.riders \
+                or name != member_name(new):
+            return False
+        self._held.add(name)  # first: a member rebuilt meanwhile starts held
+        await self._tell_member(name, Hold())
+        return True
 
-    def release_holds(self) -> None:
-        for roster in self.rosters.values():
-            roster.held = False  # each member subscribes once, to the whole union
+    async def release_hold(self, consumer: Consumer) -> None:
+        """The update is done: the member subscribes once, if at all; it stops when
+        nobody rides it (the new start failed)."""
+        name = member_name(consumer)
+        self._held.discard(name)  # first: a member rebuilt meanwhile starts released
+        await self._tell_member(name, Release())
+        await self._stop_idle_member(consumer)
+
+    async def release_holds(self) -> None:
+        """The restore is done (`restoring` is False): each member subscribes once, to
+        the whole union."""
+        for name in [n for n in self.riders if n not in self._held]:
+            await self._tell_member(name, Release())
+
+    async def _tell_member(self, name: str, message: Hold | Release | Leave) -> None:
+        """Tell a running member (one being rebuilt reads the record instead); `tell`,
+        not `ask`: it lands before any later `Leave` or `Join` of a rider, and a member
+        that is starting need not be waited for."""
+        with contextlib.suppress(ActorDeadError):
+            await self.groups().child(name).tell(message)
 
     def __repr__(self) -> str:
-        return f"<Trees members={sorted(self.rosters)}>"
+        return f"<Trees members={sorted(self.riders)}>"
 
 
 def instance_group(config: Config) -> str:

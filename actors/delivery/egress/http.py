@@ -187,7 +187,8 @@ class EgressActor(OutletActor):
         super().__init__(name, settings.subscription, redact_uri(settings.uri), settings.pool,
                          metrics)
         self.guard = guard or DestinationGuard()
-        # shared with every subscription pushing to the same origin (the service's registry)
+        # shared with every subscription pushing to the same origin (the service's
+        # registry); changed only through its methods (actors/delivery/egress/origin.py)
         self.origin = origin or Origin(origin_of(settings.uri))
         self.settings = settings
         self._method = settings.method
@@ -368,17 +369,17 @@ class EgressActor(OutletActor):
         return True
 
     def _origin_answered(self, ok: bool) -> None:
-        self.origin.breaker.record(ok, self.context.clock.monotonic_ms())
+        self.origin.answered(ok, self.context.clock.monotonic_ms())
         self._report_transitions()
 
     def _report_transitions(self) -> None:
-        """Log, journal and count the origin's breaker changes (once, by whichever of its
-        egress actors sees them first)."""
-        breaker = self.origin.breaker
-        if not breaker.transitions:
+        """Log, journal and count the origin's breaker changes this actor takes (the
+        origin hands each out once: whichever of its egress actors asks first)."""
+        changes = self.origin.take_transitions()
+        if not changes:
             return
         name, clock = self.origin.name, self.context.clock
-        for change in breaker.take_transitions():
+        for change in changes:
             level = logging.WARNING if change.after == "open" else logging.INFO
             log.log(level, "%s: circuit breaker for %s %s -> %s: %s", self._subscription,
                     name, change.before, change.after, change.why)
@@ -386,9 +387,7 @@ class EgressActor(OutletActor):
                 type="breaker_changed", ts_ms=clock.wall_ms(), subscription=self._subscription,
                 endpoint=name, reason=f"{change.before} -> {change.after}: {change.why}"))
             self._m_transitions.labels(origin=name, state=change.after).inc()
-            self.origin.history.appendleft({"at": clock.wall_ms(), "from": change.before,
-                                            "to": change.after, "why": change.why})
-        self._m_breaker.set(STATE_VALUES[breaker.state])
+        self._m_breaker.set(STATE_VALUES[self.origin.state])
 
     def describe(self, exc: BaseException) -> str:
         return describe(exc, self._timeout_ms)

@@ -2,6 +2,18 @@
 circuit breaker, a rate limit, a connection limit and the origin's own "slow down"
 (429/503 with `Retry-After`). Pure decisions on `now`; the egress actors consult them.
 
+One owner (issue 23, item 4). An `Origin` is the only code that changes its state: the
+egress actors of its subscriptions call its methods (`hold`, `answered`, `throttle`,
+`take_transitions`; the control actor `configure`) and never write its attributes. It
+is not an actor on purpose: every push asks it whether it may go and tells it the
+answer, and a message hop there would make each delivery wait for another actor's turn.
+Its callers share one event loop and no method awaits, so each call runs whole and the
+invariants (window counts, the single half-open probe, the history) stay inside it. The
+connection limit is the one wait: `async with origin.slots`, the origin's own `Slots`
+(first come, first served). The alternative, an owner actor that egress actors tell of
+transitions, would add a task and a mailbox per origin to report what `take_transitions`
+already hands out exactly once.
+
 Circuit breaker (on by default). Closed: requests go; every answer is recorded in a
 sliding window of `window_ms`. When at least `min_requests` answers are in the window and
 the failure ratio reaches `failure_ratio`, it opens for `open_ms`: nothing goes. Then one
@@ -16,12 +28,14 @@ While it is open (or its probe is out) the egress, per subscription:
 - retrying forever (`retryBeforeCommit` 0): holds the record without spending an attempt
   until the probe may go; its window fills and the partition's fetching pauses.
 
-Every transition is kept in `transitions` for the egress to log, journal and count.
+Every transition is handed out once (`Origin.take_transitions`, which also keeps the
+last ten in `history`): the egress actor that takes it logs, journals (with its
+subscription: the one that saw the change) and counts it, so each is reported once.
 
 Settings: `subscriptionMethod.circuitBreaker` (`failureRatio`, `minRequests`, `openMs`)
 and `rateLimitPerSecond`; among the subscriptions of an origin the strictest apply (lowest
 ratio, fewest requests, longest open period, lowest rate; a subscription without the
-setting counts with the defaults, or no rate limit). `Origins.configure` recomputes them
+setting counts with the defaults, or no rate limit). `Origin.configure` recomputes them
 whenever a subscription of the origin starts.
 
 Rate limit: a token bucket of `rate` requests per second (burst: one second's worth).
@@ -114,7 +128,7 @@ class CircuitBreaker:
         self.open_ms = settings.open_ms
 
     def take_transitions(self) -> list[Transition]:
-        """The transitions since the last call (reported once, by whoever asks first)."""
+        """The transitions since the last call (`Origin.take_transitions` hands them out)."""
         taken, self.transitions = self.transitions, []
         return taken
 
@@ -246,7 +260,8 @@ class Slots:
 
 @dataclass(slots=True)
 class Origin:
-    """One origin's shared state."""
+    """One origin's shared state, changed only by its own methods (read its attributes,
+    never write them: see the module docstring)."""
 
     name: str
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -254,9 +269,8 @@ class Origin:
     throttled_until: int = 0
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     _slots: Slots | None = None
-    history: deque[dict[str, object]] = field(
-        default_factory=lambda: deque(maxlen=HISTORY))
-    """The latest breaker transitions as reported (wall-clock ms), newest first."""
+    history: deque[Transition] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    """The latest breaker transitions handed out, newest first."""
     shelf: Shelf = field(default_factory=Shelf)
     """Idle connections every subscription of this origin reuses (egress/transport.py)."""
 
@@ -284,7 +298,26 @@ class Origin:
         held = self.hold(now_ms)
         return None if held is None else held.ms
 
+    def answered(self, ok: bool, now_ms: int) -> None:
+        """A request to the origin was answered (`ok`: it counts as a success)."""
+        self.breaker.record(ok, now_ms)
+
+    def take_transitions(self) -> tuple[Transition, ...]:
+        """The breaker's changes since the last call, each handed out once (for its
+        taker to log, journal and count) and kept in `history`. Called around every
+        push: nothing changed costs no allocation."""
+        if not self.breaker.transitions:
+            return ()
+        taken = tuple(self.breaker.take_transitions())
+        self.history.extendleft(taken)
+        return taken
+
+    @property
+    def state(self) -> BreakerState:
+        return self.breaker.state
+
     def throttle(self, until_ms: int) -> None:
+        """The origin asked us to slow down (429/503 with `Retry-After`) until then."""
         self.throttled_until = max(self.throttled_until, until_ms)
 
     def limit_rate(self, per_second: float | None) -> None:
@@ -319,7 +352,9 @@ class Origin:
                 "min_requests": breaker.min_requests, "open_ms": breaker.open_ms,
                 "throttled_until": wall(throttled),
                 "rate_limit": self.bucket.rate if self.bucket else None,
-                "max_connections": self.max_connections, "transitions": list(self.history)}
+                "max_connections": self.max_connections,
+                "transitions": [{"at": wall(t.at_ms), "from": t.before, "to": t.after,
+                                 "why": t.why} for t in self.history]}
 
 
 class Origins:

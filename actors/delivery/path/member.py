@@ -38,8 +38,13 @@ matches the riders' patterns against them with RE2 (each pair once, a bounded nu
 round), and the member subscribes to the names: the riders' topics and what their
 patterns match. A change in that set is a change of topics like any other.
 
-The roster lives in the delivery service, not in the member: a restarted member finds its
-riders again. A rider whose member is not running leaves the roster itself.
+The member is its roster's only owner (issue 23, item 4): riders join and leave by
+message (`Join`, `Leave`), the control plane holds and releases its subscribe by message
+(`Hold`, `Release`: while it restores, or while an update replaces a rider, so the leave
+and the join make one change). The control plane keeps its own record of which
+subscriptions ride which member (actors/delivery/control/trees.py); a member it builds,
+first or after a crash, starts from a copy of that record, so a restarted member finds
+its riders again without anyone sharing the dead one's roster.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -107,8 +112,22 @@ class Join:
 
 @dataclass(slots=True)
 class Leave:
-    key: str
+    """A seat leaves: its cursors drain and commit, then it is gone. Only that seat: one
+    of the same subscription that joined since (its tree built again) stays."""
+
+    rider: Rider
     done: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class Hold:
+    """Control plane -> member: do not subscribe until `Release` (the riders are still
+    changing: a restore, or an update's leave and join)."""
+
+
+@dataclass(slots=True)
+class Release:
+    """Control plane -> member: subscribe to the riders' union once, if it changed."""
 
 
 @dataclass(slots=True)
@@ -129,10 +148,17 @@ class TopicsListed:
 
 
 class InstanceMemberActor(GroupConsumerActor):
-    def __init__(self, name: str, roster: Roster, wiring: Wiring, settings: ClientSettings,
-                 metrics: Registry, long_lived: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, name: str, group_id: str, riders: Iterable[Rider], wiring: Wiring,
+                 settings: ClientSettings, metrics: Registry,
+                 long_lived: Callable[[], None] = lambda: None, *, held: bool = False,
+                 ) -> None:
         super().__init__(name, wiring)
-        self.roster = roster
+        self.roster = Roster(group_id)  # ours alone: changed by messages only
+        for rider in riders:
+            self.roster.join(rider)
+        self.held = held
+        """While the control plane restores its subscriptions or replaces one: no
+        subscribe until `Release` (one join with the whole union instead of one each)."""
         self.long_lived = long_lived
         """Called once new cursors run: what they built lives long (`Runtime.
         keep_long_lived`, out of the garbage collector's full passes)."""
@@ -169,7 +195,7 @@ class InstanceMemberActor(GroupConsumerActor):
         self._fetch_records = 0
         self._rider_wait_ms: int | None = None
         self.rebalances = 0
-        labels = {"group": roster.group_id, "member": name}
+        labels = {"group": group_id, "member": name}
         self.m_generation = metrics.gauge(
             "hookstream_group_generation", "Generation of the instance group member"
         ).labels(**labels)
@@ -195,7 +221,7 @@ class InstanceMemberActor(GroupConsumerActor):
                 sup = rider.partitions.actor_as(Supervisor)
                 if sup.children():
                     await sup.stop_children(sup.children())
-        if not self.roster.held:
+        if not self.held:
             if self.roster.uses_pattern():  # the first subscription has what they match
                 with contextlib.suppress(KafkaError):
                     self._topics = frozenset(await kafka.topics())
@@ -224,6 +250,8 @@ class InstanceMemberActor(GroupConsumerActor):
             self.roster.join(message.rider)  # the fetch loop subscribes anew
         elif isinstance(message, Leave):
             self._leaves.append(message)
+        elif isinstance(message, Hold | Release):
+            self.held = isinstance(message, Hold)  # a release subscribes on the next turn
         elif isinstance(message, TopicsListed):
             self._listing = False
             if message.topics is not None:
@@ -246,7 +274,7 @@ class InstanceMemberActor(GroupConsumerActor):
         self._list_topics_when_due(kafka)
         moved = (self._subscribed != self.roster.version
                  or self._subscribed_matched is not self._matched)
-        if not self.roster.held and moved:
+        if not self.held and moved:
             if self._target == self._wanted():
                 await self._reroute()
             elif self._settled():
@@ -733,16 +761,22 @@ class InstanceMemberActor(GroupConsumerActor):
 
     # -- joins and leaves --------------------------------------------------------------
     async def _leave(self, leave: Leave) -> None:
-        """Drain and commit what the leaving subscription holds; then it is gone."""
+        """Drain and commit what the leaving seat holds; then it is gone."""
+        key = leave.rider.sub.key
         try:
-            await self._retire([(leave.key, tp) for tp, fanout in self.fanouts.items()
-                                if leave.key in fanout.cursors])
+            if self._seated(leave.rider):
+                await self._retire([(key, tp) for tp, fanout in self.fanouts.items()
+                                    if key in fanout.cursors])
         finally:
-            self.roster.leave(leave.key)
-            self._routed.discard(leave.key)
-            self._retune = True
+            if self._seated(leave.rider):  # again: a new seat may have joined meanwhile
+                self.roster.leave(key)
+                self._routed.discard(key)
+                self._retune = True
             if not leave.done.done():
                 leave.done.set_result(None)
+
+    def _seated(self, rider: Rider) -> bool:
+        return self.roster.riders.get(rider.sub.key) is rider
 
     async def _reroute(self) -> None:
         """The riders changed, the union did not: riders that joined since get cursors
@@ -873,12 +907,10 @@ class InstanceMemberActor(GroupConsumerActor):
 class RiderActor(Actor):
     """A subscription's seat on the instance member: the `consumer` of its tree."""
 
-    def __init__(self, name: str, rider: Rider, member: ChildRef, roster: Roster,
-                 leave_ms: int) -> None:
+    def __init__(self, name: str, rider: Rider, member: ChildRef, leave_ms: int) -> None:
         super().__init__(name)
         self.rider = rider
         self.member = member
-        self.roster = roster
         self.leave_ms = leave_ms
 
     async def on_start(self) -> None:
@@ -887,11 +919,12 @@ class RiderActor(Actor):
     async def on_stop(self) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
-            await self.member.tell(Leave(self.rider.sub.key, done))
+            await self.member.tell(Leave(self.rider, done))
             await within(self.context.clock, done, self.leave_ms + LEAVE_GRACE_MS)
         except (ActorDeadError, TimeoutError):
-            # no member runs to drain us: its last commits stand
-            self.roster.leave(self.rider.sub.key)
+            # no member runs to drain us: its last commits stand; a member rebuilt
+            # meanwhile never had us (the control plane's record drops us first)
+            pass
 
     async def handle(self, message: object) -> None:
         raise UnexpectedMessage(self.path, message)

@@ -1,8 +1,8 @@
 """Roster: the subscriptions riding one shared group member, and which of them owns a topic.
 
-Pure logic (no I/O): the `SharedMemberActor` (actors/delivery/path/member.py) asks it what to
-subscribe to and whose partition actors a topic's records go to; the delivery service asks
-`conflict` before a subscription joins a group.
+Pure logic (no I/O): the `InstanceMemberActor` (actors/delivery/path/member.py), its only
+owner, asks it what to subscribe to and whose partition actors a topic's records go to;
+the control plane's registry asks `conflict` before a subscription joins a group.
 
 Two subscriptions of one group may not consume the same topic (issue 17): Kafka would split
 its partitions between them, each seeing only part of the topic. How overlap is decided:
@@ -73,20 +73,21 @@ class Rider:
 
 @dataclass(slots=True)
 class Roster:
-    """The riders of one member, in the order they joined. It lives in the delivery
-    service, not in the member, so a restarted member finds its riders again."""
+    """The riders of one member, in the order they joined. The member owns it; others
+    change it by messages to the member (actors/delivery/path/member.py)."""
 
     group_id: str
     riders: dict[str, Rider] = field(default_factory=dict)
     version: int = 0
     """Moves on every join or leave: the member re-subscribes when it differs from the
     version it subscribed with."""
-    held: bool = False
-    """While the service restores its subscriptions: the member waits to subscribe until
-    all of them joined (one join with the whole union instead of a rejoin after it)."""
     _owners: dict[str, str | None] = field(default_factory=dict)
 
     def join(self, rider: Rider) -> None:
+        """`rider` joins last (a new seat of the same subscription replaces its old one;
+        the same seat again changes nothing)."""
+        if self.riders.get(rider.sub.key) is rider:
+            return
         self.riders.pop(rider.sub.key, None)
         self.riders[rider.sub.key] = rider
         self._changed()
