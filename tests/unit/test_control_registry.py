@@ -248,3 +248,16 @@ def test_records_under_the_joined_name_of_before_issue_25_apply_to_their_pair(
         registry.refuse_new(consumer("k_a", "payments", group="b"))
     assert registry.change_of("k_a_b", None) == Remove("k_a%5Fb")
     assert registry.change_of("k_a_b", None) is None
+
+
+def test_a_subscription_conflicts_only_within_its_group_even_after_an_update(
+        registry: SubscriptionRegistry) -> None:
+    registry.add(consumer("a", "orders", group="g1"))
+    registry.add(consumer("b", "payments", group="g2"))
+    registry.refuse_shared_topic(consumer("c", "orders", group="g2"))  # another group
+    with pytest.raises(InvalidSubscription):
+        registry.refuse_shared_topic(consumer("c", "orders", group="g1"))
+    registry.replace("a_g1", consumer("a", "refunds", group="g1"))  # no longer orders
+    registry.refuse_shared_topic(consumer("c", "orders", group="g1"))
+    registry.remove("a_g1")
+    registry.refuse_shared_topic(consumer("c", "refunds", group="g1"))

@@ -106,6 +106,7 @@ class SubscriptionRegistry:
         self.clock = clock
         self._entries: dict[str, Entry] = {}
         self._consumers: dict[str, Consumer] = {}
+        self._by_group: dict[str, dict[str, Consumer]] = {}  # group.id -> its subscriptions
         self._statuses: dict[str, SubscriptionStatus] = {}
         self.published = Published(MappingProxyType(self._consumers),
                                     MappingProxyType(self._statuses))
@@ -177,7 +178,7 @@ class SubscriptionRegistry:
         """Two subscriptions of one group may not consume one topic: Kafka would split its
         partitions between them (actors/delivery/path/roster.py says how overlap is
         decided)."""
-        found = conflict(consumer, self.consumers.values())
+        found = conflict(consumer, self._by_group.get(consumer.group_id, {}).values())
         if found is not None:
             other, topic = found
             raise InvalidSubscription(
@@ -264,13 +265,21 @@ class SubscriptionRegistry:
         return entry is not None and entry.status.state == "running"
 
     def _publish(self, key: str) -> None:
-        """Show `key`'s change: a copy of its status, its document; gone when removed."""
+        """Show `key`'s change: a copy of its status, its document; gone when removed.
+        The index by group follows (a subscribe checks only its own group's)."""
+        before = self._consumers.get(key)
+        if before is not None:
+            group = self._by_group[before.group_id]
+            group.pop(key, None)
+            if not group:
+                del self._by_group[before.group_id]
         entry = self._entries.get(key)
         if entry is None:
             self._consumers.pop(key, None)
             self._statuses.pop(key, None)
             return
         self._consumers[key] = entry.consumer
+        self._by_group.setdefault(entry.consumer.group_id, {})[key] = entry.consumer
         self._statuses[key] = dataclasses.replace(entry.status)
 
     # -- what the files keep (local mode) ----------------------------------------------
