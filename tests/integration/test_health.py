@@ -4,7 +4,9 @@ the oldest pending record ages, and everything is delivered once the endpoint an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +39,11 @@ async def wait_series(runtime: Runtime, name: str, topic: str, expected: float,
     raise AssertionError(f"{name} of {topic} is {series(runtime, name, topic)}, not {expected}")
 
 
-async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
-    topic = await topic_factory(partitions=1)
+@contextlib.asynccontextmanager
+async def hung_endpoint(bootstrap: str, tmp_path: Path, **extra: Any,
+                        ) -> AsyncIterator[tuple[Receiver, Runtime, asyncio.Event]]:
+    """A receiver that answers nothing until the event is set, and a runtime pushing to
+    it; both stopped at the end (the event set first, so nothing waits)."""
     release = asyncio.Event()
 
     async def hangs(push: Push) -> int:
@@ -48,9 +51,21 @@ async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
         return 200
 
     receiver = await Receiver(hangs).start()
-    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    runtime = make_runtime(bootstrap, tmp_path, **extra)
     await runtime.start()
     try:
+        yield receiver, runtime, release
+    finally:
+        release.set()
+        await runtime.stop()
+        await receiver.stop()
+
+
+async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    async with hung_endpoint(kafka_bootstrap, tmp_path) as (receiver, runtime, release):
         sub = subscription("lag", [{"name": topic, "config": {"concurrencyFactor": 2}}],
                            receiver.url, fast_group=fast_group_kwargs)
         await Admin(runtime).subscribe(sub)
@@ -62,10 +77,6 @@ async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
         release.set()
         await receiver.wait_for(lambda: len(receiver.delivered()) == 25)
         await wait_series(runtime, "hookstream_lag", topic, 0)
-    finally:
-        release.set()
-        await runtime.stop()
-        await receiver.stop()
 
 
 async def until_stalled(admin: Admin) -> dict[str, Any]:
@@ -82,16 +93,8 @@ async def test_a_stuck_partition_is_reported_stalled_in_readyz_and_the_journal(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int]) -> None:
     topic = await topic_factory(partitions=1)
-    release = asyncio.Event()
-
-    async def hangs(push: Push) -> int:
-        await release.wait()
-        return 200
-
-    receiver = await Receiver(hangs).start()
-    runtime = make_runtime(kafka_bootstrap, tmp_path, delivery={"stall_after_ms": 1000})
-    await runtime.start()
-    try:
+    async with hung_endpoint(kafka_bootstrap, tmp_path, delivery={"stall_after_ms": 1000},
+                             ) as (receiver, runtime, release):
         admin = Admin(runtime)
         await admin.subscribe(subscription("stall", [{"name": topic}], receiver.url,
                                            fast_group=fast_group_kwargs))
@@ -102,10 +105,6 @@ async def test_a_stuck_partition_is_reported_stalled_in_readyz_and_the_journal(
         assert one["data"]["status"]["partitions"][0]["stalled_for_ms"] >= 1000
         release.set()
         await receiver.wait_for(lambda: len(receiver.delivered()) == 3)
-    finally:
-        release.set()
-        await runtime.stop()
-        await receiver.stop()
     journal = "".join(p.read_text() for p in (tmp_path / "journal").glob("*.jsonl"))
     assert '"type":"stalled"' in journal
 
@@ -119,16 +118,8 @@ async def test_lag_keeps_growing_while_the_fetch_is_paused_and_readyz_names_it(
     `hookstream_lag`) and in the stall reason of `/readyz`. A subscription that names
     its `partitions` reads them with its own consumer: the same holds there."""
     topic = await topic_factory(partitions=1)
-    release = asyncio.Event()
-
-    async def hangs(push: Push) -> int:
-        await release.wait()
-        return 200
-
-    receiver = await Receiver(hangs).start()
-    runtime = make_runtime(kafka_bootstrap, tmp_path, delivery={"stall_after_ms": 1000})
-    await runtime.start()
-    try:
+    async with hung_endpoint(kafka_bootstrap, tmp_path, delivery={"stall_after_ms": 1000},
+                             ) as (receiver, runtime, release):
         admin = Admin(runtime)
         config = {"concurrencyFactor": 2, "loadFactor": 5}  # paused at 10 buffered
         spec = {"name": topic, "config": config,
@@ -149,7 +140,3 @@ async def test_lag_keeps_growing_while_the_fetch_is_paused_and_readyz_names_it(
         release.set()
         await receiver.wait_for(lambda: len(receiver.delivered()) == 2050)
         await wait_series(runtime, "hookstream_lag", topic, 0)
-    finally:
-        release.set()
-        await runtime.stop()
-        await receiver.stop()
