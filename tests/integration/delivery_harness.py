@@ -206,6 +206,15 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
         await consumer.stop()
 
 
+async def until(check: Callable[[], bool], timeout_s: float = 30) -> None:
+    """Poll `check` every 100 ms (for state that has no event to wait on)."""
+    for _ in range(int(timeout_s * 10)):
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
 def per_partition_offsets(pushes: list[Push]) -> dict[tuple[str, int], list[int]]:
     seen: dict[tuple[str, int], list[int]] = defaultdict(list)
     for push in pushes:

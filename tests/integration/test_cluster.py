@@ -11,7 +11,7 @@ import contextlib
 import copy
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from tests.integration.delivery_harness import (
     make_runtime,
     produce,
     subscription,
+    until,
 )
 
 pytestmark = pytest.mark.integration
@@ -64,14 +65,6 @@ def owned(runtime: Runtime, key: str) -> int:
     status = service.status_of(key)["status"]
     assert isinstance(status, dict)
     return len(status["partitions"])
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 30) -> None:
-    for _ in range(int(timeout_s * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 async def test_instances_share_subscriptions_through_the_topic(

@@ -7,12 +7,10 @@ a record of the previous version (secrets in clear) is read and sealed when next
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import os
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from tests.integration.delivery_harness import (
     make_runtime,
     produce,
     subscription,
+    until,
 )
 
 pytestmark = pytest.mark.integration
@@ -78,14 +77,6 @@ async def raw_records(bootstrap: str, topic: str, count: int) -> list[bytes]:
     finally:
         await consumer.stop()
     raise AssertionError(f"{len(values)} records in {topic}, expected {count}")
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 30) -> None:
-    for _ in range(int(timeout_s * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 async def test_the_topic_holds_no_secret_and_another_instance_delivers_with_them(

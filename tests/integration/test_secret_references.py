@@ -6,10 +6,8 @@ written from the Standard Webhooks text); the stored document, the cluster's top
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,14 @@ from aiokafka import AIOKafkaConsumer
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from tests.conftest import TopicFactory
-from tests.integration.delivery_harness import Admin, Receiver, make_runtime, produce, subscription
+from tests.integration.delivery_harness import (
+    Admin,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+    until,
+)
 from tests.standard_webhooks import accepts
 
 try:
@@ -31,14 +36,6 @@ TOKEN = "t0ken-from-the-environment"
 NEW = "whsec_" + base64.b64encode(b"new-key-from-a-file").decode()
 OLD = "whsec_" + base64.b64encode(b"old-key-from-a-file").decode()
 REFERENCE = f"${{env:{ENV}}}"
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 30) -> None:
-    for _ in range(int(timeout_s * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def state(runtime: Runtime, key: str) -> tuple[str, str]:
