@@ -384,6 +384,7 @@ class GroupConsumerActor(Actor):
         for tp in ordered:
             self.owned.discard(tp)
             self._commits.pop(tp, None)
+            self._told_highwater.pop(tp, None)  # a later owner's actor hears it anew
             self._first_fetched.pop(tp, None)
             await self._stop_partition_actor(tp)
             self._journal("partition_revoked", tp, actor=self.path)

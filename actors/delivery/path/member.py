@@ -400,8 +400,9 @@ class InstanceMemberActor(GroupConsumerActor):
         if kafka is None or tp not in self.owned or fanout is None:
             return None
         fetched: int | None = kafka.highwater(tp)
-        known = [hw for hw in (fetched, fanout.highwater) if hw is not None]
-        return max(known) if known else None
+        if fetched is None or fanout.highwater is None:
+            return fanout.highwater if fetched is None else fetched
+        return max(fetched, fanout.highwater)
 
     async def _refresh_highwaters(self, kafka: AIOKafkaConsumer) -> None:
         """Every `HIGHWATER_REFRESH_MS`: read the high watermark of the partitions whose
@@ -844,7 +845,9 @@ class InstanceMemberActor(GroupConsumerActor):
             self._fetch_records = max(self._fetch_records, fetch_size(rider.sub))
             wait = rider.sub.properties.get("fetch.max.wait.ms")
             if wait is not None:
-                self._rider_wait_ms = min(int(wait), self._rider_wait_ms or int(wait))
+                asked = int(wait)
+                self._rider_wait_ms = (asked if self._rider_wait_ms is None
+                                       else min(asked, self._rider_wait_ms))
         if self._fetch_records:
             self.wiring.max_records = self._fetch_records
         self._apply_fetch_wait()
@@ -860,7 +863,8 @@ class InstanceMemberActor(GroupConsumerActor):
         the client's."""
         client = self._client_wait_ms
         if client is not None:
-            self._configured_wait_ms = self._rider_wait_ms or client
+            rider = self._rider_wait_ms
+            self._configured_wait_ms = client if rider is None else rider
 
     # -- status ------------------------------------------------------------------------
     def subscription_of(self, tp: TopicPartition) -> str | None:
