@@ -331,9 +331,17 @@ def allocations(before: Any, after: Any, subscribers: int,
     files that made most of them (KiB per subscription)."""
     diff = after.compare_to(before, "filename")
     total = sum(d.size_diff for d in diff) / 1024 / subscribers
-    top = [(d.traceback[0].filename.split("/site-packages/")[-1].replace(
-        str(HERE.parent) + "/", ""), d.size_diff / 1024 / subscribers) for d in diff[:12]]
+    top = [(_short(d.traceback[0].filename), d.size_diff / 1024 / subscribers)
+           for d in diff[:12]]
+    for line in after.compare_to(before, "lineno")[:25]:  # where, to the line
+        frame = line.traceback[0]
+        note(f"  {line.size_diff / 1024 / subscribers:6.2f} KiB/sub "
+             f"{_short(frame.filename)}:{frame.lineno}")
     return total, top
+
+
+def _short(filename: str) -> str:
+    return filename.split("/site-packages/")[-1].replace(str(HERE.parent) + "/", "")
 
 
 def note(*parts: object) -> None:

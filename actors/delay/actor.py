@@ -9,11 +9,12 @@ partition actors.
 Timing. One owned "alarm" task sleeps until the book's next deadline (wall ms, through the
 injected clock) and sends `_Tick`; the handler advances the book and produces everything
 due in one go. A batch that brings an earlier deadline re-arms the alarm. Not
-`Actor.schedule`: its timer loop (a monotonic wheel, re-armed through an event) measured
-about 1 ms worse at p99 lateness at 5,000 records/s, against a 5 ms budget
-(bench/RESULTS.md, "Delay queue"). Deadlines are wall-clock times but sleeps run on the
-monotonic clock, so the alarm sleeps at most `ALARM_RECHECK_MS` at a time and reads the
-wall clock again after each sleep (issue 13): a forward step of the wall clock (NTP, a
+`Actor.schedule`: its timer loop of that time (a monotonic wheel, re-armed through an
+event; timers are the clock's alarms now) measured about 1 ms worse at p99 lateness at
+5,000 records/s, against a 5 ms budget (bench/RESULTS.md, "Delay queue"). Deadlines are
+wall-clock times but sleeps run on the monotonic clock, so the alarm sleeps at most
+`ALARM_RECHECK_MS` at a time and reads the wall clock again after each sleep (issue 13):
+a forward step of the wall clock (NTP, a
 resumed VM) makes records late by at most that much instead of by the whole step, and a
 backward step only makes the alarm wait longer (never early).
 

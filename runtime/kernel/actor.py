@@ -19,9 +19,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from runtime.kernel.clock import Clock, RealClock
+from runtime.kernel.clock import Alarm, Clock, RealClock
 from runtime.kernel.errors import ActorDeadError, ActorKilled, MailboxFullError, UsageError
-from runtime.kernel.timer_wheel import TimerHandle, TimerWheel
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,23 +51,26 @@ class _Envelope:
     counted: bool = True
 
 
-def _wait_for(loop: asyncio.AbstractEventLoop, clock: Clock, deadline_ms: int | None,
-              ) -> tuple[asyncio.Future[Any], asyncio.TimerHandle | None]:
-    """A future done at `deadline_ms` of `clock` (never, for None), and the loop's alarm
-    that sets it. On the real clock a bare future and one alarm: a task per wait (a
-    sleep) cost a task and two more loop callbacks each time a timer was due."""
-    if deadline_ms is None:
-        return loop.create_future(), None
-    delay_ms = deadline_ms - clock.monotonic_ms()
-    if not isinstance(clock, RealClock):
-        return loop.create_task(clock.sleep_ms(delay_ms)), None
-    wake: asyncio.Future[Any] = loop.create_future()
-    return wake, loop.call_later(max(delay_ms, 0) / 1000, _set_done, wake)
+class _Timer:
+    """One `Actor.schedule`: tells its message when the clock's alarm rings."""
 
+    __slots__ = ("actor", "alarm", "message")
 
-def _set_done(future: asyncio.Future[Any]) -> None:
-    if not future.done():
-        future.set_result(None)
+    def __init__(self, actor: Actor, message: object) -> None:
+        self.actor, self.message = actor, message
+        self.alarm: Alarm | None = None
+
+    def ring(self) -> None:
+        timers = self.actor._timers
+        if timers is not None and self in timers:
+            timers.discard(self)
+            self.actor.tell_system(self.message)
+
+    def cancel(self) -> None:
+        if self.alarm is not None:
+            self.alarm.cancel()
+        if self.actor._timers is not None:
+            self.actor._timers.discard(self)
 
 
 class Mailbox:
@@ -236,8 +238,7 @@ class Actor:
         self._tasks: set[asyncio.Task[object]] = set()
         self._state = "new"
         self._stopping = False
-        self._timers: TimerWheel[object] | None = None
-        self._timer_sleep: asyncio.Future[None] | None = None  # the timer loop's current wait
+        self._timers: set[_Timer] | None = None  # pending `schedule`s, made on first use
 
     # -- overridable -------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -320,42 +321,17 @@ class Actor:
 
     def timers_pending(self) -> bool:
         """Whether any message of `schedule` is still to come."""
-        return self._timers is not None and self._timers.next_deadline() is not None
+        return bool(self._timers)
 
-    def schedule(self, deadline_ms: int, message: object) -> TimerHandle[object]:
-        """Deliver `message` to this actor at monotonic time `deadline_ms`."""
+    def schedule(self, deadline_ms: int, message: object) -> Alarm:
+        """Deliver `message` to this actor at monotonic time `deadline_ms` (an alarm of
+        the clock: no task of its own; cancelled when the actor ends)."""
         if self._timers is None:
-            self._timers = TimerWheel(start_ms=self.context.clock.monotonic_ms())
-            self.spawn(self._timer_loop(), name=f"{self.path}:timers")
-        earliest = self._timers.next_deadline()
-        handle = self._timers.schedule(deadline_ms, message)
-        if (earliest is None or deadline_ms < earliest) and self._timer_sleep is not None:
-            self._timer_sleep.cancel()  # the loop wakes and sleeps until the new deadline
-        return handle
-
-    async def _timer_loop(self) -> None:
-        """Tell each due message, then wait for the next deadline. One wait per turn, cut
-        short by `schedule` when an earlier deadline comes: every partition actor has a
-        commit tick, and waiting on a sleep and a wake-up event at once (two tasks, a
-        `wait` and a `gather` per turn) was a fifth of the CPU of 1,024 idle partitions
-        (bench/RESULTS.md, "Scale")."""
-        assert self._timers is not None
-        clock, wheel, loop = self.context.clock, self._timers, asyncio.get_running_loop()
-        while True:
-            for message in wheel.advance(clock.monotonic_ms()):
-                self.tell_system(message)
-            sleep, alarm = _wait_for(loop, clock, wheel.next_deadline())
-            self._timer_sleep = sleep
-            try:
-                await sleep
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if not sleep.cancelled() or (current is not None and current.cancelling()):
-                    raise  # this loop is cancelled (the actor stops), not just woken
-            finally:
-                self._timer_sleep = None
-                if alarm is not None:
-                    alarm.cancel()
+            self._timers = set()
+        timer = _Timer(self, message)
+        timer.alarm = self.context.clock.call_at(deadline_ms, timer.ring)
+        self._timers.add(timer)
+        return timer
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self, ready: asyncio.Future[None]) -> None:
@@ -407,6 +383,8 @@ class Actor:
     async def _teardown(self) -> None:
         if self._state in ("starting", "running"):
             self._state = "stopped"
+        for timer in list(self._timers or ()):
+            timer.cancel()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

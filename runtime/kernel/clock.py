@@ -3,13 +3,21 @@
 Deadlines go through the clock too: `within(clock, awaitable, timeout_ms)` is
 `asyncio.wait_for` on the injected clock, so a test drives a shutdown or start timeout
 with `FakeClock.advance` instead of waiting for it.
+
+Alarms: `call_at(deadline_ms, callback, *args)` calls back at a monotonic deadline. On
+the real clock it is the event loop's own timer (one heap in C for the whole process);
+the fake clock calls back, in deadline order, inside `advance`. Actors' timers are alarms
+(runtime/kernel/actor.py): a task and a timer wheel per actor cost a task switch per due
+timer and kilobytes per actor, times thousands of partition actors (issue 24).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -25,6 +33,15 @@ class Clock(Protocol):
 
     async def sleep_ms(self, ms: int) -> None: ...
 
+    def call_at(self, deadline_ms: int, callback: Callable[..., object],
+                *args: object) -> Alarm: ...
+
+
+class Alarm(Protocol):
+    """A callback waiting for its deadline (`Clock.call_at`)."""
+
+    def cancel(self) -> None: ...
+
 
 class RealClock:
     """The process clock: `time.monotonic` and `time.time`."""
@@ -37,6 +54,11 @@ class RealClock:
 
     async def sleep_ms(self, ms: int) -> None:
         await asyncio.sleep(max(ms, 0) / 1000)
+
+    def call_at(self, deadline_ms: int, callback: Callable[..., object],
+                *args: object) -> Alarm:
+        delay_s = max(deadline_ms - self.monotonic_ms(), 0) / 1000
+        return asyncio.get_running_loop().call_later(delay_s, callback, *args)
 
     def __repr__(self) -> str:
         return "<RealClock>"
@@ -84,6 +106,8 @@ class FakeClock:
         self._now = start_ms
         self._wall_offset = wall_offset_ms
         self._sleepers: list[tuple[int, asyncio.Future[None]]] = []
+        self._alarms: list[tuple[int, int, _FakeAlarm]] = []  # a heap by deadline
+        self._order = itertools.count()  # alarms of one deadline ring in call order
 
     def monotonic_ms(self) -> int:
         return self._now
@@ -108,6 +132,18 @@ class FakeClock:
             else:
                 still.append((deadline, fut))
         self._sleepers = still
+        alarms = self._alarms
+        while alarms and alarms[0][0] <= now_ms:  # one may set another that is due too
+            heapq.heappop(alarms)[2].ring()
+
+    def call_at(self, deadline_ms: int, callback: Callable[..., object],
+                *args: object) -> Alarm:
+        alarm = _FakeAlarm(callback, args)
+        if deadline_ms <= self._now:  # due already: soon, as the loop's timer would
+            asyncio.get_running_loop().call_soon(alarm.ring)
+        else:
+            heapq.heappush(self._alarms, (deadline_ms, next(self._order), alarm))
+        return alarm
 
     async def sleep_ms(self, ms: int) -> None:
         if ms <= 0:
@@ -138,4 +174,21 @@ class FakeClock:
         await self.settle()
 
     def __repr__(self) -> str:
-        return f"<FakeClock now={self._now}ms sleepers={len(self._sleepers)}>"
+        return (f"<FakeClock now={self._now}ms sleepers={len(self._sleepers)} "
+                f"alarms={len(self._alarms)}>")
+
+
+class _FakeAlarm:
+    __slots__ = ("args", "callback")
+
+    def __init__(self, callback: Callable[..., object], args: tuple[object, ...]) -> None:
+        self.callback: Callable[..., object] | None = callback
+        self.args = args
+
+    def ring(self) -> None:
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback(*self.args)
+
+    def cancel(self) -> None:
+        self.callback = None

@@ -135,12 +135,12 @@ async def test_timers_come_back_as_messages_at_their_virtual_time() -> None:
     actor.schedule(50, "t50")
     await clock.settle()
     assert actor.seen == []
-    clock.advance(60)
+    clock.advance(60)  # t50 is due: queued at once, before anything sent after the move
     await actor.ask("sync")
     await clock.settle()
-    assert actor.seen == ["sync", "t50"]
+    assert actor.seen == ["t50", "sync"]
     await clock.advance_settled(40)
-    assert actor.seen == ["sync", "t50", "t100"]
+    assert actor.seen == ["t50", "sync", "t100"]
     await system.stop()
 
 
@@ -186,7 +186,7 @@ async def test_an_earlier_timer_cuts_the_wait_for_a_later_one_short() -> None:
     actor = Recorder()
     system = await start(actor, clock)
     actor.schedule(1000, "late")
-    await clock.settle()  # the timer loop now waits for 1000
+    await clock.settle()  # the alarm of 1000 is set
     actor.schedule(10, "early")
     await clock.advance_settled(10)
     assert actor.seen == ["early"]
@@ -200,13 +200,13 @@ async def test_an_earlier_timer_cuts_the_wait_for_a_later_one_short() -> None:
 
 
 async def test_on_the_real_clock_an_earlier_timer_cuts_the_wait_short() -> None:
-    """The real clock's waits are a future and a loop alarm (no task per wait): a timer
-    scheduled earlier than the one waited for still comes first, and on time."""
+    """On the real clock a timer is the event loop's alarm: one scheduled earlier than
+    one already waiting still comes first, and on time."""
     actor = Recorder()
     system = await start(actor)  # the real clock
     now = actor.context.clock.monotonic_ms()
     actor.schedule(now + 10_000, "late")
-    await asyncio.sleep(0.01)  # the timer loop now waits for 10 s
+    await asyncio.sleep(0.01)  # the alarm of 10 s is set
     actor.schedule(now + 30, "early")
     for _ in range(200):
         if actor.seen:
@@ -218,14 +218,16 @@ async def test_on_the_real_clock_an_earlier_timer_cuts_the_wait_short() -> None:
     assert actor.seen == ["early"]
 
 
-async def test_stopping_an_actor_ends_its_timer_loop() -> None:
+async def test_stopping_an_actor_cancels_its_timers() -> None:
     clock = FakeClock()
     actor = Recorder()
     system = await start(actor, clock)
     actor.schedule(1000, "never")
     await clock.settle()
-    timers = [t for t in actor._tasks if t.get_name().endswith(":timers")]
-    assert len(timers) == 1
+    assert actor.timers_pending()
+    assert not [t for t in actor._tasks if not t.done()]  # a timer is an alarm, no task
     await system.stop()
-    assert timers[0].cancelled()
+    assert not actor.timers_pending()
+    await clock.advance_settled(1000)
     assert actor.seen == []
+    assert "alarms=0" in repr(clock)
