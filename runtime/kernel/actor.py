@@ -235,7 +235,7 @@ class Actor:
         self.name = name
         self.context = ActorContext(path=f"/{name}")
         self._mailbox = Mailbox(self.mailbox_capacity)
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks: set[asyncio.Task[object]] | None = None  # owned; made on first spawn
         self._state = "new"
         self._stopping = False
         self._timers: set[_Timer] | None = None  # pending `schedule`s, made on first use
@@ -310,12 +310,15 @@ class Actor:
         """Run `coro` as a task owned by this actor: cancelled when the actor ends,
         and an error in it crashes the actor."""
         task = asyncio.get_running_loop().create_task(coro, name=name or f"{self.path}:task")
+        if self._tasks is None:
+            self._tasks = set()
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
 
     def _task_done(self, task: asyncio.Task[object]) -> None:
-        self._tasks.discard(task)
+        if self._tasks is not None:
+            self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.tell_system(_Crash(task.exception()))  # type: ignore[arg-type]
 
@@ -385,7 +388,7 @@ class Actor:
             self._state = "stopped"
         for timer in list(self._timers or ()):
             timer.cancel()
-        tasks = list(self._tasks)
+        tasks = list(self._tasks or ())
         for task in tasks:
             task.cancel()
         if tasks:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from runtime.kernel.actor import Actor, ActorContext, Lifecycle, LifecycleKind
@@ -242,7 +243,7 @@ class Supervisor(Actor):
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.get_running_loop().create_task(actor.run(ready), name=actor.path)
         self._children[spec.name] = _Child(spec, actor, task, restarts)
-        task.add_done_callback(lambda t: self._watch(spec.name, actor, t))
+        task.add_done_callback(partial(self._watch, spec.name, actor))  # smaller than a closure
         try:
             await within(ctx.clock, asyncio.shield(ready), spec.start_timeout_ms)
         except Exception as exc:

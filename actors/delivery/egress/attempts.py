@@ -173,20 +173,28 @@ class Series:
 class AttemptRing:
     """The recent attempts and give-ups of one subscription (see the module docstring)."""
 
-    __slots__ = ("_attempts", "_given_up", "_responses", "capacity", "series")
+    __slots__ = ("_attempts", "_given_up", "_kept", "_responses", "capacity", "series")
 
     def __init__(self, capacity: int = RING_CAPACITY, responses: int = RESPONSES_KEPT) -> None:
         self.capacity = capacity
-        self._attempts: deque[Attempt] = deque(maxlen=capacity)
-        self._responses: deque[Attempt] = deque(maxlen=responses)
+        self._kept = responses
+        # both made on first use (an empty deque is 760 bytes; ten thousand idle
+        # subscriptions: issue 24); reads see an empty tuple until then
+        self._attempts: deque[Attempt] | tuple[()] = ()
+        self._responses: deque[Attempt] | None = None
         self._given_up: OrderedDict[Coordinates, GiveUp] = OrderedDict()
         self.series = Series()
 
     def add(self, attempt: Attempt) -> None:
-        self._attempts.append(attempt)
+        attempts = self._attempts
+        if not isinstance(attempts, deque):
+            attempts = self._attempts = deque(maxlen=self.capacity)
+        attempts.append(attempt)
         self.series.add(attempt.at, attempt.latency_ms, attempt.outcome == "delivered")
         if attempt.response is not None:
             responses = self._responses
+            if responses is None:
+                responses = self._responses = deque(maxlen=self._kept)
             if len(responses) == responses.maxlen:
                 responses[0].response = None  # the oldest snippet leaves memory
             responses.append(attempt)
@@ -239,5 +247,5 @@ class AttemptRing:
 
     def __repr__(self) -> str:
         return (f"<AttemptRing attempts={len(self._attempts)}/{self.capacity} "
-                f"responses={len(self._responses)}/{self._responses.maxlen} "
+                f"responses={len(self._responses or ())}/{self._kept} "
                 f"given_up={len(self._given_up)}>")

@@ -78,7 +78,8 @@ class PartitionQueues(Generic[T]):
 
     def __init__(self) -> None:
         self._queues: dict[tuple[str, int], deque[T]] = {}
-        self._order: deque[tuple[str, int]] = deque()
+        # made on first use: most outlets never batch, and an empty deque is 760 bytes
+        self._order: deque[tuple[str, int]] | None = None
         self._size = 0
 
     def __len__(self) -> int:
@@ -88,20 +89,23 @@ class PartitionQueues(Generic[T]):
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()
+            if self._order is None:
+                self._order = deque()
             self._order.append(key)
         queue.append(item)
         self._size += 1
 
     def take(self, limit: int) -> list[T]:
         """Up to `limit` items of the oldest waiting partition, in arrival order."""
-        if not self._order:
+        order = self._order
+        if not order:
             return []
-        key = self._order.popleft()
+        key = order.popleft()
         queue = self._queues[key]
         count = min(limit, len(queue))
         items = [queue.popleft() for _ in range(count)]
         if queue:
-            self._order.append(key)
+            order.append(key)
         else:
             del self._queues[key]
         self._size -= count
@@ -120,6 +124,7 @@ class PartitionQueues(Generic[T]):
         items = [queue.popleft() for _ in range(count)]
         if not queue:
             del self._queues[key]
+            assert self._order is not None  # a queue was appended to
             self._order.remove(key)
         self._size -= count
         return items

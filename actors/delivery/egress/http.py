@@ -264,9 +264,7 @@ class EgressActor(OutletActor):
         loop, batches = asyncio.get_running_loop(), self._batches
         while True:
             if not batches:
-                parked: asyncio.Future[None] = loop.create_future()
-                self._parked.append(parked)
-                await parked
+                await self.park(loop)
                 continue
             await self._attempt_batch(await self._next_batch())
 

@@ -37,48 +37,60 @@ RECENT_FAILURES: Final = 10
 RECOVERED_BELOW: Final = 0.2  # error rate under which a failing endpoint counts as recovered
 
 
+_WINDOW_MASK: Final = (1 << HEALTH_WINDOW) - 1
+
+
 class EndpointHealth:
     """What the status API shows of an endpoint: the last answer, the error rate over the
-    last `HEALTH_WINDOW` outcomes, and the most recent failures."""
+    last `HEALTH_WINDOW` outcomes, and the most recent failures.
 
-    __slots__ = ("_errors", "_outcomes", "last_error", "last_status", "last_success_at",
-                 "recent_failures")
+    The window is the bits of one int (newest in bit 0, 1 = failed) and the failures'
+    deque is made on the first failure: ten thousand endpoints each kept a 200-slot deque
+    and a 10-slot one, 1.5 KiB per subscription (issue 24, memory)."""
+
+    __slots__ = ("_count", "_errors", "_failed_bits", "last_error", "last_status",
+                 "last_success_at", "recent_failures")
 
     def __init__(self) -> None:
-        self._outcomes: deque[bool] = deque(maxlen=HEALTH_WINDOW)
-        self._errors = 0
+        self._failed_bits = 0
+        self._count = 0  # outcomes in the window
+        self._errors = 0  # failed ones among them
         self.last_status: int | None = None
         self.last_error: str | None = None
         self.last_success_at: int | None = None
-        self.recent_failures: deque[dict[str, object]] = deque(maxlen=RECENT_FAILURES)
+        self.recent_failures: deque[dict[str, object]] | None = None
 
     @property
     def failing(self) -> bool:
         """Most recent answers failed: at least half of the window, and the last one."""
-        return bool(self._outcomes) and not self._outcomes[-1] and self.error_rate >= 0.5
+        return bool(self._failed_bits & 1) and self.error_rate >= 0.5
 
     def record(self, ok: bool, status: int | None, error: str | None, wall_ms: int) -> None:
-        outcomes = self._outcomes
-        if len(outcomes) == outcomes.maxlen and not outcomes[0]:
-            self._errors -= 1  # the oldest outcome leaves the window
-        outcomes.append(ok)
+        bits = self._failed_bits
+        if self._count == HEALTH_WINDOW:
+            self._errors -= bits >> (HEALTH_WINDOW - 1)  # the oldest outcome leaves
+        else:
+            self._count += 1
+        self._failed_bits = ((bits << 1) | (not ok)) & _WINDOW_MASK
         self.last_status = status
         if ok:
             self.last_success_at = wall_ms
-        else:
-            self._errors += 1
-            self.last_error = error
-            self.recent_failures.appendleft({"at": wall_ms, "status": status, "error": error})
+            return
+        self._errors += 1
+        self.last_error = error
+        if self.recent_failures is None:
+            self.recent_failures = deque(maxlen=RECENT_FAILURES)
+        self.recent_failures.appendleft({"at": wall_ms, "status": status, "error": error})
 
     @property
     def error_rate(self) -> float:
-        return self._errors / len(self._outcomes) if self._outcomes else 0.0
+        return self._errors / self._count if self._count else 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {"last_status": self.last_status, "last_error": self.last_error,
                 "last_success_at": self.last_success_at,
                 "error_rate": round(self.error_rate, 4),
-                "recent_failures": list(self.recent_failures)}
+                "recent_failures": list(self.recent_failures or ())}
 
 
 Action = Literal["skip", "dead-letter", "disable"]
@@ -142,8 +154,10 @@ class OutletActor(Actor):
         self.endpoint = endpoint
         self.pool = pool
         self._subscription = subscription
-        self._pending: deque[tuple[Deliver, Ref]] = deque()  # accepted, not yet pushed
-        self._parked: deque[asyncio.Future[None]] = deque()  # idle workers' wakeups
+        # accepted, not yet pushed; idle workers' wakeups (both made on first use: an
+        # empty deque is 760 bytes, issue 24)
+        self._pending: deque[tuple[Deliver, Ref]] | None = None
+        self._parked: deque[asyncio.Future[None]] | None = None
         self._workers = 0
         self._inflight = 0
         self.health = EndpointHealth()
@@ -178,14 +192,17 @@ class OutletActor(Actor):
     async def handle(self, message: object) -> None:
         if not isinstance(message, Deliver):
             raise UsageError(f"{self.path} handles Deliver, got {message!r}")
+        if self._pending is None:
+            self._pending = deque()
         self._pending.append((message, message.reply_to))
         self._wake_or_grow()
 
     def _wake_or_grow(self) -> None:
         """Wake a parked worker, else start one below `pool`; else every worker is busy and
         checks `_pending` before it parks again."""
-        while self._parked:
-            parked = self._parked.popleft()
+        parked_workers = self._parked
+        while parked_workers:
+            parked = parked_workers.popleft()
             if not parked.done():  # done: its worker was cancelled
                 parked.set_result(None)
                 return
@@ -197,15 +214,22 @@ class OutletActor(Actor):
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
         pending = self._pending
+        assert pending is not None  # workers start for a record in it
         while True:
             if not pending:
-                parked: asyncio.Future[None] = loop.create_future()
-                self._parked.append(parked)
-                await parked
+                await self.park(loop)
                 continue  # another worker may have taken the record it was woken for
             deliver, reply_to = pending.popleft()
             outcome = await self._attempt(deliver)
             reply_to.tell_system(outcome)
+
+    async def park(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait, idle, until `_wake_or_grow` wakes this worker."""
+        parked: asyncio.Future[None] = loop.create_future()
+        if self._parked is None:
+            self._parked = deque()
+        self._parked.append(parked)
+        await parked
 
     async def _attempt(self, deliver: Deliver) -> Delivered | Failed:
         record = deliver.record
@@ -300,6 +324,6 @@ class OutletActor(Actor):
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} {self.path} {self.state} {self.endpoint} "
-            f"inflight={self._inflight}/{self.pool} waiting={len(self._pending)} "
+            f"inflight={self._inflight}/{self.pool} waiting={len(self._pending or ())} "
             f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>"
         )

@@ -133,5 +133,5 @@ class DeadLetterActor(SideTopicActor[WriteDeadLetter]):
             self._m_dropped.inc()
 
     def __repr__(self) -> str:
-        return (f"<DeadLetterActor {self.path} topic={self.topic} tasks={len(self._tasks)} "
+        return (f"<DeadLetterActor {self.path} topic={self.topic} tasks={len(self._tasks or ())} "
                 f"{self.ledger!r} dropped={self.dropped}>")
