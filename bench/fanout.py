@@ -16,10 +16,11 @@ Per tree, on fresh topics:
    record, from the first delivery to the last.
 2. Fan-out: `--subscribers` subscriptions (each its own group.id) of one `--partitions`
    topic, subscribed through the admin API 25 at a time: the time until all answered,
-   RSS growth per subscription once every cursor exists, idle CPU of the worker and of the
-   broker over `--idle-s` with nothing produced, then `--records` records produced: the
-   time until every subscriber has them all (records x subscribers deliveries), and the
-   worker's CPU per delivery over that window.
+   RSS growth per subscription once every cursor exists (and again after the deliveries
+   below), idle CPU of the worker and of the broker over `--idle-s` with nothing
+   produced, then `--records` records produced: the time until every subscriber has them
+   all (records x subscribers deliveries), and the worker's CPU per delivery over that
+   window.
 
 The load average is printed beside every figure: a figure taken on a busy machine is not
 evidence. Every wait is bounded by `--timeout-s`.
@@ -310,6 +311,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["warm_us"] = (cpu_s() - c0) / total * 1e6
             result["warm_ratio"] = result["warm_us"] / result["single_us"]
             result["warm_load"] = load()
+            gc.collect()  # and after delivering: what records, connections and rings added
+            result["rss_after_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
             if profile is not None:
                 profile.disable()
                 profile.dump_stats(args.profile)
@@ -441,6 +444,7 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']}; of which garbage collection "
               f"{r['fanout_gc_us']:.0f} us)")
+        print(f"  RSS after delivering: {r['rss_after_kib_per_sub']:.0f} KiB/subscription")
         if "python_kib_per_sub" in r:
             print(f"  Python allocations: {r['python_kib_per_sub']:.1f} KiB/subscription; "
                   "most in: " + ", ".join(f"{name} {kib:.1f}" for name, kib in r["python_top"]))

@@ -41,7 +41,8 @@ class OffsetTracker:
         self._last: int | None = None
         # Received offsets from the lowest unfinished one on, in order; `_done` marks
         # the finished ones among them. The head of `_window` is never finished.
-        self._window: deque[int] = deque()
+        # made with the first offset: an empty deque is 760 bytes (issue 24)
+        self._window: deque[int] | None = None
         self._done: dict[int, bool] = {}
         self._pending = 0
 
@@ -55,6 +56,8 @@ class OffsetTracker:
                 "if the fetch position moved back, build a new OffsetTracker(start=...)"
             )
         self._last = offset
+        if self._window is None:
+            self._window = deque()
         self._window.append(offset)
         self._done[offset] = False
         self._pending += 1
@@ -91,7 +94,7 @@ class OffsetTracker:
 
     def finished_above(self) -> list[int]:
         """Finished offsets above the commit position (done out of order), ascending."""
-        return [offset for offset in self._window if self._done[offset]]
+        return [offset for offset in self._window or () if self._done[offset]]
 
     @property
     def last(self) -> int | None:

@@ -231,3 +231,33 @@ async def test_stopping_an_actor_cancels_its_timers() -> None:
     await clock.advance_settled(1000)
     assert actor.seen == []
     assert "alarms=0" in repr(clock)
+
+
+def test_the_mailbox_stays_fifo_across_compactions_and_empties() -> None:
+    box = Mailbox(10_000)
+    sent = taken = 0
+    for burst in (1, 63, 64, 65, 200, 3):  # some never empty before the next burst
+        for _ in range(burst):
+            box.put_nowait(_Envelope(sent))
+            sent += 1
+        for _ in range(burst // 2 + 1):
+            assert box.get_nowait().message == taken
+            taken += 1
+        assert len(box) == sent - taken
+    while len(box):
+        assert box.get_nowait().message == taken
+        taken += 1
+    assert taken == sent
+    assert box._items == [] and box._head == 0  # emptied: nothing kept
+    with pytest.raises(IndexError):
+        box.get_nowait()
+
+
+def test_drain_returns_only_what_was_not_taken() -> None:
+    box = Mailbox(10)
+    for n in range(5):
+        box.put_nowait(_Envelope(n))
+    box.get_nowait()
+    box.get_nowait()
+    assert [e.message for e in box.drain()] == [2, 3, 4]
+    assert len(box) == 0 and box.has_room()

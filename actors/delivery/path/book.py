@@ -78,7 +78,8 @@ class PartitionBook:
         self._commit = CommitPoint()
         self._drains = DrainWaiters()
         self._rand = rand
-        self._taken: deque[Record] = deque()  # in offset order; finished ones trimmed lazily
+        # in offset order; finished ones trimmed lazily; made with the first record
+        self._taken: deque[Record] | None = None
         self._watched: int | None = None  # the position the stall watchdog last saw move
         self._watched_since = 0
         self.stalled_since: int | None = None
@@ -146,7 +147,7 @@ class PartitionBook:
             for record in taken:
                 add(record.offset)
                 offer(record)
-            self._taken.extend(taken)
+            self._keep(taken)
             return taken, []
         kept: list[Record] = []
         filtered: list[int] = []
@@ -158,8 +159,13 @@ class PartitionBook:
             else:
                 offer(record)
                 kept.append(record)
-        self._taken.extend(kept)
+        self._keep(kept)
         return kept, filtered
+
+    def _keep(self, records: list[Record]) -> None:
+        if self._taken is None:
+            self._taken = deque()
+        self._taken.extend(records)
 
     # -- health --------------------------------------------------------------------------
     @property
@@ -188,6 +194,8 @@ class PartitionBook:
         ms); None when nothing waits."""
         position = self.position()
         taken = self._taken
+        if taken is None:
+            return None
         while taken and (position is None or taken[0].offset < position):
             taken.popleft()  # finished: everything below the position is
         return now_ms - taken[0].fetched_ms if taken else None

@@ -74,7 +74,8 @@ class Dispatcher(Generic[R]):
         self._lanes = 1 if mode == "partition" else lanes
         self._key_of = key_of
         self._seq = 0  # arrival number, to start the oldest record first
-        self._free: deque[tuple[int, R]] = deque()
+        # records of no lane (unordered); made with the first (an empty deque is 760 bytes)
+        self._free: deque[tuple[int, R]] | None = None
         self._queues: dict[int, deque[tuple[int, R]]] = {}
         self._busy: set[int] = set()
         # (arrival number of the lane's head record, lane) for every lane that has
@@ -105,6 +106,8 @@ class Dispatcher(Generic[R]):
         self._buffered += 1
         lane = self._lane_for(record)
         if lane == _FREE:
+            if self._free is None:
+                self._free = deque()
             self._free.append(entry)
             return
         queue = self._queues.get(lane)
@@ -134,7 +137,8 @@ class Dispatcher(Generic[R]):
 
     def _next_lane(self) -> int | None:
         """The lane (or `_FREE`) whose next record arrived first, if any may start."""
-        if self._free and (not self._runnable or self._free[0][0] < self._runnable[0][0]):
+        free = self._free
+        if free and (not self._runnable or free[0][0] < self._runnable[0][0]):
             return _FREE
         if self._runnable:
             return heapq.heappop(self._runnable)[1]
@@ -142,6 +146,7 @@ class Dispatcher(Generic[R]):
 
     def _start(self, lane: int) -> R:
         if lane == _FREE:
+            assert self._free is not None  # _next_lane saw it
             _, record = self._free.popleft()
         else:
             queue = self._queues[lane]
@@ -177,11 +182,11 @@ class Dispatcher(Generic[R]):
         For a revoked partition: in-flight records drain, buffered ones are fetched
         again by the next owner.
         """
-        entries = list(self._free)
+        entries = list(self._free or ())
         for queue in self._queues.values():
             entries.extend(queue)
         entries.sort(key=lambda entry: entry[0])
-        self._free.clear()
+        self._free = None
         self._queues.clear()
         self._runnable.clear()
         self._buffered = 0
