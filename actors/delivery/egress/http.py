@@ -179,6 +179,11 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
+    __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_gone", "_has_body",
+                 "_headers", "_keys", "_linger_ms", "_m_breaker", "_m_transitions",
+                 "_method", "_query_key", "_session", "_timeout_ms", "_url", "guard",
+                 "on_gone", "origin", "settings", "transport_name")
+
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
                  on_gone: GoneCallback | None = None,
