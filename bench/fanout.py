@@ -110,12 +110,12 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             gc_time[0] += time.perf_counter() - gc_time[1]
 
     gc.callbacks.append(on_gc)
-    if args.gc_threshold:
-        gc.set_threshold(*(int(n) for n in args.gc_threshold.split(",")))
     producer = make_producer(args.bootstrap, acks=1, linger_ms=50)
     await producer.start()
     runtime = Runtime(config, services=[DeliveryService])
     await runtime.start()
+    if args.gc_threshold:  # after the start, which sets the young generation's own
+        gc.set_threshold(*(int(n) for n in args.gc_threshold.split(",")))
 
     def delivered() -> float:
         family = runtime.metrics.counter("hookstream_delivered_total", "")
