@@ -44,7 +44,10 @@ message (`Join`, `Leave`), the control plane holds and releases its subscribe by
 and the join make one change). The control plane keeps its own record of which
 subscriptions ride which member (actors/delivery/control/trees.py); a member it builds,
 first or after a crash, starts from a copy of that record, so a restarted member finds
-its riders again without anyone sharing the dead one's roster.
+its riders again without anyone sharing the dead one's roster. A rebalance is a message
+too: aiokafka's listener asks the member `Revoke` and `Assign` (actors/shared/rebalance.py),
+so partitions and their cursors change on the member's task, never on aiokafka's. The
+fetch loop runs beside it: after each await it keeps only what is still owned.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ from actors.shared.messages import (
     Highwater,
     Rewind,
 )
+from actors.shared.rebalance import Assign, Revoke
 from runtime.errors import ActorDeadError, ActorStartError
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
@@ -244,6 +248,8 @@ class InstanceMemberActor(GroupConsumerActor):
                     read.resumed.set()
         elif isinstance(message, Rewind):
             self._seat_rewinds[_seat(message)] = message.epoch
+        elif isinstance(message, Assign | Revoke):
+            await self.rebalance(message)
         elif isinstance(message, CaughtUp):
             self._caught.append(message)
         elif isinstance(message, Join):
@@ -480,7 +486,7 @@ class InstanceMemberActor(GroupConsumerActor):
         if positions is None:
             self._seat_rewinds.update(current)  # the coordinator did not answer: again
             return
-        # the awaits let the rebalance listener revoke partitions: keep those still ours
+        # the awaits let the member's task handle a `Revoke`: keep what is still ours
         positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
         starts = await self._starts(kafka, positions)
         positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
@@ -633,8 +639,8 @@ class InstanceMemberActor(GroupConsumerActor):
 
     async def _add_cursor(self, rider: Rider, tp: TopicPartition) -> None:
         """Start `rider`'s cursor on `tp` unless it has one. The fetch loop (a new rider)
-        and the rebalance listener (a new partition) may both ask: the fanout's entry,
-        taken before the first await, says it is being started."""
+        and the member's task (a new partition, `Assign`) may both ask: the fanout's
+        entry, taken before the first await, says it is being started."""
         key, fanout = rider.sub.key, self.fanouts[tp]
         if key in fanout.cursors:
             return
@@ -716,11 +722,13 @@ class InstanceMemberActor(GroupConsumerActor):
 
     # -- rebalance ---------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
-        """Cursors on the new partitions for every rider. Riders may join while this
-        awaits (joins are the member's messages, this is the rebalance listener's task):
-        only those present from the start count as routed; a later one is routed by the
-        next `_reroute` (one of 10,000 restored subscriptions had no cursor before)."""
-        present = list(self.roster.riders)
+        """Cursors on the new partitions for every rider. This runs on the member's task,
+        as joins do (`Join` is a message), so the riders do not change meanwhile but for
+        leaves (the fetch loop's)."""
+        # nothing owned before (aiokafka revokes everything before it assigns): every
+        # rider has all its cursors at the end; else those not routed yet still lack the
+        # partitions kept, and the next `_reroute` adds them
+        fresh = not self.owned
         self.rebalances += 1
         self.m_rebalances.inc()
         kafka = self.kafka
@@ -742,7 +750,8 @@ class InstanceMemberActor(GroupConsumerActor):
             for key in self._claimants(tp.topic):
                 await self._add_cursor(self.roster.riders[key], tp)
             self._journal("partition_assigned", tp, actor=self.path)
-        self._routed.update(present)
+        if fresh:
+            self._routed.update(self.roster.riders)
         if new:
             self.long_lived()
 
@@ -787,13 +796,14 @@ class InstanceMemberActor(GroupConsumerActor):
         riders, added = self.roster.riders, 0
         joined = [key for key in riders if key not in self._routed]
         self._routed.update(joined)
-        # a snapshot: the rebalance listener (aiokafka's task) may add or drop partitions
-        # while a cursor starts
+        # a snapshot: a rebalance (the member's task: `Assign`, `Revoke`) may add or drop
+        # partitions while a cursor starts; one dropped meanwhile is passed over
         owned = list(self.fanouts.items())
         for key in joined:
             rider = riders[key]
             for tp, fanout in owned:
-                if key not in fanout.cursors and consumes(rider.sub, tp.topic) \
+                if self.fanouts.get(tp) is fanout and key not in fanout.cursors \
+                        and consumes(rider.sub, tp.topic) \
                         and not self._group_reads(fanout, rider.sub.group_id):
                     await self._add_cursor(rider, tp)
                     added += 1
