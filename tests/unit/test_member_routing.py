@@ -33,10 +33,10 @@ class RecordingMember(InstanceMemberActor):
 
     async def _add_cursor(self, rider: Rider, tp: TopicPartition) -> None:
         fanout = self.fanouts[tp]
-        if rider.sub.key in fanout.cursors:
+        if rider.settings.key in fanout.cursors:
             return
-        fanout.add(rider.sub.key)
-        self.started.append((rider.sub.key, tp))
+        fanout.add(rider.settings.key)
+        self.started.append((rider.settings.key, tp))
         await asyncio.sleep(0)
         self.while_starting()
 
