@@ -14,9 +14,12 @@ Positions. Every new partition actor (first assignment or restart) sends `Rewind
 loop seeks to the committed offset and answers `Assigned`. Batches fetched before the
 seek are dropped by the actor. Commits carry the actor's epoch; stale ones are ignored.
 
-Rebalance. aiokafka awaits the listener while the group rebalances: on revoke each
-revoked partition's actor drains (in parallel, within `drain_ms`), the positions are
-committed, then the actors stop; on assignment an actor starts per new partition.
+Rebalance. aiokafka awaits its listener while the group rebalances; the listener asks
+this actor (`Revoke`, `Assign`: actors/shared/rebalance.py), so partitions change on the
+actor's own task. On revoke each revoked partition's actor drains (in parallel, within
+`drain_ms`), the positions are committed, then the actors stop; on assignment an actor
+starts per new partition. The fetch loop runs meanwhile: what it holds across an await
+may have been revoked when it resumes.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
@@ -43,6 +46,7 @@ from actors.shared.messages import (
     Record,
     Rewind,
 )
+from actors.shared.rebalance import Assign, RebalanceListener, Revoke
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
 from runtime.kafka import committed_offsets, compat, make_consumer
@@ -100,17 +104,6 @@ class Wiring:
     epochs: dict[TopicPartition, int] = field(default_factory=dict)
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, owner: GroupConsumerActor) -> None:
-        self.owner = owner
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.owner.revoke(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.owner.assign(set(assigned))
-
-
 class GroupConsumerActor(Actor):
     mailbox_capacity = 4096
 
@@ -125,7 +118,10 @@ class GroupConsumerActor(Actor):
         # where fetching started after assignment: the position to return to when nothing
         # is committed yet (with auto.offset.reset=latest, a reset would skip records)
         self._first_fetched: dict[TopicPartition, int] = {}
-        self.listener = _Listener(self)
+        # set once `on_stop` drained and committed what it owned: a revocation this actor
+        # could no longer take waits for it (actors/shared/rebalance.py)
+        self.released = asyncio.Event()
+        self.listener = RebalanceListener(self, self.released)
         self._configured_wait_ms = DEFAULT_FETCH_WAIT_MS
         self._quiet = False  # the last poll brought nothing (actors/shared/idle_pace.py)
         self._highwater_due = 0
@@ -171,11 +167,9 @@ class GroupConsumerActor(Actor):
         settings = {**self.wiring.broker_settings, **self.client_settings()}
         self.kafka = make_consumer(self.wiring.bootstrap, **settings)
         await self.kafka.start()
-        try:
-            await self.subscribe(self.kafka)
-        except BaseException:
-            await self.kafka.stop()
-            raise
+        # on failure `on_stop` (it runs after a failed start too) stops the client: stopping
+        # it here would wait for a rebalance listener whose ask waits for this start
+        await self.subscribe(self.kafka)
         wait_ms = compat.fetch_wait_ms(self.kafka)
         self._configured_wait_ms = DEFAULT_FETCH_WAIT_MS if wait_ms is None else wait_ms
         PROCESS_PACE.joined(self)
@@ -186,16 +180,24 @@ class GroupConsumerActor(Actor):
         kafka, self.kafka = self.kafka, None
         PROCESS_PACE.left(self)
         if kafka is None:
+            self.released.set()
             return
         try:
-            await self._revoke_with(kafka, set(self.owned))
+            try:
+                await self._revoke_with(kafka, set(self.owned))
+            finally:
+                # before the client stops: its stop waits for the listener, which waits
+                # for this
+                self.released.set()
             await compat.leave_group(kafka)  # so the next member need not wait (quirk 6)
         finally:
             await kafka.stop()
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> None:
-        if isinstance(message, CommitRequest):
+        if isinstance(message, Assign | Revoke):
+            await self.rebalance(message)
+        elif isinstance(message, CommitRequest):
             tp = TopicPartition(message.topic, message.partition)
             if tp in self.owned and self.wiring.epochs.get(tp) == message.epoch:
                 self._commits[tp] = message.offset
@@ -346,6 +348,13 @@ class GroupConsumerActor(Actor):
             self._journal("committed", tp, offset=offset)
 
     # -- rebalance ---------------------------------------------------------------------
+    async def rebalance(self, message: Assign | Revoke) -> None:
+        """What the rebalance listener handed over, on this actor's task."""
+        if isinstance(message, Assign):
+            await self.assign(set(message.partitions))
+        else:
+            await self.revoke(set(message.partitions))
+
     async def assign(self, tps: set[TopicPartition]) -> None:
         new = sorted(tps - self.owned)
         if new:

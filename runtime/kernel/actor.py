@@ -7,7 +7,8 @@ messages. Timers come back as messages too (`schedule`).
 Lifecycle: the owner (a `Supervisor`) runs `actor.run(ready)`; `ready` resolves after
 `on_start` returned, so "start means ready". `stop()` is a message handled after the
 ones already queued; the owner cancels only after its shutdown deadline. When an actor
-dies, every pending and later `ask` fails with `ActorDeadError`.
+dies, every pending and later `ask` fails with `ActorDeadError` (the one being handled
+too, when the actor is cancelled in its handler).
 """
 
 from __future__ import annotations
@@ -397,9 +398,12 @@ class Actor:
         assert reply is not None  # only asks come here
         try:
             result = await self.handle(envelope.message)
-        except Exception as exc:
+        except BaseException as exc:
+            # cancelled in the handler (the owner's shutdown deadline): the asker must not
+            # wait forever for a reply nobody will send
             if not reply.done():
-                reply.set_exception(exc)
+                reply.set_exception(exc if isinstance(exc, Exception) else ActorDeadError(
+                    f"actor {self.path} was cancelled before replying"))
             raise
         if not reply.done():
             reply.set_result(result)

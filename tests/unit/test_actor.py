@@ -81,6 +81,33 @@ async def test_a_dead_actor_fails_pending_and_later_asks() -> None:
     await system.stop()
 
 
+class Holder(Actor):
+    """Takes a message and holds it forever."""
+
+    def __init__(self) -> None:
+        super().__init__("holder")
+        self.holding = asyncio.Event()
+
+    async def handle(self, message: Any) -> Any:
+        self.holding.set()
+        await asyncio.Event().wait()
+
+
+async def test_an_ask_being_handled_when_the_actor_is_cancelled_fails_instead_of_hanging(
+        ) -> None:
+    actor = Holder()
+    ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(actor.run(ready))
+    await ready
+    asked = asyncio.ensure_future(actor.ask("held"))
+    await actor.holding.wait()
+    task.cancel()  # as an owner does after the shutdown deadline
+    with pytest.raises(ActorDeadError, match="cancelled before replying"):
+        await asyncio.wait_for(asked, 2)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_tell_nowait_on_a_full_mailbox_raises() -> None:
     gate = asyncio.Event()
     actor = Recorder(gate=gate)

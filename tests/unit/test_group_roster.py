@@ -1,14 +1,17 @@
 """The roster of a shared group member: who owns a topic, what to subscribe to, and which
 subscription of a group a new one would collide with (actors/delivery/path/roster.py);
-the member owns it and changes it only on its messages."""
+the member owns it and changes it only on its messages. The conflict check is the control
+plane's, on documents (actors/delivery/document/overlap.py)."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
+from actors.delivery.document.overlap import conflict
+from actors.delivery.document.settings import rider_settings
 from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.path.member import Hold, InstanceMemberActor, Join, Release
-from actors.delivery.path.roster import Rider, Roster, conflict
+from actors.delivery.path.roster import Rider, Roster
 from actors.shared.group_consumer import Wiring
 from runtime.host.metrics import Registry
 
@@ -22,7 +25,7 @@ def consumer(sub_id: str, *topics: dict[str, Any], group: str = "team",
 
 
 def rider(sub: Consumer) -> Rider:
-    return Rider(sub, cast(Any, None), cast(Any, None))
+    return Rider(rider_settings(sub), cast(Any, None), cast(Any, None))
 
 
 def test_a_topic_already_consumed_in_the_group_conflicts_with_the_first_subscription() -> None:
@@ -65,7 +68,7 @@ def test_records_of_a_topic_go_to_its_owner_and_a_shared_pattern_match_to_the_fi
 
 def owner(roster: Roster, topic: str) -> str | None:
     found = roster.owner_of(topic)
-    return found.sub.key if found is not None else None
+    return found.settings.key if found is not None else None
 
 
 def test_the_roster_subscribes_to_the_union_and_moves_its_version_on_each_change() -> None:
@@ -90,7 +93,7 @@ def test_joining_with_the_same_seat_again_changes_nothing_and_a_new_seat_joins_l
     version = roster.version
     roster.join(a)  # a member built with a copy of the record, then the rider's own Join
     assert roster.version == version and list(roster.riders) == ["a_team", "b_team"]
-    roster.join(rider(a.sub))  # its tree was built again: a new seat
+    roster.join(Rider(a.settings, cast(Any, None), cast(Any, None)))  # its tree built again
     assert roster.version == version + 1 and list(roster.riders) == ["b_team", "a_team"]
 
 

@@ -105,3 +105,13 @@ def _delivery_layer(module: str) -> str | None:
     if parts[:2] != ["actors", "delivery"] or len(parts) < 3:
         return None
     return parts[2] if parts[2] in DELIVERY_LAYERS else None
+
+
+def test_the_data_path_never_imports_the_wire_document() -> None:
+    """Actors take settings made at the edge (document/settings.py), never the `Consumer`
+    (issue 23, item 5)."""
+    wire = "actors.delivery.document.subscription"
+    wrong = sorted(f"{m} -> {t}" for m, ts in graph().items()
+                   if m.startswith("actors.delivery.path.") for t in ts
+                   if t == wire or t.startswith(wire + "."))
+    assert wrong == []

@@ -18,6 +18,7 @@ from actors.delivery.document.settings import (
     egress_settings,
     reader_settings,
     replay_settings,
+    rider_settings,
     with_retry_topic,
 )
 from actors.delivery.document.subscription import Consumer, decode_consumer
@@ -101,6 +102,25 @@ def test_a_reader_takes_pinned_partitions_and_client_properties() -> None:
     assert (reader.pinned, reader.auto_offset_reset, reader.client) == (
         True, "latest", {"fetch_max_wait_ms": 50})
     assert not reader_settings(consumer()).pinned
+
+
+def test_a_rider_takes_its_names_patterns_group_and_fetch_properties() -> None:
+    sub = with_retry_topic(consumer(
+        [ORDERS, AUDIT], properties={"auto.offset.reset": "latest", "fetch.max.wait.ms": "5"},
+        retryTopics={"topic": "orders.retry", "delaysMs": [1000]}))
+    rider = rider_settings(sub)
+    assert (rider.key, rider.group_id) == ("s_g", "g")
+    assert (rider.topics, rider.patterns) == (("orders", "orders.retry"), ("audit\\..*",))
+    assert (rider.auto_offset_reset, rider.fetch_wait_ms) == ("latest", 5)
+    assert rider.largest_buffer == 11  # orders (and its retry topic): 7 x 1.5; audit 4
+
+
+def test_a_rider_without_properties_starts_at_the_earliest_with_the_members_fetch_wait(
+        ) -> None:
+    rider = rider_settings(consumer())
+    assert (rider.topics, rider.patterns) == (("orders",), ())
+    assert (rider.auto_offset_reset, rider.fetch_wait_ms, rider.largest_buffer) == (
+        "earliest", None, 2)
 
 
 def test_a_replay_takes_the_group_the_retry_policy_and_the_filters() -> None:

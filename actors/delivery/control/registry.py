@@ -21,9 +21,9 @@ from types import MappingProxyType
 
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX
 from actors.delivery.control.status import RETRYING, STOPPED, State, SubscriptionStatus
+from actors.delivery.document.overlap import conflict
 from actors.delivery.document.subscription import Consumer, decode_consumer
 from actors.delivery.errors import InvalidSubscription, SubscriptionExists, SubscriptionNotFound
-from actors.delivery.path.roster import conflict
 from runtime.kernel.backoff import Backoff, RestartBackoff
 from runtime.kernel.clock import Clock
 
@@ -176,7 +176,7 @@ class SubscriptionRegistry:
 
     def refuse_shared_topic(self, consumer: Consumer) -> None:
         """Two subscriptions of one group may not consume one topic: Kafka would split its
-        partitions between them (actors/delivery/path/roster.py says how overlap is
+        partitions between them (actors/delivery/document/overlap.py says how overlap is
         decided)."""
         found = conflict(consumer, self._by_group.get(consumer.group_id, {}).values())
         if found is not None:

@@ -55,9 +55,11 @@ from actors.delivery.document.settings import (
     CursorCatalog,
     check_levels,
     egress_settings,
+    largest_buffer,
     reader_settings,
     replay_settings,
     retry_topic_settings,
+    rider_settings,
     with_retry_topic,
 )
 from actors.delivery.document.subscription import CircuitBreakerSettings, Consumer
@@ -321,7 +323,8 @@ class Trees:
         runtime, method = self.runtime, consumer.subscriptionMethod
         bootstrap = self.bootstrap(consumer)
         deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
-        wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS, fetch_size(consumer),
+        wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS,
+                        fetch_size(largest_buffer(consumer)),
                         runtime.consumer_settings(consumer.broker))
         retry_bootstrap = self.check_retry_topics(consumer)
         retrytopic = ChildRef(sup, "retrytopic") if retry_bootstrap else None
@@ -387,7 +390,7 @@ class Trees:
                              shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
         name = member_name(consumer)
         member = ChildRef(self.groups(), name)
-        rider = Rider(consumer, wiring.partitions, deps)
+        rider = Rider(rider_settings(consumer), wiring.partitions, deps)
         self._seat(name, rider)
         return ChildSpec("consumer", lambda: RiderActor("consumer", rider, member, DRAIN_MS),
                          shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
@@ -395,8 +398,9 @@ class Trees:
     def _seat(self, name: str, rider: Rider) -> None:
         """Record that `rider` rides member `name` (last: in the order of joining)."""
         seats = self.riders.setdefault(name, {})
-        seats.pop(rider.sub.key, None)
-        seats[rider.sub.key] = rider
+        key = rider.settings.key
+        seats.pop(key, None)
+        seats[key] = rider
 
     def _unseat(self, consumer: Consumer) -> Rider | None:
         """`consumer` rides no member any more (its tree stops, or did not start): its
@@ -426,7 +430,8 @@ class Trees:
         self.riders.setdefault(name, {})
         runtime, group = self.runtime, self.instance_group()
         wiring = self._member_wirings.setdefault(name, Wiring(
-            ChildRef(groups, name), self.bootstrap(consumer), DRAIN_MS, fetch_size(consumer),
+            ChildRef(groups, name), self.bootstrap(consumer), DRAIN_MS,
+            fetch_size(largest_buffer(consumer)),
             runtime.consumer_settings(consumer.broker)))
         settings = instance_client_settings(group, runtime.config.delivery.session_timeout_ms)
         return ChildSpec(name, lambda: self._member(name, group, wiring, settings),

@@ -1,16 +1,17 @@
 """The subscription document decoded into the settings each actor takes (issue 23 item 5).
 
 The `Consumer` (subscription.py) is the wire document: the admin API, the store and the
-cluster's subscriptions topic keep it. Actors do not read it (the instance member's
-riders still do, path/roster.py): when a subscription's tree starts, the control plane
-(control/trees.py) turns it into small frozen settings with Python's names, one kind per
-part, with the functions here:
+cluster's subscriptions topic keep it. Actors do not read it: when a subscription's tree
+starts, the control plane (control/trees.py) turns it into small frozen settings with
+Python's names, one kind per part, with the functions here:
 
 - `CursorSettings`: a cursor of one topic (`PartitionActor` and its `PartitionBook`):
   window, prefetch, ordering, lanes, commit period, retry policy, side topics, filter;
 - `EgressSettings`: the HTTP egress (request, signing, TLS, pool, batches);
 - `ReplaySettings`: a replay;
 - `ReaderSettings`: a subscription's own Kafka consumer (pinned partitions);
+- `RiderSettings`: a subscription riding the instance member (its topics and patterns,
+  group, offset reset, fetch wait and size);
 - `RetryPolicy`, `RetryTopicSettings`: what the cursor, the replay and the retry-topic
   writer share.
 
@@ -156,6 +157,26 @@ class ReaderSettings(_Settings, frozen=True, kw_only=True):
         return any(self.topics.values())
 
 
+class RiderSettings(_Settings, frozen=True, kw_only=True):
+    """A subscription riding its instance member (path/member.py, path/roster.py)."""
+
+    key: str
+    """The subscription's key: its seat and its cursors' journal events."""
+    group_id: str
+    """Where its positions are committed (no membership)."""
+    topics: tuple[str, ...] = ()
+    """The topics it names (its retry topic among them)."""
+    patterns: tuple[str, ...] = ()
+    """The regexes of its pattern topics (RE2, full match)."""
+    auto_offset_reset: str = "earliest"
+    """Where a cursor starts with nothing committed: `earliest` or `latest`."""
+    fetch_wait_ms: int | None = None
+    """`fetch.max.wait.ms` if the subscription sets it (the member fetches with the
+    shortest its riders ask for)."""
+    largest_buffer: int = 1
+    """The largest prefetch buffer of its topic entries (sizes the member's fetch)."""
+
+
 # -- from the document --------------------------------------------------------------------
 def retry_policy(method: SubscriptionMethod) -> RetryPolicy:
     return RetryPolicy(delay_ms=method.delayOnErrorMs,
@@ -273,6 +294,20 @@ def reader_settings(consumer: Consumer) -> ReaderSettings:
         auto_offset_reset=properties.get("auto.offset.reset", "earliest"),
         client={INT_PROPERTIES[name]: int(value) for name, value in properties.items()
                 if name in INT_PROPERTIES})
+
+
+def rider_settings(consumer: Consumer) -> RiderSettings:
+    """`consumer` as it rides the instance member: pass what it reads, the retry topic
+    included (`with_retry_topic`)."""
+    properties, topics = consumer.properties, consumer.topics
+    wait = properties.get("fetch.max.wait.ms")
+    return RiderSettings(
+        key=consumer.key, group_id=consumer.group_id,
+        topics=tuple(t.name for t in topics if t.name and not t.pattern),
+        patterns=tuple(t.pattern for t in topics if t.pattern),
+        auto_offset_reset=properties.get("auto.offset.reset", "earliest"),
+        fetch_wait_ms=None if wait is None else int(wait),
+        largest_buffer=largest_buffer(consumer))
 
 
 def largest_buffer(consumer: Consumer) -> int:

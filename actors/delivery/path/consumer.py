@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.document.settings import CursorsOf, ReaderSettings, largest_buffer
-from actors.delivery.document.subscription import Consumer
+from actors.delivery.document.settings import CursorsOf, ReaderSettings
 from actors.delivery.path.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
 from actors.shared.group_consumer import (
     ClientSettings,
@@ -49,10 +48,11 @@ class ConsumerDeps:
     retrytopic: Ref | None = None  # with subscriptionMethod.retryTopics
 
 
-def fetch_size(sub: Consumer) -> int:
-    """One fetch brings at most about one prefetch buffer: a partition is paused when its
+def fetch_size(largest_buffer: int) -> int:
+    """One fetch brings at most about one prefetch buffer (the largest of a subscription's
+    topic entries, `document.settings.largest_buffer`): a partition is paused when its
     buffer is full, so it then holds less than twice its buffer."""
-    return min(MAX_FETCH_RECORDS, max(largest_buffer(sub), MIN_FETCH_RECORDS))
+    return min(MAX_FETCH_RECORDS, max(largest_buffer, MIN_FETCH_RECORDS))
 
 
 def subscription_client_settings(reader: ReaderSettings, client_id: str) -> ClientSettings:

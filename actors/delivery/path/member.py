@@ -44,7 +44,10 @@ message (`Join`, `Leave`), the control plane holds and releases its subscribe by
 and the join make one change). The control plane keeps its own record of which
 subscriptions ride which member (actors/delivery/control/trees.py); a member it builds,
 first or after a crash, starts from a copy of that record, so a restarted member finds
-its riders again without anyone sharing the dead one's roster.
+its riders again without anyone sharing the dead one's roster. A rebalance is a message
+too: aiokafka's listener asks the member `Revoke` and `Assign` (actors/shared/rebalance.py),
+so partitions and their cursors change on the member's task, never on aiokafka's. The
+fetch loop runs beside it: after each await it keeps only what is still owned.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ from actors.shared.messages import (
     Highwater,
     Rewind,
 )
+from actors.shared.rebalance import Assign, Revoke
 from runtime.errors import ActorDeadError, ActorStartError
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
@@ -244,6 +248,8 @@ class InstanceMemberActor(GroupConsumerActor):
                     read.resumed.set()
         elif isinstance(message, Rewind):
             self._seat_rewinds[_seat(message)] = message.epoch
+        elif isinstance(message, Assign | Revoke):
+            await self.rebalance(message)
         elif isinstance(message, CaughtUp):
             self._caught.append(message)
         elif isinstance(message, Join):
@@ -440,15 +446,15 @@ class InstanceMemberActor(GroupConsumerActor):
         for (key, tp), offset in commits.items():
             rider = self.roster.riders.get(key)
             if rider is not None and tp in self.owned:
-                by_group[rider.sub.group_id][tp] = offset
+                by_group[rider.settings.group_id][tp] = offset
         if not by_group or self.offsets is None:
             return
         refused = {r.group: r.reason for r in await self.offsets.commit(by_group)}
         for (key, tp), offset in commits.items():
             rider = self.roster.riders.get(key)
-            if rider is None or tp not in by_group.get(rider.sub.group_id, {}):
+            if rider is None or tp not in by_group.get(rider.settings.group_id, {}):
                 continue
-            if rider.sub.group_id in refused:
+            if rider.settings.group_id in refused:
                 self._seat_commits.setdefault((key, tp), offset)  # sent again next round
             else:
                 self._journal_commit(key, tp, offset)
@@ -480,7 +486,7 @@ class InstanceMemberActor(GroupConsumerActor):
         if positions is None:
             self._seat_rewinds.update(current)  # the coordinator did not answer: again
             return
-        # the awaits let the rebalance listener revoke partitions: keep those still ours
+        # the awaits let the member's task handle a `Revoke`: keep what is still ours
         positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
         starts = await self._starts(kafka, positions)
         positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
@@ -492,7 +498,7 @@ class InstanceMemberActor(GroupConsumerActor):
     async def _committed(self, seats: dict[Seat, int]) -> dict[Seat, int | None] | None:
         by_group: dict[str, list[Seat]] = defaultdict(list)
         for seat in seats:
-            by_group[self.roster.riders[seat[0]].sub.group_id].append(seat)
+            by_group[self.roster.riders[seat[0]].settings.group_id].append(seat)
         assert self.offsets is not None
         try:
             found = await asyncio.gather(*(
@@ -516,7 +522,7 @@ class InstanceMemberActor(GroupConsumerActor):
         starts: dict[Seat, int | None] = {}
         latest: list[Seat] = []
         for (key, tp), position in committed.items():
-            reset = self.roster.riders[key].sub.properties.get("auto.offset.reset", "earliest")
+            reset = self.roster.riders[key].settings.auto_offset_reset
             if position is None and reset != "earliest":
                 latest.append((key, tp))
             starts[(key, tp)] = position if position is not None else EARLIEST
@@ -607,7 +613,7 @@ class InstanceMemberActor(GroupConsumerActor):
     def _group_reads(self, fanout: Fanout, group: str) -> bool:
         """Whether a subscription of `group` has a cursor on that partition already."""
         riders = self.roster.riders
-        return any(k in riders and riders[k].sub.group_id == group for k in fanout.cursors)
+        return any(k in riders and riders[k].settings.group_id == group for k in fanout.cursors)
 
     def _claimants(self, topic: str) -> list[str]:
         """The subscriptions that get a cursor on `topic`'s partitions: every one that
@@ -615,7 +621,7 @@ class InstanceMemberActor(GroupConsumerActor):
         other; only patterns can overlap within a group, the first to join wins)."""
         riders, groups, keys = self.roster.riders, set(), []
         for key in self.roster.claimants(topic):
-            group = riders[key].sub.group_id
+            group = riders[key].settings.group_id
             if group not in groups:
                 groups.add(group)
                 keys.append(key)
@@ -633,9 +639,9 @@ class InstanceMemberActor(GroupConsumerActor):
 
     async def _add_cursor(self, rider: Rider, tp: TopicPartition) -> None:
         """Start `rider`'s cursor on `tp` unless it has one. The fetch loop (a new rider)
-        and the rebalance listener (a new partition) may both ask: the fanout's entry,
-        taken before the first await, says it is being started."""
-        key, fanout = rider.sub.key, self.fanouts[tp]
+        and the member's task (a new partition, `Assign`) may both ask: the fanout's
+        entry, taken before the first await, says it is being started."""
+        key, fanout = rider.settings.key, self.fanouts[tp]
         if key in fanout.cursors:
             return
         try:
@@ -654,12 +660,12 @@ class InstanceMemberActor(GroupConsumerActor):
 
     def _cursor_factory(self, rider: Rider, tp: TopicPartition) -> Callable[[], Actor]:
         def build() -> Actor:
-            seat = (rider.sub.key, tp)
+            seat = (rider.settings.key, tp)
             epoch = self._epochs.get(seat, 0) + 1
             self._epochs[seat] = epoch
             fanout = self.fanouts.get(tp)
             if fanout is not None:
-                fanout.add(rider.sub.key)  # a restart waits for its position again
+                fanout.add(rider.settings.key)  # a restart waits for its position again
             self._cancel_read(seat)
             deps = rider.deps
             peers = PartitionPeers(self, deps.egress, deps.deadletter, deps.retrytopic)
@@ -716,11 +722,13 @@ class InstanceMemberActor(GroupConsumerActor):
 
     # -- rebalance ---------------------------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
-        """Cursors on the new partitions for every rider. Riders may join while this
-        awaits (joins are the member's messages, this is the rebalance listener's task):
-        only those present from the start count as routed; a later one is routed by the
-        next `_reroute` (one of 10,000 restored subscriptions had no cursor before)."""
-        present = list(self.roster.riders)
+        """Cursors on the new partitions for every rider. This runs on the member's task,
+        as joins do (`Join` is a message), so the riders do not change meanwhile but for
+        leaves (the fetch loop's)."""
+        # nothing owned before (aiokafka revokes everything before it assigns): every
+        # rider has all its cursors at the end; else those not routed yet still lack the
+        # partitions kept, and the next `_reroute` adds them
+        fresh = not self.owned
         self.rebalances += 1
         self.m_rebalances.inc()
         kafka = self.kafka
@@ -742,7 +750,8 @@ class InstanceMemberActor(GroupConsumerActor):
             for key in self._claimants(tp.topic):
                 await self._add_cursor(self.roster.riders[key], tp)
             self._journal("partition_assigned", tp, actor=self.path)
-        self._routed.update(present)
+        if fresh:
+            self._routed.update(self.roster.riders)
         if new:
             self.long_lived()
 
@@ -763,7 +772,7 @@ class InstanceMemberActor(GroupConsumerActor):
     # -- joins and leaves --------------------------------------------------------------
     async def _leave(self, leave: Leave) -> None:
         """Drain and commit what the leaving seat holds; then it is gone."""
-        key = leave.rider.sub.key
+        key = leave.rider.settings.key
         try:
             if self._seated(leave.rider):
                 await self._retire([(key, tp) for tp, fanout in self.fanouts.items()
@@ -777,7 +786,7 @@ class InstanceMemberActor(GroupConsumerActor):
                 leave.done.set_result(None)
 
     def _seated(self, rider: Rider) -> bool:
-        return self.roster.riders.get(rider.sub.key) is rider
+        return self.roster.riders.get(rider.settings.key) is rider
 
     async def _reroute(self) -> None:
         """The riders changed, the union did not: riders that joined since get cursors
@@ -787,14 +796,15 @@ class InstanceMemberActor(GroupConsumerActor):
         riders, added = self.roster.riders, 0
         joined = [key for key in riders if key not in self._routed]
         self._routed.update(joined)
-        # a snapshot: the rebalance listener (aiokafka's task) may add or drop partitions
-        # while a cursor starts
+        # a snapshot: a rebalance (the member's task: `Assign`, `Revoke`) may add or drop
+        # partitions while a cursor starts; one dropped meanwhile is passed over
         owned = list(self.fanouts.items())
         for key in joined:
             rider = riders[key]
             for tp, fanout in owned:
-                if key not in fanout.cursors and consumes(rider.sub, tp.topic) \
-                        and not self._group_reads(fanout, rider.sub.group_id):
+                if self.fanouts.get(tp) is fanout and key not in fanout.cursors \
+                        and consumes(rider.settings, tp.topic) \
+                        and not self._group_reads(fanout, rider.settings.group_id):
                     await self._add_cursor(rider, tp)
                     added += 1
         if added:
@@ -841,11 +851,11 @@ class InstanceMemberActor(GroupConsumerActor):
             self._fetch_records, self._rider_wait_ms = 0, None
             self._tuned.clear()
         for rider in riders:
-            self._tuned.add(rider.sub.key)
-            self._fetch_records = max(self._fetch_records, fetch_size(rider.sub))
-            wait = rider.sub.properties.get("fetch.max.wait.ms")
-            if wait is not None:
-                asked = int(wait)
+            settings = rider.settings
+            self._tuned.add(settings.key)
+            self._fetch_records = max(self._fetch_records, fetch_size(settings.largest_buffer))
+            asked = settings.fetch_wait_ms
+            if asked is not None:
                 self._rider_wait_ms = (asked if self._rider_wait_ms is None
                                        else min(asked, self._rider_wait_ms))
         if self._fetch_records:
@@ -891,7 +901,7 @@ class InstanceMemberActor(GroupConsumerActor):
                 "memberId": self.member_id(), "generation": self.generation(),
                 "subscriptions": len(self.roster), "rebalances": self.rebalances,
                 "assigned": [child_name(tp) for tp in mine], "cursors": states,
-                "commitError": (self.commit_errors.get(rider.sub.group_id)
+                "commitError": (self.commit_errors.get(rider.settings.group_id)
                                 if rider is not None else None),
                 "waitingForTopics": sorted(self._missing),
                 "patternTopics": self._pattern_topics(rider),
@@ -899,7 +909,7 @@ class InstanceMemberActor(GroupConsumerActor):
 
     def _pattern_topics(self, rider: Rider | None) -> list[str]:
         """The topics `rider`'s patterns were found to match."""
-        patterns = [t.pattern for t in rider.sub.topics if t.pattern] if rider else []
+        patterns = rider.settings.patterns if rider else ()
         return sorted({topic for p in patterns for topic in self.matcher.matching(p)})
 
     def __repr__(self) -> str:
@@ -942,10 +952,10 @@ class RiderActor(Actor):
     @property
     def owned(self) -> set[TopicPartition]:
         member = self.shared_member()
-        return member.owned_by(self.rider.sub.key) if member is not None else set()
+        return member.owned_by(self.rider.settings.key) if member is not None else set()
 
     def __repr__(self) -> str:
-        return f"<RiderActor {self.path} {self.rider.sub.key} on {self.member.name}>"
+        return f"<RiderActor {self.path} {self.rider.settings.key} on {self.member.name}>"
 
 
 def _seat(message: CommitRequest | FlowControl | Rewind) -> Seat:
