@@ -194,7 +194,7 @@ class GroupConsumerActor(Actor):
             await kafka.stop()
 
     # -- messages ----------------------------------------------------------------------
-    async def handle(self, message: object) -> None:
+    async def handle(self, message: object) -> object:
         if isinstance(message, CommitRequest):
             tp = TopicPartition(message.topic, message.partition)
             if tp in self.owned and self.wiring.epochs.get(tp) == message.epoch:
@@ -207,6 +207,7 @@ class GroupConsumerActor(Actor):
             self._rewinds[TopicPartition(message.topic, message.partition)] = message.epoch
         else:
             raise UnexpectedMessage(self.path, message)
+        return None  # a subclass may answer asks (the instance member: its status)
 
     # -- the fetch loop ----------------------------------------------------------------
     async def _fetch_loop(self) -> None:

@@ -112,7 +112,7 @@ async def test_ten_thousand_keyed_records_through_a_flaky_handler_keep_every_gua
             properties=properties(fast_group_kwargs))
         async with asyncio.timeout(60):
             await seen.all_finished.wait()
-        status = orders.status()
+        status = await orders.status()
         await orders.stop()  # drains and commits
 
     assert len(seen.finished) == RECORDS  # every record handled

@@ -69,7 +69,7 @@ __all__ = ["ConsumedRecord", "InProcessSubscription", "consume", "consumer_docum
 class InProcessSubscription:
     """The handle `Runtime.consume` returns. `stop()` is idempotent and returns once the
     subscription drained (in-flight records finish within the drain deadline) and its
-    positions are committed; `status()` is the admin API's status of it (raises
+    positions are committed; `await status()` is the admin API's status of it (raises
     `SubscriptionNotFound` once stopped). Also an async context manager that stops it."""
 
     def __init__(self, delivery: DeliveryControl, consumer: Consumer) -> None:
@@ -83,8 +83,8 @@ class InProcessSubscription:
         document/identity.py): the name in metrics and the journal."""
         return self.consumer.key
 
-    def status(self) -> dict[str, object]:
-        return self._delivery.status_of(self.key)
+    async def status(self) -> dict[str, object]:
+        return await self._delivery.status_of(self.key)
 
     async def stop(self) -> None:
         """A second `stop()` while the first drains queues behind it in the control
