@@ -150,7 +150,9 @@ async def test_an_in_process_subscription_is_listed_read_only_and_never_persiste
             assert status == 200
             [listed] = listing["data"]
             assert listed["inProcess"] is True and listed["state"] == "running"
-            assert listed["subscriptionMethod"]["uri"].startswith("http://in-process.invalid/")
+            method = listed["subscriptionMethod"]
+            assert method["type"] == "handler" and "uri" not in method
+            assert method["handler"].endswith(".<locals>.ignore")
             document = {key: listed[key] for key in ("id", "group", "broker", "topics",
                                                      "subscriptionMethod")}
             status, refused = await admin.call("PUT", "/broker/subscription/ignore/audit",

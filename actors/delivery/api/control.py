@@ -68,6 +68,7 @@ class ControlRoutes:
 
     async def put_one(self, request: web.Request) -> web.Response:
         key = self.key_of(request)  # 404 before reading the body
+        refuse_in_process(self.service, key)
         consumer = decode_consumer(await request.read())
         if not consumer.same(*pair_of(request)):
             raise InvalidSubscription("id and group.id cannot change",

@@ -259,6 +259,7 @@ class DeliveryControl:
         Raises `SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`, or
         `InvalidSubscription` for a name the store refuses.
         """
+        _pairs(consumer, handler)
         if handler is not None or not persist:
             await ask(self._ref(), Subscribe(consumer, persist=False, handler=handler))
             return
@@ -274,6 +275,7 @@ class DeliveryControl:
         """Change a subscription in place: drain and commit, then start again with the new
         settings from the committed positions (nothing lost, nothing skipped). In cluster
         mode every instance does so. A `***` where GET showed a secret keeps the secret."""
+        _pairs(consumer, None)
         await self._source_for(key).update(self._ref(), key, consumer)
 
     async def pause(self, key: str) -> None:
@@ -435,6 +437,17 @@ class DeliveryControl:
     def __repr__(self) -> str:
         states = {k: s.state for k, s in self.status.items()}
         return f"<DeliveryService {states}>"
+
+
+def _pairs(consumer: Consumer, handler: HandlerDestination | None) -> None:
+    """A document that names a handler comes with that handler, and only such a one."""
+    if (consumer.http is None) != (handler is not None):
+        raise UsageError(
+            f"{consumer.key}: an in-process subscription's document (subscriptionMethod "
+            "type 'handler') goes with its handler: subscribe it with Runtime.consume"
+            if handler is None else
+            f"{consumer.key}: a handler goes with a document whose subscriptionMethod is "
+            "of type 'handler' (Runtime.consume builds it)")
 
 
 def _delivery_supervisor() -> Supervisor:
