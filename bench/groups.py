@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import itertools
 import logging
 import shutil
@@ -86,10 +87,17 @@ class Receiver:
             await self.runner.cleanup()
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Seconds until `predicate` holds (checked every 20 ms); raises after `timeout_s`."""
+async def holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
+    found = predicate()
+    return bool(await found if inspect.isawaitable(found) else found)
+
+
+async def until(predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float,
+                what: str) -> float:
+    """Seconds until `predicate` holds (checked every 20 ms; it may be a coroutine
+    function); raises after `timeout_s`."""
     started = time.monotonic()
-    while not predicate():
+    while not await holds(predicate):
         if time.monotonic() - started > timeout_s:
             raise TimeoutError(f"{what}: not within {timeout_s} s")
         await asyncio.sleep(0.02)
@@ -146,6 +154,11 @@ def service(runtime: Runtime) -> DeliveryService:
     found = runtime.service("delivery")
     assert isinstance(found, DeliveryService)
     return found
+
+
+async def ready(delivery: DeliveryService) -> bool:
+    """The delivery service has no readiness reason (it asks the partition actors)."""
+    return not await delivery.readiness()
 
 
 async def probe(bootstrap: str, layout: Layout, probes: int, timeout_s: float) -> float:
@@ -241,7 +254,7 @@ async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
             if (i + 1) % 100 == 0:
                 note(f"{layout.name}: {i + 1} subscribed at {time.monotonic() - started:.1f} s")
         result["subscribe_s"] = time.monotonic() - started
-        result["ready_s"] = await until(lambda: not delivery.readiness(), args.timeout_s,
+        result["ready_s"] = await until(lambda: ready(delivery), args.timeout_s,
                                         f"{layout.name} ready")
         result["mb_per_sub"] = (rss_mb() - rss_before) / layout.subs
         note(f"{layout.name}: subscribe_s {result['subscribe_s']:.2f} ready_s "
@@ -260,7 +273,7 @@ async def run_layout(bootstrap: str, layout: Layout, args: argparse.Namespace,
     restarted = time.monotonic()
     async with Runtime(cfg, services=[DeliveryService]) as runtime:
         delivery = service(runtime)
-        await until(lambda: not delivery.readiness(), args.timeout_s,
+        await until(lambda: ready(delivery), args.timeout_s,
                     f"{layout.name} ready after restart")
         result["restart_ready_s"] = time.monotonic() - restarted
         result["restart_probe_s"] = await probe(bootstrap, layout, args.probes,

@@ -194,7 +194,7 @@ class GroupConsumerActor(Actor):
             await kafka.stop()
 
     # -- messages ----------------------------------------------------------------------
-    async def handle(self, message: object) -> None:
+    async def handle(self, message: object) -> object:
         if isinstance(message, Assign | Revoke):
             await self.rebalance(message)
         elif isinstance(message, CommitRequest):
@@ -209,6 +209,7 @@ class GroupConsumerActor(Actor):
             self._rewinds[TopicPartition(message.topic, message.partition)] = message.epoch
         else:
             raise UnexpectedMessage(self.path, message)
+        return None  # a subclass may answer asks (the instance member: its status)
 
     # -- the fetch loop ----------------------------------------------------------------
     async def _fetch_loop(self) -> None:

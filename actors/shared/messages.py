@@ -239,3 +239,14 @@ class Drain:
 @dataclass(frozen=True, slots=True)
 class DrainDeadline:
     """Timer -> partition actor: the drain deadline passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusQuery:
+    """Asked (`Actor.ask_nowait`) of an actor of a subscription's tree for the status API
+    and readiness: the reply is the status struct its owner defines and builds in its
+    handler (`PartitionStatus`, `MemberStatus`: actors/delivery/path/status.py;
+    `OutletStatus`: actors/delivery/egress/status.py). `subscription`: asked of an actor
+    that serves many (the instance member), whose part is wanted."""
+
+    subscription: str | None = None

@@ -178,18 +178,18 @@ class Runtime:
                 "brokers": dict(self._bootstrap),
                 "version": VERSION, "uptime_s": uptime}
 
-    def readiness(self) -> list[str]:
+    async def readiness(self) -> list[str]:
         """Why this instance is not ready to do its work; empty when it is."""
         if self._state != "running":
             return [f"runtime is {self._state}"]
         reasons = [f"broker {name!r} unreachable: {why}"
                    for name, why in sorted(self.probe.problems.items())]
         for service in self.services.values():
-            reasons += readiness_of(service)
+            reasons += await readiness_of(service)
         return reasons
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        reasons = self.readiness()
+        reasons = await self.readiness()
         return web.json_response({"ready": not reasons, "reasons": reasons},
                                  status=503 if reasons else 200)
 

@@ -9,6 +9,7 @@ metrics, and stops in reverse order.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, TypeVar, Unpack
@@ -77,7 +78,7 @@ class Consumption(Protocol):
     @property
     def key(self) -> str: ...
 
-    def status(self) -> dict[str, object]: ...
+    async def status(self) -> dict[str, object]: ...
 
     async def stop(self) -> None: ...
 
@@ -98,10 +99,14 @@ def summary_of(service: object) -> str:
     return str(summary()) if callable(summary) else ""
 
 
-def readiness_of(service: object) -> list[str]:
-    """A service may say why it is not ready (`readiness() -> list[str]`), for `/readyz`."""
+async def readiness_of(service: object) -> list[str]:
+    """A service may say why it is not ready (`readiness() -> list[str]`, or a coroutine
+    of it when it asks its actors), for `/readyz`."""
     check = getattr(service, "readiness", None)
-    return list(check()) if callable(check) else []
+    if not callable(check):
+        return []
+    found = check()
+    return list(await found if inspect.isawaitable(found) else found)
 GROUP = "hookstream.services"
 
 

@@ -269,6 +269,9 @@ document.getElementById("lookup").addEventListener("submit", (event) => {
     : {topic: value("topic"), partition: value("partition"), offset: value("offset")});
 });
 
+// Where records go: an HTTP endpoint, or an in-process subscription's Python handler.
+const target = (m) => m.type === "handler" ? "handler " + m.handler : m.method + " " + m.uri;
+
 function subscriptionView(entry) {
   const sub = entry.consumer, status = entry.status || {};
   const key = sub.id + "_" + groupId(sub);
@@ -288,7 +291,7 @@ function subscriptionView(entry) {
   return el("section", {"class": "sub", "data-key": key},
     el("div", {"class": "row"}, el("span", {"class": "name"}, key),
       el("span", {"class": "state " + state}, state),
-      el("span", {"class": "muted"}, sub.subscriptionMethod.method + " " + sub.subscriptionMethod.uri),
+      el("span", {"class": "muted"}, target(sub.subscriptionMethod)),
       ...buttons),
     status.reason ? el("div", {"class": "muted"}, status.reason) : "",
     el("div", {"class": "row muted"},

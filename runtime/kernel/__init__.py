@@ -5,7 +5,14 @@ so it can be read, tested and reused on its own."""
 from runtime.kernel.actor import Actor, ActorContext, Lifecycle, Mailbox, Ref
 from runtime.kernel.backoff import RESTART_BACKOFF, Backoff, RestartBackoff, parse_retry_after
 from runtime.kernel.budget import RestartBudget
-from runtime.kernel.clock import Clock, FakeClock, RealClock, finished_within, within
+from runtime.kernel.clock import (
+    Clock,
+    FakeClock,
+    RealClock,
+    finished_within,
+    settle_within,
+    within,
+)
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Restart, Strategy, Supervisor
 from runtime.kernel.system import ActorSystem
 from runtime.kernel.timer_wheel import TimerHandle, TimerWheel
@@ -33,5 +40,6 @@ __all__ = [
     "TimerWheel",
     "finished_within",
     "parse_retry_after",
+    "settle_within",
     "within",
 ]

@@ -317,6 +317,19 @@ class Actor:
             return await reply
         return await asyncio.wait_for(reply, timeout_s)
 
+    def ask_nowait(self, message: object) -> asyncio.Future[Any]:
+        """Send a message past the mailbox bound (as `tell_system` does) and return the
+        future of `handle`'s reply without waiting for it. For small read-only questions
+        asked of many actors at once (their status): the asker awaits the futures together
+        under one deadline, with no task per actor, and cancels those still unanswered
+        then (the actor handles the message and its reply goes nowhere). Raises
+        `ActorDeadError` when the actor is not alive; the future fails with it when the
+        actor dies before replying."""
+        self._check_alive()
+        reply: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._mailbox.put_system(_Envelope(message, reply))
+        return reply
+
     async def stop(self) -> None:
         """Ask the actor to stop after the messages already queued (returns at once)."""
         if self.alive and not self._stopping:

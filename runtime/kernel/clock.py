@@ -17,7 +17,7 @@ import asyncio
 import heapq
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -77,6 +77,22 @@ async def finished_within(clock: Clock, future: asyncio.Future[Any], timeout_ms:
         timer.cancel()
         await asyncio.gather(timer, return_exceptions=True)
     return future.done()
+
+
+async def settle_within(clock: Clock, futures: Sequence[asyncio.Future[Any]],
+                        timeout_ms: int) -> None:
+    """Wait until every future is done or `timeout_ms` passed, then cancel those not done
+    (also when this wait is cancelled): replies of `Actor.ask_nowait` asked of many
+    actors at once, under one deadline. Raises none of their errors; the caller reads
+    each future."""
+    pending = [future for future in futures if not future.done()]
+    if not pending:
+        return
+    together = asyncio.gather(*pending, return_exceptions=True)
+    try:
+        await finished_within(clock, together, timeout_ms)
+    finally:
+        together.cancel()  # the unanswered ones; nothing when every future is done
 
 
 async def within(clock: Clock, awaitable: Awaitable[T], timeout_ms: int) -> T:

@@ -130,6 +130,10 @@ class ChildRef:
     async def ask(self, message: object, timeout_s: float | None = None) -> Any:
         return await self.actor.ask(message, timeout_s)
 
+    def ask_nowait(self, message: object) -> asyncio.Future[Any]:
+        """`Actor.ask_nowait` of the current incarnation (`ActorDeadError`: none runs)."""
+        return self.actor.ask_nowait(message)
+
 
 class Supervisor(Actor):
     mailbox_capacity = 1024

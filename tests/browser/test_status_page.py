@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.delivery.egress.handler import ConsumedRecord
 from tests.browser.cdp import Browser, chromium_path
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Receiver, make_runtime, produce, subscription
@@ -202,3 +203,24 @@ async def test_the_page_shows_attempts_and_charts_and_looks_a_record_up(
                 keep_screenshot(shot)
     finally:
         await receiver.stop()
+
+
+async def test_an_in_process_subscription_shows_its_handler_and_no_buttons(
+        chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+
+    async def record_it(record: ConsumedRecord) -> None:
+        pass
+
+    properties = {k.replace("_", "."): v for k, v in fast_group_kwargs.items()}
+    async with make_runtime(kafka_bootstrap, tmp_path) as runtime, \
+            await runtime.consume("inproc", record_it, topics=[topic], properties=properties), \
+            Browser(chromium) as browser:
+        await browser.goto(runtime.admin.url + "/")
+        row = "document.querySelector('section.sub[data-key=\"record_it_inproc\"]')"
+        await browser.wait_for(f"!!({row} && {row}.querySelector('.row .muted'))")
+        target = await browser.evaluate(f"{row}.querySelector('.row .muted').textContent")
+        assert target.startswith("handler tests.browser.test_status_page.")
+        assert target.endswith(".<locals>.record_it")
+        assert await browser.evaluate(f"{row}.querySelectorAll('button').length") == 0

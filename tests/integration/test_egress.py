@@ -23,7 +23,13 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 
 from actors.delivery.document.settings import egress_settings
-from actors.delivery.document.subscription import Consumer
+from actors.delivery.document.subscription import (
+    Consumer,
+    Group,
+    SubscriptionMethod,
+    TopicConfig,
+    TopicSpec,
+)
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.transport import RESPONSE_BODY_CAP, TransportName
 from actors.shared.messages import Deliver, Delivered, Failed, Record
@@ -180,13 +186,11 @@ class Harness:
 def make_consumer(uri: str, **method: Any) -> Consumer:
     # schema only, no semantic validation: the egress must stay safe even with a Consumer
     # an embedding program built itself (the admin API would refuse some of these)
-    return msgspec.convert({
-        "id": "billing",
-        "group": {"id": "g1"},
-        "broker": "Kafka",
-        "topics": [{"name": "orders", "config": {"concurrencyFactor": 5}}],
-        "subscriptionMethod": {"type": "http", "uri": uri, **method},
-    }, Consumer)
+    return Consumer(
+        id="billing", group=Group(id="g1"), broker="Kafka",
+        topics=[TopicSpec(name="orders", config=TopicConfig(concurrencyFactor=5))],
+        subscriptionMethod=msgspec.convert({"type": "http", "uri": uri, **method},
+                                           SubscriptionMethod))
 
 
 def make_record(offset: int = 7, key: bytes | None = b"user-7", value: bytes | None = b"hello",

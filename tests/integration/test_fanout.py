@@ -14,6 +14,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from actors.delivery.path.member import InstanceMemberActor
+from actors.shared.messages import StatusQuery
 from runtime.host.app import Runtime
 from runtime.kafka import compat, make_consumer
 from runtime.kernel.supervisor import Supervisor
@@ -141,7 +142,8 @@ async def test_a_hung_subscriber_holds_only_its_own_cursor_and_gets_everything_a
             await receiver.wait_for(others_done, timeout_s=60)
             hung_so_far = sum(1 for c, *_ in receiver.delivered() if c.startswith("hung_"))
             assert hung_so_far == 0
-            assert member(runtime).describe("hung_g-hung")["cursors"] == {f"{topic}-0": "paused"}
+            seen = await member(runtime).ask(StatusQuery("hung_g-hung"))
+            assert seen.cursors == {f"{topic}-0": "paused"}
             healed.set()
             await receiver.wait_for(lambda: len(receiver.delivered()) == 9000, timeout_s=60)
     finally:
@@ -210,8 +212,8 @@ async def test_a_subscriber_reset_to_latest_gets_only_records_produced_after_it_
             body["properties"]["auto.offset.reset"] = "latest"
             await Admin(runtime).subscribe(body)
             async def live() -> bool:
-                cursors = member(runtime).describe("new_g-new")["cursors"]
-                return cursors == {f"{topic}-0": "live"}
+                shown = await member(runtime).ask(StatusQuery("new_g-new"))
+                return bool(shown.cursors == {f"{topic}-0": "live"})
 
             await eventually(live)
             await produce(kafka_bootstrap, topic, 5, start=20)

@@ -267,7 +267,7 @@ async def test_an_in_process_handler_receives_only_the_records_its_filter_matche
             properties={k.replace("_", "."): v for k, v in fast_group_kwargs.items()})
         await asyncio.wait_for(everything.wait(), 60)
         await wait_committed(kafka_bootstrap, "in-proc", topic, end_offsets(types))
-        counters = consumer.status()["status"]
+        counters = (await consumer.status())["status"]
         await consumer.stop()
     assert set(handled) == wanted
     assert counters["counters"]["filtered"] == RECORDS - len(wanted)  # type: ignore[index]
@@ -420,7 +420,7 @@ async def test_in_cluster_mode_every_instance_applies_the_posted_filter(
             wanted = {c for c, t in types.items() if t.startswith("order.")}
             await receiver.wait_for(lambda: set(single(receiver.ok)) >= wanted, 60)
             await wait_committed(kafka_bootstrap, "g-cf", topic, end_offsets(types))
-            shown = [r.service(DeliveryService).status_of(key) for r in (a, b)]
+            shown = [await r.service(DeliveryService).status_of(key) for r in (a, b)]
     finally:
         await receiver.stop()
     assert set(single(receiver.ok)) == wanted

@@ -9,7 +9,7 @@ import pytest
 
 from runtime.errors import ActorDeadError, MailboxFullError, UsageError
 from runtime.kernel.actor import Actor, Mailbox, _Envelope
-from runtime.kernel.clock import FakeClock
+from runtime.kernel.clock import FakeClock, RealClock, settle_within
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
 
@@ -122,6 +122,51 @@ async def test_tell_nowait_on_a_full_mailbox_raises() -> None:
     gate.set()
     assert await actor.ask("end") == "re:end"
     assert actor.seen == [1, 2, 3, "end"]
+    await system.stop()
+
+
+async def test_ask_nowait_passes_a_full_mailbox_and_is_answered_in_turn() -> None:
+    gate = asyncio.Event()
+    actor = Recorder(gate=gate)
+    actor._mailbox = Mailbox(1)
+    system = await start(actor)
+    actor.tell_nowait(1)
+    await asyncio.sleep(0)  # the actor takes message 1 and blocks on the gate
+    actor.tell_nowait(2)  # the mailbox is full now
+    reply = actor.ask_nowait("status")
+    gate.set()
+    assert await reply == "re:status"
+    assert actor.seen == [1, 2, "status"]  # after the messages queued before it
+    await system.stop()
+
+
+async def test_settle_within_cancels_the_replies_not_in_by_the_deadline() -> None:
+    gate = asyncio.Event()
+    slow, quick = Recorder("slow", gate=gate), Recorder("quick")
+    system = await start(slow)
+    await system.spawn(ChildSpec("quick", lambda: quick, restart="temporary"))
+    late, early = slow.ask_nowait("a"), quick.ask_nowait("b")
+    await settle_within(RealClock(), [late, early], timeout_ms=50)
+    assert early.result() == "re:b" and late.cancelled()
+    gate.set()
+    assert await slow.ask("c") == "re:c"  # it handled the question; the reply went nowhere
+    assert slow.seen == ["a", "c"]
+    await system.stop()
+
+
+async def test_ask_nowait_of_a_dead_actor_raises_and_a_death_fails_the_reply() -> None:
+    gate = asyncio.Event()
+    actor = Recorder(gate=gate)
+    system = await start(actor)
+    crash = actor.ask_nowait("boom")
+    pending = actor.ask_nowait("never")
+    gate.set()
+    with pytest.raises(RuntimeError, match="boom"):
+        await crash
+    with pytest.raises(ActorDeadError):
+        await pending
+    with pytest.raises(ActorDeadError):
+        actor.ask_nowait("later")
     await system.stop()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from actors.delivery.egress.outlet import HEALTH_WINDOW, RECENT_FAILURES, EndpointHealth
+from actors.delivery.egress.status import RecentFailure
 
 
 def test_the_error_rate_is_over_the_last_window_of_outcomes() -> None:
@@ -32,11 +33,11 @@ def test_failing_needs_half_the_window_and_the_last_answer() -> None:
 
 def test_recent_failures_keep_the_newest_first_and_only_a_few() -> None:
     health = EndpointHealth()
-    assert health.as_dict()["recent_failures"] == []
+    assert health.status().recent_failures == []
     for at in range(RECENT_FAILURES + 3):
         health.record(False, 500, f"e{at}", at)
-    failures = health.as_dict()["recent_failures"]
-    assert isinstance(failures, list) and len(failures) == RECENT_FAILURES
-    assert failures[0] == {"at": RECENT_FAILURES + 2, "status": 500,
-                           "error": f"e{RECENT_FAILURES + 2}"}
+    failures = health.status().recent_failures
+    assert len(failures) == RECENT_FAILURES
+    assert failures[0] == RecentFailure(at=RECENT_FAILURES + 2, status=500,
+                                        error=f"e{RECENT_FAILURES + 2}")
     assert health.last_error == f"e{RECENT_FAILURES + 2}"

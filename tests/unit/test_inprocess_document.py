@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from actors.delivery.control.inprocess import consumer_document, decode_in_process
-from actors.delivery.document.subscription import Consumer, InvalidSubscription
+from actors.delivery.control.service import DeliveryControl
+from actors.delivery.document.subscription import (
+    Consumer,
+    HandlerMethod,
+    InvalidSubscription,
+    decode_consumer,
+    redacted,
+)
 from actors.delivery.egress.handler import ConsumedRecord
 from runtime.errors import UsageError
 
@@ -56,8 +63,27 @@ def test_what_is_not_given_takes_the_consumer_documents_defaults() -> None:
     method = built.subscriptionMethod
     assert (method.retryBeforeCommit, method.delayOnErrorMs, method.timeoutMs) == (0, 1000,
                                                                                   30_000)
-    assert method.uri == "http://in-process.invalid/tests.unit.test_inprocess_document." \
-                         "handle_order"
+
+
+def test_the_method_names_the_handler_and_has_no_url() -> None:
+    built = consumer(topics=["orders"], retries=3)
+    assert built.subscriptionMethod == HandlerMethod(
+        handler="tests.unit.test_inprocess_document.handle_order", retryBeforeCommit=3)
+    assert built.http is None
+    shown = redacted(built)["subscriptionMethod"]
+    assert shown == {"type": "handler",
+                     "handler": "tests.unit.test_inprocess_document.handle_order",
+                     "delayOnErrorMs": 1000, "retryBeforeCommit": 3, "deadLetterTopic": None,
+                     "timeoutMs": 30_000, "backoffMultiplier": 1.0, "maxDelayOnErrorMs": 0,
+                     "jitter": 0.0}
+
+
+def test_the_admin_api_refuses_a_handler_document() -> None:
+    document = consumer_document("billing", handle_order, {"topics": ["orders"]}, "Kafka")
+    with pytest.raises(InvalidSubscription) as refused:
+        decode_consumer(document)
+    assert refused.value.reason == "invalid subscriptionMethod.type"
+    assert "Runtime.consume" in refused.value.details
 
 
 def test_a_callable_object_is_a_handler_too() -> None:
@@ -109,3 +135,8 @@ def test_a_filter_applies_to_every_topic_and_errors_name_the_parameter() -> None
     with pytest.raises(InvalidSubscription) as info:
         consumer(topics=["orders"], filter={"json": {"amount": 42}})
     assert info.value.reason == "invalid filter.json.amount"
+
+
+async def test_a_handler_document_without_its_handler_is_refused_by_the_library() -> None:
+    with pytest.raises(UsageError, match=r"Runtime\.consume"):
+        await DeliveryControl().subscribe(consumer(topics=["orders"]))

@@ -3,6 +3,8 @@ throttling by Retry-After."""
 
 from __future__ import annotations
 
+import msgspec
+
 from actors.delivery.egress.origin import (
     DEFAULT_OPEN_MS,
     BreakerSettings,
@@ -97,7 +99,8 @@ def test_an_origin_hands_each_transition_out_once_and_keeps_the_latest_newest_fi
     assert origin.hold(110) is None  # the probe goes
     origin.answered(True, 120)
     assert [t.after for t in origin.take_transitions()] == ["half_open", "closed"]
-    shown = origin.as_dict(now_mono_ms=200, now_wall_ms=1_000_200)["transitions"]
+    shown = msgspec.to_builtins(origin.status(now_mono_ms=200, now_wall_ms=1_000_200)
+                                )["transitions"]
     assert shown == [
         {"at": 1_000_120, "from": "half_open", "to": "closed", "why": "the probe succeeded"},
         {"at": 1_000_110, "from": "open", "to": "half_open", "why": "100 ms passed: one probe"},

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from actors.delivery.control.status import Counters, Live, PartitionStatus, SubscriptionStatus
+from actors.delivery.control.status import Counters, Live, SubscriptionStatus
+from actors.delivery.egress.origin import CircuitBreaker, Origin
+from actors.delivery.egress.outlet import EndpointHealth
+from actors.delivery.path.status import MemberStatus, PartitionStatus
 
 
 def test_since_changes_with_the_state_not_with_the_reason() -> None:
@@ -38,3 +41,32 @@ def test_the_answer_encodes_as_the_status_api_always_showed_it() -> None:
         "stalled_for_ms": None}
     assert encoded["counters"] == {"delivered": 5, "failed_attempts": 1, "dead_lettered": 2,
                                    "filtered": 0}
+
+
+def test_the_endpoint_and_member_encode_with_the_keys_they_always_had() -> None:
+    origin = Origin("http://h:80", CircuitBreaker(min_requests=1, open_ms=100))
+    origin.answered(False, 5)
+    origin.take_transitions()
+    health = EndpointHealth()
+    health.record(False, 500, "HTTP 500", wall_ms=1_000)
+    endpoint = health.status(origin.status(now_mono_ms=10, now_wall_ms=1_010))
+    member = MemberStatus(group="hs", member="instance:Kafka", member_id="m-1",
+                          generation=3, subscriptions=2, rebalances=1, assigned=["t-0"],
+                          cursors={"t-0": "live"}, commit_error=None,
+                          waiting_for_topics=[], pattern_topics=[], group_partitions=4)
+    encoded = msgspec.json.decode(msgspec.json.encode(SubscriptionStatus(
+        "running", since_ms=0).answer(Live(endpoint=endpoint, member=member))))
+    shown = encoded["endpoint"]
+    assert list(shown) == ["last_status", "last_error", "last_success_at", "error_rate",
+                           "recent_failures", "origin"]
+    assert shown["recent_failures"] == [{"at": 1_000, "status": 500, "error": "HTTP 500"}]
+    assert list(shown["origin"]) == [
+        "origin", "breaker", "breaker_enabled", "opened_at", "probe_at", "failure_ratio",
+        "min_requests", "open_ms", "throttled_until", "rate_limit", "max_connections",
+        "transitions"]
+    assert shown["origin"]["transitions"] == [
+        {"at": 1_005, "from": "closed", "to": "open", "why": "1 of the last 1 answers failed"}]
+    assert list(encoded["member"]) == [
+        "group", "member", "memberId", "generation", "subscriptions", "rebalances",
+        "assigned", "cursors", "commitError", "waitingForTopics", "patternTopics",
+        "groupPartitions"]

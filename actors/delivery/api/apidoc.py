@@ -11,7 +11,11 @@ from typing import Final
 
 import msgspec
 
-from actors.delivery.document.subscription import ID_CHARS, ConsumerDocument
+from actors.delivery.document.subscription import (
+    ID_CHARS,
+    ConsumerDocument,
+    HandlerConsumerDocument,
+)
 from runtime.host.jsonbody import JSON, JSONObject
 from runtime.host.openapi import OpenApi, errors, json_answer, json_body, ref, success
 
@@ -35,12 +39,19 @@ UNSUBSCRIBE: Final[JSONObject] = {
          "properties": {"id": _ID, "group.id": _ID}},
     ],
 }
+SHOWN: Final[JSONObject] = {
+    "description": "A Consumer document (redacted), or an in-process subscription's: its "
+                   "subscriptionMethod names a Python handler (`type` \"handler\").",
+    "anyOf": [ref("ConsumerDocument"), ref("HandlerConsumerDocument")],
+}
 STATUS: Final[JSONObject] = {
     "type": "object", "required": ["consumer", "status"],
-    "properties": {"consumer": ref("ConsumerDocument"), "status": {"type": "object"}},
+    "properties": {"consumer": SHOWN, "status": {"type": "object"}},
 }
 LISTED: Final[JSONObject] = {
-    "description": "A Consumer document (redacted) plus `state` and `inProcess`.",
+    "description": "A Consumer document (redacted) plus `state` and `inProcess`; an "
+                   "in-process subscription's `subscriptionMethod` is `{\"type\": "
+                   "\"handler\", \"handler\": \"module.qualname\", ...}` (no `uri`).",
     "type": "object", "required": ["id", "group", "state", "inProcess"],
     "properties": {"id": _ID, "state": {"type": "string"}, "inProcess": {"type": "boolean"}},
 }
@@ -77,7 +88,8 @@ def _operation(summary: str, answer: JSONObject, *statuses: int,
 
 def describe_delivery_api(doc: OpenApi) -> None:
     _, schemas = msgspec.json.schema_components(
-        [ConsumerDocument], ref_template="#/components/schemas/{name}")
+        [ConsumerDocument, HandlerConsumerDocument],
+        ref_template="#/components/schemas/{name}")
     doc.add_schemas({**schemas, "SubscriptionStatus": STATUS, "Unsubscribe": UNSUBSCRIBE})
     consumer = json_body(ref("ConsumerDocument"))
     doc.describe("POST", "/broker/subscription", _operation(

@@ -60,7 +60,7 @@ class ControlRoutes:
 
     async def get_one(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
-        answer = self.service.answer(key)
+        answer = await self.service.answer(key)
         cluster = await self.service.cluster_view(key)
         if cluster is not None:  # [cluster] status_topic: every instance
             answer = msgspec.structs.replace(answer, cluster=cluster)
@@ -68,25 +68,26 @@ class ControlRoutes:
 
     async def put_one(self, request: web.Request) -> web.Response:
         key = self.key_of(request)  # 404 before reading the body
+        refuse_in_process(self.service, key)
         consumer = decode_consumer(await request.read())
         if not consumer.same(*pair_of(request)):
             raise InvalidSubscription("id and group.id cannot change",
                                       f"the path names {key}, the body {consumer.key}")
         check_resolvable(consumer, self.service.guard.references)
         await self.service.update(key, consumer)
-        return ok(self.service.answer(key))
+        return ok(await self.service.answer(key))
 
     async def pause(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
         refuse_in_process(self.service, key)
         await self.service.pause(key)
-        return ok(self.service.answer(key))
+        return ok(await self.service.answer(key))
 
     async def resume(self, request: web.Request) -> web.Response:
         key = self.key_of(request)
         refuse_in_process(self.service, key)
         await self.service.resume(key)
-        return ok(self.service.answer(key))
+        return ok(await self.service.answer(key))
 
     async def replay(self, request: web.Request) -> web.Response:
         try:

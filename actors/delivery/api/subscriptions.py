@@ -120,7 +120,8 @@ def check_resolvable(consumer: Consumer, allowed: Sequence[str] | None) -> None:
     """Secret references (within `allowed`, `[egress] allow_references`) and TLS files,
     resolved here as every instance will when the subscription starts: a 400 naming the
     field now, not a failed subscription later."""
-    client_context(resolved(consumer.subscriptionMethod, allowed), allowed)
+    if consumer.http is not None:  # posted documents always push over HTTP
+        client_context(resolved(consumer.http, allowed), allowed)
 
 
 def refuse_in_process(service: DeliveryControl, key: str) -> None:

@@ -48,7 +48,9 @@ METHOD: Final = "subscriptionMethod"
 
 def clear_secrets(consumer: Consumer) -> list[str]:
     """The fields of `consumer` that hold a secret as it is (not a reference)."""
-    method = consumer.subscriptionMethod
+    method = consumer.http
+    if method is None:  # an in-process subscription's (never written to the topic)
+        return []
     fields = [f"{METHOD}.additionalHeaders.{name}"
               for name, value in method.additionalHeaders.items() if not is_reference(value)]
     if method.signingSecret and not all(map(is_reference, secrets_of(method.signingSecret))):

@@ -189,7 +189,9 @@ def _row(p: OwnedPartition, instance: str | None, address: str | None,
     return row
 
 
-Snapshot = Callable[[], dict[str, Share]]
+Snapshot = Callable[[], Awaitable[dict[str, Share]]]
+"""This instance's share of every subscription, asked of its actors (a publish task
+awaits it; the actor's handler never does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,20 +308,20 @@ class ClusterStatusActor(Actor):
         and again after the interval."""
         clock = self.runtime.clock
         if self._log.ready and (self._publishing is None or self._publishing.done()):
-            status = self._status("running")
             expired = [i for i in self.view.expired(clock.wall_ms()) if i != self.instance]
-            self._publishing = self.spawn(self._publish(status, expired),
-                                          name=f"{self.path}:publish")
+            self._publishing = self.spawn(self._publish(expired), name=f"{self.path}:publish")
         self.schedule(clock.monotonic_ms() + self.interval_ms, _Tick())
 
-    def _status(self, state: InstanceState) -> InstanceStatus:
+    async def _status(self, state: InstanceState) -> InstanceStatus:
+        subscriptions = await self.snapshot()
         return InstanceStatus(
             instance=self.instance, address=self.runtime.admin.url, state=state,
             published_ms=self.runtime.clock.wall_ms(), interval_ms=self.interval_ms,
-            subscriptions=self.snapshot())
+            subscriptions=subscriptions)
 
-    async def _publish(self, status: InstanceStatus, expired: list[str]) -> None:
+    async def _publish(self, expired: list[str]) -> None:
         try:
+            status = await self._status("running")
             await self._log.write(self.instance, msgspec.json.encode(status))
             for instance in expired:
                 log.info("status topic: forgetting instance %s", instance)
@@ -330,7 +332,7 @@ class ClusterStatusActor(Actor):
     async def on_stop(self) -> None:
         """Publish `stopped` (when we ever published): the others stop counting on us."""
         if self.instance:
-            stopped = msgspec.json.encode(self._status("stopped"))
+            stopped = msgspec.json.encode(await self._status("stopped"))
             with contextlib.suppress(Exception):
                 await within(self.runtime.clock, self._log.put(self.instance, stopped), 3000)
         await self._log.stop()
@@ -354,13 +356,13 @@ def describe_cluster_route(app: web.Application, openapi: OpenApi,
 
 
 class _Delivery(Protocol):
-    def answers(self) -> dict[str, SubscriptionAnswer]: ...
+    async def answers(self) -> dict[str, SubscriptionAnswer]: ...
 
 
-def snapshot_of(service: _Delivery) -> dict[str, Share]:
+async def snapshot_of(service: _Delivery) -> dict[str, Share]:
     """This instance's share of every subscription, from the delivery service's status."""
     return {key: Share(state=answer.status.state, partitions=[
         OwnedPartition(topic=p.topic, partition=p.partition, lag=p.lag,
                        committed=p.committed, highwater=p.highwater)
         for p in answer.status.partitions])
-        for key, answer in service.answers().items()}
+        for key, answer in (await service.answers()).items()}

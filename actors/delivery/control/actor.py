@@ -60,7 +60,7 @@ from actors.delivery.control.registry import Resume as ResumeChange
 from actors.delivery.control.source import SubscriptionSource
 from actors.delivery.control.trees import Plant, check_replay_topic, refuse_own_topics
 from actors.delivery.document.secrets import kept_secrets
-from actors.delivery.document.subscription import Consumer, redact_uri
+from actors.delivery.document.subscription import Consumer, HandlerMethod, redact_uri
 from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
@@ -336,7 +336,8 @@ class ControlActor(Actor):
         self.registry.remove(key)
         self.programmed.consumers.pop(key, None)
         if self.trees.handlers.pop(key, None) is None:
-            self.trees.settle_origin(consumer.subscriptionMethod.uri, leaving=key)
+            if consumer.http is not None:
+                self.trees.settle_origin(consumer.http.uri, leaving=key)
             await self.source.delete(key)  # in-process ones were never stored
             await self._keep_flags()
         self.runtime.metrics.forget(subscription=key)
@@ -463,7 +464,8 @@ class ControlActor(Actor):
             await self._stop_tree(old, keep_member=held)
             self.registry.replace(key, consumer)
             # it may push elsewhere: its new tree joins its origin when it starts
-            self.trees.settle_origin(old.subscriptionMethod.uri, leaving=key)
+            if old.http is not None:
+                self.trees.settle_origin(old.http.uri, leaving=key)
             await self.source.save(consumer)
             log.info("subscription %s updated: %s (was %s)", key, summary(consumer),
                      summary(old))
@@ -536,4 +538,6 @@ class ControlActor(Actor):
 def summary(consumer: Consumer) -> str:
     topics = ", ".join(t.name or f"/{t.pattern}/" for t in consumer.topics)
     method = consumer.subscriptionMethod
+    if isinstance(method, HandlerMethod):
+        return f"{topics} -> handler {method.handler}"
     return f"{topics} -> {method.method} {redact_uri(method.uri)}"

@@ -7,16 +7,16 @@
         ...
         await orders.stop()          # drains in-flight records, commits, leaves the group
 
-The parameters become a Consumer document (the admin API's JSON, as a dict) that
-`decode_consumer` validates like any posted one, so an in-process subscription has exactly
-the HTTP path's settings, defaults and checks; an invalid value raises
-`InvalidSubscription` naming the parameter. The document is subscribed with
+The parameters become a Consumer document (the admin API's JSON, as a dict) whose
+`subscriptionMethod` names the handler instead of a URL (`{"type": "handler", "handler":
+"module.qualname", ...}`: `HandlerMethod`, actors/delivery/document/subscription.py).
+`decode_handler_consumer` validates it like a posted one, so an in-process subscription
+has exactly the HTTP path's topic and retry settings, defaults and checks; an invalid
+value raises `InvalidSubscription` naming the parameter. The document is subscribed with
 `persist=False` and a `HandlerDestination` (actors/delivery/egress/handler.py): its outlet
 is a `HandlerActor` instead of the HTTP egress, with the same consumer, partition,
-dead-letter actors, commits, journal and metrics. Its `subscriptionMethod.uri` is only a
-label for the admin API's listing (`http://in-process.invalid/<handler>`, a reserved
-domain that never resolves, so the document stays a valid Consumer JSON): nothing reads
-it to decide anything, where the subscription is marked in-process.
+dead-letter actors, commits, journal and metrics. The admin API shows the document as it
+is (and the subscription with `inProcess: true`); it refuses to take one with a handler.
 
 `id` defaults to the handler's name: a subscription is the pair (`id`, `group_id`), so two
 handlers may consume with one group only under different ids.
@@ -27,13 +27,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Unpack
 
 from actors.delivery.control.service import DeliveryControl
 from actors.delivery.document.settings import pool_size
-from actors.delivery.document.subscription import Consumer, decode_consumer
+from actors.delivery.document.subscription import Consumer, decode_handler_consumer
 from actors.delivery.egress.handler import (
     ConsumedRecord,
     Handler,
@@ -47,7 +46,6 @@ from runtime.host.service import ConsumeOptions
 if TYPE_CHECKING:
     from runtime.host.app import Runtime
 
-IN_PROCESS_HOST: Final = "in-process.invalid"
 DEFAULT_ID: Final = "in-process"
 # parameter -> field of the Consumer JSON (topics[].config, then subscriptionMethod)
 TOPIC_FIELDS: Final = {
@@ -69,7 +67,7 @@ __all__ = ["ConsumedRecord", "InProcessSubscription", "consume", "consumer_docum
 class InProcessSubscription:
     """The handle `Runtime.consume` returns. `stop()` is idempotent and returns once the
     subscription drained (in-flight records finish within the drain deadline) and its
-    positions are committed; `status()` is the admin API's status of it (raises
+    positions are committed; `await status()` is the admin API's status of it (raises
     `SubscriptionNotFound` once stopped). Also an async context manager that stops it."""
 
     def __init__(self, delivery: DeliveryControl, consumer: Consumer) -> None:
@@ -83,8 +81,8 @@ class InProcessSubscription:
         document/identity.py): the name in metrics and the journal."""
         return self.consumer.key
 
-    def status(self) -> dict[str, object]:
-        return self._delivery.status_of(self.key)
+    async def status(self) -> dict[str, object]:
+        return await self._delivery.status_of(self.key)
 
     async def stop(self) -> None:
         """A second `stop()` while the first drains queues behind it in the control
@@ -138,7 +136,8 @@ def consumer_document(group_id: str, handler: Handler, options: ConsumeOptions,
                        **chosen})
     if not topics:
         raise UsageError("consume() needs topics=[...] (names) or pattern=... (a regex)")
-    method = {"type": "http", "uri": in_process_uri(handler), **_fields(options, METHOD_FIELDS)}
+    method = {"type": "handler", "handler": handler_name(handler),
+              **_fields(options, METHOD_FIELDS)}
     properties = options.get("properties") or {}
     return {
         "id": options.get("id") or default_id(handler),
@@ -151,9 +150,10 @@ def consumer_document(group_id: str, handler: Handler, options: ConsumeOptions,
 
 
 def decode_in_process(document: dict[str, object]) -> Consumer:
-    """`decode_consumer`, with errors naming `consume()`'s parameters, not the JSON's."""
+    """`decode_handler_consumer`, with errors naming `consume()`'s parameters, not the
+    JSON's."""
     try:
-        return decode_consumer(document)
+        return decode_handler_consumer(document)
     except InvalidSubscription as exc:
         raise InvalidSubscription(_parameter_of(exc.reason), exc.details) from None
 
@@ -163,11 +163,6 @@ def default_id(handler: Handler) -> str:
     name = getattr(handler, "__name__", None) or type(handler).__name__
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("._-")[:100]
     return cleaned or DEFAULT_ID
-
-
-def in_process_uri(handler: Handler) -> str:
-    """The label in an in-process subscription's `uri` (never requested nor read)."""
-    return f"http://{IN_PROCESS_HOST}/{urllib.parse.quote(handler_name(handler), safe='')}"
 
 
 def _check_handler(handler: Handler) -> None:

@@ -18,8 +18,10 @@ The admin API's routes are in actors/delivery/api/ and call this API;
 actors/delivery/service.py adds them.
 
 Subscriptions never vanish. Each has a `SubscriptionStatus` (actors/delivery/control/
-status.py) that the control actor's registry keeps; the status readers here are
-synchronous and read what the control actor published.
+status.py) that the control actor's registry keeps; the status readers here read what
+the control actor published, and the status answers (`answer`, `status_of`,
+`readiness`) add what the running actors answer when asked (actors/delivery/control/
+live.py).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from actors.delivery.cluster.view import (
 )
 from actors.delivery.control import attempts
 from actors.delivery.control.actor import ControlActor, Programmed
-from actors.delivery.control.live import has_partitions, live, stalls
+from actors.delivery.control.live import has_partitions, live, lives, stalls
 from actors.delivery.control.messages import (
     Gone,
     Replay,
@@ -51,7 +53,12 @@ from actors.delivery.control.messages import (
 )
 from actors.delivery.control.registry import Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
-from actors.delivery.control.status import STOPPED, SubscriptionAnswer, SubscriptionStatus
+from actors.delivery.control.status import (
+    STOPPED,
+    Live,
+    SubscriptionAnswer,
+    SubscriptionStatus,
+)
 from actors.delivery.control.trees import (
     SUBSCRIPTION_STOP_MS,
     Trees,
@@ -252,6 +259,7 @@ class DeliveryControl:
         Raises `SubscriptionExists`, `UnknownBroker`, `SubscriptionStartFailed`, or
         `InvalidSubscription` for a name the store refuses.
         """
+        _pairs(consumer, handler)
         if handler is not None or not persist:
             await ask(self._ref(), Subscribe(consumer, persist=False, handler=handler))
             return
@@ -267,6 +275,7 @@ class DeliveryControl:
         """Change a subscription in place: drain and commit, then start again with the new
         settings from the committed positions (nothing lost, nothing skipped). In cluster
         mode every instance does so. A `***` where GET showed a secret keeps the secret."""
+        _pairs(consumer, None)
         await self._source_for(key).update(self._ref(), key, consumer)
 
     async def pause(self, key: str) -> None:
@@ -358,20 +367,32 @@ class DeliveryControl:
             raise SubscriptionNotFound("subscription not found", key)
         return consumer, registry.statuses[key]
 
-    def answer(self, key: str) -> SubscriptionAnswer:
+    async def answer(self, key: str) -> SubscriptionAnswer:
         """The consumer (redacted) and its status: state, partitions, endpoint, counters
-        (typed: actors/delivery/control/status.py)."""
-        consumer, status = self._known(key)
+        (typed: actors/delivery/control/status.py), asked of its running actors
+        (actors/delivery/control/live.py). Raises `SubscriptionNotFound`."""
+        self._known(key)
         tree = self._running_tree(key)
+        return self._answer(key, await live(tree, self.runtime.clock))
+
+    async def answers(self) -> dict[str, SubscriptionAnswer]:
+        """Every subscription's `answer`, its actors all asked at once."""
+        trees = {key: self._running_tree(key) for key in list(self.status)}
+        answers: dict[str, SubscriptionAnswer] = {}
+        for key, shown in (await lives(trees, self.runtime.clock)).items():
+            with contextlib.suppress(SubscriptionNotFound):  # unsubscribed meanwhile
+                answers[key] = self._answer(key, shown)
+        return answers
+
+    def _answer(self, key: str, shown: Live) -> SubscriptionAnswer:
+        consumer, status = self._known(key)
+        running = self._running_tree(key) is not None
         return SubscriptionAnswer(consumer={**redacted(consumer)}, status=status.answer(
-            live(tree, key), activity=self._activity(key) if tree is not None else None))
+            shown, activity=self._activity(key) if running else None))
 
-    def answers(self) -> dict[str, SubscriptionAnswer]:
-        return {key: self.answer(key) for key in list(self.status)}
-
-    def status_of(self, key: str) -> dict[str, object]:
+    async def status_of(self, key: str) -> dict[str, object]:
         """`answer(key)` as plain dicts and lists (the library's `status()`)."""
-        shown: dict[str, object] = msgspec.to_builtins(self.answer(key))
+        shown: dict[str, object] = msgspec.to_builtins(await self.answer(key))
         return shown
 
     def summary(self) -> str:
@@ -383,12 +404,13 @@ class DeliveryControl:
         return (f"{len(self.subscriptions)} subscriptions, {int(totals['2xx'])} records "
                 f"delivered, {int(totals['other'])} failed attempts")
 
-    def readiness(self) -> list[str]:
+    async def readiness(self) -> list[str]:
         """Why the delivery service is not ready: each subscription that is not running
-        (paused is fine) or runs without any partition yet."""
+        (paused is fine), runs without any partition yet, or has a stalled partition."""
         if self._registry() is None:
             return ["the delivery control plane is restarting"]
         reasons = [f"cluster: {problem}" for problem in self._cluster_problems() if problem]
+        watched: dict[str, Supervisor] = {}
         for key, status in sorted(self.status.items()):
             if status.state in STOPPED:  # on purpose; `disabled` shows in the status API
                 continue
@@ -399,8 +421,9 @@ class DeliveryControl:
             elif tree is None or not has_partitions(tree):
                 reasons.append(f"subscription {key} has no partitions assigned yet")
             else:
-                reasons += stalls(tree, key, self.runtime.config.delivery.stall_after_ms)
-        return reasons
+                watched[key] = tree
+        stall_after_ms = self.runtime.config.delivery.stall_after_ms
+        return reasons + await stalls(watched, self.runtime.clock, stall_after_ms)
 
     def _cluster_problems(self) -> list[str | None]:
         """Why the cluster topics this instance follows (subscriptions, status) are not
@@ -414,6 +437,17 @@ class DeliveryControl:
     def __repr__(self) -> str:
         states = {k: s.state for k, s in self.status.items()}
         return f"<DeliveryService {states}>"
+
+
+def _pairs(consumer: Consumer, handler: HandlerDestination | None) -> None:
+    """A document that names a handler comes with that handler, and only such a one."""
+    if (consumer.http is None) != (handler is not None):
+        raise UsageError(
+            f"{consumer.key}: an in-process subscription's document (subscriptionMethod "
+            "type 'handler') goes with its handler: subscribe it with Runtime.consume"
+            if handler is None else
+            f"{consumer.key}: a handler goes with a document whose subscriptionMethod is "
+            "of type 'handler' (Runtime.consume builds it)")
 
 
 def _delivery_supervisor() -> Supervisor:

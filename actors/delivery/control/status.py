@@ -17,6 +17,9 @@ from typing import Final, Literal
 
 import msgspec
 
+from actors.delivery.egress.status import EndpointStatus
+from actors.delivery.path.status import MemberStatus, PartitionStatus
+
 State = Literal["starting", "running", "paused", "disabled", "waiting_for_broker", "failed",
                 "stopping"]
 STOPPED: Final = ("paused", "disabled")
@@ -64,28 +67,6 @@ class SubscriptionStatus:
                             activity=activity)
 
 
-class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One partition of a subscription, as the status API shows it: what
-    `PartitionActor.status()` (actors/delivery/path/partition.py) reports, typed. A field
-    added there must be added here (unknown fields are refused, so none goes missing
-    from the answer unnoticed)."""
-
-    topic: str
-    partition: int
-    committed: int | None = None
-    highwater: int | None = None
-    lag: int | None = None
-    inflight: int = 0
-    retrying: int = 0
-    pending: int = 0
-    oldest_pending_ms: int | None = None
-    paused: bool = False
-    last_error: str | None = None
-    dead_lettered: int = 0
-    filtered: int = 0
-    stalled_for_ms: int | None = None
-
-
 class Counters(msgspec.Struct, frozen=True, kw_only=True):
     """Since the subscription's outlet started."""
 
@@ -96,19 +77,20 @@ class Counters(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Live(msgspec.Struct, frozen=True, kw_only=True):
-    """What a running tree shows of itself (nothing when it does not run)."""
+    """What a running tree shows of itself (nothing when it does not run): its actors'
+    answers to `StatusQuery` (actors/delivery/control/live.py asks them)."""
 
     partitions: list[PartitionStatus] = []
-    endpoint: dict[str, object] | None = None
+    endpoint: EndpointStatus | None = None
     counters: Counters | None = None
-    member: dict[str, object] | None = None
+    member: MemberStatus | None = None
 
 
 class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
     """`status` in `GET /broker/subscription/{id}/{groupId}`: the life of the subscription
-    and, while it runs, what its tree shows. `endpoint` (the outlet's health, actors/
-    delivery/egress/outlet.py) and `member` (actors/delivery/path/member.py) stay the
-    dicts their owners give."""
+    and, while it runs, what its tree shows: `partitions` and `member` as the delivery
+    path's actors answer them (actors/delivery/path/status.py), `endpoint` as the outlet
+    does (actors/delivery/egress/status.py)."""
 
     state: State
     reason: str
@@ -116,9 +98,9 @@ class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
     in_process: bool
     next_attempt_at: int | None
     partitions: list[PartitionStatus] = []
-    endpoint: dict[str, object] | None = None
+    endpoint: EndpointStatus | None = None
     counters: Counters | None = None
-    member: dict[str, object] | None = None
+    member: MemberStatus | None = None
     activity: dict[str, object] | None = None
 
 

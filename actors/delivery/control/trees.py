@@ -358,9 +358,9 @@ class Trees:
         metrics, handler = self.runtime.metrics, self.handlers.get(consumer.key)
         if handler is not None:
             return lambda name: handler.outlet(name, consumer.key, metrics)
-        origin = self.settle_origin(consumer.subscriptionMethod.uri, consumer)
+        settings = egress_settings(consumer)  # a handler's method without its handler: refused
+        origin = self.settle_origin(settings.uri, consumer)
         guard, gone = self.guard, self.wires.gone
-        settings = egress_settings(consumer)
         return lambda name: EgressActor(name, settings, metrics, guard, origin, gone)
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
@@ -371,8 +371,8 @@ class Trees:
         origin = self.origins.get(uri)
         if leaving is not None:
             self.origin_users.leave(leaving)
-        if joining is not None:
-            method = joining.subscriptionMethod
+        method = joining.http if joining is not None else None
+        if joining is not None and method is not None:
             self.origin_users.join(joining.key, origin, Limits(
                 method.rateLimitPerSecond, _breaker_settings(method.circuitBreaker)))
         limits = self.origin_users.limits(origin)

@@ -114,7 +114,9 @@ def kept_secrets(new: Consumer, old: Consumer) -> Consumer:
     signing secret part at the same place, the URI's user-info, a query value of the same
     name and place, its fragment. A mark with no stored secret behind it raises
     `InvalidSubscription` naming the field (it would be sent, or sign, as `***`: #25)."""
-    method, before = new.subscriptionMethod, old.subscriptionMethod
+    method, before = new.http, old.http
+    if method is None or before is None:  # a handler's method holds no secret
+        return new
     headers = {name: _kept_header(name, value, before.additionalHeaders)
                for name, value in method.additionalHeaders.items()}
     secret = method.signingSecret

@@ -33,14 +33,15 @@ from actors.delivery.document.filters import Filter
 from actors.delivery.document.subscription import (
     INT_PROPERTIES,
     Consumer,
+    Method,
     Ordering,
     RetryTopics,
-    SubscriptionMethod,
     TlsSettings,
     TopicConfig,
     TopicSpec,
 )
 from actors.delivery.errors import InvalidSubscription
+from runtime.errors import UsageError
 from runtime.host.config import DelayLevel
 
 MIN_POOL: Final = 10
@@ -178,7 +179,7 @@ class RiderSettings(_Settings, frozen=True, kw_only=True):
 
 
 # -- from the document --------------------------------------------------------------------
-def retry_policy(method: SubscriptionMethod) -> RetryPolicy:
+def retry_policy(method: Method) -> RetryPolicy:
     return RetryPolicy(delay_ms=method.delayOnErrorMs,
                        backoff_multiplier=method.backoffMultiplier,
                        max_delay_ms=method.maxDelayOnErrorMs, jitter=method.jitter,
@@ -220,7 +221,7 @@ def with_retry_topic(consumer: Consumer) -> Consumer:
                     properties=consumer.properties)
 
 
-def cursor_of(config: TopicConfig, method: SubscriptionMethod, subscription: str = "",
+def cursor_of(config: TopicConfig, method: Method, subscription: str = "",
               wanted: Filter | None = None, reads_retries: bool = False) -> CursorSettings:
     """A cursor's settings from a topic entry's `config` and the subscription's method."""
     retry = method.retryTopics
@@ -331,7 +332,12 @@ def tls_files(tls: TlsSettings | None) -> TlsFiles | None:
 
 
 def egress_settings(consumer: Consumer) -> EgressSettings:
-    method = consumer.subscriptionMethod
+    """The HTTP egress's settings (`UsageError` for an in-process subscription: its
+    outlet is its handler)."""
+    method = consumer.http
+    if method is None:
+        raise UsageError(f"{consumer.key} is an in-process subscription: it has no HTTP "
+                         "egress")
     return EgressSettings(
         subscription=consumer.key, consumer_header=consumer.joined, broker=consumer.broker,
         uri=method.uri, method=method.method.upper(),

@@ -18,6 +18,11 @@ accepted: the flat key `"group.id": "svc"` instead of `group`, and `{"pattern": 
 instead of `{"name": "regex", "pattern": true}`. Additions are optional with defaults.
 Unknown fields are refused (a misspelt `concurrencyFactr` must not silently become 1).
 
+An in-process subscription (`Runtime.consume`) pushes to no URL: its `subscriptionMethod`
+is a `HandlerMethod`, `{"type": "handler", "handler": "module.qualname", ...}` with the
+retry, dead-letter and timeout settings only. The admin API shows such documents and
+refuses them (`decode_consumer`); only `decode_handler_consumer` takes them.
+
 The model used inside (`Consumer`) is not quite the wire format: a pattern topic has
 `pattern` (the regex) and no `name`, partition numbers are ints.
 `document(consumer)` writes the Queue-Over-Http shape back (the admin API's answers, with
@@ -37,7 +42,7 @@ import codecs
 import re
 import urllib.parse
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
 import yarl
@@ -111,6 +116,11 @@ PROPERTY_RANGES: Final = {
 Id = Annotated[str, Meta(min_length=1, max_length=MAX_NAME, pattern=f"^{ID_CHARS}$")]
 Text = Annotated[str, Meta(max_length=MAX_NAME)]
 Ms = Annotated[int, Meta(ge=0, le=MAX_MS)]
+Retries = Annotated[int, Meta(ge=0, le=1_000_000)]
+TopicName = Annotated[str, Meta(min_length=1, max_length=249)]
+TimeoutMs = Annotated[int, Meta(ge=1, le=3_600_000)]
+Multiplier = Annotated[float, Meta(ge=1.0, le=100.0)]
+Fraction = Annotated[float, Meta(ge=0.0, le=1.0)]
 
 
 class _Json(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -181,18 +191,18 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
                                      "${env:NAME} or ${file:/path}, resolved by each "
                                      "instance"))] = {}
     delayOnErrorMs: Ms = 1000
-    retryBeforeCommit: Annotated[int, Meta(ge=0, le=1_000_000)] = 0
-    deadLetterTopic: Annotated[str, Meta(min_length=1, max_length=249)] | None = None
-    timeoutMs: Annotated[int, Meta(ge=1, le=3_600_000)] = 30_000
+    retryBeforeCommit: Retries = 0
+    deadLetterTopic: TopicName | None = None
+    timeoutMs: TimeoutMs = 30_000
     signingSecret: Annotated[str, Meta(
         min_length=1, max_length=MAX_SECRET, description=(
             "Standard Webhooks secret(s): whsec_<base64> or plain, several separated by "
             "spaces (rotation: one signature each); each may be a reference, ${env:NAME} "
             "or ${file:/path}"))] | None = None
-    backoffMultiplier: Annotated[float, Meta(ge=1.0, le=100.0)] = 1.0
+    backoffMultiplier: Multiplier = 1.0
     maxDelayOnErrorMs: Ms = 0
     """Cap for exponential backoff; 0 means 100 x delayOnErrorMs."""
-    jitter: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
+    jitter: Fraction = 0.0
     connectTimeoutMs: Annotated[int, Meta(ge=1, le=600_000)] = 5_000
     maxConnections: Annotated[int, Meta(ge=0, le=10_000)] = 0
     """HTTP pool size for this endpoint; 0 sizes it to the subscription's concurrency."""
@@ -212,6 +222,34 @@ class SubscriptionMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only
     """How long a batch that is not full waits for more records of its partition."""
 
 
+class HandlerMethod(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """The `subscriptionMethod` of an in-process subscription (`Runtime.consume`): its
+    records go to an async Python function of the program, named by `handler`
+    (`module.qualname`), not to a URL. It has the retry, dead-letter and timeout settings
+    of an HTTP `subscriptionMethod` and none of its HTTP ones. The admin API shows it and
+    refuses to take it (`decode_handler_consumer` reads it)."""
+
+    type: Literal["handler"] = "handler"
+    handler: Annotated[str, Meta(min_length=1, max_length=MAX_URI)]
+    delayOnErrorMs: Ms = 1000
+    retryBeforeCommit: Retries = 0
+    deadLetterTopic: TopicName | None = None
+    timeoutMs: TimeoutMs = 30_000
+    backoffMultiplier: Multiplier = 1.0
+    maxDelayOnErrorMs: Ms = 0
+    jitter: Fraction = 0.0
+
+    # What the delivery path reads of either method (not fields: a handler has no retry
+    # topic, takes records one at a time, and its pool is sized by the window).
+    retryTopics: ClassVar[None] = None
+    batchSize: ClassVar[int] = 1
+    maxConnections: ClassVar[int] = 0
+
+
+Method = SubscriptionMethod | HandlerMethod
+"""An outlet is either an HTTP endpoint or an in-process handler."""
+
+
 # -- the wire format: what clients send (both forms) -----------------------------------
 class PartitionDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     number: (Annotated[int, Meta(ge=0, le=MAX_PARTITION_NUMBER)]
@@ -228,16 +266,29 @@ class TopicDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True
     """Which records of the topic to deliver (actors/delivery/document/filters.py)."""
 
 
-class ConsumerDocument(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
+class _Document(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
     id: Id
     group: Group | None = None
     group_id: Id | None = msgspec.field(default=None, name="group.id")
     """Deprecated: the flat form of `group.id`."""
     broker: Annotated[str, Meta(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9._-]+$")]
     topics: Annotated[list[TopicDocument], Meta(min_length=1, max_length=MAX_TOPICS)]
-    subscriptionMethod: SubscriptionMethod
     properties: Annotated[dict[str, Annotated[str, Meta(max_length=64)]],
                           Meta(max_length=len(INT_PROPERTIES) + 1)] = {}
+
+
+class ConsumerDocument(_Document, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """The Consumer JSON of the admin API, the store and the subscriptions topic."""
+
+    subscriptionMethod: SubscriptionMethod
+
+
+class HandlerConsumerDocument(_Document, forbid_unknown_fields=True, frozen=True,
+                              kw_only=True):
+    """An in-process subscription's document (`Runtime.consume`): its method names a
+    handler. Shown by the admin API, never posted to it nor stored."""
+
+    subscriptionMethod: HandlerMethod
 
 
 # -- the model ---------------------------------------------------------------------------
@@ -258,16 +309,24 @@ class TopicSpec(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
 
 
 class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """A subscription. Its msgspec encoding decodes again (`group` nested, a pattern topic
-    in the deprecated string form), but files and answers use `document(...)`."""
+    """A subscription. Files and answers are its `document(...)`, decoded by
+    `decode_consumer` (or `decode_handler_consumer`): msgspec cannot decode the model
+    itself, whose `subscriptionMethod` is one of two untagged structs (a tag would put
+    `type` first in every HTTP document and make it required in the schema)."""
 
     id: str
     group: Group
     broker: str
     topics: list[TopicSpec]
-    subscriptionMethod: SubscriptionMethod
+    subscriptionMethod: Method
     properties: dict[str, str] = {}
     """Kafka consumer settings: `auto.offset.reset` (earliest|latest) and INT_PROPERTIES."""
+
+    @property
+    def http(self) -> SubscriptionMethod | None:
+        """The HTTP endpoint's settings; None for an in-process subscription (a handler)."""
+        method = self.subscriptionMethod
+        return method if isinstance(method, SubscriptionMethod) else None
 
     @property
     def group_id(self) -> str:
@@ -320,14 +379,26 @@ class Consumer(_Json, forbid_unknown_fields=True, frozen=True, kw_only=True):
 def decode_consumer(body: bytes | Mapping[str, object]) -> Consumer:
     """Decode and validate a Consumer JSON (either form); raises `InvalidSubscription`
     naming the field."""
+    return _decode(body, ConsumerDocument)
+
+
+def decode_handler_consumer(body: Mapping[str, object]) -> Consumer:
+    """`decode_consumer` of an in-process subscription's document (`HandlerMethod`)."""
+    return _decode(body, HandlerConsumerDocument)
+
+
+def _decode(body: bytes | Mapping[str, object],
+            kind: type[ConsumerDocument | HandlerConsumerDocument]) -> Consumer:
     try:
         raw = load_json(body) if isinstance(body, bytes | bytearray) else dict(body)
     except JsonRejected as exc:
         raise InvalidSubscription(exc.reason, exc.details) from None
     except (TypeError, ValueError):
         raise InvalidSubscription("invalid subscription", "expected a JSON object") from None
+    if kind is ConsumerDocument:
+        _refuse_handler(raw)
     try:
-        doc = msgspec.convert(raw, ConsumerDocument)  # first: it bounds every size, in C
+        doc = msgspec.convert(raw, kind)  # first: it bounds every size, in C
         check_value(raw)
     except msgspec.ValidationError as exc:
         raise InvalidSubscription(*_field_error(str(exc))) from None
@@ -337,6 +408,15 @@ def decode_consumer(body: bytes | Mapping[str, object]) -> Consumer:
     consumer = _model(doc)
     validate(consumer)
     return consumer
+
+
+def _refuse_handler(raw: object) -> None:
+    """A handler is a Python function: only the program that owns it subscribes it."""
+    method = raw.get("subscriptionMethod") if isinstance(raw, dict) else None
+    if isinstance(method, dict) and method.get("type") == "handler":
+        raise InvalidSubscription("invalid subscriptionMethod.type", (
+            "'handler': an in-process subscription's handler is a Python function, "
+            "subscribed by its program with Runtime.consume; this API takes 'http'"))
 
 
 def _field_error(message: str) -> tuple[str, str]:
@@ -368,7 +448,7 @@ def _check_chars(text: str, path: str, *, allow_tab: bool) -> None:
                                   f"control character {found.group()!r} is not allowed")
 
 
-def _model(doc: ConsumerDocument) -> Consumer:
+def _model(doc: ConsumerDocument | HandlerConsumerDocument) -> Consumer:
     if doc.group is not None and doc.group_id is not None:
         raise InvalidSubscription("invalid group", "give 'group' (an object) or the "
                                   "deprecated 'group.id', not both")
@@ -483,17 +563,22 @@ def _validate_properties(properties: dict[str, str]) -> None:
                                       f"{value!r}: expected a whole number in {low}..{high}")
 
 
-def _validate_method(method: SubscriptionMethod) -> None:
-    _validate_uri(method.uri)
-    if method.method.upper() not in METHODS:
-        raise InvalidSubscription("invalid subscriptionMethod.method",
-                                  f"{method.method!r}: use one of {', '.join(sorted(METHODS))}")
+def _validate_method(method: Method) -> None:
     if 0 < method.maxDelayOnErrorMs < method.delayOnErrorMs:
         raise InvalidSubscription("invalid subscriptionMethod.maxDelayOnErrorMs",
                                   "must be 0 (no cap) or at least delayOnErrorMs")
     if method.deadLetterTopic is not None and not valid_topic(method.deadLetterTopic):
         raise InvalidSubscription("invalid subscriptionMethod.deadLetterTopic",
                                   f"{method.deadLetterTopic!r} is not a Kafka topic name")
+    if isinstance(method, SubscriptionMethod):
+        _validate_http(method)
+
+
+def _validate_http(method: SubscriptionMethod) -> None:
+    _validate_uri(method.uri)
+    if method.method.upper() not in METHODS:
+        raise InvalidSubscription("invalid subscriptionMethod.method",
+                                  f"{method.method!r}: use one of {', '.join(sorted(METHODS))}")
     _validate_retry_topics(method)
     _validate_charset(method.charset)
     _validate_headers(method.additionalHeaders)
@@ -655,7 +740,7 @@ def document(consumer: Consumer, *, redact: bool) -> JSONObject:
     method: JSONObject = msgspec.to_builtins(wire)
     if method.get("tls") is None:
         method.pop("tls", None)  # absent, as before the field existed
-    if redact:
+    if redact and isinstance(wire, SubscriptionMethod):  # a handler's holds no secret
         method["uri"] = redact_uri(wire.uri)
         method["additionalHeaders"] = {k: v if is_reference(v) else REDACTED
                                        for k, v in wire.additionalHeaders.items()}

@@ -85,6 +85,7 @@ from actors.delivery.egress.outlet import (
     failure_of,
     outcome_of,
 )
+from actors.delivery.egress.status import OriginStatus, OutletStatus
 from actors.delivery.egress.transport import (
     Transport,
     TransportName,
@@ -245,15 +246,20 @@ class EgressActor(OutletActor):
             self.transport_name, self.origin.shelf)
 
     # -- batches (batchSize > 1) ------------------------------------------------------
-    async def handle(self, message: object) -> None:
+    async def handle(self, message: object) -> OutletStatus | None:
         if self._batch_size == 1:
-            await super().handle(message)
-        elif isinstance(message, DeliverMany):
+            return await super().handle(message)
+        if isinstance(message, DeliverMany):
             self._queue(message.records, message.epoch, message.reply_to, False)
         elif isinstance(message, Deliver):  # a retry, or a replay
             self._queue([message.record], message.epoch, message.reply_to, True)
         else:
-            await super().handle(message)  # refuses it
+            return await super().handle(message)  # a status query; refuses the rest
+        return None
+
+    def _origin_status(self) -> OriginStatus:
+        clock = self.context.clock
+        return self.origin.status(clock.monotonic_ms(), clock.wall_ms())
 
     def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
         batches = self._batches

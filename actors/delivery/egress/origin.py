@@ -50,12 +50,12 @@ import functools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 from urllib.parse import urlsplit
 
+from actors.delivery.egress.status import BreakerChange, BreakerState, OriginStatus
 from actors.delivery.egress.transport import Shelf
 
-BreakerState = Literal["closed", "open", "half_open"]
 DEFAULT_FAILURE_RATIO = 0.5
 DEFAULT_MIN_REQUESTS = 20
 DEFAULT_OPEN_MS = 10_000
@@ -336,7 +336,7 @@ class Origin:
             self.bucket = TokenBucket(rate)
         self.breaker.apply(strictest(breakers))
 
-    def as_dict(self, now_mono_ms: int, now_wall_ms: int) -> dict[str, object]:
+    def status(self, now_mono_ms: int, now_wall_ms: int) -> OriginStatus:
         """What the status API shows. The decisions above run on the monotonic clock;
         every time shown is epoch ms, as `transitions[].at` is (one clock for all a user
         reads, #25): a monotonic time `t` is shown as `t + (now_wall - now_mono)`."""
@@ -346,15 +346,15 @@ class Origin:
             return None if mono_ms is None else mono_ms + shift
 
         throttled = self.throttled_until if self.throttled_until > now_mono_ms else None
-        return {"origin": self.name, "breaker": breaker.state,
-                "breaker_enabled": breaker.enabled, "opened_at": wall(breaker.opened_at),
-                "probe_at": wall(breaker.retry_at()), "failure_ratio": breaker.failure_ratio,
-                "min_requests": breaker.min_requests, "open_ms": breaker.open_ms,
-                "throttled_until": wall(throttled),
-                "rate_limit": self.bucket.rate if self.bucket else None,
-                "max_connections": self.max_connections,
-                "transitions": [{"at": wall(t.at_ms), "from": t.before, "to": t.after,
-                                 "why": t.why} for t in self.history]}
+        return OriginStatus(
+            origin=self.name, breaker=breaker.state, breaker_enabled=breaker.enabled,
+            opened_at=wall(breaker.opened_at), probe_at=wall(breaker.retry_at()),
+            failure_ratio=breaker.failure_ratio, min_requests=breaker.min_requests,
+            open_ms=breaker.open_ms, throttled_until=wall(throttled),
+            rate_limit=self.bucket.rate if self.bucket else None,
+            max_connections=self.max_connections,
+            transitions=[BreakerChange(at=t.at_ms + shift, before=t.before, after=t.after,
+                                       why=t.why) for t in self.history])
 
 
 class Origins:

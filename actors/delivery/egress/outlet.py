@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from actors.delivery.egress.attempts import Attempt, AttemptRing, Outcome, snippet
-from actors.shared.messages import Deliver, Delivered, Failed, Failure, Record
+from actors.delivery.egress.status import (
+    EndpointStatus,
+    OriginStatus,
+    OutletStatus,
+    RecentFailure,
+)
+from actors.shared.messages import Deliver, Delivered, Failed, Failure, Record, StatusQuery
 from runtime.errors import UsageError
 from runtime.host.journal import Event, EventType
 from runtime.host.metrics import Registry, Value
@@ -58,7 +64,7 @@ class EndpointHealth:
         self.last_status: int | None = None
         self.last_error: str | None = None
         self.last_success_at: int | None = None
-        self.recent_failures: deque[dict[str, object]] | None = None
+        self.recent_failures: deque[RecentFailure] | None = None
 
     @property
     def failing(self) -> bool:
@@ -80,17 +86,18 @@ class EndpointHealth:
         self.last_error = error
         if self.recent_failures is None:
             self.recent_failures = deque(maxlen=RECENT_FAILURES)
-        self.recent_failures.appendleft({"at": wall_ms, "status": status, "error": error})
+        self.recent_failures.appendleft(RecentFailure(at=wall_ms, status=status, error=error))
 
     @property
     def error_rate(self) -> float:
         return self._errors / self._count if self._count else 0.0
 
-    def as_dict(self) -> dict[str, object]:
-        return {"last_status": self.last_status, "last_error": self.last_error,
-                "last_success_at": self.last_success_at,
-                "error_rate": round(self.error_rate, 4),
-                "recent_failures": list(self.recent_failures or ())}
+    def status(self, origin: OriginStatus | None = None) -> EndpointStatus:
+        return EndpointStatus(last_status=self.last_status, last_error=self.last_error,
+                              last_success_at=self.last_success_at,
+                              error_rate=round(self.error_rate, 4),
+                              recent_failures=list(self.recent_failures or ()),
+                              origin=origin)
 
 
 Action = Literal["skip", "dead-letter", "disable"]
@@ -200,17 +207,31 @@ class OutletActor(Actor):
         delivered = counts.pop("2xx")
         return {"delivered": delivered, "failed_attempts": sum(counts.values())}
 
+    def _status(self) -> OutletStatus:
+        """The answer to a `StatusQuery`: the endpoint's health and the counters."""
+        counts = self.counters()
+        return OutletStatus(endpoint=self.health.status(self._origin_status()),
+                            delivered=counts["delivered"],
+                            failed_attempts=counts["failed_attempts"])
+
+    def _origin_status(self) -> OriginStatus | None:
+        """The origin's part of the status (an HTTP outlet's; a handler has none)."""
+        return None
+
     def describe(self, exc: BaseException) -> str:
         """The text of a push that raised, for `Failed.error` and the journal."""
         return describe_error(exc)
 
-    async def handle(self, message: object) -> None:
-        if not isinstance(message, Deliver):
-            raise UsageError(f"{self.path} handles Deliver, got {message!r}")
-        if self._pending is None:
-            self._pending = deque()
-        self._pending.append((message, message.reply_to))
-        self._wake_or_grow()
+    async def handle(self, message: object) -> OutletStatus | None:
+        if isinstance(message, Deliver):
+            if self._pending is None:
+                self._pending = deque()
+            self._pending.append((message, message.reply_to))
+            self._wake_or_grow()
+            return None
+        if isinstance(message, StatusQuery):
+            return self._status()
+        raise UsageError(f"{self.path} handles Deliver and StatusQuery, got {message!r}")
 
     def _wake_or_grow(self) -> None:
         """Wake a parked worker, else start one below `pool`; else every worker is busy and

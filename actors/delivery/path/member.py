@@ -67,6 +67,7 @@ from actors.delivery.path.consumer import PATTERN_METADATA_MAX_AGE_MS, fetch_siz
 from actors.delivery.path.fanout import EARLIEST, CatchUp, Fanout, Feed
 from actors.delivery.path.partition import PartitionActor, PartitionPeers
 from actors.delivery.path.roster import Rider, Roster, consumes
+from actors.delivery.path.status import STATUS_TIMEOUT_MS, MemberStatus
 from actors.delivery.path.topic_matcher import TopicMatcher
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.group_consumer import (
@@ -87,6 +88,7 @@ from actors.shared.messages import (
     FlowControl,
     Highwater,
     Rewind,
+    StatusQuery,
 )
 from actors.shared.rebalance import Assign, Revoke
 from runtime.errors import ActorDeadError, ActorStartError
@@ -94,7 +96,7 @@ from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kafka import compat, topic_creation
 from runtime.kafka.group_offsets import GroupOffsets
-from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
+from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, settle_within, within
 
 log = logging.getLogger(__name__)
 LEAVE_GRACE_MS = 2000
@@ -234,7 +236,7 @@ class InstanceMemberActor(GroupConsumerActor):
             await self._resubscribe(kafka)
 
     # -- messages ----------------------------------------------------------------------
-    async def handle(self, message: object) -> None:
+    async def handle(self, message: object) -> MemberStatus | None:
         if isinstance(message, CommitRequest):
             seat = _seat(message)
             if self._epochs.get(seat) == message.epoch:
@@ -262,8 +264,11 @@ class InstanceMemberActor(GroupConsumerActor):
             self._listing = False
             if message.topics is not None:
                 self._topics, self._rematch = message.topics, True
+        elif isinstance(message, StatusQuery) and message.subscription is not None:
+            return self._status_of(message.subscription)
         else:
             raise UnexpectedMessage(self.path, message)
+        return None
 
     # -- the fetch loop ----------------------------------------------------------------
     async def _apply_requests(self, kafka: AIOKafkaConsumer) -> None:
@@ -890,22 +895,20 @@ class InstanceMemberActor(GroupConsumerActor):
         """The partitions on which `key` has a cursor."""
         return {tp for tp, fanout in self.fanouts.items() if key in fanout.cursors}
 
-    def describe(self, key: str | None = None) -> dict[str, object]:
-        """The instance member a subscription reads through: group, member id,
-        generation, the subscription's cursors and the commit error of its group."""
-        mine = sorted(self.owned if key is None else self.owned_by(key))
-        rider = self.roster.riders.get(key) if key is not None else None
-        states = {child_name(tp): self.fanouts[tp].cursors[key].state
-                  for tp in mine if key is not None}
-        return {"group": self.roster.group_id, "member": self.name,
-                "memberId": self.member_id(), "generation": self.generation(),
-                "subscriptions": len(self.roster), "rebalances": self.rebalances,
-                "assigned": [child_name(tp) for tp in mine], "cursors": states,
-                "commitError": (self.commit_errors.get(rider.settings.group_id)
-                                if rider is not None else None),
-                "waitingForTopics": sorted(self._missing),
-                "patternTopics": self._pattern_topics(rider),
-                "groupPartitions": len(self.owned)}
+    def _status_of(self, key: str) -> MemberStatus:
+        """The answer to a rider's `StatusQuery`: group, member id, generation, the
+        subscription's cursors and the commit error of its group."""
+        mine = sorted(self.owned_by(key))
+        rider = self.roster.riders.get(key)
+        return MemberStatus(
+            group=self.roster.group_id, member=self.name, member_id=self.member_id(),
+            generation=self.generation(), subscriptions=len(self.roster),
+            rebalances=self.rebalances, assigned=[child_name(tp) for tp in mine],
+            cursors={child_name(tp): self.fanouts[tp].cursors[key].state for tp in mine},
+            commit_error=(self.commit_errors.get(rider.settings.group_id)
+                          if rider is not None else None),
+            waiting_for_topics=sorted(self._missing),
+            pattern_topics=self._pattern_topics(rider), group_partitions=len(self.owned))
 
     def _pattern_topics(self, rider: Rider | None) -> list[str]:
         """The topics `rider`'s patterns were found to match."""
@@ -940,19 +943,25 @@ class RiderActor(Actor):
             # meanwhile never had us (the control plane's record drops us first)
             pass
 
-    async def handle(self, message: object) -> None:
+    async def handle(self, message: object) -> MemberStatus | None:
+        if isinstance(message, StatusQuery):
+            return await self._member_status()
         raise UnexpectedMessage(self.path, message)
 
-    def shared_member(self) -> InstanceMemberActor | None:
-        with contextlib.suppress(ActorDeadError):
-            actor = self.member.actor
-            return actor if isinstance(actor, InstanceMemberActor) else None
-        return None
-
-    @property
-    def owned(self) -> set[TopicPartition]:
-        member = self.shared_member()
-        return member.owned_by(self.rider.settings.key) if member is not None else set()
+    async def _member_status(self) -> MemberStatus | None:
+        """The member's status for this subscription, asked of the member (None when it
+        does not answer in time). The member's handler never waits for a rider, so this
+        wait cannot close a circle; it holds only this rider, whose mailbox carries
+        nothing else but its stop."""
+        try:
+            reply = self.member.ask_nowait(StatusQuery(self.rider.settings.key))
+        except ActorDeadError:
+            return None
+        await settle_within(self.context.clock, [reply], STATUS_TIMEOUT_MS)
+        if reply.cancelled() or reply.exception() is not None:
+            return None
+        status = reply.result()
+        return status if isinstance(status, MemberStatus) else None
 
     def __repr__(self) -> str:
         return f"<RiderActor {self.path} {self.rider.settings.key} on {self.member.name}>"

@@ -30,6 +30,7 @@ from actors.delivery.document.settings import CursorSettings
 from actors.delivery.path.book import PartitionBook
 from actors.delivery.path.deadletter import WriteDeadLetter
 from actors.delivery.path.retrytopic import MoveAside, MovedAside, note_failure, read_retry
+from actors.delivery.path.status import PartitionStatus
 from actors.shared.errors import UnexpectedMessage
 from actors.shared.messages import (
     Assigned,
@@ -50,6 +51,7 @@ from actors.shared.messages import (
     Record,
     RetryDue,
     Rewind,
+    StatusQuery,
 )
 from runtime.host.journal import Event, EventType, offset_ranges
 from runtime.host.logs import Throttle
@@ -161,7 +163,7 @@ class PartitionActor(Actor):
             family.discard(key)
 
     # -- messages ----------------------------------------------------------------------
-    async def handle(self, message: object) -> bool | None:
+    async def handle(self, message: object) -> bool | PartitionStatus | None:
         if isinstance(message, Batch):
             return await self._on_batch(message)  # the consumer asks: am I paused now?
         if isinstance(message, Delivered):
@@ -192,6 +194,8 @@ class PartitionActor(Actor):
             self._on_drain(message)
         elif isinstance(message, DrainDeadline):
             self._finish_drain()
+        elif isinstance(message, StatusQuery):
+            return self._status()
         else:
             raise UnexpectedMessage(self.path, message)
         return None
@@ -427,18 +431,19 @@ class PartitionActor(Actor):
         if position is not None:
             self.m_committed.set(position)
 
-    def status(self) -> dict[str, object]:
-        """A snapshot for the status API (read on the event loop: consistent)."""
+    def _status(self) -> PartitionStatus:
+        """The answer to a `StatusQuery` (the status API, readiness), built between two
+        messages."""
         book, now = self.book, self.context.clock.monotonic_ms()
         stalled = book.stalled_since
-        return {"topic": self.topic, "partition": self.partition,
-                "committed": book.committed, "highwater": book.highwater, "lag": book.lag(),
-                "inflight": book.inflight, "retrying": self.retrying,
-                "pending": book.pending, "oldest_pending_ms": book.oldest_pending_ms(now),
-                "paused": book.paused, "last_error": self.last_error,
-                "dead_lettered": int(self.m_dead.value),
-                "filtered": int(self._filtered_series().value),
-                "stalled_for_ms": None if stalled is None else now - stalled}
+        return PartitionStatus(
+            topic=self.topic, partition=self.partition, committed=book.committed,
+            highwater=book.highwater, lag=book.lag(), inflight=book.inflight,
+            retrying=self.retrying, pending=book.pending,
+            oldest_pending_ms=book.oldest_pending_ms(now), paused=book.paused,
+            last_error=self.last_error, dead_lettered=int(self.m_dead.value),
+            filtered=int(self._filtered_series().value),
+            stalled_for_ms=None if stalled is None else now - stalled)
 
     def _journal(self, kind: EventType, record: Record, *, reason: str | None,
                  status: int | None = None, latency_ms: float | None = None) -> None:
