@@ -132,7 +132,7 @@ async def committed_offsets(consumer: AIOKafkaConsumer, tps: list[TopicPartition
                             ) -> dict[TopicPartition, tuple[int | None, str]]:
     """`committed_offset` of several partitions in one request (a member that owns
     hundreds of partitions would otherwise ask once per partition)."""
-    offsets = await consumer._coordinator.fetch_committed_offsets(tps)
+    offsets = await compat.fetch_committed(consumer, tps)
     result: dict[TopicPartition, tuple[int | None, str]] = {}
     for tp in tps:
         found = offsets.get(tp)
@@ -146,9 +146,9 @@ async def committed_offset(consumer: AIOKafkaConsumer,
     """The group's committed offset of `tp` and its metadata string.
 
     `AIOKafkaConsumer.committed()` drops the metadata, so this asks the group coordinator
-    the same way it does (aiokafka 0.14, pinned in pyproject.toml).
+    the same way it does (runtime/kafka/compat.py, `fetch_committed`).
     """
-    offsets = await consumer._coordinator.fetch_committed_offsets([tp])
+    offsets = await compat.fetch_committed(consumer, [tp])
     found = offsets.get(tp)
     if found is None or found.offset < 0:
         return None, ""

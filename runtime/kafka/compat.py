@@ -94,6 +94,7 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
+from aiokafka.structs import OffsetAndMetadata
 
 from runtime.errors import UsageError
 
@@ -270,6 +271,20 @@ def client_of(consumer: AIOKafkaConsumer) -> AIOKafkaClient:
     if client is None:
         raise UsageError("aiokafka's consumer has no _client: check the pinned version")
     return client
+
+
+async def fetch_committed(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+                          ) -> dict[TopicPartition, OffsetAndMetadata]:
+    """The consumer's group's committed offsets of `tps`, with their metadata, in one
+    OffsetFetch: aiokafka's public `committed()` asks one partition at a time and drops
+    the metadata. Partitions without a commit are absent or negative."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None:
+        raise UsageError("aiokafka's consumer has no _coordinator: not started, or check "
+                         "the pinned version")
+    found: dict[TopicPartition, OffsetAndMetadata] = await coordinator.fetch_committed_offsets(
+        tps)
+    return found
 
 
 def generation(consumer: AIOKafkaConsumer | None) -> int:

@@ -460,7 +460,7 @@ async def test_users_cannot_be_created_on_a_broker_that_requires_authentication_
     assert code != 0, "users can be created now: test SCRAM against the embedded broker"
 
 
-async def test_reach_ins_find_the_client_generation_and_member_id_of_a_started_consumer(
+async def test_reach_ins_find_the_client_generation_member_id_and_commits_of_a_consumer(
         kafka_bootstrap: str, topic_factory: TopicFactory,
         fast_group_kwargs: dict[str, int]) -> None:
     topic = await topic_factory()
@@ -475,5 +475,10 @@ async def test_reach_ins_find_the_client_generation_and_member_id_of_a_started_c
                 await consumer.getmany(timeout_ms=200)
         assert compat.generation(consumer) >= 0
         assert compat.member_id(consumer) != ""
+        tp = next(iter(consumer.assignment()))
+        before = await compat.fetch_committed(consumer, [tp])
+        assert tp not in before or before[tp].offset < 0  # nothing committed yet
+        await consumer.commit({tp: OffsetAndMetadata(0, "")})
+        assert (await compat.fetch_committed(consumer, [tp]))[tp].offset == 0
     finally:
         await consumer.stop()
