@@ -33,10 +33,10 @@ def test_the_ring_keeps_the_newest_attempts_and_finds_a_record_by_webhook_id() -
 
 def test_only_the_newest_failures_keep_their_response() -> None:
     ring = AttemptRing(capacity=10, responses=2)
-    added = [attempt(offset) for offset in range(3)]
-    for a in added:
-        ring.add(a)
-    assert [a.response for a in added] == [None, "no", "no"]
+    for offset in range(3):
+        ring.add(attempt(offset))
+    assert [a.response for a in ring] == [None, "no", "no"]
+    assert [a.error for a in ring] == [None, None, None]
 
 
 def test_failed_lists_the_newest_failures_oldest_first() -> None:
@@ -76,3 +76,32 @@ def test_the_series_counts_deliveries_per_minute_and_the_latency_steps() -> None
     assert shown["p50_ms"] == [1.0, None, 5.0]  # 3 ms is in the step up to 5 ms
     assert shown["p99_ms"] == [1.0, None, 5000.0]
     assert series.as_dict(now_ms=400_000)["p50_ms"] == [None, None, None]  # all gone by
+
+
+def test_the_ring_wraps_and_gives_back_every_field_as_added() -> None:
+    ring = AttemptRing(capacity=4, responses=3)
+    added = [Attempt("orders" if n % 2 else "billing", n % 3, 10_000_000_000 + n,
+                     1_700_000_000_000 + n, 1_800_000_000_000 + n, n + 1,
+                     ("delivered", "failed", "skipped")[n % 3],  # type: ignore[arg-type]
+                     None if n % 3 == 1 else 200 + n, None if n == 5 else n / 3,
+                     f"e{n}" if n % 3 else None, f"r{n}" if n % 3 == 1 else None)
+             for n in range(10)]
+    for a in added:
+        ring.add(a)
+    kept = list(ring)
+    assert len(ring) == 4 and [a.offset for a in kept] == [10_000_000_006 + i for i in range(4)]
+    assert kept == added[6:]  # every field, None included, after wrapping twice
+    assert ring.recent(2) == added[8:] and ring.oldest_at == added[6].at
+    assert ring.of_record(("billing", 0, 10_000_000_006)) == ([added[6]], None)
+    assert ring.failed(10) == [added[7]]
+    assert ring.find(added[9].webhook_id) == added[9].coordinates
+
+
+def test_a_response_leaves_with_its_slot_and_only_the_newest_are_kept() -> None:
+    ring = AttemptRing(capacity=3, responses=1)
+    for offset in range(3):
+        ring.add(attempt(offset))
+    assert [a.response for a in ring] == [None, None, "no"]
+    ring.add(attempt(3, outcome="delivered", response=None))  # overwrites offset 0's slot
+    ring.add(attempt(4, outcome="delivered", response=None))
+    assert [(a.offset, a.response) for a in ring] == [(2, "no"), (3, None), (4, None)]

@@ -31,8 +31,10 @@ a p50 of milliseconds.
 from __future__ import annotations
 
 import bisect
+import math
+from array import array
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -42,6 +44,8 @@ RING_CAPACITY: Final = 1000
 RESPONSES_KEPT: Final = 100
 RESPONSE_BYTES: Final = 1024
 Outcome = Literal["delivered", "failed", "skipped"]
+OUTCOMES: Final[tuple[Outcome, ...]] = ("delivered", "failed", "skipped")
+NAN: Final = float("nan")
 State = Literal["delivered", "retrying", "dead_lettered", "skipped", "filtered", "pending",
                 "unknown"]
 Coordinates = tuple[str, int, int]
@@ -171,33 +175,91 @@ class Series:
 
 
 class AttemptRing:
-    """The recent attempts and give-ups of one subscription (see the module docstring)."""
+    """The recent attempts and give-ups of one subscription (see the module docstring).
 
-    __slots__ = ("_attempts", "_given_up", "_kept", "_responses", "capacity", "series")
+    Column by column, not an object per attempt: a full ring of a thousand `Attempt`s
+    took 248 KiB, times every subscription that delivered a thousand records (issue 24,
+    a thousand subscriptions grew the process by half a gigabyte); in arrays it is about
+    55 KiB. The columns grow as attempts come, then wrap; an `Attempt` is made when one is
+    read. Errors and response snippets are kept beside, by slot, for the attempts that
+    have them."""
+
+    __slots__ = ("_added", "_extras", "_given_up", "_head", "_ints", "_kept", "_latency",
+                 "_outcomes", "_responses", "_topics", "_wide", "capacity", "series")
 
     def __init__(self, capacity: int = RING_CAPACITY, responses: int = RESPONSES_KEPT) -> None:
         self.capacity = capacity
         self._kept = responses
-        # both made on first use (an empty deque is 760 bytes; ten thousand idle
-        # subscriptions: issue 24); reads see an empty tuple until then
-        self._attempts: deque[Attempt] | tuple[()] = ()
-        self._responses: deque[Attempt] | None = None
+        self._added = 0  # attempts ever added
+        self._head = 0  # the slot of the oldest once the ring is full
+        self._wide = array("q")  # per slot: offset, record timestamp, sent at
+        self._ints = array("i")  # per slot: partition, attempt number, status (-1: none)
+        self._latency = array("d")  # per slot: ms, NaN for none
+        self._outcomes = bytearray()  # per slot: the index in OUTCOMES
+        self._topics: list[str] = []
+        self._extras: dict[int, tuple[str | None, str | None]] = {}  # slot: error, response
+        self._responses: deque[tuple[int, int]] | None = None  # (added, slot) with a response
         self._given_up: OrderedDict[Coordinates, GiveUp] = OrderedDict()
         self.series = Series()
 
     def add(self, attempt: Attempt) -> None:
-        attempts = self._attempts
-        if not isinstance(attempts, deque):
-            attempts = self._attempts = deque(maxlen=self.capacity)
-        attempts.append(attempt)
-        self.series.add(attempt.at, attempt.latency_ms, attempt.outcome == "delivered")
-        if attempt.response is not None:
-            responses = self._responses
-            if responses is None:
-                responses = self._responses = deque(maxlen=self._kept)
-            if len(responses) == responses.maxlen:
-                responses[0].response = None  # the oldest snippet leaves memory
-            responses.append(attempt)
+        a = attempt
+        self.record(a.topic, a.partition, a.offset, a.record_ts_ms, a.at, a.number, a.outcome,
+                    a.status, a.latency_ms, a.error, a.response)
+
+    def record(self, topic: str, partition: int, offset: int, record_ts_ms: int, at: int,
+               number: int, outcome: Outcome, status: int | None, latency_ms: float | None,
+               error: str | None, response: str | None) -> None:
+        """Add one attempt (what `add` does, without an `Attempt` to build first)."""
+        latency = NAN if latency_ms is None else latency_ms
+        if len(self._topics) < self.capacity:  # growing: the next slot is the end
+            slot = len(self._topics)
+            self._wide.extend((offset, record_ts_ms, at))
+            self._ints.extend((partition, number, -1 if status is None else status))
+            self._latency.append(latency)
+            self._outcomes.append(OUTCOMES.index(outcome))
+            self._topics.append(topic)
+        else:  # full: the oldest slot is overwritten
+            slot, self._head = self._head, (self._head + 1) % self.capacity
+            self._wide[3 * slot:3 * slot + 3] = array("q", (offset, record_ts_ms, at))
+            self._ints[3 * slot:3 * slot + 3] = array(
+                "i", (partition, number, -1 if status is None else status))
+            self._latency[slot] = latency
+            self._outcomes[slot] = OUTCOMES.index(outcome)
+            self._topics[slot] = topic
+            self._extras.pop(slot, None)
+        self._added += 1
+        self.series.add(at, latency_ms, outcome == "delivered")
+        if error is not None or response is not None:
+            self._extras[slot] = (error, response)
+        if response is not None:
+            self._keep_response(slot)
+
+    def _keep_response(self, slot: int) -> None:
+        """Only the newest `responses` snippets stay: the oldest one leaves memory."""
+        responses = self._responses
+        if responses is None:
+            responses = self._responses = deque()
+        responses.append((self._added - 1, slot))
+        if len(responses) > self._kept:
+            added, old = responses.popleft()
+            if added >= self._added - len(self._topics):  # still in the ring
+                error, _ = self._extras[old]
+                self._extras[old] = (error, None)
+
+    def _at(self, index: int) -> Attempt:
+        """The attempt at `index`, 0 the oldest."""
+        slot = (self._head + index) % len(self._topics)
+        offset, record_ts_ms, at = self._wide[3 * slot:3 * slot + 3]
+        partition, number, status = self._ints[3 * slot:3 * slot + 3]
+        latency = self._latency[slot]
+        error, response = self._extras.get(slot, (None, None))
+        return Attempt(self._topics[slot], partition, offset, record_ts_ms, at, number,
+                       OUTCOMES[self._outcomes[slot]], None if status < 0 else status,
+                       None if math.isnan(latency) else latency, error, response)
+
+    def _newest_first(self) -> Iterator[Attempt]:
+        return (self._at(i) for i in range(len(self._topics) - 1, -1, -1))
 
     def give_up(self, coordinates: Coordinates, given_up: GiveUp) -> None:
         book = self._given_up
@@ -208,12 +270,12 @@ class AttemptRing:
 
     def of_record(self, coordinates: Coordinates) -> tuple[list[Attempt], GiveUp | None]:
         """The record's attempts still in memory, oldest first, and its last give-up."""
-        found = [a for a in self._attempts if a.coordinates == coordinates]
+        found = [a for a in self if a.coordinates == coordinates]
         return found, self._given_up.get(coordinates)
 
     def find(self, webhook_id: str) -> Coordinates | None:
         """The record a `webhook-id` names, if one of its attempts is still in memory."""
-        for attempt in reversed(self._attempts):
+        for attempt in self._newest_first():
             if attempt.webhook_id == webhook_id:
                 return attempt.coordinates
         return None
@@ -221,7 +283,7 @@ class AttemptRing:
     def failed(self, limit: int) -> list[Attempt]:
         """The newest `limit` failed attempts, oldest first."""
         found: list[Attempt] = []
-        for attempt in reversed(self._attempts):
+        for attempt in self._newest_first():
             if len(found) >= limit:
                 break
             if attempt.outcome == "failed":
@@ -231,21 +293,21 @@ class AttemptRing:
 
     def recent(self, limit: int) -> list[Attempt]:
         """The newest `limit` attempts, oldest first."""
-        attempts = self._attempts
-        return [attempts[i] for i in range(max(len(attempts) - limit, 0), len(attempts))]
+        count = len(self._topics)
+        return [self._at(i) for i in range(max(count - limit, 0), count)]
 
     @property
     def oldest_at(self) -> int | None:
         """When the oldest attempt in memory was sent: older ones are in the journal only."""
-        return self._attempts[0].at if self._attempts else None
+        return self._at(0).at if self._topics else None
 
     def __len__(self) -> int:
-        return len(self._attempts)
+        return len(self._topics)
 
-    def __iter__(self) -> Iterable[Attempt]:
-        return iter(self._attempts)
+    def __iter__(self) -> Iterator[Attempt]:
+        return (self._at(i) for i in range(len(self._topics)))
 
     def __repr__(self) -> str:
-        return (f"<AttemptRing attempts={len(self._attempts)}/{self.capacity} "
+        return (f"<AttemptRing attempts={len(self._topics)}/{self.capacity} "
                 f"responses={len(self._responses or ())}/{self._kept} "
                 f"given_up={len(self._given_up)}>")

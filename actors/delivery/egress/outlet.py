@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from actors.delivery.egress.attempts import Attempt, AttemptRing, Outcome, snippet
+from actors.delivery.egress.attempts import AttemptRing, Outcome, snippet
 from actors.delivery.egress.status import (
     EndpointStatus,
     OriginStatus,
@@ -311,16 +311,16 @@ class OutletActor(Actor):
 
     def _remember(self, records: Sequence[Record], answer: Answer, latency_ms: float,
                   outcome: Outcome) -> None:
-        """One `Attempt` per record into the subscription's ring (the attempts API)."""
-        assert self.attempts is not None
+        """One attempt per record into the subscription's ring (the attempts API)."""
+        ring = self.attempts
+        assert ring is not None
         at = self.context.clock.wall_ms() - round(latency_ms)
         response = snippet(answer.response) if outcome == "failed" else None
         error = answer.reason if outcome == "skipped" else answer.error
         for record in records:
             topic, partition, offset = record.coordinates()
-            self.attempts.add(Attempt(
-                topic, partition, offset, record.original_timestamp_ms(), at, record.attempt,
-                outcome, answer.status, latency_ms, error, response))
+            ring.record(topic, partition, offset, record.original_timestamp_ms(), at,
+                        record.attempt, outcome, answer.status, latency_ms, error, response)
 
     def _observe(self, ok: bool, status: int | None, error: str | None) -> None:
         """Track the endpoint's health; log when it starts failing and when it recovered
