@@ -279,7 +279,6 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             if args.tracemalloc:
                 result["python_kib_per_sub"], result["python_top"] = allocations(
                     before, tracemalloc.take_snapshot(), args.subscribers)
-                tracemalloc.stop()
             note(args.tree, "subscribed:", result)
             c0, b0, t0 = cpu_s(), cpu_s(args.broker_pid), time.perf_counter()
             await asyncio.sleep(args.idle_s)
@@ -313,6 +312,11 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["warm_load"] = load()
             gc.collect()  # and after delivering: what records, connections and rings added
             result["rss_after_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
+            if args.tracemalloc:
+                note("after delivering:")
+                result["python_after_kib_per_sub"], _ = allocations(
+                    before, tracemalloc.take_snapshot(), args.subscribers)
+                tracemalloc.stop()
             if profile is not None:
                 profile.disable()
                 profile.dump_stats(args.profile)
@@ -446,7 +450,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['fanout_gc_us']:.0f} us)")
         print(f"  RSS after delivering: {r['rss_after_kib_per_sub']:.0f} KiB/subscription")
         if "python_kib_per_sub" in r:
-            print(f"  Python allocations: {r['python_kib_per_sub']:.1f} KiB/subscription; "
+            print(f"  Python allocations: {r['python_kib_per_sub']:.1f} KiB/subscription "
+                  f"({r['python_after_kib_per_sub']:.1f} after delivering); "
                   "most in: " + ", ".join(f"{name} {kib:.1f}" for name, kib in r["python_top"]))
         if "iso_hung_rate" in r:
             print(f"  isolation ({args.isolation_subscribers} subscribers x "

@@ -78,6 +78,8 @@ class OffsetTracker:
         window, done = self._window, self._done
         while window and done[window[0]]:
             del done[window.popleft()]
+        if not window:  # all finished: what the burst grew goes (a dict never shrinks)
+            self._window, self._done = None, {}
 
     def committable(self) -> int | None:
         """The position to commit: every received record below it is finished.

@@ -12,6 +12,7 @@ import pytest
 
 from actors.delivery.document.signing import webhook_id
 from actors.delivery.egress.handler import ConsumedRecord, HandlerActor, HandlerDestination
+from actors.delivery.egress.outlet import WORKER_IDLE_MS
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.errors import DeadLetter, Skip
 from runtime.host.journal import Event
@@ -266,3 +267,41 @@ async def test_a_handler_that_swallows_the_actors_cancellation_does_not_keep_it_
     await harness.system.root.stop_child("egress")
 
     assert outlet.state == "stopped" and harness.partition.outcomes.empty()
+
+
+def live_workers(outlet: HandlerActor) -> int:
+    return sum(1 for task in outlet._tasks or () if task.get_name().endswith(":worker")
+               and not task.done())
+
+
+async def test_workers_idle_for_worker_idle_ms_end_and_new_records_start_new_ones(
+        harness: Harness) -> None:
+    async def handle(item: ConsumedRecord) -> None:
+        return None
+
+    outlet = await harness.outlet(handle)
+    assert isinstance(await harness.push(outlet, record(1)), Delivered)
+    await harness.clock.settle()
+    assert live_workers(outlet) == 1
+    await harness.clock.advance_settled(WORKER_IDLE_MS - 1)
+    assert live_workers(outlet) == 1  # not idle long enough yet
+    await harness.clock.advance_settled(1)
+    assert live_workers(outlet) == 0 and outlet._workers == 0
+    assert isinstance(await harness.push(outlet, record(2)), Delivered)  # a new worker
+    await harness.clock.settle()
+    assert live_workers(outlet) == 1
+
+
+async def test_a_record_since_the_trim_was_set_keeps_the_workers_another_period(
+        harness: Harness) -> None:
+    async def handle(item: ConsumedRecord) -> None:
+        return None
+
+    outlet = await harness.outlet(handle)
+    await harness.push(outlet, record(1))  # parks: the trim is set for WORKER_IDLE_MS
+    await harness.clock.advance_settled(WORKER_IDLE_MS // 2)
+    await harness.push(outlet, record(2))  # taken since: the trim looks again later
+    await harness.clock.advance_settled(WORKER_IDLE_MS // 2)
+    assert live_workers(outlet) == 1
+    await harness.clock.advance_settled(WORKER_IDLE_MS)
+    assert live_workers(outlet) == 0

@@ -123,7 +123,7 @@ def test_memory_holds_only_offsets_from_the_lowest_unfinished_one() -> None:
         tracker.add(offset)
         tracker.finish(offset)
     assert tracker.committable() == 10_000
-    assert len(tracker._window) == 0 and len(tracker._done) == 0
+    assert tracker._window is None and tracker._done == {}  # nothing held once all finished
 
 
 def test_repr_shows_position_and_pending() -> None:

@@ -275,7 +275,8 @@ class EgressActor(OutletActor):
         loop, batches = asyncio.get_running_loop(), self._batches
         while True:
             if not batches:
-                await self.park(loop)
+                if not await self.park(loop):
+                    return  # idle for WORKER_IDLE_MS: ended
                 continue
             await self._attempt_batch(await self._next_batch())
 

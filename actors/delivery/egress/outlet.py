@@ -41,6 +41,19 @@ ERROR_TEXT_LIMIT: Final = 200
 HEALTH_WINDOW: Final = 200  # outcomes the error rate is computed over
 RECENT_FAILURES: Final = 10
 RECOVERED_BELOW: Final = 0.2  # error rate under which a failing endpoint counts as recovered
+WORKER_IDLE_MS: Final = 10_000
+"""An outlet that took no record for this long ends its parked workers; the next records
+start new ones. A thousand subscriptions each kept up to their `pool` of parked workers
+after a burst: about 15 KiB a subscription (issue 24, memory after delivering)."""
+
+
+class _Trim:
+    """The outlet's own timer: end the parked workers if nothing came since it was set."""
+
+    __slots__ = ()
+
+
+_TRIM = _Trim()
 
 
 _WINDOW_MASK: Final = (1 << HEALTH_WINDOW) - 1
@@ -156,9 +169,9 @@ class OutletActor(Actor):
     mailbox_capacity = 4096
     # Slots: with the kernel's and a subclass's an outlet has over thirty attributes,
     # past what an instance dict shares keys for (a 1.5 KiB dict per subscription).
-    __slots__ = ("_duration", "_failing_logged", "_inflight", "_inflight_gauge", "_parked",
-                 "_pending", "_requests", "_requests_family", "_subscription", "_workers",
-                 "attempts", "endpoint", "health", "pool")
+    __slots__ = ("_duration", "_failing_logged", "_handled", "_inflight", "_inflight_gauge",
+                 "_parked", "_pending", "_requests", "_requests_family", "_subscription",
+                 "_trim_seen", "_workers", "attempts", "endpoint", "health", "pool")
 
     def __init__(self, name: str, subscription: str, endpoint: str, pool: int,
                  metrics: Registry) -> None:
@@ -169,8 +182,10 @@ class OutletActor(Actor):
         # accepted, not yet pushed; idle workers' wakeups (both made on first use: an
         # empty deque is 760 bytes, issue 24)
         self._pending: deque[tuple[Deliver, Ref]] | None = None
-        self._parked: deque[asyncio.Future[None]] | None = None
+        self._parked: deque[asyncio.Future[bool]] | None = None
         self._workers = 0
+        self._handled = 0  # records taken, to see whether any came since the trim was set
+        self._trim_seen: int | None = None  # `_handled` when the pending trim was set
         self._inflight = 0
         self.health = EndpointHealth()
         self.attempts: AttemptRing | None = None  # the subscription's, set by its owner
@@ -227,10 +242,14 @@ class OutletActor(Actor):
             if self._pending is None:
                 self._pending = deque()
             self._pending.append((message, message.reply_to))
+            self._handled += 1
             self._wake_or_grow()
             return None
         if isinstance(message, StatusQuery):
             return self._status()
+        if isinstance(message, _Trim):
+            self._trim()
+            return None
         raise UsageError(f"{self.path} handles Deliver and StatusQuery, got {message!r}")
 
     def _wake_or_grow(self) -> None:
@@ -240,7 +259,7 @@ class OutletActor(Actor):
         while parked_workers:
             parked = parked_workers.popleft()
             if not parked.done():  # done: its worker was cancelled
-                parked.set_result(None)
+                parked.set_result(True)
                 return
         if self._workers < self.pool:
             self._workers += 1
@@ -253,19 +272,44 @@ class OutletActor(Actor):
         assert pending is not None  # workers start for a record in it
         while True:
             if not pending:
-                await self.park(loop)
+                if not await self.park(loop):
+                    return  # idle for WORKER_IDLE_MS: ended
                 continue  # another worker may have taken the record it was woken for
             deliver, reply_to = pending.popleft()
             outcome = await self._attempt(deliver)
             reply_to.tell_system(outcome)
 
-    async def park(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait, idle, until `_wake_or_grow` wakes this worker."""
-        parked: asyncio.Future[None] = loop.create_future()
+    async def park(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Wait, idle, until `_wake_or_grow` wakes this worker (True) or the outlet ends
+        it, idle for `WORKER_IDLE_MS` (False)."""
+        parked: asyncio.Future[bool] = loop.create_future()
         if self._parked is None:
             self._parked = deque()
         self._parked.append(parked)
-        await parked
+        if self._trim_seen is None:
+            self._set_trim()
+        return await parked
+
+    def _set_trim(self) -> None:
+        self._trim_seen = self._handled
+        self.schedule(self.context.clock.monotonic_ms() + WORKER_IDLE_MS, _TRIM)
+
+    def _trim(self) -> None:
+        """End the parked workers if no record came since the trim was set; else look
+        again later, while some are parked. Counted out here, not by the worker when it
+        runs: a record that comes meanwhile may start a new one."""
+        seen, self._trim_seen = self._trim_seen, None
+        parked_workers = self._parked
+        if not parked_workers:
+            return
+        if seen != self._handled:
+            self._set_trim()
+            return
+        while parked_workers:
+            parked = parked_workers.popleft()
+            if not parked.done():
+                self._workers -= 1
+                parked.set_result(False)
 
     async def _attempt(self, deliver: Deliver) -> Delivered | Failed:
         record = deliver.record

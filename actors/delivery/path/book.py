@@ -198,7 +198,10 @@ class PartitionBook:
             return None
         while taken and (position is None or taken[0].offset < position):
             taken.popleft()  # finished: everything below the position is
-        return now_ms - taken[0].fetched_ms if taken else None
+        if not taken:
+            self._taken = None  # idle: no empty block kept (issue 24, memory)
+            return None
+        return now_ms - taken[0].fetched_ms
 
     def watch(self, now_ms: int, stall_after_ms: int) -> bool:
         """The stall watchdog, called periodically: True once when the commit position has

@@ -148,6 +148,8 @@ class Dispatcher(Generic[R]):
         if lane == _FREE:
             assert self._free is not None  # _next_lane saw it
             _, record = self._free.popleft()
+            if not self._free:
+                self._free = None  # no empty block kept (issue 24, memory)
         else:
             queue = self._queues[lane]
             _, record = queue.popleft()
@@ -168,6 +170,8 @@ class Dispatcher(Generic[R]):
         entry = self._inflight.pop(id(record), None)
         if entry is None:
             raise InvalidArgument(f"done() for a record that is not in flight: {record!r}")
+        if not self._inflight:
+            self._inflight = {}  # a dict keeps the size of its largest burst
         lane = entry[1]
         if lane == _FREE:
             return
