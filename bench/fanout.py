@@ -17,10 +17,10 @@ Per tree, on fresh topics:
 2. Fan-out: `--subscribers` subscriptions (each its own group.id) of one `--partitions`
    topic, subscribed through the admin API 25 at a time: the time until all answered,
    RSS growth per subscription once every cursor exists (and again after the deliveries
-   below), idle CPU of the worker and of the broker over `--idle-s` with nothing
-   produced, then `--records` records produced: the time until every subscriber has them
-   all (records x subscribers deliveries), and the worker's CPU per delivery over that
-   window.
+   below, and 22 s later: idle outlets' workers end after 10 to 20 s), idle CPU of the worker
+   and of the broker over `--idle-s` with nothing produced, then `--records` records
+   produced: the time until every subscriber has them all (records x subscribers
+   deliveries), and the worker's CPU per delivery over that window.
 
 The load average is printed beside every figure: a figure taken on a busy machine is not
 evidence. Every wait is bounded by `--timeout-s`.
@@ -312,6 +312,9 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["warm_load"] = load()
             gc.collect()  # and after delivering: what records, connections and rings added
             result["rss_after_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
+            await asyncio.sleep(22)  # past twice the outlets' WORKER_IDLE_MS: idle workers end
+            gc.collect()
+            result["rss_idle_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
             if args.tracemalloc:
                 note("after delivering:")
                 result["python_after_kib_per_sub"], _ = allocations(
@@ -448,7 +451,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']}; of which garbage collection "
               f"{r['fanout_gc_us']:.0f} us)")
-        print(f"  RSS after delivering: {r['rss_after_kib_per_sub']:.0f} KiB/subscription")
+        print(f"  RSS after delivering: {r['rss_after_kib_per_sub']:.0f} KiB/subscription, "
+              f"{r['rss_idle_kib_per_sub']:.0f} after 22 s idle")
         if "python_kib_per_sub" in r:
             print(f"  Python allocations: {r['python_kib_per_sub']:.1f} KiB/subscription "
                   f"({r['python_after_kib_per_sub']:.1f} after delivering); "

@@ -42,9 +42,10 @@ HEALTH_WINDOW: Final = 200  # outcomes the error rate is computed over
 RECENT_FAILURES: Final = 10
 RECOVERED_BELOW: Final = 0.2  # error rate under which a failing endpoint counts as recovered
 WORKER_IDLE_MS: Final = 10_000
-"""An outlet that took no record for this long ends its parked workers; the next records
-start new ones. A thousand subscriptions each kept up to their `pool` of parked workers
-after a burst: about 15 KiB a subscription (issue 24, memory after delivering)."""
+"""An outlet that took no record for this long (up to twice as long: records are counted,
+not timed) ends its parked workers; the next records start new ones. A thousand
+subscriptions each kept up to their `pool` of parked workers after a burst: about 15 KiB
+a subscription (issue 24, memory after delivering)."""
 
 
 class _Trim:
