@@ -405,6 +405,7 @@ class Actor:
                 await self.handle(message)
             else:
                 await self._dispatch(envelope)
+            del envelope, message  # an idle actor must not keep its last message alive
 
     async def _dispatch(self, envelope: _Envelope) -> None:
         reply = envelope.reply

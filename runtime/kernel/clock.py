@@ -89,10 +89,17 @@ async def settle_within(clock: Clock, futures: Sequence[asyncio.Future[Any]],
     if not pending:
         return
     together = asyncio.gather(*pending, return_exceptions=True)
+    together.add_done_callback(_read_outcome)  # a cancelled gather's error is read
     try:
         await finished_within(clock, together, timeout_ms)
     finally:
         together.cancel()  # the unanswered ones; nothing when every future is done
+
+
+def _read_outcome(future: asyncio.Future[Any]) -> None:
+    """Mark a future's outcome read: asyncio logs an error never retrieved otherwise."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def within(clock: Clock, awaitable: Awaitable[T], timeout_ms: int) -> T:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -333,3 +335,20 @@ def test_drain_returns_only_what_was_not_taken() -> None:
     box.get_nowait()
     assert [e.message for e in box.drain()] == [2, 3, 4]
     assert len(box) == 0 and box.has_room()
+
+
+async def test_an_idle_actor_keeps_no_reference_to_its_last_message() -> None:
+    class Payload:
+        pass
+
+    actor = Recorder()
+    system = await start(actor)
+    payload = Payload()
+    gone = weakref.ref(payload)
+    await actor.ask(payload)
+    actor.seen.clear()
+    del payload
+    await asyncio.sleep(0)
+    gc.collect()
+    assert gone() is None  # the loop waits for the next message without the last one
+    await system.stop()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
-from runtime.kernel.clock import FakeClock, RealClock
+from runtime.kernel.clock import FakeClock, RealClock, settle_within
 
 
 async def test_fake_alarms_ring_in_deadline_order_inside_advance() -> None:
@@ -53,3 +54,19 @@ async def test_real_alarms_ring_at_their_deadline_and_cancel() -> None:
     assert rung == []
     await asyncio.sleep(0.05)
     assert rung == ["on time"]
+
+
+async def test_settle_within_leaves_no_unread_error_behind_when_it_times_out() -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        never: asyncio.Future[None] = loop.create_future()
+        await settle_within(RealClock(), [never], 10)
+        assert never.cancelled()  # the unanswered one is cancelled
+        del never
+        await asyncio.sleep(0)
+        gc.collect()
+        assert reported == []  # asyncio said nothing about an error never retrieved
+    finally:
+        loop.set_exception_handler(None)

@@ -263,6 +263,7 @@ class EgressActor(OutletActor):
 
     def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
         batches = self._batches
+        self._handled += len(records)  # records taken: the idle trim sees them
         for record in records:
             batches.append((record.topic, record.partition), (record, epoch, reply_to, alone))
         for _ in range(min(len(records) // self._batch_size + 1, self.pool)):

@@ -170,8 +170,6 @@ class Dispatcher(Generic[R]):
         entry = self._inflight.pop(id(record), None)
         if entry is None:
             raise InvalidArgument(f"done() for a record that is not in flight: {record!r}")
-        if not self._inflight:
-            self._inflight = {}  # a dict keeps the size of its largest burst
         lane = entry[1]
         if lane == _FREE:
             return

@@ -753,7 +753,9 @@ class InstanceMemberActor(GroupConsumerActor):
                 # subscription of the client came meanwhile, a rebalance follows
                 kafka.pause(tp)
             for key in self._claimants(tp.topic):
-                await self._add_cursor(self.roster.riders[key], tp)
+                rider = self.roster.riders.get(key)  # a leave may have run meanwhile
+                if rider is not None:
+                    await self._add_cursor(rider, tp)
             self._journal("partition_assigned", tp, actor=self.path)
         if fresh:
             self._routed.update(self.roster.riders)
@@ -787,6 +789,10 @@ class InstanceMemberActor(GroupConsumerActor):
                 self.roster.leave(key)
                 self._routed.discard(key)
                 self._retune = True
+                for tp, fanout in self.fanouts.items():  # a cursor an assignment started
+                    if key in fanout.cursors:  # while this drained: its tree stops it
+                        self._cancel_read((key, tp))
+                        fanout.remove(key)
             if not leave.done.done():
                 leave.done.set_result(None)
 
@@ -931,7 +937,9 @@ class RiderActor(Actor):
         self.leave_ms = leave_ms
 
     async def on_start(self) -> None:
-        await self.member.ask(Join(self.rider))
+        # told, not asked: the member may be busy with a rebalance (its Assign starts
+        # thousands of cursors); the join is in its mailbox before any later Leave
+        await self.member.tell(Join(self.rider))
 
     async def on_stop(self) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -950,9 +958,9 @@ class RiderActor(Actor):
 
     async def _member_status(self) -> MemberStatus | None:
         """The member's status for this subscription, asked of the member (None when it
-        does not answer in time). The member's handler never waits for a rider, so this
-        wait cannot close a circle; it holds only this rider, whose mailbox carries
-        nothing else but its stop."""
+        does not answer in time: busy with a rebalance, say). The member's handler never
+        waits for a rider, so this wait cannot close a circle; it holds only this rider,
+        whose mailbox carries nothing else but its stop."""
         try:
             reply = self.member.ask_nowait(StatusQuery(self.rider.settings.key))
         except ActorDeadError:
