@@ -491,10 +491,13 @@ class InstanceMemberActor(GroupConsumerActor):
         if positions is None:
             self._seat_rewinds.update(current)  # the coordinator did not answer: again
             return
-        # the awaits let the member's task handle a `Revoke`: keep what is still ours
-        positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
+        # the awaits let the member's task handle a `Revoke` (and an `Assign` again): keep
+        # the seats still ours in the same incarnation; a new one sends its own rewind
+        positions = {seat: p for seat, p in positions.items()
+                     if self._current(seat, current[seat])}
         starts = await self._starts(kafka, positions)
-        positions = {seat: p for seat, p in positions.items() if seat[1] in self.fanouts}
+        positions = {seat: p for seat, p in positions.items()
+                     if self._current(seat, current[seat])}
         for tp in {tp for _key, tp in positions}:
             self._seek(kafka, tp, {k: s for (k, t), s in starts.items() if t == tp})
         for seat, position in positions.items():
