@@ -66,14 +66,22 @@ class Responder(asyncio.Protocol):
                 if len(self.buffer) > MAX_HEAD_BYTES:
                     self.transport.close()
                 return False
-            self.body_left = content_length(bytes(self.buffer[:end]))
+            self.body_left = self._head(bytes(self.buffer[:end]))
             del self.buffer[: end + 4]
         if len(self.buffer) < self.body_left:
             return False
         del self.buffer[: self.body_left]
         self.body_left = -1
-        self.transport.write(RESPONSE)
+        self.transport.write(self._answer())
         return True
+
+    def _head(self, head: bytes) -> int:
+        """A request's head arrived: its body's length."""
+        return content_length(head)
+
+    def _answer(self) -> bytes:
+        """The answer to the request whose body was just read."""
+        return RESPONSE
 
 
 Counts = dict[str, dict[str, int]]  # path -> webhook-id -> receipts
@@ -111,23 +119,9 @@ class Counter(Responder):
         self.counts = counts
         self.method, self.path, self.wid = b"", b"", ""
 
-    def _step(self) -> bool:
-        assert self.transport is not None
-        if self.body_left < 0:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buffer) > MAX_HEAD_BYTES:
-                    self.transport.close()
-                return False
-            self.method, self.path, self.body_left, self.wid = request_of(
-                bytes(self.buffer[:end]))
-            del self.buffer[: end + 4]
-        if len(self.buffer) < self.body_left:
-            return False
-        del self.buffer[: self.body_left]
-        self.body_left = -1
-        self.transport.write(self._answer())
-        return True
+    def _head(self, head: bytes) -> int:
+        self.method, self.path, length, self.wid = request_of(head)
+        return length
 
     def _answer(self) -> bytes:
         """Counts a whole request (a body cut short by a killed sender is not a receipt)."""

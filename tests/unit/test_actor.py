@@ -110,13 +110,19 @@ async def test_an_ask_being_handled_when_the_actor_is_cancelled_fails_instead_of
         await task
 
 
-async def test_tell_nowait_on_a_full_mailbox_raises() -> None:
+async def held_at_the_gate(capacity: int) -> tuple[Recorder, asyncio.Event, ActorSystem]:
+    """A running recorder with a `capacity` mailbox, holding message 1 at its gate."""
     gate = asyncio.Event()
     actor = Recorder(gate=gate)
-    actor._mailbox = Mailbox(2)
+    actor._mailbox = Mailbox(capacity)
     system = await start(actor)
     actor.tell_nowait(1)
     await asyncio.sleep(0)  # the actor takes message 1 and blocks on the gate
+    return actor, gate, system
+
+
+async def test_tell_nowait_on_a_full_mailbox_raises() -> None:
+    actor, gate, system = await held_at_the_gate(2)
     actor.tell_nowait(2)
     actor.tell_nowait(3)
     with pytest.raises(MailboxFullError):
@@ -128,12 +134,7 @@ async def test_tell_nowait_on_a_full_mailbox_raises() -> None:
 
 
 async def test_ask_nowait_passes_a_full_mailbox_and_is_answered_in_turn() -> None:
-    gate = asyncio.Event()
-    actor = Recorder(gate=gate)
-    actor._mailbox = Mailbox(1)
-    system = await start(actor)
-    actor.tell_nowait(1)
-    await asyncio.sleep(0)  # the actor takes message 1 and blocks on the gate
+    actor, gate, system = await held_at_the_gate(1)
     actor.tell_nowait(2)  # the mailbox is full now
     reply = actor.ask_nowait("status")
     gate.set()

@@ -221,9 +221,10 @@ class AttemptRing:
             self._topics.append(topic)
         else:  # full: the oldest slot is overwritten
             slot, self._head = self._head, (self._head + 1) % self.capacity
-            self._wide[3 * slot:3 * slot + 3] = array("q", (offset, record_ts_ms, at))
-            self._ints[3 * slot:3 * slot + 3] = array(
-                "i", (partition, number, -1 if status is None else status))
+            wide, ints, at3 = self._wide, self._ints, 3 * slot  # no array built per attempt
+            wide[at3], wide[at3 + 1], wide[at3 + 2] = offset, record_ts_ms, at
+            ints[at3], ints[at3 + 1], ints[at3 + 2] = (
+                partition, number, -1 if status is None else status)
             self._latency[slot] = latency
             self._outcomes[slot] = OUTCOMES.index(outcome)
             self._topics[slot] = topic
