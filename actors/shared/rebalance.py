@@ -66,7 +66,9 @@ class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]  # aio
     async def _hand_over(self, message: Revoke | Assign) -> bool:
         """Whether the consumer did the work."""
         try:
-            await self.consumer.ask(message)
+            answer = await self.consumer.ask(message)
+            if isinstance(answer, asyncio.Future):
+                await answer  # done on the consumer's own tasks (the instance member)
         except ActorDeadError:
             log.debug("rebalance: the consumer stopped before it could take %r", message)
             return False

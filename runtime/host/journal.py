@@ -87,7 +87,7 @@ RecordEventType = Literal[
     "fetched", "sent", "delivered", "failed", "retry_scheduled", "dead_lettered",
 ]
 EventType = Literal[
-    RecordEventType, "dead_letter_failed", "committed", "stalled", "replayed",
+    RecordEventType, "dead_letter_failed", "committed", "stalled", "replayed", "offset_reset",
     "actor_started", "actor_restarted", "actor_stopped", "actor_crashed",
     "partition_assigned", "partition_revoked", "delay_forwarded", "journal_dropped",
     "breaker_changed", "subscription_disabled", "filtered",

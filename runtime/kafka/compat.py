@@ -193,12 +193,18 @@ def lag(consumer: AIOKafkaConsumer, tp: TopicPartition, position: int) -> int | 
     None while unknown: the partition is not assigned or nothing was fetched yet.
     Not `end_offsets()`, which the embedded broker gets wrong (see quirk 2).
     """
+    found = highwater(consumer, tp)
+    return None if found is None else max(found - position, 0)
+
+
+def highwater(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """The last fetch's high watermark of `tp`; None when unknown or `tp` is no longer
+    assigned (aiokafka's `highwater` asserts it is: a subscribe that changed the topics
+    unassigns at once, before the rebalance says so; issue 32, item 5)."""
     if tp not in consumer.assignment():
         return None
-    highwater: int | None = consumer.highwater(tp)
-    if highwater is None:
-        return None
-    return max(highwater - position, 0)
+    found: int | None = consumer.highwater(tp)
+    return found
 
 
 # -- 10. a fetch that waits 0 ms ----------------------------------------------------------

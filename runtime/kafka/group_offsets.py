@@ -16,6 +16,12 @@ rolling upgrade) refuses commits without a generation (`UNKNOWN_MEMBER_ID`,
 `ILLEGAL_GENERATION`, `REBALANCE_IN_PROGRESS`): `commit` returns the refusal per group and
 the caller keeps the position to send it again; nothing is lost, the records since the
 last accepted commit are delivered again if the partition moves meanwhile.
+
+A round never raises (issue 32, item 4): a broker cut closes the client's transport, and
+aiokafka then raises `RuntimeError` or `OSError`, not only `KafkaError`; every failure is a
+`Refusal`. A partition the broker does not know (`UNKNOWN_TOPIC_OR_PARTITION`: the topic
+was deleted) is named in `gone`, so the caller drops the position instead of sending it
+to a topic created again under that name.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ NO_GENERATION = -1
 NO_MEMBER = ""
 KEEP_FOREVER = -1  # retention_time: the broker's default
 _STALE_COORDINATOR = frozenset({14, 15, 16})  # loading, not available, not coordinator
+_UNKNOWN_PARTITION = 3
 
 
 @dataclass(slots=True)
@@ -46,6 +53,8 @@ class Refusal:
     group: str
     reason: str
     retriable: bool = True
+    gone: frozenset[TopicPartition] = frozenset()
+    """Partitions the broker does not know (deleted topics)."""
 
 
 @dataclass(slots=True)
@@ -91,13 +100,16 @@ class GroupOffsets:
         request = OffsetCommitRequest(group, NO_GENERATION, NO_MEMBER, KEEP_FOREVER, topics)
         try:
             response = await self._send(group, request)
-        except KafkaError as exc:
+        except (KafkaError, OSError, RuntimeError, TimeoutError) as exc:
             return Refusal(group, f"commit failed: {exc!r}")
-        for _topic, partitions in response.topics:
-            for _partition, error in partitions:
-                if error:
-                    return self._refused(group, error)
-        return None
+        errors = {TopicPartition(topic, partition): error
+                  for topic, partitions in response.topics
+                  for partition, error in partitions if error}
+        gone = frozenset(tp for tp, error in errors.items() if error == _UNKNOWN_PARTITION)
+        if gone:
+            return Refusal(group, f"commit refused: {', '.join(map(str, sorted(gone)))} "
+                                  "unknown (deleted)", gone=gone)
+        return self._refused(group, next(iter(errors.values()))) if errors else None
 
     def _refused(self, group: str, code: int) -> Refusal:
         if code in _STALE_COORDINATOR:
@@ -112,7 +124,7 @@ class GroupOffsets:
         node = await self._coordinator(group)
         try:
             return await self.client.send(node, request)
-        except KafkaError:
+        except (KafkaError, OSError, RuntimeError):
             self._coordinators.pop(group, None)
             raise
 

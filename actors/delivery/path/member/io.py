@@ -1,0 +1,168 @@
+"""The instance member's I/O: each function runs in a task the member owns, reads or
+writes Kafka (or asks cursors and their supervisors), and tells the member what came back.
+None of them touches the member's state (issue 32, item 10); none raises for a broker that
+does not answer: that is an answer too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from actors.delivery.path.member.commits import Outcome, Round, Seat
+from actors.delivery.path.member.messages import (
+    CommitsSettled,
+    CursorFailed,
+    Drained,
+    HighwatersRead,
+    PositionsRead,
+    Retired,
+    TopicsListed,
+)
+from actors.delivery.path.member.positions import Bounds
+from actors.shared.group_consumer import DRAIN_GRACE_MS
+from actors.shared.messages import Drain
+from runtime.errors import ActorDeadError, ActorStartError
+from runtime.kafka import compat
+from runtime.kafka.group_offsets import GroupOffsets
+from runtime.kafka.highwater import read_highwaters
+from runtime.kernel import Actor, ChildSpec, Clock, Ref, Supervisor, within
+
+log = logging.getLogger(__name__)
+READ_TIMEOUT_MS = 10_000
+"""How long a read of positions or topics may take before it counts as failed."""
+FAILURES = (Exception,)
+"""What a cut, a closed transport or a broker error raise here: never `CancelledError`."""
+
+
+async def commit_round(offsets: GroupOffsets, round_: Round, member: Ref) -> None:
+    try:
+        refusals = await offsets.commit(round_.by_group())
+        outcome = Outcome(refused={r.group: r.reason for r in refusals},
+                          gone=frozenset(tp for r in refusals for tp in r.gone))
+    except FAILURES as exc:  # a client that is closing: the whole round failed
+        outcome = Outcome(failed=repr(exc))
+    member.tell_system(CommitsSettled(round_, outcome))
+
+
+async def read_positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets,
+                         asked: dict[Seat, int], groups: dict[Seat, str],
+                         known_ends: dict[TopicPartition, int], clock: Clock,
+                         member: Ref) -> None:
+    """The committed offsets of the seats' groups (one request per group) and the bounds
+    of their partitions' logs."""
+    try:
+        committed, bounds = await within(
+            clock, _positions(kafka, offsets, list(asked), groups, known_ends),
+            READ_TIMEOUT_MS)
+        read = PositionsRead(asked, committed, bounds)
+    except FAILURES as exc:
+        read = PositionsRead(asked, failed=repr(exc))
+    member.tell_system(read)
+
+
+async def _positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets, seats: list[Seat],
+                     groups: dict[Seat, str], known_ends: dict[TopicPartition, int],
+                     ) -> tuple[dict[Seat, int | None], dict[TopicPartition, Bounds]]:
+    by_group: dict[str, list[Seat]] = defaultdict(list)
+    for seat in seats:
+        by_group[groups[seat]].append(seat)
+    tps = sorted({tp for _key, tp in seats})
+    found, bounds = await asyncio.gather(
+        asyncio.gather(*(offsets.fetch(g, sorted({tp for _k, tp in s}))
+                         for g, s in by_group.items())),
+        _bounds(kafka, tps, known_ends))
+    committed: dict[Seat, int | None] = {}
+    for group_seats, positions in zip(by_group.values(), found, strict=True):
+        for seat in group_seats:
+            committed[seat] = positions[seat[1]]
+    return committed, bounds
+
+
+async def _bounds(kafka: AIOKafkaConsumer, tps: list[TopicPartition],
+                  known_ends: dict[TopicPartition, int]) -> dict[TopicPartition, Bounds]:
+    """Each log's first offset (ListOffsets) and end (a fetch's high watermark: right on
+    the embedded broker too, runtime/kafka/highwater.py). A bound that cannot be read is
+    left unknown (not checked), never guessed."""
+    starts: dict[TopicPartition, int] = {}
+    with contextlib.suppress(*FAILURES):
+        starts = {tp: int(o) for tp, o in (await kafka.beginning_offsets(tps)).items()}
+    probes = {tp: known_ends.get(tp, starts.get(tp, 0)) for tp in tps}
+    ends: dict[TopicPartition, int] = {}
+    with contextlib.suppress(*FAILURES):
+        ends = await read_highwaters(compat.client_of(kafka), probes)
+    return {tp: Bounds(starts.get(tp), ends.get(tp)) for tp in tps}
+
+
+async def read_ends(kafka: AIOKafkaConsumer, starts: dict[TopicPartition, int],
+                    clock: Clock, timeout_ms: int, member: Ref) -> None:
+    found: dict[TopicPartition, int] = {}
+    with contextlib.suppress(*FAILURES):
+        found = await within(clock, read_highwaters(compat.client_of(kafka), starts),
+                             timeout_ms)
+    member.tell_system(HighwatersRead(found))
+
+
+async def list_topics(kafka: AIOKafkaConsumer, clock: Clock, member: Ref) -> None:
+    topics: frozenset[str] | None = None
+    try:
+        topics = frozenset(await within(clock, kafka.topics(), READ_TIMEOUT_MS))
+    except FAILURES as exc:
+        log.warning("listing the cluster's topics failed (%r); trying again", exc)
+    member.tell_system(TopicsListed(topics))
+
+
+async def drain_positions(cursors: dict[Seat, Actor | None], clock: Clock,
+                          drain_ms: int) -> dict[Seat, int | None]:
+    """Ask each cursor to drain (in parallel): their final positions (None: the cursor did
+    not answer in time; its last commit stands)."""
+    deadline = clock.monotonic_ms() + drain_ms
+
+    async def one(cursor: Actor | None) -> int | None:
+        if cursor is None:
+            return None
+        done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        try:
+            await cursor.tell(Drain(deadline, done))
+            return await within(clock, done, drain_ms + DRAIN_GRACE_MS)
+        except (ActorDeadError, TimeoutError):
+            return None
+
+    seats = list(cursors)
+    found = await asyncio.gather(*(one(cursors[seat]) for seat in seats))
+    return dict(zip(seats, found, strict=True))
+
+
+async def drain(number: int, cursors: dict[Seat, Actor | None], clock: Clock, drain_ms: int,
+                member: Ref) -> None:
+    member.tell_system(Drained(number, await drain_positions(cursors, clock, drain_ms)))
+
+
+async def stop_all(cursors: Iterable[tuple[Supervisor, str]]) -> None:
+    by_supervisor: dict[Supervisor, list[str]] = defaultdict(list)
+    for supervisor, name in cursors:
+        by_supervisor[supervisor].append(name)
+    for supervisor, names in by_supervisor.items():
+        with contextlib.suppress(ActorDeadError):
+            if supervisor.alive:
+                await supervisor.stop_children([n for n in names if supervisor.has_child(n)])
+
+
+async def stop(number: int, cursors: list[tuple[Supervisor, str]], member: Ref) -> None:
+    await stop_all(cursors)
+    member.tell_system(Retired(number))
+
+
+async def start_cursors(specs: list[tuple[Seat, Supervisor, ChildSpec]], member: Ref) -> None:
+    """Start cursors (each says itself that it runs: `Rewind`); tell the member of those
+    that could not start."""
+    for seat, supervisor, spec in specs:
+        try:
+            await supervisor.start_child(spec)
+        except (ActorDeadError, ActorStartError):
+            member.tell_system(CursorFailed(seat))

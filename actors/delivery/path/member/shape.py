@@ -1,0 +1,59 @@
+"""What the member's rooms (cursors.py, topics.py) see of the member: its books and the
+few acts they perform through it. A protocol, so the rooms do not import the actor that
+holds them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Protocol, TypeVar
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from actors.delivery.path.fanout import Fanout
+from actors.delivery.path.member.commits import CommitBook, Seat
+from actors.delivery.path.member.positions import Incarnations
+from actors.delivery.path.member.seats import Seats
+from actors.delivery.path.roster import Roster
+from actors.shared.rebalance import RebalanceListener
+from runtime.host.journal import EventType
+from runtime.host.metrics import Value
+from runtime.kafka.group_offsets import GroupOffsets
+from runtime.kernel import Ref
+from runtime.kernel.actor import ActorContext
+
+T = TypeVar("T")
+
+
+class Member(Ref, Protocol):
+    roster: Roster
+    fanouts: dict[TopicPartition, Fanout]
+    owned: set[TopicPartition]
+    kafka: AIOKafkaConsumer | None
+    offsets: GroupOffsets | None
+    commits: CommitBook
+    seats: Seats
+    incarnations: Incarnations
+    listener: RebalanceListener
+    context: ActorContext
+    rebalances: int
+    m_rebalances: Value
+    m_generation: Value
+    m_assigned: Value
+    m_riders: Value
+
+    @property
+    def path(self) -> str: ...
+
+    def spawn(self, coro: Coroutine[object, None, T], name: str | None = None,
+              ) -> asyncio.Task[T]: ...
+
+    def journal(self, kind: EventType, tp: TopicPartition, *, subscription: str | None = None,
+                offset: int | None = None, reason: str | None = None,
+                actor: str | None = None) -> None: ...
+
+    def generation(self) -> int: ...
+
+    def cancel_read(self, seat: Seat) -> None: ...
+
+    def flush(self) -> None: ...

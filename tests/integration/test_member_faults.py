@@ -1,0 +1,207 @@
+"""The instance member under faults (issue 32): every record of a recreated topic, of a
+topic created after its subscriptions, of a position outside the log; no member crash when
+the topic union changes; a graceful stop that delivers nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+
+from runtime.host.app import Runtime
+from runtime.kafka import compat, create_topics, make_admin, make_consumer
+from runtime.kafka.group_offsets import GroupOffsets
+from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import (
+    Admin,
+    Push,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def member_crashes(runtime: Runtime) -> list[str]:
+    """The instance members' crashes, as they happen (their paths)."""
+    crashed: list[str] = []
+    runtime.listen("actor_crashed", lambda e: crashed.append(e.actor or "")
+                   if "instance:" in (e.actor or "") else None)
+    return crashed
+
+
+async def subscribe(api: Admin, ids: list[str], topic: str, url: str,
+                    **properties: str) -> None:
+    for sub_id in ids:
+        body = subscription(sub_id, [{"name": topic, "config": {"concurrencyFactor": 10}}],
+                            url)
+        body["properties"] = properties
+        await api.subscribe(body)
+
+
+def counts(receiver: Receiver, topic: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for consumer, t, _p, _o in receiver.delivered():
+        if t == topic:
+            found[consumer] = found.get(consumer, 0) + 1
+    return found
+
+
+async def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = make_admin(bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
+
+
+async def commit_everywhere(bootstrap: str, group: str, topic: str, partitions: int,
+                            offset: int) -> None:
+    """Commit `offset` on every partition for `group`, without membership."""
+    reader = make_consumer(bootstrap, group_id=None, enable_auto_commit=False)
+    await reader.start()
+    try:
+        refused = await GroupOffsets(compat.client_of(reader)).commit(
+            {group: {TopicPartition(topic, p): offset for p in range(partitions)}})
+        assert not refused, refused
+    finally:
+        await reader.stop()
+
+
+async def slow(push: Push) -> int:
+    await asyncio.sleep(0.02)
+    return 200
+
+
+async def test_a_topic_deleted_and_recreated_under_live_subscriptions_loses_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """Deleted mid-stream, while commits are being refused as unknown: none of them may
+    reach the new topic of that name (its cursors would start there, past records)."""
+    topic = await topic_factory(partitions=4)
+    ids = [f"rc{n}" for n in range(5)]
+    receiver = await Receiver(slow).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            crashed = member_crashes(runtime)
+            await subscribe(Admin(runtime), ids, topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 400, partitions=4)
+            await receiver.wait_for(lambda: len(receiver.ok) >= 300, timeout_s=60)
+            revoked = asyncio.Event()
+            runtime.listen("partition_revoked",
+                           lambda e: revoked.set() if e.topic == topic else None)
+            await delete_topic(kafka_bootstrap, topic)
+            await asyncio.wait_for(revoked.wait(), 60)  # the member saw it go
+            await create_topics(kafka_bootstrap, {topic: 4})
+            before = len(receiver.ok)
+            await produce(kafka_bootstrap, topic, 80, partitions=4, start=1000)
+            # the new topic's offsets start at 0 again: count the new values
+            await receiver.wait_for(
+                lambda: all(n == 80 for n in new_values(receiver, before).values())
+                and len(new_values(receiver, before)) == len(ids), timeout_s=60)
+            assert crashed == []
+    finally:
+        await receiver.stop()
+
+
+def new_values(receiver: Receiver, since: int) -> dict[str, int]:
+    """Per consumer, how many distinct values of the second production (v1000...) came."""
+    seen: dict[str, set[bytes]] = {}
+    wanted = {f"v{i}".encode() for i in range(1000, 1080)}
+    for push in receiver.ok[since:]:
+        if push.body in wanted:
+            seen.setdefault(push.consumer, set()).add(push.body)
+    return {c: len(v) for c, v in seen.items()}
+
+
+async def test_a_committed_position_past_the_log_end_is_reset_and_delivers(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=2)
+    await produce(kafka_bootstrap, topic, 40, partitions=2)
+    await commit_everywhere(kafka_bootstrap, "g-past", topic, 2, 5000)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            resets: list[int | None] = []
+            runtime.listen("offset_reset", lambda e: resets.append(e.offset))
+            await subscribe(Admin(runtime), ["past"], topic, receiver.url,
+                            **{"auto.offset.reset": "earliest"})
+            await receiver.wait_for(lambda: counts(receiver, topic).get("past_g-past") == 40,
+                                    timeout_s=30)
+            assert sorted(resets) == [5000, 5000]  # journaled: where it was, per partition
+    finally:
+        await receiver.stop()
+
+
+async def test_a_topic_created_after_its_subscriptions_is_read(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    first = await topic_factory(partitions=1)
+    late = f"late-{first}"
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe(api, ["early"], first, receiver.url)
+            await produce(kafka_bootstrap, first, 1)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 1, timeout_s=30)
+            await subscribe(api, ["w1"], late, receiver.url)
+            await asyncio.sleep(2)  # the second subscription comes later (the fault's shape)
+            await subscribe(api, ["w2"], late, receiver.url)
+            await create_topics(kafka_bootstrap, {late: 2})
+            await produce(kafka_bootstrap, late, 20, partitions=2)
+            await receiver.wait_for(
+                lambda: counts(receiver, late) == {"w1_g-w1": 20, "w2_g-w2": 20},
+                timeout_s=30)
+    finally:
+        await receiver.stop()
+
+
+async def test_unsubscribing_the_only_reader_of_a_topic_does_not_crash_the_member(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    kept, dropped = await topic_factory(partitions=2), await topic_factory(partitions=2)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            crashed = member_crashes(runtime)
+            api = Admin(runtime)
+            await subscribe(api, ["keep"], kept, receiver.url)
+            await subscribe(api, ["drop"], dropped, receiver.url)
+            await produce(kafka_bootstrap, kept, 10, partitions=2)
+            await produce(kafka_bootstrap, dropped, 10, partitions=2)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 20, timeout_s=30)
+            for _ in range(3):
+                status, reply = await api.call("POST", "/broker/unsubscribe",
+                                               {"id": "drop", "group.id": "g-drop"})
+                assert status == 200, reply
+                await subscribe(api, ["drop"], dropped, receiver.url)
+            await produce(kafka_bootstrap, kept, 10, partitions=2, start=10)
+            await receiver.wait_for(lambda: counts(receiver, kept) == {"keep_g-keep": 20},
+                                    timeout_s=30)
+            assert crashed == []
+    finally:
+        await receiver.stop()
+
+
+async def test_a_graceful_stop_mid_stream_delivers_nothing_twice(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=2)
+    ids = [f"gs{n}" for n in range(5)]
+    receiver = await Receiver().start()
+    total = 600
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await subscribe(Admin(runtime), ids, topic, receiver.url)
+            producing = asyncio.create_task(produce(kafka_bootstrap, topic, total,
+                                                    partitions=2))
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 300, timeout_s=60)
+        await producing
+        async with make_runtime(kafka_bootstrap, tmp_path):
+            await receiver.wait_for(lambda: len(receiver.delivered()) == total * len(ids),
+                                    timeout_s=60)
+    finally:
+        await receiver.stop()
+    assert receiver.duplicates() == []
