@@ -234,6 +234,14 @@ class Drain:
 
     deadline_ms: int
     done: asyncio.Future[int | None]
+    keep: bool = False
+    """Hold, do not give up: the buffered records stay (a rebalance may give the partition
+    back; `Resume` then carries on without fetching them again; issue 32, item 6)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Consumer -> partition actor: a drain that kept its records is over; carry on."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,34 +68,42 @@ class GroupOffsets:
     _coordinators: dict[str, int] = field(default_factory=dict)
 
     async def commit(self, positions: Mapping[str, Mapping[TopicPartition, int]],
-                     ) -> list[Refusal]:
-        """Commit every group's positions (one request per group, all at once); the
-        groups that refused, with why."""
+                     metadata: str = "") -> list[Refusal]:
+        """Commit every group's positions (one request per group, all at once), each with
+        `metadata` (who wrote it); the groups that refused, with why."""
         groups = [g for g, tps in positions.items() if tps]
-        results = await asyncio.gather(*(self._commit_one(g, positions[g]) for g in groups))
+        results = await asyncio.gather(*(self._commit_one(g, positions[g], metadata)
+                                         for g in groups))
         return [r for r in results if r is not None]
 
     async def fetch(self, group: str, tps: list[TopicPartition]
                     ) -> dict[TopicPartition, int | None]:
         """The group's committed offsets of `tps` (None: nothing committed). Raises
         `KafkaError` when the group's coordinator cannot answer."""
+        found = await self.fetch_with_metadata(group, tps)
+        return {tp: offset for tp, (offset, _metadata) in found.items()}
+
+    async def fetch_with_metadata(self, group: str, tps: list[TopicPartition],
+                                  ) -> dict[TopicPartition, tuple[int | None, str]]:
+        """The group's committed offsets of `tps`, each with the metadata its writer
+        left ("" when none)."""
         wanted = [(topic, [p for p, _ in parts])
                   for topic, parts in _by_topic(dict.fromkeys(tps, 0)).items()]
         request = OffsetFetchRequest(group, wanted)
         response = await self._send(group, request)
-        found: dict[TopicPartition, int | None] = dict.fromkeys(tps)
+        found: dict[TopicPartition, tuple[int | None, str]] = dict.fromkeys(tps, (None, ""))
         for topic, partitions in response.topics:
-            for partition, offset, _metadata, error in partitions:
+            for partition, offset, metadata, error in partitions:
                 tp = TopicPartition(topic, partition)
                 if error:
                     raise for_code(error)(f"offset fetch of group {group} {tp}")
                 if tp in found:
-                    found[tp] = offset if offset >= 0 else None
+                    found[tp] = (offset if offset >= 0 else None, metadata or "")
         return found
 
     async def _commit_one(self, group: str, positions: Mapping[TopicPartition, int],
-                          ) -> Refusal | None:
-        topics = [(topic, [(p, off, "") for p, off in parts])
+                          metadata: str) -> Refusal | None:
+        topics = [(topic, [(p, off, metadata) for p, off in parts])
                   for topic, parts in _by_topic(positions).items()]
         request = OffsetCommitRequest(group, NO_GENERATION, NO_MEMBER, KEEP_FOREVER, topics)
         try:

@@ -5,13 +5,15 @@ the topic union changes; a graceful stop that delivers nothing twice."""
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
 from aiokafka import TopicPartition
 
 from runtime.host.app import Runtime
-from runtime.kafka import compat, create_topics, make_admin, make_consumer
+from runtime.kafka import compat, create_topics, make_admin, make_consumer, make_producer
+from runtime.kafka.broker import free_port
 from runtime.kafka.group_offsets import GroupOffsets
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
@@ -21,6 +23,13 @@ from tests.integration.delivery_harness import (
     make_runtime,
     produce,
     subscription,
+)
+from tests.integration.test_fanout import eventually
+from tests.integration.test_process_restart import (
+    admin,
+    start_process,
+    terminate,
+    write_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -205,3 +214,91 @@ async def test_a_graceful_stop_mid_stream_delivers_nothing_twice(
     finally:
         await receiver.stop()
     assert receiver.duplicates() == []
+
+
+async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """Issue 32, item 7: a graceful stop drains what is in flight and commits it, so the
+    next process starts exactly after: no record is pushed twice."""
+    topic = await topic_factory(partitions=2)
+    ids = [f"st{n}" for n in range(5)]
+    rand = random.Random(32)
+
+    async def quick(push: Push) -> int:
+        await asyncio.sleep(rand.random() * 0.005)
+        return 200
+
+    receiver = await Receiver(quick).start()
+    port = free_port()
+    config = write_config(tmp_path, kafka_bootstrap, port)
+    total = 1000
+    process = await start_process(config, port)
+    try:
+        for sub_id in ids:
+            body = subscription(sub_id, [{"name": topic, "config": {"concurrencyFactor": 10}}],
+                                receiver.url)
+            status, reply = await admin(port, "POST", "/broker/subscription", body)
+            assert status == 200, reply
+        producing = asyncio.create_task(produce(kafka_bootstrap, topic, total, partitions=2))
+        await receiver.wait_for(lambda: len(receiver.ok) >= total, timeout_s=60)
+        code, _took = await terminate(process)
+        assert code == 0
+        await producing
+        process = await start_process(config, port)
+        await receiver.wait_for(lambda: len(receiver.delivered()) == total * len(ids),
+                                timeout_s=90)
+        code, _ = await terminate(process)
+        assert code == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await receiver.stop()
+    assert receiver.duplicates() == []
+
+
+async def test_two_deployments_committing_one_group_are_reported_not_ready(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """Issue 32, item 8: two instances with their own folders form two instance groups;
+    both read every partition and commit to the subscription's group. That is reported:
+    an ERROR, `/readyz` not ready naming the other instance group, and the status."""
+    topic = await topic_factory(partitions=2)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path / "one") as one, \
+                make_runtime(kafka_bootstrap, tmp_path / "two") as two:
+            for runtime in (one, two):
+                await subscribe(Admin(runtime), ["twice"], topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 20, partitions=2)
+            await receiver.wait_for(lambda: len(receiver.ok) >= 40, timeout_s=60)
+
+            async def stream() -> None:  # both commit as records come, each its own
+                producer = make_producer(kafka_bootstrap, acks="all")
+                await producer.start()
+                try:
+                    for n in range(2000):
+                        await producer.send_and_wait(topic, b"more", partition=n % 2)
+                        await asyncio.sleep(0.02)
+                finally:
+                    await producer.stop()
+
+            streaming = asyncio.create_task(stream())
+
+            async def reasons(runtime: Runtime) -> list[str]:
+                status, body = await Admin(runtime).call("GET", "/readyz")
+                return [] if status == 200 else list(body["reasons"])
+
+            async def both_report() -> bool:
+                found = [await reasons(r) for r in (one, two)]
+                return all(any("also committed to by instance group" in r for r in rs)
+                           for rs in found)
+
+            try:
+                await eventually(both_report, timeout_s=60)
+            finally:
+                streaming.cancel()
+            status, body = await Admin(one).call("GET", "/broker/subscription/twice/g-twice")
+            assert status == 200
+            assert "also committed to" in str(body)
+    finally:
+        await receiver.stop()

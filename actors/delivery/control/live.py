@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 from actors.delivery.control.status import Counters, Live
 from actors.delivery.egress.outlet import OutletActor
 from actors.delivery.egress.status import OutletStatus
-from actors.delivery.path.member import RiderActor
+from actors.delivery.path.member import InstanceMemberActor, RiderActor
+from actors.delivery.path.member.messages import Problems
 from actors.delivery.path.partition import PartitionActor
 from actors.delivery.path.status import STATUS_TIMEOUT_MS, MemberStatus, PartitionStatus
 from actors.shared.messages import StatusQuery
@@ -143,6 +144,19 @@ async def stalls(trees: Mapping[str, Supervisor], clock: Clock, stall_after_ms: 
             + (f" (lag {p.lag})" if p.lag is not None else "")
             for key, replies in asked.items() for p in sorted_partitions(replies)
             if p.stalled_for_ms is not None]
+
+
+async def member_problems(groups: Supervisor, clock: Clock,
+                          timeout_ms: int = STATUS_TIMEOUT_MS) -> list[str]:
+    """What the instance members report against readiness (a foreign writer of a
+    subscription's group: issue 32, item 8), asked of them all at once."""
+    members = [actor for name in groups.children()
+               if isinstance(actor := groups.child(name), InstanceMemberActor)]
+    asked = [member.ask_nowait(Problems()) for member in members]
+    await settle_within(clock, asked, timeout_ms)
+    return [reason for reply in asked
+            if reply.done() and not reply.cancelled() and reply.exception() is None
+            for reason in reply.result()]
 
 
 def has_partitions(tree: Supervisor) -> bool:

@@ -42,7 +42,7 @@ from actors.delivery.cluster.view import (
 )
 from actors.delivery.control import attempts
 from actors.delivery.control.actor import ControlActor, Programmed
-from actors.delivery.control.live import has_partitions, live, lives, stalls
+from actors.delivery.control.live import has_partitions, live, lives, member_problems, stalls
 from actors.delivery.control.messages import (
     Gone,
     Replay,
@@ -423,7 +423,12 @@ class DeliveryControl:
             else:
                 watched[key] = tree
         stall_after_ms = self.runtime.config.delivery.stall_after_ms
-        return reasons + await stalls(watched, self.runtime.clock, stall_after_ms)
+        reasons += await stalls(watched, self.runtime.clock, stall_after_ms)
+        if self._groups is not None:
+            with contextlib.suppress(ActorDeadError, UsageError):
+                reasons += await member_problems(self._groups.actor_as(Supervisor),
+                                                 self.runtime.clock)
+        return reasons
 
     def _cluster_problems(self) -> list[str | None]:
         """Why the cluster topics this instance follows (subscriptions, status) are not

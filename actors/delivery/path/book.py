@@ -320,9 +320,22 @@ class PartitionBook:
         `finish_drain` then, or when `drained` turns true, whichever comes first."""
         if not self._drains.join(drain.deadline_ms, drain.done):
             return None
+        if not drain.keep:
+            self._drop_buffered()
+        return drain.deadline_ms if self.dispatcher.inflight else None
+
+    def _drop_buffered(self) -> None:
         self.dispatcher.drop_buffered()
         self._gate.open()
-        return drain.deadline_ms if self.dispatcher.inflight else None
+
+    def resume(self) -> bool:
+        """A drain that kept its records is over (the partition stays): dispatch again.
+        False if no such drain was under way."""
+        if self._drains.deadline_ms is None:
+            return False
+        self._drains.resolve(self.position())
+        self._drains.deadline_ms = None
+        return True
 
     def finish_drain(self) -> int | None:
         """Answer every drain with the final position (the consumer commits it)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
 from actors.delivery.document.settings import CursorsOf, ReaderSettings
 from actors.delivery.path.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
@@ -78,6 +80,10 @@ def instance_client_settings(group_id: str, session_timeout_ms: int) -> ClientSe
                                      auto_offset_reset="earliest",
                                      session_timeout_ms=session_timeout_ms)
     settings["metadata_max_age_ms"] = PATTERN_METADATA_MAX_AGE_MS
+    # sticky first (a failover moves only the dead instance's partitions, issue 32 item
+    # 6); round robin too, so a group with an instance of an older version still agrees
+    settings["partition_assignment_strategy"] = (StickyPartitionAssignor,
+                                                 RoundRobinPartitionAssignor)
     return settings
 
 

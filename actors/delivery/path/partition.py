@@ -49,6 +49,7 @@ from actors.shared.messages import (
     FlowControl,
     Highwater,
     Record,
+    Resume,
     RetryDue,
     Rewind,
     StatusQuery,
@@ -193,7 +194,12 @@ class PartitionActor(Actor):
         elif isinstance(message, Drain):
             self._on_drain(message)
         elif isinstance(message, DrainDeadline):
-            self._finish_drain()
+            if self.book.draining:
+                self._finish_drain()
+        elif isinstance(message, Resume):
+            if self.book.resume():
+                await self._pump()
+                self._flow(self.book.flow())
         elif isinstance(message, StatusQuery):
             return self._status()
         else:

@@ -30,13 +30,17 @@ from actors.delivery.path.member.messages import (
     Join,
     Leave,
     PositionsRead,
+    Problems,
     Release,
     Retired,
     TopicsListed,
+    WritersRead,
 )
 from actors.delivery.path.member.positions import Bounds, Incarnations, start_of
+from actors.delivery.path.member.rebalance import Rebalances
 from actors.delivery.path.member.seats import Seats, resolve
 from actors.delivery.path.member.topics import Topics
+from actors.delivery.path.member.writers import Writers, mark
 from actors.delivery.path.roster import Rider, Roster
 from actors.delivery.path.status import MemberStatus
 from actors.shared.errors import UnexpectedMessage
@@ -88,9 +92,12 @@ class InstanceMemberActor(Actor):
         self.seats = Seats()
         self.commits = CommitBook()
         self.incarnations = Incarnations()
+        self.writers = Writers(mark(group_id))
         self.commit_errors: dict[str, str] = {}  # group.id -> why its last commit failed
         self.cursors = Cursors(self, wiring, long_lived)
         self.topics = Topics(self, self.cursors.noted, self.cursors.route, held=held)
+        self.rebalance = Rebalances(self, self.cursors)
+        self.cursors.held = self.rebalance.suspended.__contains__
         self.reads: dict[Seat, CatchUpRead] = {}
         self._readers = asyncio.Semaphore(CATCH_UP_READERS)
         self._rewinds: dict[Seat, int] = {}  # new cursors waiting for their positions
@@ -150,6 +157,10 @@ class InstanceMemberActor(Actor):
     def held(self) -> bool:
         return self.topics.held
 
+    @property
+    def listening(self) -> bool:
+        return self.topics.listening
+
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> object:
         if isinstance(message, Fetched):
@@ -157,7 +168,7 @@ class InstanceMemberActor(Actor):
         if isinstance(message, CommitRequest):
             self._on_commit_request(message)
         elif isinstance(message, FlowControl):
-            self._on_flow(message)
+            self.on_flow(message)
         elif isinstance(message, Rewind):
             self._on_rewind(message)
         elif isinstance(message, CommitsSettled):
@@ -169,9 +180,9 @@ class InstanceMemberActor(Actor):
             for tp, fanout in self.fanouts.items():
                 self._tell_highwater(tp, fanout, message.highwaters.get(tp))
         elif isinstance(message, Assign):
-            self.cursors.assign(set(message.partitions))
+            self.rebalance.assign(set(message.partitions))
         elif isinstance(message, Revoke):
-            return self.cursors.revoke(set(message.partitions))
+            return self.rebalance.revoke(set(message.partitions))
         elif isinstance(message, Drained | Retired | CursorFailed):
             self.cursors.handle(message)
         elif isinstance(message, CaughtUp):
@@ -181,6 +192,13 @@ class InstanceMemberActor(Actor):
                 del self.reads[message.seat]
         elif isinstance(message, Join | Leave | Hold | Release | TopicsListed):
             self._on_roster(message)
+        elif isinstance(message, WritersRead):
+            self.writers.reading = False
+            for group, marks in message.marks.items():
+                for tp, (offset, metadata) in marks.items():
+                    self._note_writer(group, tp, offset, metadata)
+        elif isinstance(message, Problems):
+            return [r for g in sorted(self.writers.foreign) if (r := self.writers.reason(g))]
         elif isinstance(message, StatusQuery) and message.subscription is not None:
             return self._status_of(message.subscription)
         else:
@@ -201,7 +219,7 @@ class InstanceMemberActor(Actor):
     def _on_fetched(self, fetched: Fetched) -> FetchPlan:
         for tp, records in fetched.batches.items():
             fanout = self.fanouts.get(tp)
-            if fanout is not None:
+            if fanout is not None and tp not in self.rebalance.suspended:
                 highwater = fetched.highwaters.get(tp)
                 self._feed(tp, fanout.append(records, highwater), highwater)
         self._pace(quiet=not fetched.batches and not self.commits.pending)
@@ -209,6 +227,7 @@ class InstanceMemberActor(Actor):
         self._read_positions()
         self._steer()
         self._read_ends()
+        self._verify_writers()
         self.flush()
         return self._plan()
 
@@ -272,13 +291,15 @@ class InstanceMemberActor(Actor):
         """Start a commit round if none is under way and some position moved."""
         round_ = self.commits.take(self.seats.current)
         if round_ is not None and self.offsets is not None:
-            self.spawn(io.commit_round(self.offsets, round_, self), name=f"{self.path}:commit")
+            self.spawn(io.commit_round(self.offsets, round_, self.writers.ours, self),
+                       name=f"{self.path}:commit")
 
     def _on_settled(self, settled: CommitsSettled) -> None:
         self.incarnations.gone(settled.outcome.gone)
         for (key, tp), position in self.commits.settle(settled.outcome,
                                                        self.seats.current).items():
             self.incarnations.committed(position.group, tp)
+            self.writers.wrote(position.group, tp, position.offset)
             self.journal("committed", tp, subscription=key, offset=position.offset)
         groups = {p.group for p in settled.round.seats.values()}
         refused = dict(settled.outcome.refused)
@@ -326,11 +347,20 @@ class InstanceMemberActor(Actor):
         self._reading = False
         current = {s: e for s, e in read.asked.items()
                    if self.seats.current(s, e) and s[0] in self.roster.riders}
+        held = {s: e for s, e in current.items() if s[1] in self.rebalance.suspended}
+        if held:  # a rebalance holds their partitions: placed once it is over
+            self._rewinds.update(held)
+            current = {s: e for s, e in current.items() if s not in held}
         if read.failed is not None:
             log.warning("%s: reading committed offsets failed (%s); trying again",
                         self.path, read.failed)
             self._rewinds.update(current)
             return
+        for seat in current:
+            group, committed = self.roster.riders[seat[0]].settings.group_id, read.committed[seat]
+            self._note_writer(group, seat[1], committed, read.marks.get(seat, ""))
+            if committed is not None:
+                self.writers.wrote(group, seat[1], committed)  # what is there as it starts
         starts = {seat: self._start(seat, read.committed[seat], read.bounds.get(seat[1]))
                   for seat in current}
         for tp in {tp for _key, tp in starts}:
@@ -372,6 +402,33 @@ class InstanceMemberActor(Actor):
             kafka.seek(tp, target)
             fanout.seeked(target)
 
+    # -- writers -----------------------------------------------------------------------
+    def _verify_writers(self) -> None:
+        """Read back a rotating sample of the groups' commits (issue 32, item 8)."""
+        now = self.context.clock.monotonic_ms()
+        if self.offsets is None or not self.writers.due(now):
+            return
+        tps: dict[str, set[TopicPartition]] = {}
+        riders = self.roster.riders
+        for key, tp in self.seats.epochs:
+            if key in riders:
+                tps.setdefault(riders[key].settings.group_id, set()).add(tp)
+        picked = self.writers.sample(sorted(tps), now)
+        if picked:
+            self.spawn(io.read_marks(self.offsets, {g: sorted(tps[g]) for g in picked},
+                                     self.context.clock, self), name=f"{self.path}:writers")
+
+    def _note_writer(self, group: str, tp: TopicPartition, offset: int | None,
+                     metadata: str) -> None:
+        settled = not any(self.commits.holds(seat) for seat in self._seats_of(group, tp))
+        if self.writers.seen(group, tp, offset, metadata, settled=settled) is not None:
+            log.error("%s: %s", self.path, self.writers.reason(group))
+
+    def _seats_of(self, group: str, tp: TopicPartition) -> list[Seat]:
+        riders, fanout = self.roster.riders, self.fanouts.get(tp)
+        keys = list(fanout.cursors) if fanout is not None else []
+        return [(k, tp) for k in keys if k in riders and riders[k].settings.group_id == group]
+
     # -- high watermarks ---------------------------------------------------------------
     def _highwater(self, tp: TopicPartition) -> int | None:
         """The highest high watermark known: the last fetch's, or one read since."""
@@ -408,10 +465,13 @@ class InstanceMemberActor(Actor):
                 cursor.tell_system(Highwater(highwater))
 
     # -- flow and catch-up -------------------------------------------------------------
-    def _on_flow(self, flow: FlowControl) -> None:
+    def on_flow(self, flow: FlowControl) -> None:
         seat = _seat(flow)
         fanout = self.fanouts.get(seat[1])
         if fanout is None or not self.seats.current(seat, flow.epoch):
+            return
+        if seat[1] in self.rebalance.suspended:
+            self.rebalance.deferred.append(flow)  # applied if the partition stays
             return
         if flow.paused:
             fanout.pause(seat[0])
@@ -450,6 +510,8 @@ class InstanceMemberActor(Actor):
     def _on_caught_up(self, message: CaughtUp) -> None:
         read = message.read
         fanout = self.fanouts.get(read.tp)
+        if read.cancelled or read.tp in self.rebalance.suspended:
+            fanout = None  # over: nothing of the shared buffer goes to it now
         feed = fanout.caught_up(read.key, message.next_offset) if fanout else []
         if feed:
             self._feed(read.tp, feed, self._highwater(read.tp))
@@ -481,7 +543,8 @@ class InstanceMemberActor(Actor):
             generation=self.generation(), subscriptions=len(self.roster),
             rebalances=self.rebalances, assigned=[child_name(tp) for tp in mine],
             cursors={child_name(tp): self.fanouts[tp].cursors[key].state for tp in mine},
-            commit_error=(self.commit_errors.get(rider.settings.group_id)
+            commit_error=(self.writers.reason(rider.settings.group_id)
+                          or self.commit_errors.get(rider.settings.group_id)
                           if rider is not None else None),
             waiting_for_topics=sorted(self.topics.plan.missing),
             pattern_topics=self.topics.pattern_topics(rider), group_partitions=len(self.owned))

@@ -15,7 +15,6 @@ the member when they are done.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
@@ -54,6 +53,8 @@ class Cursors:
         """Riders whose cursors on the owned partitions exist (or are starting)."""
         self.closing: set[Seat] = set()
         """Seats being retired: their cursors' commits and rewinds no longer count."""
+        self.held: Callable[[TopicPartition], bool] = lambda tp: False
+        """Whether a rebalance holds `tp` (no cursor starts there meanwhile)."""
         self._routed_version = -1
 
     # -- lookups -----------------------------------------------------------------------
@@ -62,17 +63,9 @@ class Cursors:
         return _cursor_of(rider, tp) if rider is not None else None
 
     # -- starting ----------------------------------------------------------------------
-    def assign(self, tps: set[TopicPartition]) -> None:
+    def start_partitions(self, new: list[TopicPartition]) -> None:
         """New partitions: a fanout each, and a cursor for every claimant."""
         member = self.member
-        member.rebalances += 1
-        member.m_rebalances.inc()
-        member.m_generation.set(member.generation())
-        member.m_assigned.set(len(tps))
-        new = sorted(tps - member.owned)
-        if new:
-            log.info("%s: partitions assigned: %s", member.path,
-                     ", ".join(child_name(tp) for tp in new))
         capacity = max(RING_MIN_RECORDS, self.wiring.max_records)
         kafka, starts = member.kafka, []
         for tp in new:
@@ -106,17 +99,27 @@ class Cursors:
         joined = [key for key in riders if key not in self.routed]
         self.routed.update(joined)
         starts: list[CursorStart] = []
-        for key in joined:
-            settings = riders[key].settings
-            for tp, fanout in member.fanouts.items():
-                if key not in fanout.cursors and consumes(settings, tp.topic) \
-                        and not self._group_reads(fanout, settings.group_id):
-                    starts += self._spec(riders[key], tp)
+        for tp in member.fanouts:
+            if not self.held(tp):
+                starts += self._missing(tp, joined)
         self._start(starts)
         if joined:
             log.info("%s: %d subscriptions (roster version %d): %d cursors added without "
                      "a rebalance", member.path, len(riders), member.roster.version,
                      len(starts))
+
+    def fill(self, tp: TopicPartition) -> None:
+        """Cursors for the subscriptions that read `tp` and have none on it yet."""
+        self._start(self._missing(tp, list(self.member.roster.riders)))
+
+    def _missing(self, tp: TopicPartition, keys: list[str]) -> list[CursorStart]:
+        riders, fanout, starts = self.member.roster.riders, self.member.fanouts[tp], []
+        for key in keys:
+            settings = riders[key].settings
+            if key not in fanout.cursors and consumes(settings, tp.topic) \
+                    and not self._group_reads(fanout, settings.group_id):
+                starts += self._spec(riders[key], tp)
+        return starts
 
     def _start(self, starts: list[CursorStart]) -> None:
         if starts:
@@ -180,33 +183,18 @@ class Cursors:
         self.retire({(key, tp): rider for tp, f in member.fanouts.items() if key in f.cursors},
                     done)
 
-    def revoke(self, tps: set[TopicPartition]) -> asyncio.Future[None]:
-        """Revoked partitions: their cursors retire; the future (the rebalance listener
-        waits for it) is answered once their final positions are committed."""
+    def leave_partitions(self, tps: list[TopicPartition], done: Callable[[], None]) -> None:
+        """Partitions that are no longer ours: their cursors retire."""
         member = self.member
-        answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ordered = sorted(tps & member.owned)
-        started = member.context.clock.monotonic_ms()
         riders = member.roster.riders
-        seats = {(key, tp): riders[key] for tp in ordered
-                 for key in member.fanouts[tp].cursors if key in riders}
-
-        def done() -> None:
-            log.info("%s: partitions revoked (drained and committed in %d ms): %s",
-                     member.path, member.context.clock.monotonic_ms() - started,
-                     ", ".join(child_name(tp) for tp in ordered))
-            if not answered.done():
-                answered.set_result(None)
-
-        self._note_deleted(ordered)
-        self.retire(seats, done)
-        for tp in ordered:
+        self.retire({(key, tp): riders[key] for tp in tps
+                     for key in member.fanouts[tp].cursors if key in riders}, done)
+        for tp in tps:
             member.owned.discard(tp)
             member.fanouts.pop(tp, None)
             member.journal("partition_revoked", tp, actor=member.path)
-        return answered
 
-    def _note_deleted(self, tps: list[TopicPartition]) -> None:
+    def note_deleted(self, tps: list[TopicPartition]) -> None:
         """Revoked because their topic is gone (the client's metadata lacks it): their
         positions are not committed (a topic created again under that name would take
         them), and the groups' commits there are not trusted until they commit anew."""
@@ -221,8 +209,16 @@ class Cursors:
             self.member.commits.gone.update(gone)
             self.member.incarnations.gone(gone)
 
-    def retire(self, riders: dict[Seat, Rider], done: Callable[[], None]) -> None:
+    def retire(self, riders: dict[Seat, Rider], done: Callable[[], None], *,
+               keep: bool = False) -> None:
+        """Drain these cursors, commit their final positions, then stop them and call
+        `done`. With `keep` (a rebalance under way) they only drain and commit, keeping
+        their records and seats: `done` is called once committed, and they are resumed
+        or retired when the assignment says whether they stay."""
         member = self.member
+        if keep:
+            self._drain(member.seats.retire(riders, done, keep=True))
+            return
         for seat in riders:
             self.closing.add(seat)
             fanout = member.fanouts.get(seat[1])
@@ -230,13 +226,19 @@ class Cursors:
                 fanout.remove(seat[0])
             member.cancel_read(seat)
         member.commits.forget(list(riders))
-        retirement = member.seats.retire(riders, done)
-        if not riders:
+        for (_key, tp), rider in riders.items():  # another instance may write there next
+            member.writers.forget(rider.settings.group_id, tp)
+        self._drain(member.seats.retire(riders, done))
+
+    def _drain(self, retirement: Retirement) -> None:
+        member = self.member
+        if not retirement.riders:
             self._stop(retirement)
             return
-        cursors = {seat: _cursor_of(rider, seat[1]) for seat, rider in riders.items()}
+        cursors = {seat: _cursor_of(rider, seat[1]) for seat, rider in retirement.riders.items()}
         member.spawn(io.drain(retirement.number, cursors, member.context.clock,
-                              self.wiring.drain_ms, member), name=f"{member.path}:drain")
+                              self.wiring.drain_ms, member, keep=retirement.keep),
+                     name=f"{member.path}:drain")
 
     def handle(self, message: Drained | Retired | CursorFailed) -> None:
         member = self.member
@@ -273,6 +275,10 @@ class Cursors:
     def _stop(self, retirement: Retirement) -> None:
         retirement.stage = "stopping"
         member = self.member
+        if retirement.keep:  # nothing stops: the assignment decides
+            member.seats.retired(retirement.number)
+            retirement.done()
+            return
         member.spawn(io.stop(retirement.number, _supervised(retirement.riders), member),
                      name=f"{member.path}:stop")
 
@@ -305,7 +311,7 @@ class Cursors:
             member.context.clock, self.wiring.drain_ms)
         positions = _last_positions(member, mine, final)
         if positions and member.offsets is not None:
-            refusals = await member.offsets.commit(positions)
+            refusals = await member.offsets.commit(positions, member.writers.ours)
             for refusal in refusals:
                 log.warning("%s: final commit of group %s: %s", member.path,
                             refusal.group, refusal.reason)

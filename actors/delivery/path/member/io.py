@@ -23,6 +23,7 @@ from actors.delivery.path.member.messages import (
     PositionsRead,
     Retired,
     TopicsListed,
+    WritersRead,
 )
 from actors.delivery.path.member.positions import Bounds
 from actors.shared.group_consumer import DRAIN_GRACE_MS
@@ -40,9 +41,9 @@ FAILURES = (Exception,)
 """What a cut, a closed transport or a broker error raise here: never `CancelledError`."""
 
 
-async def commit_round(offsets: GroupOffsets, round_: Round, member: Ref) -> None:
+async def commit_round(offsets: GroupOffsets, round_: Round, mark: str, member: Ref) -> None:
     try:
-        refusals = await offsets.commit(round_.by_group())
+        refusals = await offsets.commit(round_.by_group(), mark)
         outcome = Outcome(refused={r.group: r.reason for r in refusals},
                           gone=frozenset(tp for r in refusals for tp in r.gone))
     except FAILURES as exc:  # a client that is closing: the whole round failed
@@ -57,10 +58,11 @@ async def read_positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets,
     """The committed offsets of the seats' groups (one request per group) and the bounds
     of their partitions' logs."""
     try:
-        committed, bounds = await within(
+        found, bounds = await within(
             clock, _positions(kafka, offsets, list(asked), groups, known_ends),
             READ_TIMEOUT_MS)
-        read = PositionsRead(asked, committed, bounds)
+        read = PositionsRead(asked, {s: o for s, (o, _m) in found.items()},
+                             {s: m for s, (_o, m) in found.items()}, bounds)
     except FAILURES as exc:
         read = PositionsRead(asked, failed=repr(exc))
     member.tell_system(read)
@@ -68,16 +70,17 @@ async def read_positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets,
 
 async def _positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets, seats: list[Seat],
                      groups: dict[Seat, str], known_ends: dict[TopicPartition, int],
-                     ) -> tuple[dict[Seat, int | None], dict[TopicPartition, Bounds]]:
+                     ) -> tuple[dict[Seat, tuple[int | None, str]],
+                                dict[TopicPartition, Bounds]]:
     by_group: dict[str, list[Seat]] = defaultdict(list)
     for seat in seats:
         by_group[groups[seat]].append(seat)
     tps = sorted({tp for _key, tp in seats})
     found, bounds = await asyncio.gather(
-        asyncio.gather(*(offsets.fetch(g, sorted({tp for _k, tp in s}))
+        asyncio.gather(*(offsets.fetch_with_metadata(g, sorted({tp for _k, tp in s}))
                          for g, s in by_group.items())),
         _bounds(kafka, tps, known_ends))
-    committed: dict[Seat, int | None] = {}
+    committed: dict[Seat, tuple[int | None, str]] = {}
     for group_seats, positions in zip(by_group.values(), found, strict=True):
         for seat in group_seats:
             committed[seat] = positions[seat[1]]
@@ -99,6 +102,18 @@ async def _bounds(kafka: AIOKafkaConsumer, tps: list[TopicPartition],
     return {tp: Bounds(starts.get(tp), ends.get(tp)) for tp in tps}
 
 
+async def read_marks(offsets: GroupOffsets, groups: dict[str, list[TopicPartition]],
+                     clock: Clock, member: Ref) -> None:
+    """Each group's commits of its partitions: offset and metadata (its writer)."""
+    marks: dict[str, dict[TopicPartition, tuple[int | None, str]]] = {}
+    with contextlib.suppress(*FAILURES):
+        found = await within(clock, asyncio.gather(*(
+            offsets.fetch_with_metadata(g, tps) for g, tps in groups.items())),
+            READ_TIMEOUT_MS)
+        marks = dict(zip(groups, found, strict=True))
+    member.tell_system(WritersRead(marks))
+
+
 async def read_ends(kafka: AIOKafkaConsumer, starts: dict[TopicPartition, int],
                     clock: Clock, timeout_ms: int, member: Ref) -> None:
     found: dict[TopicPartition, int] = {}
@@ -118,7 +133,7 @@ async def list_topics(kafka: AIOKafkaConsumer, clock: Clock, member: Ref) -> Non
 
 
 async def drain_positions(cursors: dict[Seat, Actor | None], clock: Clock,
-                          drain_ms: int) -> dict[Seat, int | None]:
+                          drain_ms: int, *, keep: bool = False) -> dict[Seat, int | None]:
     """Ask each cursor to drain (in parallel): their final positions (None: the cursor did
     not answer in time; its last commit stands)."""
     deadline = clock.monotonic_ms() + drain_ms
@@ -128,7 +143,7 @@ async def drain_positions(cursors: dict[Seat, Actor | None], clock: Clock,
             return None
         done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         try:
-            await cursor.tell(Drain(deadline, done))
+            await cursor.tell(Drain(deadline, done, keep))
             return await within(clock, done, drain_ms + DRAIN_GRACE_MS)
         except (ActorDeadError, TimeoutError):
             return None
@@ -139,8 +154,9 @@ async def drain_positions(cursors: dict[Seat, Actor | None], clock: Clock,
 
 
 async def drain(number: int, cursors: dict[Seat, Actor | None], clock: Clock, drain_ms: int,
-                member: Ref) -> None:
-    member.tell_system(Drained(number, await drain_positions(cursors, clock, drain_ms)))
+                member: Ref, *, keep: bool = False) -> None:
+    positions = await drain_positions(cursors, clock, drain_ms, keep=keep)
+    member.tell_system(Drained(number, positions))
 
 
 async def stop_all(cursors: Iterable[tuple[Supervisor, str]]) -> None:

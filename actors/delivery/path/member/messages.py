@@ -100,8 +100,23 @@ class PositionsRead:
 
     asked: dict[Seat, int]
     committed: dict[Seat, int | None] = field(default_factory=dict)
+    marks: dict[Seat, str] = field(default_factory=dict)
+    """Who wrote each committed offset (its metadata)."""
     bounds: dict[TopicPartition, Bounds] = field(default_factory=dict)
     failed: str | None = None
+
+
+@dataclass(slots=True)
+class WritersRead:
+    """Verification task -> member: each group's commits (offset, metadata) per
+    partition read, or nothing when the read failed."""
+
+    marks: dict[str, dict[TopicPartition, tuple[int | None, str]]]
+
+
+@dataclass(slots=True)
+class Problems:
+    """Readiness -> member (asked): why it is not ready (foreign writers)."""
 
 
 @dataclass(slots=True)

@@ -37,6 +37,8 @@ class Retirement:
     done: Callable[[], None]
     """Called once the cursors are stopped."""
     stage: str = "draining"  # -> committing -> stopping
+    keep: bool = False
+    """Only drain and commit: the cursors stay (a rebalance under way, issue 32 item 6)."""
 
 
 @dataclass(slots=True)
@@ -60,9 +62,10 @@ class Seats:
         if epoch is None or self.epochs.get(seat) == epoch:
             self.epochs.pop(seat, None)
 
-    def retire(self, riders: dict[Seat, Rider], done: Callable[[], None]) -> Retirement:
+    def retire(self, riders: dict[Seat, Rider], done: Callable[[], None], *,
+               keep: bool = False) -> Retirement:
         epochs = {seat: e for seat in riders if (e := self.epochs.get(seat)) is not None}
-        retirement = Retirement(next(self._numbers), riders, epochs, done)
+        retirement = Retirement(next(self._numbers), riders, epochs, done, keep=keep)
         self.retiring[retirement.number] = retirement
         return retirement
 

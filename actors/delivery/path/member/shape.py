@@ -10,11 +10,13 @@ from typing import Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.delivery.path.fanout import Fanout
+from actors.delivery.path.fanout import CatchUp, Fanout, Feed
 from actors.delivery.path.member.commits import CommitBook, Seat
 from actors.delivery.path.member.positions import Incarnations
 from actors.delivery.path.member.seats import Seats
+from actors.delivery.path.member.writers import Writers
 from actors.delivery.path.roster import Roster
+from actors.shared.messages import FlowControl
 from actors.shared.rebalance import RebalanceListener
 from runtime.host.journal import EventType
 from runtime.host.metrics import Value
@@ -34,6 +36,7 @@ class Member(Ref, Protocol):
     commits: CommitBook
     seats: Seats
     incarnations: Incarnations
+    writers: Writers
     listener: RebalanceListener
     context: ActorContext
     rebalances: int
@@ -44,6 +47,13 @@ class Member(Ref, Protocol):
 
     @property
     def path(self) -> str: ...
+
+    @property
+    def listening(self) -> bool: ...
+
+    def feed(self, tp: TopicPartition, decision: Feed | CatchUp) -> None: ...
+
+    def on_flow(self, flow: FlowControl) -> None: ...
 
     def spawn(self, coro: Coroutine[object, None, T], name: str | None = None,
               ) -> asyncio.Task[T]: ...
