@@ -13,9 +13,10 @@ from aiokafka import TopicPartition
 
 from runtime.host.app import Runtime
 from runtime.kafka import compat, create_topics, make_admin, make_consumer, make_producer
-from runtime.kafka.broker import free_port
+from runtime.kafka.broker import EmbeddedBroker, free_port
 from runtime.kafka.group_offsets import GroupOffsets
 from tests.conftest import TopicFactory
+from tests.integration.cut_proxy import CutProxy
 from tests.integration.delivery_harness import (
     Admin,
     Push,
@@ -302,3 +303,40 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
             assert "also committed to" in str(body)
     finally:
         await receiver.stop()
+
+
+async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(tmp_path: Path) -> None:
+    """Issue 32, item 4: a cut of the broker's connections (shorter than the session)
+    fails commit rounds, which are sent again after it; the member never crashes, nothing
+    is revoked, nothing is lost or delivered twice."""
+    proxy = CutProxy(0)
+    async with EmbeddedBroker(advertised=proxy.address) as broker:
+        proxy.target_port = int(broker.bootstrap.rsplit(":", 1)[1])
+        async with proxy:
+            bootstrap = proxy.address
+            topic = "cut"
+            await create_topics(bootstrap, {topic: 2})
+            ids = [f"cut{n}" for n in range(20)]
+            receiver = await Receiver().start()
+            total = 400
+            try:
+                async with make_runtime(bootstrap, tmp_path,
+                                        delivery={"session_timeout_ms": 12_000}) as runtime:
+                    crashed = member_crashes(runtime)
+                    revoked: list[int | None] = []
+                    runtime.listen("partition_revoked", lambda e: revoked.append(e.partition))
+                    await subscribe(Admin(runtime), ids, topic, receiver.url)
+                    await produce(bootstrap, topic, total // 2, partitions=2)
+                    await receiver.wait_for(lambda: len(receiver.ok) >= total // 2, 60)
+                    before = len(revoked)
+                    proxy.cut()
+                    await asyncio.sleep(4)  # the cut lasts: nothing observable ends it
+                    proxy.heal()
+                    await produce(bootstrap, topic, total // 2, partitions=2, start=total // 2)
+                    await receiver.wait_for(
+                        lambda: len(receiver.delivered()) == total * len(ids), 90)
+                    assert crashed == []
+                    assert revoked[before:] == []
+            finally:
+                await receiver.stop()
+    assert receiver.duplicates() == []

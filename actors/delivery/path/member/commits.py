@@ -22,8 +22,15 @@ from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
+from actors.shared.messages import CommitRequest, FlowControl, Rewind
+
 Seat = tuple[str, TopicPartition]
 """A cursor: (subscription key, topic-partition)."""
+
+
+def seat_of(message: CommitRequest | FlowControl | Rewind) -> Seat:
+    """The cursor a message of a partition actor comes from."""
+    return message.subscription, TopicPartition(message.topic, message.partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,8 @@ class CommitBook:
         if done is None:
             return {}
         self.gone |= outcome.gone
+        if outcome.gone:  # noted while the round was out: never sent now
+            self.pending = {s: p for s, p in self.pending.items() if s[1] not in self.gone}
         written: dict[Seat, Position] = {}
         for seat, position in done.seats.items():
             if seat[1] in self.gone:

@@ -16,6 +16,7 @@ from actors.delivery.path.member.positions import Incarnations
 from actors.delivery.path.member.seats import Seats
 from actors.delivery.path.member.writers import Writers
 from actors.delivery.path.roster import Roster
+from actors.shared.group_consumer import Wiring
 from actors.shared.messages import FlowControl
 from actors.shared.rebalance import RebalanceListener
 from runtime.host.journal import EventType
@@ -33,6 +34,7 @@ class Member(Ref, Protocol):
     owned: set[TopicPartition]
     kafka: AIOKafkaConsumer | None
     offsets: GroupOffsets | None
+    wiring: Wiring
     commits: CommitBook
     seats: Seats
     incarnations: Incarnations
@@ -54,6 +56,12 @@ class Member(Ref, Protocol):
     def feed(self, tp: TopicPartition, decision: Feed | CatchUp) -> None: ...
 
     def on_flow(self, flow: FlowControl) -> None: ...
+
+    def highwater(self, tp: TopicPartition) -> int | None: ...
+
+    def feed_records(self, tp: TopicPartition, feed: Feed, highwater: int | None) -> None: ...
+
+    def tell_system(self, message: object) -> None: ...
 
     def spawn(self, coro: Coroutine[object, None, T], name: str | None = None,
               ) -> asyncio.Task[T]: ...

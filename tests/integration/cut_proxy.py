@@ -1,0 +1,82 @@
+"""A loopback TCP proxy whose connections can be cut: the broker's network going away.
+
+`CutProxy` stands in front of a broker that advertises the proxy's address, so every
+connection a client makes passes through it. `cut()` closes every open connection and
+refuses new ones (accepted, then closed at once, as a lost route looks to a client) until
+`heal()`. Nothing of the protocol is imitated: bytes pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import TracebackType
+
+from runtime.kafka.broker import free_port
+
+
+class CutProxy:
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = free_port()
+        self.target_port = target_port
+        self.cuts = 0
+        self._down = False
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def __aenter__(self) -> CutProxy:
+        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._close_all()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def cut(self) -> None:
+        self._down = True
+        self.cuts += 1
+        self._close_all()
+
+    def heal(self) -> None:
+        self._down = False
+
+    def _close_all(self) -> None:
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._down:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.target_port)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(_pipe(source, sink))
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, ConnectionError):
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    sink.close()
