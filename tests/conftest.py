@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import pytest
 
-from runtime.kafka import create_topics
+from runtime.kafka import compat, create_topics
 from runtime.kafka.broker import EmbeddedBroker, free_port
 from tests import tracked
 
@@ -66,9 +66,13 @@ def kafka_under_test() -> Iterator[KafkaUnderTest]:
     else:
         broker = EmbeddedBroker()
         broker.start_sync()
+        # Runtimes of this process get the broker's workarounds (runtime.kafka.compat 4):
+        # without them every held fetch on the shared broker waits 500 ms.
+        compat.note_embedded(broker.bootstrap)
         try:
             yield KafkaUnderTest(broker.bootstrap, "embedded")
         finally:
+            compat.forget_embedded(broker.bootstrap)
             broker.stop_sync()
 
 
