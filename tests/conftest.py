@@ -50,6 +50,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# Every test file of these folders carries its folder's marker (`pytestmark`), so that
+# `-m "not integration"` and the like select what they say; a file without it fails the
+# collection, naming itself.
+_FOLDER_MARKERS = {"integration": "integration", "browser": "integration", "spark": "spark",
+                   "chaos": "chaos"}
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = sorted({str(item.path.relative_to(_TESTS.parent)) for item in items
+                       if _lacks_folder_marker(item)})
+    if unmarked:
+        raise pytest.UsageError("test files without their folder's marker (pytestmark = "
+                                f"pytest.mark.<folder>): {', '.join(unmarked)}")
+
+
+def _lacks_folder_marker(item: pytest.Item) -> bool:
+    try:
+        folder = item.path.relative_to(_TESTS).parts[0]
+    except ValueError:
+        return False  # a test outside tests/
+    marker = _FOLDER_MARKERS.get(folder)
+    return marker is not None and item.get_closest_marker(marker) is None
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaUnderTest:
     bootstrap: str

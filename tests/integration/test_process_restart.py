@@ -12,10 +12,13 @@ from asyncio.subprocess import Process
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from runtime.kafka.broker import free_port
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
