@@ -18,7 +18,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -26,15 +26,25 @@ DEFAULT_TIMEOUT_S = 60.0
 POLL_S = 0.05
 
 
-async def until(check: Callable[[], T | Awaitable[T]], *, timeout_s: float = DEFAULT_TIMEOUT_S,
+@overload
+async def until(check: Callable[[], Awaitable[T]], *, timeout_s: float = ...,
+                what: str = ..., wake: asyncio.Event | None = ..., poll_s: float = ...) -> T: ...
+
+
+@overload
+async def until(check: Callable[[], T], *, timeout_s: float = ..., what: str = ...,
+                wake: asyncio.Event | None = ..., poll_s: float = ...) -> T: ...
+
+
+async def until(check: Callable[[], Any], *, timeout_s: float = DEFAULT_TIMEOUT_S,
                 what: str = "", wake: asyncio.Event | None = None,
-                poll_s: float = POLL_S) -> T:
+                poll_s: float = POLL_S) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         if wake is not None:
             wake.clear()  # before the check: a change during it still wakes the wait
         found = check()
-        value: T = await found if inspect.isawaitable(found) else found  # type: ignore[assignment]
+        value = await found if inspect.isawaitable(found) else found
         if value:
             return value
         remaining = deadline - time.monotonic()
