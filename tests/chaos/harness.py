@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import time
 import zlib
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,7 +190,8 @@ class Verdict:
         return not (self.lost or self.unexpected or self.unexplained_duplicates
                     or self.uncommitted)
 
-    def summary(self) -> str:
+    def summary(self, faults_shown: int | None = None) -> str:
+        """The counts, what went wrong, and the faults (the first `faults_shown`)."""
         lines = [f"chaos seed {self.seed} (replay: HOOKSTREAM_CHAOS_SEED={self.seed}): "
                  f"{len(self.hits)} faults, {self.produced} records produced, "
                  f"{self.delivered} delivered, {self.dead_lettered} dead-lettered, "
@@ -200,7 +202,11 @@ class Verdict:
             for sub, what in found.items():
                 shown = what if isinstance(what, dict) else sorted(what)[:20]
                 lines.append(f"  {name} {sub}: {shown}")
-        lines += [f"  fault {hit}" for hit in self.hits]
+        hits = self.hits if faults_shown is None else self.hits[:faults_shown]
+        lines += [f"  fault {hit}" for hit in hits]
+        if len(hits) < len(self.hits):
+            kinds = Counter(hit.split()[2] for hit in self.hits)
+            lines.append(f"  ... {len(self.hits) - len(hits)} more; all: {dict(kinds)}")
         return "\n".join(lines)
 
 
