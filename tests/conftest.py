@@ -4,7 +4,8 @@ Which broker, in order:
 1. `KAFKA_BOOTSTRAP=host:port` in the environment: that Kafka, as is;
 2. a Docker engine that answers within ~2 s: testcontainers' Kafka;
 3. otherwise the embedded broker (Tansu), started once, without an event loop, so that no
-   test's loop owns it.
+   test's loop owns it. Under pytest-xdist each worker starts its own: group ids and
+   subscription names may repeat across test files, never within one broker.
 
 The broker starts only when a test asks for `kafka_bootstrap`; unit tests never start one.
 """
@@ -64,6 +65,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unmarked:
         raise pytest.UsageError("test files without their folder's marker (pytestmark = "
                                 f"pytest.mark.<folder>): {', '.join(unmarked)}")
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            # Under pytest-xdist (`--dist loadgroup`, as `make test` runs) the Spark tests
+            # share one worker, so one JVM and one session serve them all.
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 def _lacks_folder_marker(item: pytest.Item) -> bool:
