@@ -132,6 +132,13 @@ def fast_group_kwargs(kafka_under_test: KafkaUnderTest) -> dict[str, int]:
     return {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300}
 
 
+def embedded_quirks(bootstrap: str) -> str:
+    """The TOML value of `[[brokers]] embedded_quirks` for a runtime in another process:
+    `true` for the session's embedded broker, so that it works around the broker's quirks
+    as the runtimes of this process do (runtime.kafka.compat)."""
+    return "true" if compat.known_embedded(bootstrap) else "false"
+
+
 @pytest.fixture
 def topic_factory(kafka_bootstrap: str) -> TopicFactory:
     """`name = await topic_factory(partitions=1, prefix="t")`: a new, uniquely named topic."""
