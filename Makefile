@@ -1,10 +1,11 @@
-# Two entry points for people: `make demo` and `make test`. Both create .venv on first use.
+# Entry points for people: `make demo`, `make test` (what CI runs) and `make test-fast` (the
+# inner loop). All create .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv browser
+.PHONY: demo test test-fast lint bench clean venv browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +32,22 @@ browser:
 	      $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1; }; }; } || \
 	  echo "chromium could not be installed: the browser test will be skipped"
 
+# Parallel workers (pytest-xdist), each with its own embedded broker; the Spark tests share
+# one worker and its JVM. The suite waits on brokers and sockets more than it computes, so
+# more workers than cores pay. docs/testing.md says what each folder covers.
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -rs -p no:cacheprovider
+# pytest's exit code 5 (no tests collected) must fail the target, not pass it
+NO_TESTS_FAIL := rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; \
+	exit 1; fi; exit $$rc
+
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	@echo "load average before: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup tests; $(NO_TESTS_FAIL)
+
+# The inner loop: unit and state-machine tests (tests/unit), no broker, no Spark, <= 30 s.
+test-fast: $(STAMP)
+	$(PYTEST) -m "not integration and not spark and not chaos" tests/unit; $(NO_TESTS_FAIL)
 
 bench: $(STAMP)
 	$(BIN)/python bench/timer_wheel.py

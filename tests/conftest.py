@@ -4,7 +4,8 @@ Which broker, in order:
 1. `KAFKA_BOOTSTRAP=host:port` in the environment: that Kafka, as is;
 2. a Docker engine that answers within ~2 s: testcontainers' Kafka;
 3. otherwise the embedded broker (Tansu), started once, without an event loop, so that no
-   test's loop owns it.
+   test's loop owns it. Under pytest-xdist each worker starts its own: group ids and
+   subscription names may repeat across test files, never within one broker.
 
 The broker starts only when a test asks for `kafka_bootstrap`; unit tests never start one.
 """
@@ -20,7 +21,7 @@ from typing import Any, Literal
 
 import pytest
 
-from runtime.kafka import create_topics
+from runtime.kafka import compat, create_topics
 from runtime.kafka.broker import EmbeddedBroker, free_port
 from tests import tracked
 
@@ -50,6 +51,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# Every test file of these folders carries its folder's marker (`pytestmark`), so that
+# `-m "not integration"` and the like select what they say; a file without it fails the
+# collection, naming itself.
+_FOLDER_MARKERS = {"integration": "integration", "browser": "integration", "spark": "spark",
+                   "chaos": "chaos"}
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = sorted({str(item.path.relative_to(_TESTS.parent)) for item in items
+                       if _lacks_folder_marker(item)})
+    if unmarked:
+        raise pytest.UsageError("test files without their folder's marker (pytestmark = "
+                                f"pytest.mark.<folder>): {', '.join(unmarked)}")
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            # Under pytest-xdist (`--dist loadgroup`, as `make test` runs) the Spark tests
+            # share one worker, so one JVM and one session serve them all.
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+def _lacks_folder_marker(item: pytest.Item) -> bool:
+    try:
+        folder = item.path.relative_to(_TESTS).parts[0]
+    except ValueError:
+        return False  # a test outside tests/
+    marker = _FOLDER_MARKERS.get(folder)
+    return marker is not None and item.get_closest_marker(marker) is None
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaUnderTest:
     bootstrap: str
@@ -66,9 +97,13 @@ def kafka_under_test() -> Iterator[KafkaUnderTest]:
     else:
         broker = EmbeddedBroker()
         broker.start_sync()
+        # Runtimes of this process get the broker's workarounds (runtime.kafka.compat 4):
+        # without them every held fetch on the shared broker waits 500 ms.
+        compat.note_embedded(broker.bootstrap)
         try:
             yield KafkaUnderTest(broker.bootstrap, "embedded")
         finally:
+            compat.forget_embedded(broker.bootstrap)
             broker.stop_sync()
 
 
@@ -95,6 +130,13 @@ def fast_group_kwargs(kafka_under_test: KafkaUnderTest) -> dict[str, int]:
     if kafka_under_test.kind == "external":
         return {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     return {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300}
+
+
+def embedded_quirks(bootstrap: str) -> str:
+    """The TOML value of `[[brokers]] embedded_quirks` for a runtime in another process:
+    `true` for the session's embedded broker, so that it works around the broker's quirks
+    as the runtimes of this process do (runtime.kafka.compat)."""
+    return "true" if compat.known_embedded(bootstrap) else "false"
 
 
 @pytest.fixture

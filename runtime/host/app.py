@@ -105,9 +105,15 @@ class Runtime:
         """True for a broker this runtime started itself (see runtime.kafka.compat)."""
         return broker_name in self._brokers
 
+    def has_embedded_quirks(self, broker_name: str) -> bool:
+        """True for an embedded broker, whoever started it (see runtime.kafka.compat)."""
+        return (self.is_embedded(broker_name)
+                or self.config.broker(broker_name).embedded_quirks
+                or compat.known_embedded(self._bootstrap.get(broker_name, "")))
+
     def consumer_settings(self, broker_name: str) -> dict[str, object]:
         """Consumer settings that work around the quirks of this broker, if any."""
-        return compat.fetch_settings(self.is_embedded(broker_name))
+        return compat.fetch_settings(self.has_embedded_quirks(broker_name))
 
     @overload
     def service(self, which: str) -> Service[Runtime]: ...

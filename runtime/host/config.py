@@ -40,6 +40,9 @@ class BrokerConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     """`embedded` starts the bundled broker; otherwise `host:port[,host:port...]`."""
     embedded_port: Annotated[int, Meta(ge=0, le=65535)] = 0
     """Port for the embedded broker; 0 picks a free one."""
+    embedded_quirks: bool = False
+    """The broker at `bootstrap_servers` is an embedded one another process started: work
+    around its quirks as for one this runtime starts (runtime/kafka/compat.py)."""
     client_id: str = "hookstream"
     # Connection security for every client of this broker (runtime/kafka/security.py).
     security_protocol: SecurityProtocol = "PLAINTEXT"

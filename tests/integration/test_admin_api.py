@@ -18,6 +18,8 @@ from tests.integration.delivery_harness import (
 )
 from tests.standard_webhooks import accepts
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:

@@ -22,6 +22,8 @@ from runtime.host.metrics import Registry
 from tests.certs import self_signed
 from tests.integration.delivery_harness import Admin, make_runtime
 
+pytestmark = pytest.mark.integration
+
 TOKEN = "s3cret-token"
 
 

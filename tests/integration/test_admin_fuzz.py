@@ -20,6 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from actors.delivery.service import DeliveryService
@@ -27,6 +28,8 @@ from runtime.host.app import Runtime
 from runtime.host.config import parse_config
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Admin, runtime_config
+
+pytestmark = pytest.mark.integration
 
 TOKEN = "fuzz-token"
 MIN_REQUESTS = 1000

@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 
 from runtime.kafka.broker import free_port
@@ -24,6 +25,8 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.integration.test_process_restart import admin, start_process, write_config
+
+pytestmark = pytest.mark.integration
 
 Coordinates = tuple[int, int]  # partition, offset
 

@@ -23,6 +23,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -52,19 +53,16 @@ async def test_a_dead_endpoint_opens_the_breaker_and_a_probe_closes_it(
             admin = Admin(runtime)
             await admin.subscribe(subscription(
                 "cb", [{"name": topic, "config": {"concurrencyFactor": 10}}], receiver.url,
-                fast_group=fast_group_kwargs, delayOnErrorMs=20))
+                fast_group=fast_group_kwargs, delayOnErrorMs=20,
+                circuitBreaker={"openMs": 1000}))
             await produce(kafka_bootstrap, topic, 30)
-            state = ""
-            for _ in range(200):
-                _, one = await admin.call("GET", "/broker/subscription/cb/g-cb")
-                state = one["data"]["status"]["endpoint"]["origin"]["breaker"]
-                if state == "open":
-                    break
-                await asyncio.sleep(0.05)
-            assert state == "open"
+            await until(lambda: _origin_says(admin, "cb", "open"), what="the breaker opens")
             before = len(receiver.pushes)
-            await asyncio.sleep(2)  # with retries every 20 ms, a hot loop would send ~100s
-            assert len(receiver.pushes) - before <= 1, "requests went to an open origin"
+            # open for 1 s, until its probe: with retries every 20 ms a hot loop would send
+            # hundreds meanwhile; one request in flight when it opened, and the probe, may come
+            await until(lambda: _origin_says(admin, "cb", "half_open", transitioned=True),
+                        what="the breaker probes")
+            assert len(receiver.pushes) - before <= 2, "requests went to an open origin"
             dead["yes"] = False
             await receiver.wait_for(lambda: len(receiver.delivered()) == 30, timeout_s=30)
             _, one = await admin.call("GET", "/broker/subscription/cb/g-cb")
@@ -114,6 +112,16 @@ async def test_a_dead_endpoints_records_reach_the_dead_letter_topic_with_few_req
     assert "hookstream_origin_breaker_transitions_total" in metrics
     changes = [e["reason"] for e in _events(tmp_path / "journal", "breaker_changed")]
     assert any(c.startswith("closed -> open") for c in changes), changes
+
+
+async def _origin_says(admin: Admin, sub: str, state: str, transitioned: bool = False) -> bool:
+    """The subscription's origin breaker is in `state` now, or (`transitioned`) went to it
+    at least once (a half-open breaker whose probe failed is open again at once)."""
+    _, one = await admin.call("GET", f"/broker/subscription/{sub}/g-{sub}")
+    origin = one["data"]["status"]["endpoint"]["origin"]
+    if transitioned:
+        return any(t["to"] == state for t in origin["transitions"])
+    return bool(origin["breaker"] == state)
 
 
 async def _metrics(admin: Admin) -> tuple[int, str]:

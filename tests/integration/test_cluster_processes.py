@@ -23,7 +23,7 @@ import pytest
 
 from runtime.host.workers import LISTEN_ENV, WORKER_ENV
 from runtime.kafka.broker import free_port
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, embedded_quirks
 from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
 
 pytestmark = pytest.mark.integration
@@ -39,6 +39,7 @@ def write_config(tmp: Path, bootstrap: str) -> Path:
 [[brokers]]
 name = "Kafka"
 bootstrap_servers = "{bootstrap}"
+embedded_quirks = {embedded_quirks(bootstrap)}
 [admin]
 listen = "127.0.0.1:0"
 [persistence]

@@ -22,12 +22,15 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest as AiokafkaInitProducerId
 from aiokafka.structs import OffsetAndMetadata
 
+from runtime.host.app import Runtime
+from runtime.host.config import parse_config
 from runtime.kafka import committed_offset, compat, make_consumer, make_producer
 from runtime.kafka.broker import EmbeddedBroker, free_port, port_accepts
 from runtime.kafka.highwater import read_highwaters
 from runtime.kafka.oauth import FileTokenProvider
 from tests.certs import self_signed
 from tests.conftest import TopicFactory
+from tests.integration.delivery_harness import make_runtime, runtime_config
 
 pytestmark = pytest.mark.integration
 
@@ -274,6 +277,26 @@ async def test_a_fetch_is_held_for_max_wait_even_when_records_arrive_quirk(
     assert waited > 0.2, "fetches return early now: drop quirk 4 in runtime.kafka.compat"
     assert compat.fetch_settings(True) == {"fetch_max_wait_ms": 10}
     assert compat.fetch_settings(False) == {}
+
+
+
+async def test_runtimes_work_around_held_fetches_on_any_broker_known_to_be_embedded(
+    kafka_bootstrap: str, broker_is_embedded: bool, tmp_path: Path
+) -> None:
+    """Not only on a broker the runtime started: on the session's shared one (named with
+    `note_embedded`) and on one the config names (another process's)."""
+    if not broker_is_embedded:
+        pytest.skip(embedded_only)
+    workaround = {"fetch_max_wait_ms": compat.EMBEDDED_FETCH_MAX_WAIT_MS}
+    async with make_runtime(kafka_bootstrap, tmp_path / "noted") as runtime:
+        assert not runtime.is_embedded("Kafka")  # it did not start this broker
+        assert runtime.consumer_settings("Kafka") == workaround
+    elsewhere = f"127.0.0.1:{free_port()}"  # nobody noted this one
+    named = parse_config(runtime_config(elsewhere, tmp_path / "named"))
+    assert Runtime(named).consumer_settings("Kafka") == {}
+    flagged = runtime_config(elsewhere, tmp_path / "flagged")
+    flagged["brokers"][0]["embedded_quirks"] = True
+    assert Runtime(parse_config(flagged)).consumer_settings("Kafka") == workaround
 
 
 # -- 5. commit metadata dropped -----------------------------------------------------------------

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 
 from tests.conftest import TopicFactory
@@ -20,6 +21,8 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+
+pytestmark = pytest.mark.integration
 
 
 async def test_every_record_reaches_the_endpoint_with_its_headers_and_is_committed(

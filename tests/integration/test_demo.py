@@ -13,6 +13,8 @@ import pytest
 
 from runtime.kafka.broker import free_port
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -41,6 +41,8 @@ from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
 
+pytestmark = pytest.mark.integration
+
 TRANSPORTS: tuple[TransportName, ...] = ("aiohttp", "lean")
 
 WALL_OFFSET_MS = 1_700_000_000_000

@@ -3,12 +3,16 @@ connect time, and framing headers from a subscription never reach the wire."""
 
 from __future__ import annotations
 
+import pytest
+
 from actors.delivery.document.settings import egress_settings
 from actors.delivery.egress.guard import DestinationGuard
 from actors.delivery.egress.http import EgressActor
 from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
 from tests.integration.test_egress import Harness, harness, make_consumer, make_record
+
+pytestmark = pytest.mark.integration
 
 __all__ = ["harness"]  # the fixture, imported for pytest
 

@@ -24,6 +24,8 @@ from tests.integration.delivery_harness import Admin, make_runtime, produce, sub
 from tests.integration.test_delivery import read_all, wait_committed
 from tests.integration.test_egress import Harness, harness, make_consumer, make_record
 
+pytestmark = pytest.mark.integration
+
 trustme = pytest.importorskip("trustme", reason="trustme (a dev extra) makes the certificates")
 
 __all__ = ["harness"]

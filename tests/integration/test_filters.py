@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from actors.delivery.egress.handler import ConsumedRecord
 from actors.delivery.service import DeliveryService
 from runtime.kafka import make_producer
@@ -35,6 +37,8 @@ from tests.integration.test_cluster import owned, until
 from tests.integration.test_inprocess import read_topic
 from tests.integration.test_replay import _progress
 from tests.integration.test_retry_topics import _runtime as retry_runtime
+
+pytestmark = pytest.mark.integration
 
 # 1,200 keeps the suite quick; issue 26's measurement (bench/RESULTS.md) ran 10,000 with
 # HOOKSTREAM_FILTER_RECORDS=10000

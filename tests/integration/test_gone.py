@@ -92,13 +92,13 @@ async def test_410_disables_until_resumed_even_across_a_restart(
     assert [p.offset for p in receiver.pushes].count(3) == 2  # the 410, then delivered
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "on the embedded broker a leader that left stays the instance group's leader "
-    "(runtime/kafka/compat.py quirk 11): the later instance's member follows it and "
-    "rejoins until the test's 20 s are over"))
 async def test_in_cluster_mode_a_410_disables_everywhere_and_an_instance_started_later(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
+        fast_group_kwargs: dict[str, int], broker_is_embedded: bool) -> None:
+    """On Kafka every instance stops before the later one starts. On the embedded broker
+    one stays: where every member left, the group's leader may stay the one that left
+    (runtime/kafka/compat.py quirk 11, timing-dependent: about half the runs), and the
+    later instance's member would rejoin without an assignment."""
     topic = await topic_factory(partitions=1)
     cluster = {"subscriptions_topic": f"subs-{uuid.uuid4().hex[:8]}", "replication_factor": 1}
     gone = {"yes": True}
@@ -107,9 +107,10 @@ async def test_in_cluster_mode_a_410_disables_everywhere_and_an_instance_started
         return 410 if push.body == b"v3" and gone["yes"] else 200
 
     receiver = await Receiver(answer).start()
+    b = make_runtime(kafka_bootstrap, tmp_path / "b", cluster=cluster)
     try:
-        async with make_runtime(kafka_bootstrap, tmp_path / "a", cluster=cluster) as a, \
-                make_runtime(kafka_bootstrap, tmp_path / "b", cluster=cluster) as b:
+        async with make_runtime(kafka_bootstrap, tmp_path / "a", cluster=cluster) as a:
+            await b.start()
             await Admin(a).subscribe(subscription(
                 "gone-cl", [{"name": topic, "config": {"ordering": "partition"}}], receiver.url,
                 fast_group=fast_group_kwargs, delayOnErrorMs=10))
@@ -117,6 +118,8 @@ async def test_in_cluster_mode_a_410_disables_everywhere_and_an_instance_started
             for runtime in (a, b):
                 state = await _wait_state(Admin(runtime), "disabled", CLUSTER_PATH)
                 assert "410 Gone" in str(state["reason"])
+            if not broker_is_embedded:
+                await b.stop()
         gone["yes"] = False
         async with make_runtime(kafka_bootstrap, tmp_path / "c", cluster=cluster) as c:
             admin = Admin(c)
@@ -124,8 +127,8 @@ async def test_in_cluster_mode_a_410_disables_everywhere_and_an_instance_started
             assert state["state"] == "disabled" and "410 Gone" in str(state["reason"])
             status, reply = await admin.call("POST", CLUSTER_PATH + "/resume")
             assert status == 200, reply
-            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == set(range(10)),
-                                    timeout_s=20)
+            await receiver.wait_for(lambda: {p.offset for p in receiver.ok} == set(range(10)))
             assert (await _wait_state(admin, "running", CLUSTER_PATH))["state"] == "running"
     finally:
+        await b.stop()
         await receiver.stop()

@@ -23,6 +23,8 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def series(runtime: Runtime, name: str, topic: str) -> float | None:
     match = re.search(rf'^{name}{{[^}}]*topic="{re.escape(topic)}"[^}}]*}} (\S+)$',

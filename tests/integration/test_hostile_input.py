@@ -4,7 +4,6 @@ journal and the metrics."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import stat
@@ -19,7 +18,7 @@ from aiokafka import AIOKafkaConsumer
 
 from actors.delivery.path.member import InstanceMemberActor
 from runtime import Runtime
-from runtime.kafka import create_topics
+from runtime.kafka import compat, create_topics
 from runtime.kafka.client import make_admin, make_consumer
 from runtime.kernel import Supervisor
 from tests.conftest import TopicFactory
@@ -30,6 +29,9 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
+
+pytestmark = pytest.mark.integration
 
 HOOK = "http://127.0.0.1:9/hook"
 SLOW_IN_RE = r"[ab]*(?:a|ba)*(?:a|ba)*\d{0,9}x?"
@@ -232,11 +234,20 @@ async def _topics(bootstrap: str) -> set[str]:
         await admin.close()
 
 
-async def _read_briefly(consumer: AIOKafkaConsumer, topic: str) -> None:
+async def _waiting_for(admin: Admin, path: str) -> list[str]:
+    """The topics the subscription's member looked up and found missing."""
+    status, reply = await admin.call("GET", path)
+    assert status == 200, reply
+    member = reply["data"]["status"].get("member") or {}
+    return list(member.get("waitingForTopics", []))
+
+
+async def _ask_metadata(consumer: AIOKafkaConsumer, topic: str) -> None:
+    """Make the consumer's client request `topic`'s metadata, as subscribing would, and
+    return once the answer is in (no group: a join would only cost time here)."""
     await consumer.start()
     try:
-        consumer.subscribe([topic])
-        await consumer.getmany(timeout_ms=1500)
+        await compat.client_of(consumer).set_topics([topic])
     finally:
         await consumer.stop()
 
@@ -245,19 +256,21 @@ async def test_a_consumer_never_asks_the_broker_to_create_a_topic(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     suffix = time.monotonic_ns()
     control = f"created-by-asking-{suffix}"
-    await _read_briefly(AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap,
-                                         group_id=f"c{suffix}"), control)
+    await _ask_metadata(AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap), control)
     if control not in await _topics(kafka_bootstrap):
         pytest.skip("this broker does not create topics that a metadata request names")
 
     ours = f"never-created-{suffix}"
-    await _read_briefly(make_consumer(kafka_bootstrap, group_id=f"o{suffix}"), ours)
+    await _ask_metadata(make_consumer(kafka_bootstrap), ours)
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
         admin = Admin(runtime)
         status, _ = await admin.call("POST", "/broker/subscription", document(
             "n", "g", [{"name": f"{ours}-sub"}]))
         assert status == 200
-        await asyncio.sleep(1.5)  # the subscription's consumer asked for metadata meanwhile
+        # the member asked the broker for the topic's metadata and found it missing
+        # (with nothing to read it does not join the instance group)
+        await until(lambda: _waiting_for(admin, "/broker/subscription/n/g"),
+                    what="the member waits for the topic")
     assert not {ours, f"{ours}-sub"} & await _topics(kafka_bootstrap)
 
 
@@ -267,15 +280,14 @@ async def test_a_subscription_waits_for_its_topic_and_delivers_once_it_exists(
     receiver = await Receiver().start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
-            await Admin(runtime).subscribe(subscription("late", [{"name": topic}],
-                                                        receiver.url))
-            # long enough for the group to form (with nothing to assign) before the topic
-            # exists: its appearance must still bring an assignment
-            await asyncio.sleep(6)
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("late", [{"name": topic}], receiver.url))
+            # the member looked the topic up before it exists: its appearance must still
+            # bring an assignment
+            waiting = await until(lambda: _waiting_for(admin, "/broker/subscription/late/g-late"),
+                                  what="the member waits for the topic")
+            assert waiting == [topic]
             assert topic not in await _topics(kafka_bootstrap)
-            status, reply = await Admin(runtime).call("GET", "/broker/subscription/late/g-late")
-            assert status == 200, reply
-            assert reply["data"]["status"]["member"]["waitingForTopics"] == [topic]
             await produce(kafka_bootstrap, topic, 5)
             await receiver.wait_for(lambda: len(receiver.ok) >= 5)
             assert sorted(p.offset for p in receiver.ok) == [0, 1, 2, 3, 4]

@@ -12,10 +12,13 @@ from asyncio.subprocess import Process
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from runtime.kafka.broker import free_port
-from tests.conftest import TopicFactory
+from tests.conftest import TopicFactory, embedded_quirks
 from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,6 +29,7 @@ def write_config(tmp: Path, bootstrap: str, port: int) -> Path:
 [[brokers]]
 name = "Kafka"
 bootstrap_servers = "{bootstrap}"
+embedded_quirks = {embedded_quirks(bootstrap)}
 [admin]
 listen = "127.0.0.1:{port}"
 [persistence]

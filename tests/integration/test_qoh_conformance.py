@@ -20,6 +20,8 @@ from runtime.kafka import create_topics
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Admin, Push, Receiver, make_runtime, produce
 
+pytestmark = pytest.mark.integration
+
 
 def qoh_document(uri: str, topics: list[dict[str, Any]], *, sub_id: str = "svc-1",
                  group: str = "svc", **method: Any) -> dict[str, Any]:

@@ -7,8 +7,12 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Admin, Receiver, make_runtime, produce, subscription
+
+pytestmark = pytest.mark.integration
 
 CONSUMERS, TOPICS, RECORDS = 11, 10, 100
 

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from runtime.host.app import Runtime
 from runtime.kernel.supervisor import Supervisor
 from tests.conftest import TopicFactory
@@ -18,6 +20,8 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+
+pytestmark = pytest.mark.integration
 
 
 async def paced(push: Push) -> int:

@@ -14,6 +14,8 @@ from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
 from tests.integration.test_egress import Harness, harness, make_consumer, make_record
 
+pytestmark = pytest.mark.integration
+
 __all__ = ["harness"]
 
 

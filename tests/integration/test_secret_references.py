@@ -26,6 +26,8 @@ from tests.integration.delivery_harness import (
 )
 from tests.standard_webhooks import accepts
 
+pytestmark = pytest.mark.integration
+
 try:
     import standardwebhooks
 except ImportError:  # a dev extra; the verifier written from the text runs regardless

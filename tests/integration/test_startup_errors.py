@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 CONFIG = """
 [[brokers]]
 name = "Kafka"

@@ -17,6 +17,8 @@ from actors.delivery.errors import (
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Admin, make_runtime, subscription
 
+pytestmark = pytest.mark.integration
+
 UNREACHABLE = "http://127.0.0.1:9/hook"
 
 

@@ -87,19 +87,23 @@ async def test_pause_stops_deliveries_and_resume_continues_with_nothing_lost(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int]) -> None:
     topic = await topic_factory(partitions=1)
-    receiver = await Receiver().start()
+    receiver, witness = await Receiver().start(), await Receiver().start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             admin = Admin(runtime)
             await admin.subscribe(subscription(
                 "pz", [{"name": topic, "config": {"concurrencyFactor": 5}}], receiver.url,
                 fast_group=fast_group_kwargs))
+            await admin.subscribe(subscription(  # reads the same records, never paused
+                "pw", [{"name": topic, "config": {"concurrencyFactor": 5}}], witness.url,
+                fast_group=fast_group_kwargs))
             await produce(kafka_bootstrap, topic, 20)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 20)
             status, body = await admin.call("POST", "/broker/subscription/pz/g-pz/pause")
             assert status == 200 and body["data"]["status"]["state"] == "paused"
             await produce(kafka_bootstrap, topic, 20, start=20)
-            await asyncio.sleep(2)  # long enough for deliveries, were it not paused
+            # the witness got them all: the paused subscription could have too
+            await witness.wait_for(lambda: len(witness.delivered()) == 40)
             assert len(receiver.delivered()) == 20
             _, ready = await admin.call("GET", "/readyz")
             assert not [r for r in ready["reasons"] if "pz_g-pz" in r]  # paused on purpose
@@ -111,6 +115,7 @@ async def test_pause_stops_deliveries_and_resume_continues_with_nothing_lost(
             await receiver.wait_for(lambda: len(receiver.delivered()) == 40)
     finally:
         await receiver.stop()
+        await witness.stop()
     assert await committed(kafka_bootstrap, "g-pz", topic, 1) == {0: 40}
 
 

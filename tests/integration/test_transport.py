@@ -19,6 +19,8 @@ from actors.delivery.egress.transport import (
     make_transport,
 )
 
+pytestmark = pytest.mark.integration
+
 
 class Server:
     def __init__(self) -> None:

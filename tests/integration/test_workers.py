@@ -21,6 +21,7 @@ import pytest
 
 from runtime.kafka import create_topics
 from runtime.kafka.broker import free_port
+from tests.conftest import embedded_quirks
 from tests.integration.delivery_harness import Receiver, produce, subscription
 
 pytestmark = pytest.mark.integration
@@ -137,6 +138,7 @@ async def test_a_worker_that_keeps_dying_is_restarted_with_growing_delays(
 [[brokers]]
 name = "Kafka"
 bootstrap_servers = "{kafka_bootstrap}"
+embedded_quirks = {embedded_quirks(kafka_bootstrap)}
 [admin]
 listen = "127.0.0.1:{port}"
 [persistence]

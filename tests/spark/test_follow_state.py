@@ -14,6 +14,8 @@ import pytest
 from runtime.report import tables
 from runtime.report.follow_state import FollowState, nearest_rank, round3
 
+pytestmark = pytest.mark.spark  # plain Python but the last test, which needs Spark
+
 SUB, TOPIC, URL = "orders-hook", "orders", "http://hook"
 EH = 77  # the endpoint's hash, as Spark's xxhash64 would give it
 MEASURES = {

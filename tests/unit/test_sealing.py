@@ -68,8 +68,11 @@ def test_keys_are_read_in_base64_or_hex_and_several_rotate() -> None:
     assert parse_keys(text) == (KEY, OTHER)
 
 
+# ids: the keys are random, and parallel workers must collect the same test names
 @pytest.mark.parametrize("text", ["", "  ", "c2hvcnQ=", "zz" * 32, KEY.hex()[:-2],
-                                  base64.b64encode(os.urandom(31)).decode()])
+                                  base64.b64encode(os.urandom(31)).decode()],
+                         ids=["empty", "blank", "short", "not-hex", "hex-31-bytes",
+                              "base64-31-bytes"])
 def test_a_bad_key_says_how_to_make_one_without_showing_it(text: str) -> None:
     with pytest.raises(ValueError, match=r"os\.urandom") as caught:
         parse_keys(text)
