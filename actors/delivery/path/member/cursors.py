@@ -114,11 +114,15 @@ class Cursors:
 
     def _missing(self, tp: TopicPartition, keys: list[str]) -> list[CursorStart]:
         riders, fanout, starts = self.member.roster.riders, self.member.fanouts[tp], []
+        # the groups reading `tp` already, once per call: a burst of thousands of joins
+        # must not scan every cursor of the partition for each of them
+        groups = {riders[k].settings.group_id for k in fanout.cursors if k in riders}
         for key in keys:
             settings = riders[key].settings
-            if key not in fanout.cursors and consumes(settings, tp.topic) \
-                    and not self._group_reads(fanout, settings.group_id):
+            if key not in fanout.cursors and settings.group_id not in groups \
+                    and consumes(settings, tp.topic):
                 starts += self._spec(riders[key], tp)
+                groups.add(settings.group_id)
         return starts
 
     def _start(self, starts: list[CursorStart]) -> None:
@@ -153,11 +157,6 @@ class Cursors:
                                   deps.stall_after_ms)
 
         return build
-
-    def _group_reads(self, fanout: Fanout, group: str) -> bool:
-        """Whether a subscription of `group` has a cursor on that partition already."""
-        riders = self.member.roster.riders
-        return any(k in riders and riders[k].settings.group_id == group for k in fanout.cursors)
 
     def _claimants(self, topic: str) -> list[str]:
         """Every subscription that reads `topic`, but one per group (two cursors of one
