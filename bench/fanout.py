@@ -137,12 +137,16 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(count)]
         await asyncio.gather(*futures)
 
+    latencies: list[float] = []  # of each subscribe request, in the order they answered
+
     async def subscribe(session: aiohttp.ClientSession, bodies: list[dict[str, Any]]) -> None:
         async def one(b: dict[str, Any]) -> None:
+            sent = time.perf_counter()
             async with session.post(runtime.admin.url + "/broker/subscription", json=b,
                                     timeout=aiohttp.ClientTimeout(total=args.timeout_s)) as r:
                 if r.status != 200:
                     raise RuntimeError(f"refused: {r.status} {await r.text()}")
+            latencies.append(time.perf_counter() - sent)
 
         for first in range(0, len(bodies), SUBSCRIBE_BATCH):
             await asyncio.gather(*(one(b) for b in bodies[first:first + SUBSCRIBE_BATCH]))
@@ -211,6 +215,26 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         result["restart_delivering_s"] = time.perf_counter() - start
         note(args.tree, "restart:", result)
 
+    async def unsubscribes(session: aiohttp.ClientSession, topics: list[str],
+                           result: dict[str, Any]) -> None:
+        """`--unsubscribes` subscriptions leave at once while every subscriber gets
+        `--records` more records: until every one of them answered."""
+        loading = asyncio.create_task(produce_all(topics, args.records))
+
+        async def leave(i: int) -> None:
+            async with session.post(runtime.admin.url + "/broker/unsubscribe",
+                                    json={"id": f"s{i}", "group": {"id": f"g-s{i}"}},
+                                    timeout=aiohttp.ClientTimeout(total=args.timeout_s)) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"unsubscribe refused: {r.status} {await r.text()}")
+
+        start = time.perf_counter()
+        await asyncio.gather(*(leave(i) for i in range(args.unsubscribes)))
+        result["unsubscribe_s"] = time.perf_counter() - start
+        result["unsubscribe_load"] = load()
+        await loading
+        note(args.tree, "unsubscribes:", result)
+
     async def filtered(session: aiohttp.ClientSession, result: dict[str, Any]) -> None:
         """3. The same number of subscribers, each with one of `--filters` distinct
         header filters; records of as many event types, evenly mixed, so each record goes
@@ -270,6 +294,11 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             await subscribe(session, [body(f"s{i}", topics[i % args.topics], args.url)
                                       for i in range(args.subscribers)])
             result["subscribe_s"] = time.perf_counter() - start
+            mine = sorted(latencies[-args.subscribers:])
+            result["subscribe_p50_ms"] = mine[len(mine) // 2] * 1000
+            result["subscribe_p99_ms"] = mine[int(len(mine) * 0.99)] * 1000
+            last = latencies[-min(1000, args.subscribers):]  # the last thousand, alone
+            result["subscribe_last_1000_mean_ms"] = sum(last) / len(last) * 1000
             want = base_cursors + args.subscribers * args.partitions
             result["cursors_s"] = result["subscribe_s"] + await until(
                 "cursors", lambda: cursors() >= want)
@@ -323,6 +352,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             if profile is not None:
                 profile.disable()
                 profile.dump_stats(args.profile)
+            if args.unsubscribes:
+                await unsubscribes(session, topics, result)
             if args.filters:
                 await filtered(session, result)
             if args.isolation:
@@ -398,7 +429,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
                "--baseline-records", str(args.baseline_records), "--idle-s", str(args.idle_s),
                "--timeout-s", str(args.timeout_s), "--filters", str(args.filters),
                "--topics", str(args.topics), "--isolation", str(args.isolation),
-               "--isolation-subscribers", str(args.isolation_subscribers)]
+               "--isolation-subscribers", str(args.isolation_subscribers),
+               "--unsubscribes", str(args.unsubscribes)]
     command += ["--restart"] if args.restart else []
     if args.gc_threshold:
         command += ["--gc-threshold", args.gc_threshold]
@@ -445,6 +477,9 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"{r['single_rate']:.0f} records/s ({r['single_load']})\n"
               f"  subscribe all: {r['subscribe_s']:.1f} s (cursors running at "
               f"{r['cursors_s']:.1f} s), RSS {r['rss_kib_per_sub']:.0f} KiB/subscription\n"
+              f"  subscribe latency: p50 {r['subscribe_p50_ms']:.0f} ms, p99 "
+              f"{r['subscribe_p99_ms']:.0f} ms, last thousand mean "
+              f"{r['subscribe_last_1000_mean_ms']:.0f} ms\n"
               f"  idle: runtime {r['idle_runtime_pct']:.1f}% of a core, broker "
               f"{r['idle_broker_pct']:.1f}% ({r['idle_load']})\n"
               f"  {args.records * args.subscribers} deliveries in {r['fanout_s']:.2f} s, "
@@ -463,6 +498,9 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
                   f"deliveries/s without a hung endpoint, {r['iso_hung_rate']:.0f} with one "
                   f"({r['iso_hung_rate'] / r['iso_healthy_rate']:.2f} x); RSS grew "
                   f"{r['iso_healthy_rss_kib']:.0f} / {r['iso_hung_rss_kib']:.0f} KiB")
+        if "unsubscribe_s" in r:
+            print(f"  {args.unsubscribes} unsubscribes under load: {r['unsubscribe_s']:.2f} s "
+                  f"({r['unsubscribe_load']})")
         if "restart_ready_s" in r:
             print(f"  restart: started in {r['restart_ready_s']:.1f} s, every cursor running "
                   f"at {r['restart_cursors_s']:.1f} s, every subscriber delivering at "
@@ -488,6 +526,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--isolation", type=int, default=0,
                         help="records per subscriber in the hung-endpoint phase (0: none)")
     parser.add_argument("--isolation-subscribers", type=int, default=100)
+    parser.add_argument("--unsubscribes", type=int, default=0,
+                        help="subscriptions that leave at once under load (0: none)")
     parser.add_argument("--restart", action="store_true",
                         help="then restart from the persisted subscriptions")
     parser.add_argument("--filters", type=int, default=0,

@@ -38,7 +38,7 @@ async def test_an_idle_member_is_paced_and_still_delivers_everything_after_a_kil
                              fast_group=fast_group_kwargs))
             assert status == 200
             [member] = members(runtime)
-            configured = member._configured_wait_ms
+            configured = member.configured_wait_ms
             assert configured < PACED_MS
 
             def waits() -> int | None:

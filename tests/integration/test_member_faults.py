@@ -291,11 +291,11 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
 
             async def both_report() -> bool:
                 found = [await reasons(r) for r in (one, two)]
-                return all(any("also committed to by instance group" in r for r in rs)
+                return all(any("is also committed to by" in r for r in rs)
                            for rs in found)
 
             try:
-                await eventually(both_report, timeout_s=60)
+                await eventually(both_report, timeout_s=120)
             finally:
                 streaming.cancel()
             status, body = await Admin(one).call("GET", "/broker/subscription/twice/g-twice")

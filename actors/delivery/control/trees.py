@@ -26,7 +26,7 @@ reaches as a message (`exited`) and which retries on a timer.
 decides.
 
 Members and their riders. Each instance member owns its roster (riders join and leave
-by message, actors/delivery/path/member.py). `Trees` keeps the control plane's own record
+by message, actors/delivery/path/member/). `Trees` keeps the control plane's own record
 of which subscriptions ride which member (`riders`): a member stops when nobody rides it
 any more, and a member built again (after a crash, by its supervisor) starts with a copy
 of that record and held while a restore or an update holds it. A subscription's seat is
@@ -409,7 +409,7 @@ class Trees:
             return None
         return self.riders.get(member_name(consumer), {}).pop(consumer.key, None)
 
-    # -- shared instance members (actors/delivery/path/member.py) ----------------------
+    # -- shared instance members (actors/delivery/path/member/) ----------------------
     def instance_group(self) -> str:
         """The consumer group the runtime's instances share (`[delivery] instance_group`;
         by default derived from what instances of one deployment have in common: the

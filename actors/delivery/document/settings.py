@@ -159,7 +159,7 @@ class ReaderSettings(_Settings, frozen=True, kw_only=True):
 
 
 class RiderSettings(_Settings, frozen=True, kw_only=True):
-    """A subscription riding its instance member (path/member.py, path/roster.py)."""
+    """A subscription riding its instance member (path/member/, path/roster.py)."""
 
     key: str
     """The subscription's key: its seat and its cursors' journal events."""

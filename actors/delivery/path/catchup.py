@@ -1,7 +1,7 @@
 """Catch-up reads: a cursor that fell behind its partition's shared buffer reads on its own
 (issue 24) until it is back inside it.
 
-The instance member (actors/delivery/path/member.py) starts one `CatchUpRead` task per
+The instance member (actors/delivery/path/member/) starts one `CatchUpRead` task per
 cursor that `Fanout` found behind, a bounded number at a time (`CATCH_UP_READERS`; the
 others wait their turn). Each has its own consumer without a group, assigned the one
 partition and placed at the cursor's position. It hands batches to the cursor with `ask`

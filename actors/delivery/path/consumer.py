@@ -1,7 +1,7 @@
 """ConsumerActor: the `AIOKafkaConsumer` of a subscription with pinned `partitions[]`.
 
 Subscriptions that the group assigns partitions to ride a shared member instead (one per
-group, actors/delivery/path/member.py); this actor keeps manual assignment.
+group, actors/delivery/path/member/); this actor keeps manual assignment.
 
 The fetch loop, positions, commits and rebalance handling are `GroupConsumerActor`'s;
 this class says how a subscription subscribes and builds its `PartitionActor`s.
@@ -70,7 +70,7 @@ def subscription_client_settings(reader: ReaderSettings, client_id: str) -> Clie
 
 
 def instance_client_settings(group_id: str, session_timeout_ms: int) -> ClientSettings:
-    """The client settings of an instance member (actors/delivery/path/member.py): it
+    """The client settings of an instance member (actors/delivery/path/member/): it
     reads for every subscription, so none of their `properties` applies; each cursor
     starts at its own group's commit or `auto.offset.reset`. The member lists the
     cluster's topics for its patterns every `PATTERN_METADATA_MAX_AGE_MS` itself; the

@@ -1,6 +1,6 @@
 """Fanout: one fetched partition, many subscriptions' cursors on it (issue 24).
 
-Pure logic (no I/O, no clock): the instance member (actors/delivery/path/member.py) reads
+Pure logic (no I/O, no clock): the instance member (actors/delivery/path/member/) reads
 each owned topic-partition once and asks this book which cursor gets which records; the
 cursors themselves (one `PartitionActor` per subscription and partition) keep their own
 window, lanes, retries and offset tracker.

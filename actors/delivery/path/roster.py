@@ -1,6 +1,6 @@
 """Roster: the subscriptions riding one shared group member, and which of them owns a topic.
 
-Pure logic (no I/O): the `InstanceMemberActor` (actors/delivery/path/member.py), its only
+Pure logic (no I/O): the `InstanceMemberActor` (actors/delivery/path/member/), its only
 owner, asks it what to subscribe to and whose partition actors a topic's records go to.
 A rider carries its subscription's `RiderSettings` (document/settings.py), never the
 wire document. A topic that matches several riders' patterns goes to the rider that
@@ -34,7 +34,7 @@ class Rider:
 @dataclass(slots=True)
 class Roster:
     """The riders of one member, in the order they joined. The member owns it; others
-    change it by messages to the member (actors/delivery/path/member.py)."""
+    change it by messages to the member (actors/delivery/path/member/)."""
 
     group_id: str
     riders: dict[str, Rider] = field(default_factory=dict)

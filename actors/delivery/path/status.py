@@ -39,7 +39,7 @@ class PartitionStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 class MemberStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The instance member a subscription reads through, as that subscription sees it:
-    the `InstanceMemberActor`'s answer (actors/delivery/path/member.py), relayed by the
+    the `InstanceMemberActor`'s answer (actors/delivery/path/member/), relayed by the
     subscription's `RiderActor`."""
 
     group: str

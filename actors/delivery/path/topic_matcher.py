@@ -1,6 +1,6 @@
 """TopicMatcher: which of the cluster's topic names the subscriptions' patterns match.
 
-Pure logic (no I/O). The instance member (actors/delivery/path/member.py) lists the
+Pure logic (no I/O). The instance member (actors/delivery/path/member/) lists the
 cluster's topics every `PATTERN_METADATA_MAX_AGE_MS` and subscribes aiokafka to the
 names this matcher finds, never to a pattern: aiokafka would run the pattern with
 Python's backtracking `re` against every topic on every metadata refresh, and one

@@ -97,6 +97,7 @@ class InstanceMemberActor(Actor):
         self.rebalance = Rebalances(self, self.cursors)
         self.cursors.held = self.rebalance.suspended.__contains__
         self.starts = Starts(self, self.cursors, self.rebalance)
+        self.cursors.retired = self.starts.forget
         self.side = SideReads(self, self.cursors, self.rebalance)
         self._quiet = False
         self._client_wait_ms = DEFAULT_FETCH_WAIT_MS
@@ -226,18 +227,21 @@ class InstanceMemberActor(Actor):
         listening = self.topics.listening and kafka is not None
         paused = kafka is not None and bool(kafka.paused())
         timeout = PAUSED_POLL_MS if paused else (
-            max(POLL_MS, PROCESS_PACE.idle_ms(self._wait_ms())) if self._quiet else POLL_MS)
+            max(POLL_MS, PROCESS_PACE.idle_ms(self.configured_wait_ms)) if self._quiet else POLL_MS)
         return FetchPlan(listening, timeout, self.cursors.tuning.records
                          or self.wiring.max_records)
 
-    def _wait_ms(self) -> int:
+    @property
+    def configured_wait_ms(self) -> int:
+        """The fetch wait while records come: the shortest a subscription asks for, else
+        the client's (idle, `_pace` waits longer)."""
         return self.cursors.tuning.wait_ms(self._client_wait_ms)
 
     def _pace(self, *, quiet: bool) -> None:
         """Idle: fetch less often, by how many consumers this process runs; busy: at the
         configured wait again (actors/shared/idle_pace.py)."""
         self._quiet = quiet
-        kafka, configured = self.kafka, self._wait_ms()
+        kafka, configured = self.kafka, self.configured_wait_ms
         wait_ms = PROCESS_PACE.idle_ms(configured) if quiet else configured
         if kafka is not None and compat.fetch_wait_ms(kafka) != wait_ms:
             compat.set_fetch_wait_ms(kafka, wait_ms)

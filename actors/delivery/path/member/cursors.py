@@ -55,6 +55,8 @@ class Cursors:
         """Seats being retired: their cursors' commits and rewinds no longer count."""
         self.held: Callable[[TopicPartition], bool] = lambda tp: False
         """Whether a rebalance holds `tp` (no cursor starts there meanwhile)."""
+        self.retired: Callable[[list[Seat]], None] = lambda seats: None
+        """Told the seats retired (where they first started is forgotten)."""
         self._routed_version = -1
 
     # -- lookups -----------------------------------------------------------------------
@@ -225,6 +227,7 @@ class Cursors:
                 fanout.remove(seat[0])
             member.cancel_read(seat)
         member.commits.forget(list(riders))
+        self.retired(list(riders))
         for (_key, tp), rider in riders.items():  # another instance may write there next
             member.writers.forget(rider.settings.group_id, tp)
         self._drain(member.seats.retire(riders, done))

@@ -33,6 +33,15 @@ class Starts:
         self.rebalance = rebalance
         self._rewinds: dict[Seat, int] = {}  # new cursors waiting for their positions
         self._reading = False  # a read of positions is under way
+        self._first: dict[Seat, int] = {}
+        """Where a seat with nothing committed started (`latest` is the log's end when
+        it first started; a restart of its cursor before any commit goes back there,
+        not to the end then, which would skip what came since)."""
+
+    def forget(self, seats: list[Seat]) -> None:
+        """These seats are retired: a later start is a first start again."""
+        for seat in seats:
+            self._first.pop(seat, None)
 
     def rewind(self, rewind: Rewind) -> None:
         """A cursor incarnation runs: the newest of its seat waits for its position."""
@@ -102,7 +111,11 @@ class Starts:
                         "auto.offset.reset=%s applies", member.path, seat[0], committed,
                         child_name(seat[1]), settings.auto_offset_reset)
             committed = None
+        if committed is None and seat in self._first:
+            committed = self._first[seat]  # a restart before its first commit
         start = start_of(committed, settings.auto_offset_reset, bounds or Bounds())
+        if committed is None and start.offset is not None:
+            self._first[seat] = start.offset
         if start.reset_from is not None:
             log.warning("%s: %s: committed position %d of %s is outside the log %s; "
                         "auto.offset.reset=%s starts it at %s", member.path, seat[0],

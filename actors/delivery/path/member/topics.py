@@ -69,6 +69,7 @@ class Topics:
             if member.kafka is not None:
                 member.spawn(io.list_topics(member.kafka, member.context.clock, member),
                              name=f"{member.path}:topics")
+        self._announce()
         target = self.plan.to_subscribe()
         if target is None:
             self._settling = None
@@ -113,13 +114,19 @@ class Topics:
         elif self.listening:
             self.listening = False
             member.spawn(_leave(kafka), name=f"{member.path}:leave")
-        missing = self.plan.missing
-        if missing and missing != self._waiting:
-            log.info("%s: waiting for topics that do not exist yet: %s", member.path,
-                     ", ".join(sorted(missing)))
-        self._waiting = missing
         log.info("%s: subscribed to %d topics for %d subscriptions (roster version %d)",
                  member.path, len(target), len(member.roster), member.roster.version)
+
+    def _announce(self) -> None:
+        """Say once which wanted topics the cluster does not have (after a listing)."""
+        if self.plan.listed is None:
+            return
+        missing = self.plan.missing
+        new = missing - self._waiting
+        if new:
+            log.info("%s: waiting for topics that do not exist yet: %s", self.member.path,
+                     ", ".join(sorted(new)))
+        self._waiting = missing
 
     def pattern_topics(self, rider: Rider | None) -> list[str]:
         """The topics `rider`'s patterns were found to match."""

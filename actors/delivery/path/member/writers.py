@@ -32,7 +32,8 @@ def mark(instance_group: str) -> str:
     return f"{PREFIX}{instance_group}"
 
 
-UNKNOWN = "(unknown: the broker keeps no commit metadata)"
+UNKNOWN = ""
+"""The other writer when the broker keeps no commit metadata to name it."""
 
 
 @dataclass(slots=True)
@@ -98,6 +99,9 @@ class Writers:
         other = self.foreign.get(group)
         if other is None:
             return None
-        return (f"group {group} is also committed to by instance group {other!r}: two "
-                "deployments push every record twice (give them the same [delivery] "
-                "instance_group, or different group.ids)")
+        who = ("another writer (an offset this instance did not commit; the broker keeps "
+               "no commit metadata to name it)" if other == UNKNOWN
+               else f"instance group {other!r}")
+        return (f"group {group} is also committed to by {who}: two deployments push every "
+                "record twice (give them the same [delivery] instance_group, or different "
+                "group.ids)")
