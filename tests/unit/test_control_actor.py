@@ -24,10 +24,12 @@ from actors.delivery.control.messages import (
     Listed,
     PauseSubscription,
     Publish,
+    Replay,
     ResumeSubscription,
     Subscribe,
     TreeExited,
     Unsubscribe,
+    Update,
     ask,
 )
 from actors.delivery.control.source import (
@@ -169,9 +171,10 @@ class Plane:
         return self.actor.registry.state(key)
 
 
-async def started(folder: Path, failing: int = 0) -> AsyncIterator[Plane]:
+async def started(folder: Path, failing: int = 0,
+                  own: frozenset[str] = frozenset()) -> AsyncIterator[Plane]:
     clock = FakeClock()
-    host, plot = Host(clock), Plot(clock, failing=failing)
+    host, plot = Host(clock), Plot(clock, failing=failing, own=set(own))
     system = ActorSystem(clock=clock)
     await system.start()
     source, programmed = LocalFiles(folder), Programmed()
@@ -413,3 +416,73 @@ async def test_the_runtimes_own_topics_are_refused_and_an_unsubscribe_forgets_it
     await ask(plane.control, Subscribe(consumer()))
     await ask(plane.control, Unsubscribe(KEY))
     assert plane.plot.forgotten == [KEY]
+
+
+def writing_to(dead_letters: str | None = None, retry: str | None = None) -> Consumer:
+    method: dict[str, Any] = {"type": "http", "uri": "http://e/hook"}
+    if dead_letters is not None:
+        method["deadLetterTopic"] = dead_letters
+    if retry is not None:
+        method["retryTopics"] = {"topic": retry, "delaysMs": [1000]}
+    return decode_consumer({"id": "orders", "group": {"id": "team"}, "broker": "Kafka",
+                            "topics": [{"name": "orders"}], "subscriptionMethod": method})
+
+
+async def test_the_runtimes_own_topics_are_refused_as_dead_letter_or_retry_topic(
+        plane: Plane) -> None:
+    plane.plot.own = {"hookstream.subscriptions"}
+    for given, named in ((writing_to(dead_letters="hookstream.subscriptions"),
+                          "deadLetterTopic"),
+                         (writing_to(retry="hookstream.subscriptions"), "retryTopics.topic")):
+        with pytest.raises(InvalidSubscription) as refused:
+            await ask(plane.control, Subscribe(given))
+        assert refused.value.reason == f"invalid subscriptionMethod.{named}"
+        assert KEY not in plane.actor.registry
+    await ask(plane.control, Subscribe(writing_to(dead_letters="orders.dlt")))
+    with pytest.raises(InvalidSubscription, match="deadLetterTopic"):
+        await ask(plane.control, Update(KEY, writing_to(dead_letters="hookstream.subscriptions")))
+
+
+async def test_a_stored_document_writing_to_an_own_topic_is_listed_refused_not_started(
+        tmp_path: Path) -> None:
+    await SubscriptionStore(tmp_path).save(writing_to(dead_letters="hookstream.subscriptions"))
+    async for plane in started(tmp_path, own=frozenset({"hookstream.subscriptions"})):
+        assert plane.state() == "refused" and plane.plot.starts == []
+        assert "deadLetterTopic" in plane.actor.registry.known(KEY).status.reason
+        with pytest.raises(InvalidSubscription, match="replay"):  # its dead letters
+            await ask(plane.control, Replay(KEY, ReplayRequest(source="deadLetter")))
+        await ask(plane.control, PauseSubscription(KEY))
+        await ask(plane.control, ResumeSubscription(KEY))  # no way around the refusal
+        assert plane.state() == "refused" and plane.plot.starts == []
+        await ask(plane.control, Update(KEY, writing_to(dead_letters="orders.dlt")))
+        assert plane.state() == "running" and plane.plot.running == {KEY}
+
+
+async def test_a_dead_letter_replay_never_reads_an_own_topic(plane: Plane) -> None:
+    await ask(plane.control, Subscribe(writing_to(dead_letters="hookstream.subscriptions")))
+    plane.plot.own = {"hookstream.subscriptions"}  # as an earlier version let it be
+    with pytest.raises(InvalidSubscription, match="replay"):
+        await ask(plane.control, Replay(KEY, ReplayRequest(source="deadLetter")))
+
+
+async def test_a_record_of_the_topic_writing_to_an_own_topic_is_refused_on_adopt_and_replace(
+        ) -> None:
+    clock = FakeClock()
+    bad = writing_to(dead_letters="hookstream.subscriptions")
+    topic = Topic((KEY, encode(bad)))
+    host, plot = Host(clock), Plot(clock, own={"hookstream.subscriptions"})
+    system = ActorSystem(clock=clock)
+    await system.start()
+    control = await system.spawn(ChildSpec(
+        "control", lambda: ControlActor("control", host, plot, cast(Any, topic),
+                                        Programmed())))
+    try:
+        actor = control.actor_as(ControlActor)
+        assert actor.registry.state(KEY) == "refused" and plot.starts == []
+        await (await ask(control, Publish(((KEY, encode(writing_to("orders.dlt"))),))))
+        assert actor.registry.state(KEY) == "running" and plot.running == {KEY}
+        await (await ask(control, Publish(((KEY, encode(writing_to(
+            retry="hookstream.subscriptions"))),))))
+        assert actor.registry.state(KEY) == "refused" and plot.running == set()
+    finally:
+        await system.stop()

@@ -174,7 +174,7 @@ class ControlActor(Actor):
         """Every stored subscription is listed again, whether or not it can start now."""
         startable: list[Consumer] = []
         for consumer in consumers:
-            if self.registry.add(consumer):
+            if self.registry.add(consumer, refused=self._refusal(consumer)):
                 startable.append(consumer)
             else:
                 log.info("subscription %s restored %s", consumer.key,
@@ -285,14 +285,29 @@ class ControlActor(Actor):
         if persist:
             self.source.check_name(consumer.key)
         self.trees.bootstrap(consumer)
-        self.trees.check_retry_topics(consumer)
         refuse_own_topics(consumer, self.trees.own_topics())
+        self.trees.check_retry_topics(consumer)
 
     def _refuse_update(self, key: str, consumer: Consumer) -> None:
         self.registry.refuse_update(key, consumer)
         self.trees.bootstrap(consumer)
-        self.trees.check_retry_topics(consumer)
         refuse_own_topics(consumer, self.trees.own_topics())
+        self.trees.check_retry_topics(consumer)
+
+    def _refusal(self, consumer: Consumer) -> str:
+        """Why a stored document (the files, the subscriptions topic) may not run: it
+        fails a check a subscribe makes now. An earlier version, or another instance of
+        one, accepted it (#34: a dead-letter topic of `hookstream.subscriptions`)."""
+        if self.registry.in_process(consumer.key) or consumer.http is None:
+            return ""  # the embedding program's own: checked when it subscribed
+        try:
+            self.trees.check_retry_topics(consumer)
+            refuse_own_topics(consumer, self.trees.own_topics())
+        except InvalidSubscription as exc:
+            log.error("subscription %s refused: %s: %s; PUT a document that passes, or "
+                      "unsubscribe it", consumer.key, exc.reason, exc.details)
+            return f"{exc.reason}: {exc.details}"
+        return ""
 
     def _kept(self, key: str, consumer: Consumer) -> Consumer:
         """A PUT's document with the stored secrets where GET showed `***` (#25)."""
@@ -492,7 +507,7 @@ class ControlActor(Actor):
         if isinstance(change, Adopt):
             await self._adopt(change.consumer)
         elif isinstance(change, Replace):
-            await self._update(change.consumer.key, change.consumer)
+            await self._replace(change.consumer)
         elif isinstance(change, Remove):
             await self._unsubscribe(change.key)
         elif isinstance(change, PauseChange):
@@ -504,9 +519,24 @@ class ControlActor(Actor):
 
     async def _adopt(self, consumer: Consumer) -> None:
         """A subscription this instance learns of: listed at once, started (or retried
-        on a timer), or paused when the topic says so."""
-        if self.registry.add(consumer, paused_reason="paused in the cluster"):
+        on a timer), paused when the topic says so, or refused when it fails a check."""
+        if self.registry.add(consumer, paused_reason="paused in the cluster",
+                             refused=self._refusal(consumer)):
             await self._try_start(consumer, "started (from the subscriptions topic)")
+
+    async def _replace(self, consumer: Consumer) -> None:
+        """A new version of a subscription from the topic: applied like a PUT, unless it
+        fails a check (then its tree stops and it stays listed, refused)."""
+        refused = self._refusal(consumer)
+        if not refused:
+            await self._update(consumer.key, consumer)
+            return
+        old = self.registry.known(consumer.key).consumer
+        await self._stop_tree(old)
+        if old.http is not None:
+            self.trees.settle_origin(old.http.uri, leaving=consumer.key)
+        self.registry.replace(consumer.key, consumer)
+        self.registry.move(consumer.key, "refused", refused)
 
     # -- replay --------------------------------------------------------------------------
     async def _replay(self, message: Replay) -> ReplayProgress:
@@ -514,8 +544,11 @@ class ControlActor(Actor):
         replay.py); answers at once with the progress object the replay updates."""
         key, request = message.key, message.request
         consumer = self.registry.known(key).consumer
-        if request.source == "deadLetter" and not consumer.subscriptionMethod.deadLetterTopic:
+        dead_letters = consumer.subscriptionMethod.deadLetterTopic
+        if request.source == "deadLetter" and not dead_letters:
             raise InvalidSubscription("nothing to replay", f"{key} has no deadLetterTopic")
+        if request.source == "deadLetter":  # an earlier version let it be an own topic
+            check_replay_topic(consumer, dead_letters or "", self.trees.own_topics())
         if request.source == "topic" and (request.topic is None or request.partition is None):
             raise InvalidSubscription("invalid replay", "source 'topic' needs topic and partition")
         if request.source == "topic":

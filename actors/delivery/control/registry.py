@@ -188,13 +188,15 @@ class SubscriptionRegistry:
 
     # -- changes ---------------------------------------------------------------------------
     def add(self, consumer: Consumer, *, in_process: bool = False,
-            paused_reason: str = "paused before the restart") -> bool:
+            paused_reason: str = "paused before the restart", refused: str = "") -> bool:
         """List `consumer`; True when its tree should start now (False: it is paused or
-        disabled, as the files or the topic say)."""
+        disabled, as the files or the topic say, or `refused` says why it may not run)."""
         key, now = consumer.key, self.clock.wall_ms()
         status = SubscriptionStatus("starting", now, in_process=in_process)
         self._entries[key] = Entry(consumer, status)
-        if key in self.marked_disabled:
+        if refused:
+            status.move("refused", now, refused)
+        elif key in self.marked_disabled:
             status.move("disabled", now, self.marked_disabled[key])
         elif key in self.marked_paused:
             status.move("paused", now, paused_reason)
@@ -240,7 +242,8 @@ class SubscriptionRegistry:
         """The tree ended by itself (crashed past its own restart budget, or its
         supervisor went): a retry, unless it was meant to stop."""
         entry = self._entries.get(key)
-        if entry is None or entry.status.state in (*STOPPED, "stopping", *RETRYING):
+        if entry is None or entry.status.state in (*STOPPED, "stopping", "refused",
+                                                   *RETRYING):
             return None
         return self.start_failed(key, reason, broker_down)
 
@@ -253,7 +256,8 @@ class SubscriptionRegistry:
         return entry.consumer
 
     def wants_pause(self, key: str) -> bool:
-        return self.state(key) != "paused"
+        """A refused subscription stays refused: a pause and resume would start it."""
+        return self.state(key) not in ("paused", "refused")
 
     def wants_resume(self, key: str) -> bool:
         return self.state(key) in STOPPED

@@ -6,7 +6,10 @@ States: `starting`; `running`; `paused` (on purpose: no consumer, position commi
 `disabled` (the endpoint answered 410 Gone: stopped like `paused` until the operator
 resumes it; the record that got the 410 is delivered again then);
 `waiting_for_broker` (its broker is unreachable: retried); `failed` (could not start or
-crashed past its restart budget: retried with the kernel's restart backoff); `stopping`.
+crashed past its restart budget: retried with the kernel's restart backoff); `refused`
+(its stored document fails a check a subscribe makes now, e.g. an earlier version let it
+write to the runtime's own topics (#34): listed, never started, until a PUT with a
+document that passes, or an unsubscribe); `stopping`.
 A subscription leaves the registry only by unsubscribe.
 """
 
@@ -21,7 +24,7 @@ from actors.delivery.egress.status import EndpointStatus
 from actors.delivery.path.status import MemberStatus, PartitionStatus
 
 State = Literal["starting", "running", "paused", "disabled", "waiting_for_broker", "failed",
-                "stopping"]
+                "refused", "stopping"]
 STOPPED: Final = ("paused", "disabled")
 """States in which a subscription has no actors on purpose (resume starts it again)."""
 RETRYING: Final = ("failed", "waiting_for_broker")

@@ -549,22 +549,36 @@ def with_ring(outlet: OutletActor, ring: AttemptRing) -> OutletActor:
 
 def refuse_own_topics(consumer: Consumer, own: set[str]) -> None:
     """No subscription reads the runtime's own topics (#25: subscribing to the
-    subscriptions topic pushed every subscription's secrets to the caller)."""
+    subscriptions topic pushed every subscription's secrets to the caller), nor writes
+    them (#34: a dead-letter or retry topic of `hookstream.subscriptions` let an endpoint
+    answering `QOH-Action: dead-letter` pause and delete another tenant's subscription)."""
     for i, topic in enumerate(consumer.topics):
         hit = topic.name if topic.name in own else next(
             (t for t in sorted(own) if topic.pattern and matches(topic.pattern, t)), None)
         if hit is not None:
             raise InvalidSubscription(f"invalid topics[{i}]", f"{hit} is one of the "
                                       "runtime's own topics, not a source to subscribe to")
+    for field, written in written_topics(consumer).items():
+        if written in own:
+            raise InvalidSubscription(f"invalid subscriptionMethod.{field}", f"{written} is "
+                                      "one of the runtime's own topics, not a topic to write "
+                                      "records to")
+
+
+def written_topics(consumer: Consumer) -> dict[str, str]:
+    """The topics a subscription writes records to, by the field that names them."""
+    method = consumer.subscriptionMethod
+    written = {"deadLetterTopic": method.deadLetterTopic,
+               "retryTopics.topic": (method.retryTopics.topic
+                                     if method.retryTopics is not None else None)}
+    return {field: topic for field, topic in written.items() if topic}
 
 
 def check_replay_topic(consumer: Consumer, topic: str, own: set[str]) -> None:
     """A replay reads the subscription's own sources only: its topics (named or matching
     its patterns), its dead-letter topic and its retry topic; never the runtime's own
     topics (#25)."""
-    method = consumer.subscriptionMethod
-    retry = method.retryTopics.topic if method.retryTopics is not None else None
-    ours = topic in {t.name for t in consumer.topics} | {method.deadLetterTopic, retry} \
+    ours = topic in {t.name for t in consumer.topics} | set(written_topics(consumer).values()) \
         or any(t.pattern and matches(t.pattern, topic) for t in consumer.topics)
     if topic in own or not ours:
         raise InvalidSubscription("invalid replay request", f"{topic!r} is not a topic "
