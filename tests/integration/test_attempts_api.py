@@ -168,3 +168,35 @@ async def test_a_record_the_receiver_skipped_is_skipped_and_one_the_filter_left_
                 "skipped", "delivered", "filtered", "filtered"]
     finally:
         await receiver.stop()
+
+
+def reflected(push: Push, status: int) -> bytes:
+    """An echo service's error page: the request as it came."""
+    return json.dumps({"status": status, "headers": push.headers, "args": push.query}).encode()
+
+
+async def test_a_receiver_reflecting_its_request_shows_none_of_the_subscriptions_secrets(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 1)
+    receiver = await Receiver(FailsTwice(), answer_body=reflected).start()
+    uri = receiver.url.replace("http://", "http://hook-user:hook-pw0rd@") + "?token=t0k3n-q"
+    sub = subscription("att", [{"name": topic}], uri, fast_group=fast_group_kwargs,
+                       retryBeforeCommit=5, additionalHeaders={"Authorization": SECRET_HEADER})
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(sub)
+            await receiver.wait_for(lambda: len(receiver.ok) == 1)
+            assert receiver.pushes[0].headers["Authorization"] == SECRET_HEADER  # it was sent
+            status, reply, text = await attempts(admin, f"topic={topic}&partition=0&offset=0")
+            assert status == 200 and [a["status"] for a in reply["data"]["attempts"]] == [
+                500, 500, 200]
+            snippet = reply["data"]["attempts"][0]["response"]
+            assert '"Authorization": "***"' in snippet and '"token": "***"' in snippet
+            _, shown = await admin.call("GET", "/broker/subscription/att/g-att")
+            for secret in ("s3cret", "t0k3n-q", "hook-pw0rd", "aG9vay11c2Vy"):  # base64 user
+                assert secret not in text and secret not in json.dumps(shown), secret
+    finally:
+        await receiver.stop()
