@@ -334,12 +334,18 @@ class EgressActor(OutletActor):
         if not await self._wait_for_origin(self._fail_fast and first.replay is None):
             return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
                           local=True)
-        async with self.origin.slots:  # the origin's connection limit
-            try:
-                answer = await self._push(record)
-            except Exception:
-                self._origin_answered(False)
-                raise
+        # `hold` just let us go: in half-open state that makes this request the probe
+        probe = self.origin.breaker.probing
+        try:
+            async with self.origin.slots:  # the origin's connection limit
+                try:
+                    answer = await self._push(record)
+                except Exception:
+                    self._origin_answered(False)
+                    raise
+        except asyncio.CancelledError:  # no answer: the next request may probe (#34)
+            self.origin.unanswered(probe)
+            raise
         self._origin_answered(answer.error is None or answer.action == "skip")
         if answer.status in (429, 503) and answer.retry_after_ms is not None:
             self.origin.throttle(self.context.clock.monotonic_ms() + answer.retry_after_ms)
