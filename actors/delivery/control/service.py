@@ -328,13 +328,16 @@ class DeliveryControl:
                             "attempts": [], "reason": "no record with this webhook-id in "
                             "memory nor in the journal scanned"}
                 coordinates, stamp = found
-        return await asyncio.to_thread(attempts.lookup_record, ring, scan, coordinates, stamp)
+        # the ring is read here, on the loop its outlets write it from; the thread only
+        # reads files (#34: a thread reading the ring could mix two attempts)
+        memory = attempts.of_record(self.attempts.get(key), coordinates)
+        return await asyncio.to_thread(attempts.lookup_record, memory, scan, coordinates, stamp)
 
     async def failures_of(self, key: str, limit: int) -> dict[str, object]:
         """The latest `limit` failed attempts across the subscription's records."""
         self._known(key)
-        return await asyncio.to_thread(attempts.lookup_failures, self.attempts.get(key),
-                                       self._scan(key), limit)
+        memory = attempts.of_failures(self.attempts.get(key), limit)  # on the loop (#34)
+        return await asyncio.to_thread(attempts.lookup_failures, memory, self._scan(key), limit)
 
     def _activity(self, key: str) -> dict[str, object] | None:
         """The status page's charts and attempts table (actors/delivery/egress/attempts.py)."""
