@@ -244,3 +244,34 @@ async def test_the_attempts_api_reads_the_ring_on_the_loop_that_writes_it(
             assert ring.readers == {threading.get_ident()}
     finally:
         await receiver.stop()
+
+
+HOSTILE_QUERIES: list[tuple[str, str, str]] = [
+    # (what, query after topic=T, the field named)
+    ("4,301 digits", "&partition=0&offset=" + "9" * 4301, "offset"),
+    ("past int64", f"&partition=0&offset={2**63}", "offset"),
+    ("past int32", f"&partition={2**31}&offset=0", "partition"),
+    ("an Arabic-Indic digit", "&partition=0&offset=\u0663", "offset"),
+    ("a fullwidth digit", "&partition=\uff11&offset=0", "partition"),
+    ("two offsets", "&partition=0&offset=1&offset=2", "offset"),
+    ("two topics", "&topic=u&partition=0&offset=1", "topic"),
+    ("a huge limit", "&failed=true&limit=" + "1" * 5000, "limit"),
+]
+
+
+async def test_query_integers_are_ascii_bounded_and_given_once(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=1)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("att", [{"name": topic}], receiver.url))
+            for what, query, field in HOSTILE_QUERIES:
+                status, reply, _ = await attempts(admin, f"topic={topic}{query}")
+                assert (status, reply["reason"]) == (400, f"invalid {field}"), (what, reply)
+            status, reply, _ = await attempts(
+                admin, f"topic={topic}&partition=0&offset={2**63 - 1}")
+            assert status == 200 and reply["data"]["state"] == "unknown", reply
+    finally:
+        await receiver.stop()

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import msgspec
 from aiohttp import web
+from multidict import MultiMapping
 
 from actors.delivery.api.subscriptions import (
     answering,
@@ -29,7 +30,7 @@ from actors.delivery.api.subscriptions import (
 )
 from actors.delivery.control.attempts import DEFAULT_LIMIT, MAX_LIMIT
 from actors.delivery.control.service import DeliveryControl
-from actors.delivery.document.replay import ReplayRequest
+from actors.delivery.document.replay import MAX_OFFSET, MAX_PARTITION, ReplayRequest
 from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from runtime.host.admin import ok
@@ -107,11 +108,11 @@ class ControlRoutes:
         return ok(progress.as_dict())
 
     async def attempts(self, request: web.Request) -> web.Response:
-        key, query = self.key_of(request), request.query
+        key, query = self.key_of(request), _single_values(request.query)
         # every parameter given is checked, also one the query form does not use
         limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        partition = _number(query, "partition", -1, 0)
-        offset = _number(query, "offset", -1, 0)
+        partition = _number(query, "partition", -1, 0, MAX_PARTITION)
+        offset = _number(query, "offset", -1, 0, MAX_OFFSET)
         if query.get("failed", "true") != "true":
             raise InvalidSubscription("invalid failed", f"only failed=true; {ATTEMPTS_QUERY}")
         if "failed" in query:
@@ -130,15 +131,25 @@ class ControlRoutes:
 ATTEMPTS_QUERY = "give topic, partition and offset; or webhookId; or failed=true (and limit)"
 
 
-def _number(query: Mapping[str, str], name: str, default: int, low: int,
-            high: int | None = None) -> int:
-    """An integer query parameter in [low, high], `default` when absent; a 400 naming it
-    otherwise."""
+def _single_values(query: MultiMapping[str]) -> dict[str, str]:
+    """Each parameter once: a repeated one is a 400 (which of two offsets was meant?)."""
+    values: dict[str, str] = {}
+    for name, value in query.items():
+        if name in values:
+            raise InvalidSubscription(f"invalid {name}", f"given more than once; {ATTEMPTS_QUERY}")
+        values[name] = value
+    return values
+
+
+def _number(query: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    """An integer query parameter in [low, high] written in ASCII digits (not `٣`, and
+    short enough for `int`: 4,301 digits were a 500), `default` when absent; a 400
+    naming it otherwise."""
     raw = query.get(name)
     if raw is None:
         return default
-    if not raw.isdecimal() or int(raw) < low or (high is not None and int(raw) > high):
-        bounds = f"from {low} to {high}" if high is not None else f"from {low}"
-        raise InvalidSubscription(f"invalid {name}",
-                                  f"{raw!r}: an integer {bounds}; {ATTEMPTS_QUERY}")
+    digits = raw.isascii() and raw.isdigit() and len(raw) <= len(str(high))
+    if not digits or not low <= int(raw) <= high:
+        raise InvalidSubscription(f"invalid {name}", f"{raw[:40]!r}: an integer from {low} "
+                                  f"to {high}; {ATTEMPTS_QUERY}")
     return int(raw)
