@@ -73,6 +73,7 @@ HOST_PATTERN: Final = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Z
 
 DEFAULT_HEADER_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_CONNECTIONS: Final = 256
+DEFAULT_BODY_TIMEOUT_MS: Final = 10_000
 
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -88,7 +89,10 @@ class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     header_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_HEADER_TIMEOUT_MS
     """How long a connection may take to send a request head (runtime/host/frontdoor.py)."""
     max_connections: Annotated[int, Meta(ge=1, le=100_000)] = DEFAULT_MAX_CONNECTIONS
-    """Open admin connections at most; more are answered 503 and closed."""
+    """Open admin connections at most; more are answered 503 and closed (but a few kept
+    for health probes: runtime/host/frontdoor.py)."""
+    body_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_BODY_TIMEOUT_MS
+    """How long a request body may take to arrive after its head (runtime/host/frontdoor.py)."""
     allowed_hosts: list[str] = []
     """Names the `Host` header may carry besides the listen address, loopback names and
     IP addresses (DNS rebinding: a page's own name resolved to us); `*.example.com`
