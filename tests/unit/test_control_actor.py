@@ -18,7 +18,13 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from actors.delivery.control.actor import ControlActor, Programmed
+from actors.delivery.control.actor import (
+    FINISHED_REPLAYS_KEPT,
+    MAX_REPLAYS,
+    MAX_REPLAYS_PER_SUBSCRIPTION,
+    ControlActor,
+    Programmed,
+)
 from actors.delivery.control.messages import (
     Gone,
     Listed,
@@ -46,6 +52,7 @@ from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
+    LimitReached,
     SubscriptionExists,
     SubscriptionNotFound,
     SubscriptionStartFailed,
@@ -93,6 +100,7 @@ class Plot:
     failing: int = 0
     own: set[str] = field(default_factory=set)
     forgotten: list[str] = field(default_factory=list)
+    replays: set[tuple[str, str]] = field(default_factory=set)  # running: (key, replay id)
 
     def has_tree(self, key: str) -> bool:
         return key in self.running
@@ -108,6 +116,9 @@ class Plot:
 
     def own_topics(self) -> set[str]:
         return self.own
+
+    def replaying(self, key: str) -> set[str]:
+        return {rid for k, rid in self.replays if k == key}
 
     def forget(self, key: str) -> None:
         self.forgotten.append(key)
@@ -139,7 +150,7 @@ class Plot:
 
     async def start_replay(self, consumer: Consumer, request: ReplayRequest,
                            progress: ReplayProgress) -> None:
-        return None
+        self.replays.add((consumer.key, progress.replay_id))  # ends when the test says
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
                       leaving: str | None = None) -> object:
@@ -486,3 +497,32 @@ async def test_a_record_of_the_topic_writing_to_an_own_topic_is_refused_on_adopt
         assert actor.registry.state(KEY) == "refused" and plot.running == set()
     finally:
         await system.stop()
+
+
+async def test_replays_are_bounded_per_subscription_and_per_instance_and_ended_ones_go(
+        plane: Plane) -> None:
+    keys = [f"s{i}_team" for i in range(MAX_REPLAYS // MAX_REPLAYS_PER_SUBSCRIPTION + 1)]
+    for key in keys:
+        await ask(plane.control, Subscribe(consumer(key.removesuffix("_team"), key)))
+    request = ReplayRequest(source="topic", topic=keys[0], partition=0)
+    first = [await ask(plane.control, Replay(keys[0], request))
+             for _ in range(MAX_REPLAYS_PER_SUBSCRIPTION)]
+    with pytest.raises(LimitReached, match="s0_team"):
+        await ask(plane.control, Replay(keys[0], request))
+    for key in keys[1:-1]:
+        for _ in range(MAX_REPLAYS_PER_SUBSCRIPTION):
+            await ask(plane.control, Replay(key, ReplayRequest(source="topic", topic=key,
+                                                               partition=0)))
+    last = ReplayRequest(source="topic", topic=keys[-1], partition=0)
+    with pytest.raises(LimitReached, match="instance"):
+        await ask(plane.control, Replay(keys[-1], last))
+    plane.plot.replays.discard((keys[0], first[0].replay_id))  # one ended
+    await ask(plane.control, Replay(keys[-1], last))
+    assert first[0].replay_id in plane.actor.replays  # its progress is still shown
+    plane.plot.replays.clear()  # all ended: only the newest ended ones are kept
+    for _ in range(FINISHED_REPLAYS_KEPT + 1):
+        await ask(plane.control, Replay(keys[0], request))
+        plane.plot.replays.clear()
+    assert len(plane.actor.replays) == FINISHED_REPLAYS_KEPT
+    await ask(plane.control, Unsubscribe(keys[0]))
+    assert all(p.subscription != keys[0] for p in plane.actor.replays.values())

@@ -67,7 +67,7 @@ ATTEMPT_QUERY: Final[list[JSON]] = [
     {"name": name, "in": "query", "required": False, "schema": schema}
     for name, schema in _ATTEMPT_FIELDS
 ]
-_CHANGE: Final = (403, 413, 415)  # what any request with a body may get
+_CHANGE: Final = (403, 408, 413, 415)  # what any request with a body may get
 _CONSUMER: Final = success(ref("ConsumerDocument"))
 _STATUS: Final = success(ref("SubscriptionStatus"))
 
@@ -112,7 +112,7 @@ def describe_delivery_api(doc: OpenApi) -> None:
                                                          parameters=_PAIR))
     replay = _operation(
         "Replay records to the endpoint again (pushes carry QOH-Replay)",
-        success({"type": "object"}), 400, 404, 503, *_CHANGE,
+        success({"type": "object"}), 400, 404, 429, 503, *_CHANGE,
         body=json_body({"type": "object"}, required=False), parameters=_PAIR,
         code="202")  # accepted: it runs on
     doc.describe("POST", f"{ONE}/replay", replay)

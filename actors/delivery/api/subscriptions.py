@@ -32,6 +32,7 @@ from actors.delivery.document.tls import client_context
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
+    LimitReached,
     SubscriptionExists,
     SubscriptionNotFound,
     SubscriptionStartFailed,
@@ -46,6 +47,7 @@ STATUS: tuple[tuple[type[DeliveryError], int], ...] = (
     (SubscriptionExists, 400),
     (UnknownBroker, 400),
     (SubscriptionNotFound, 404),
+    (LimitReached, 429),  # once something ends or is removed
     (SubscriptionStartFailed, 503),  # the same request may work later
     (DeliveryError, 400),  # a subclass added without a row here: still the client's
 )

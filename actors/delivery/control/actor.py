@@ -65,6 +65,7 @@ from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
+    LimitReached,
     SubscriptionStartFailed,
     UnknownBroker,
 )
@@ -78,6 +79,12 @@ from runtime.kernel.clock import Clock
 log = logging.getLogger(__name__)
 RESTORE_BATCH = 16
 """Stored subscriptions started at once on restore."""
+MAX_REPLAYS_PER_SUBSCRIPTION = 4
+MAX_REPLAYS = 32
+"""Replays running at once, per subscription and per instance (each has its own Kafka
+consumer: 300 at once took 700 open files, #34); past them a replay is refused (429)."""
+FINISHED_REPLAYS_KEPT = 100
+"""Ended replays whose progress `GET .../replay/{id}` still shows (the oldest go)."""
 
 
 class Journal(Protocol):
@@ -349,6 +356,8 @@ class ControlActor(Actor):
         await self._stop_tree(consumer)
         self.trees.forget(key)
         self.registry.remove(key)
+        for rid in [rid for rid, p in self.replays.items() if p.subscription == key]:
+            del self.replays[rid]  # their actors stopped with the tree
         self.programmed.consumers.pop(key, None)
         if self.trees.handlers.pop(key, None) is None:
             if consumer.http is not None:
@@ -557,11 +566,28 @@ class ControlActor(Actor):
         if state != "running" or not self.trees.has_tree(key):
             raise SubscriptionStartFailed("subscription is not running",
                                           f"{key} is {state}: resume it first")
+        self._refuse_replay(key)
         rid = uuid.uuid4().hex[:12]
         progress = self.replays[rid] = ReplayProgress(rid, key, request.source)
         await self.trees.start_replay(consumer, request, progress)
         log.info("subscription %s: replay %s of %s started", key, rid, request.source)
         return progress
+
+    def _refuse_replay(self, key: str) -> None:
+        """Past the bounds on running replays: `LimitReached` (429). Ended replays past
+        `FINISHED_REPLAYS_KEPT` are forgotten first."""
+        running = {k: self.trees.replaying(k) for k in {p.subscription
+                                                        for p in self.replays.values()}}
+        ended = [rid for rid, p in self.replays.items()
+                 if rid not in running.get(p.subscription, set())]
+        for rid in ended[:max(len(ended) - FINISHED_REPLAYS_KEPT + 1, 0)]:
+            del self.replays[rid]  # the oldest first: the dict keeps their order
+        if len(running.get(key, ())) >= MAX_REPLAYS_PER_SUBSCRIPTION:
+            raise LimitReached("too many replays", f"{key} runs {MAX_REPLAYS_PER_SUBSCRIPTION}"
+                               " replays, the most a subscription may: wait for one to end")
+        if sum(map(len, running.values())) >= MAX_REPLAYS:
+            raise LimitReached("too many replays", f"this instance runs {MAX_REPLAYS} "
+                               "replays, the most it may: wait for one to end")
 
     def __repr__(self) -> str:
         return (f"<ControlActor {self.path} {self.state} {len(self.registry)} subscriptions "

@@ -46,7 +46,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from actors.delivery.control.origin_users import Limits, OriginUsers
 from actors.delivery.document.patterns import matches
@@ -138,6 +138,8 @@ class Plant(Protocol):
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
                       leaving: str | None = None) -> object: ...
+
+    def replaying(self, key: str) -> set[str]: ...
 
     def own_topics(self) -> set[str]: ...
 
@@ -303,11 +305,20 @@ class Trees:
         """A replay actor in the subscription's tree, pushing through its egress."""
         tree, bootstrap = self.tree(consumer.key), self.bootstrap(consumer)
         settings = self.runtime.consumer_settings(consumer.broker)
-        egress, name = ChildRef(tree, "egress"), f"replay-{progress.replay_id}"
+        egress, name = ChildRef(tree, "egress"), f"{REPLAY_PREFIX}{progress.replay_id}"
         await tree.start_child(ChildSpec(
             name, lambda: ReplayActor(name, replay_settings(consumer), replay_range(request),
                                       progress, bootstrap, egress, settings),
             restart="transient"))
+
+    def replaying(self, key: str) -> set[str]:
+        """The ids of `key`'s replays whose actors run (an ended replay's actor is gone:
+        path/replay.py)."""
+        try:
+            children = self.tree(key).children()
+        except ActorDeadError:  # not running
+            return set()
+        return {n.removeprefix(REPLAY_PREFIX) for n in children if n.startswith(REPLAY_PREFIX)}
 
     def spec(self, consumer: Consumer) -> ChildSpec:
         key, exited = consumer.key, self.wires.exited
@@ -529,6 +540,10 @@ class Trees:
 
     def __repr__(self) -> str:
         return f"<Trees members={sorted(self.riders)}>"
+
+
+REPLAY_PREFIX: Final = "replay-"
+"""A replay actor's name in its subscription's tree: the prefix and the replay id."""
 
 
 def instance_group(config: Config) -> str:
