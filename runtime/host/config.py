@@ -74,6 +74,9 @@ HOST_PATTERN: Final = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Z
 DEFAULT_HEADER_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_CONNECTIONS: Final = 256
 DEFAULT_BODY_TIMEOUT_MS: Final = 10_000
+DEFAULT_MAX_SUBSCRIPTIONS: Final = 10_000
+DEFAULT_MAX_TOPICS: Final = 10_000
+DEFAULT_MAX_PATTERNS: Final = 1_000
 
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -190,6 +193,13 @@ class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=T
     that stops heartbeating this long loses its partitions to the others. Apache Kafka
     refuses values below its `group.min.session.timeout.ms` (6 s by default); the embedded
     broker answers a join after about half of it, so each rebalance there takes that."""
+    max_subscriptions: Annotated[int, Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_SUBSCRIPTIONS
+    """Subscriptions on this instance at most; a subscribe past it is refused (429)."""
+    max_topics: Annotated[int, Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_TOPICS
+    """Distinct topic names the subscriptions name, at most (429 past it)."""
+    max_patterns: Annotated[int, Meta(ge=0, le=100_000)] = DEFAULT_MAX_PATTERNS
+    """Distinct topic patterns the subscriptions give, at most (429 past it): each is
+    matched against every topic of the cluster."""
 
 
 class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -38,6 +38,7 @@ from actors.delivery.control.messages import (
     Update,
     ask,
 )
+from actors.delivery.control.registry import Limits
 from actors.delivery.control.source import (
     DISABLED_FILE,
     PAUSED_FILE,
@@ -182,15 +183,15 @@ class Plane:
         return self.actor.registry.state(key)
 
 
-async def started(folder: Path, failing: int = 0,
-                  own: frozenset[str] = frozenset()) -> AsyncIterator[Plane]:
+async def started(folder: Path, failing: int = 0, own: frozenset[str] = frozenset(),
+                  limits: Limits | None = None) -> AsyncIterator[Plane]:
     clock = FakeClock()
     host, plot = Host(clock), Plot(clock, failing=failing, own=set(own))
     system = ActorSystem(clock=clock)
     await system.start()
     source, programmed = LocalFiles(folder), Programmed()
     control = await system.spawn(ChildSpec(
-        "control", lambda: ControlActor("control", host, plot, source, programmed)))
+        "control", lambda: ControlActor("control", host, plot, source, programmed, limits)))
     try:
         yield Plane(clock, host, plot, control, folder)
     finally:
@@ -526,3 +527,34 @@ async def test_replays_are_bounded_per_subscription_and_per_instance_and_ended_o
     assert len(plane.actor.replays) == FINISHED_REPLAYS_KEPT
     await ask(plane.control, Unsubscribe(keys[0]))
     assert all(p.subscription != keys[0] for p in plane.actor.replays.values())
+
+
+def reading(sub_id: str, *topics: dict[str, Any]) -> Consumer:
+    return decode_consumer({"id": sub_id, "group": {"id": sub_id}, "broker": "Kafka",
+                            "topics": list(topics),
+                            "subscriptionMethod": {"type": "http", "uri": "http://e/hook"}})
+
+
+async def test_subscriptions_topics_and_patterns_per_instance_are_bounded(
+        tmp_path: Path) -> None:
+    """#34: 2,000 subscriptions of 90 topics and 10 patterns each were all accepted."""
+    a, b, c = ({"name": n} for n in "abc")
+    x_star, y_star = {"name": "x.*", "pattern": True}, {"name": "y.*", "pattern": True}
+    async for plane in started(tmp_path, limits=Limits(subscriptions=3, topics=2, patterns=1)):
+        await ask(plane.control, Subscribe(reading("one", a, b, x_star)))
+        await ask(plane.control, Subscribe(reading("two", a, x_star)))  # nothing new
+        with pytest.raises(LimitReached, match="max_topics"):
+            await ask(plane.control, Subscribe(reading("three", c)))
+        with pytest.raises(LimitReached, match="max_patterns"):
+            await ask(plane.control, Subscribe(reading("three", a, y_star)))
+        with pytest.raises(LimitReached, match="max_topics"):  # an update counts too
+            await ask(plane.control, Update("two_two", reading("two", a, c)))
+        await ask(plane.control, Update("one_one", reading("one", a, b)))  # nothing new
+        assert plane.state("one_one") == "running"
+        await ask(plane.control, Subscribe(reading("three", b)))
+        with pytest.raises(LimitReached, match="max_subscriptions"):
+            await ask(plane.control, Subscribe(reading("four", a)))
+        await ask(plane.control, Unsubscribe("one_one"))
+        await ask(plane.control, Unsubscribe("three_three"))  # nobody reads b now
+        await ask(plane.control, Subscribe(reading("four", c)))
+        assert sorted(plane.actor.registry) == ["four_four", "two_two"]

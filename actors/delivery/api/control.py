@@ -16,17 +16,16 @@ Answers use the admin API's envelope; errors go through routes.py's one translat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import msgspec
 from aiohttp import web
-from multidict import MultiMapping
 
 from actors.delivery.api.subscriptions import (
     answering,
     check_resolvable,
     known_key,
+    number,
     refuse_in_process,
+    single_values,
 )
 from actors.delivery.control.attempts import DEFAULT_LIMIT, MAX_LIMIT
 from actors.delivery.control.service import DeliveryControl
@@ -108,11 +107,11 @@ class ControlRoutes:
         return ok(progress.as_dict())
 
     async def attempts(self, request: web.Request) -> web.Response:
-        key, query = self.key_of(request), _single_values(request.query)
+        key, query = self.key_of(request), single_values(request.query, ATTEMPTS_QUERY)
         # every parameter given is checked, also one the query form does not use
-        limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        partition = _number(query, "partition", -1, 0, MAX_PARTITION)
-        offset = _number(query, "offset", -1, 0, MAX_OFFSET)
+        limit = number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT, ATTEMPTS_QUERY)
+        partition = number(query, "partition", -1, 0, MAX_PARTITION, ATTEMPTS_QUERY)
+        offset = number(query, "offset", -1, 0, MAX_OFFSET, ATTEMPTS_QUERY)
         if query.get("failed", "true") != "true":
             raise InvalidSubscription("invalid failed", f"only failed=true; {ATTEMPTS_QUERY}")
         if "failed" in query:
@@ -129,27 +128,3 @@ class ControlRoutes:
 
 
 ATTEMPTS_QUERY = "give topic, partition and offset; or webhookId; or failed=true (and limit)"
-
-
-def _single_values(query: MultiMapping[str]) -> dict[str, str]:
-    """Each parameter once: a repeated one is a 400 (which of two offsets was meant?)."""
-    values: dict[str, str] = {}
-    for name, value in query.items():
-        if name in values:
-            raise InvalidSubscription(f"invalid {name}", f"given more than once; {ATTEMPTS_QUERY}")
-        values[name] = value
-    return values
-
-
-def _number(query: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    """An integer query parameter in [low, high] written in ASCII digits (not `٣`, and
-    short enough for `int`: 4,301 digits were a 500), `default` when absent; a 400
-    naming it otherwise."""
-    raw = query.get(name)
-    if raw is None:
-        return default
-    digits = raw.isascii() and raw.isdigit() and len(raw) <= len(str(high))
-    if not digits or not low <= int(raw) <= high:
-        raise InvalidSubscription(f"invalid {name}", f"{raw[:40]!r}: an integer from {low} "
-                                  f"to {high}; {ATTEMPTS_QUERY}")
-    return int(raw)

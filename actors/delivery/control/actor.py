@@ -50,6 +50,7 @@ from actors.delivery.control.registry import (
     Adopt,
     Change,
     Disable,
+    Limits,
     Remove,
     Replace,
     Retry,
@@ -126,11 +127,11 @@ class ControlActor(Actor):
     mailbox_capacity = 1024
 
     def __init__(self, name: str, runtime: Host, trees: Plant, source: SubscriptionSource,
-                 programmed: Programmed) -> None:
+                 programmed: Programmed, limits: Limits | None = None) -> None:
         super().__init__(name)
         self.runtime, self.trees, self.source = runtime, trees, source
         self.programmed = programmed
-        self.registry = SubscriptionRegistry(runtime.clock)
+        self.registry = SubscriptionRegistry(runtime.clock, limits)
         self.replays: dict[str, ReplayProgress] = {}
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails

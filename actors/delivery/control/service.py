@@ -51,7 +51,7 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
-from actors.delivery.control.registry import Published
+from actors.delivery.control.registry import Limits, Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
 from actors.delivery.control.status import (
     STOPPED,
@@ -132,11 +132,13 @@ class DeliveryControl:
                       gone=lambda key, reason: self._tell(Gone(key, reason)),
                       exited=lambda key, error: self._tell(TreeExited(key, error)))
         programmed, rings = self._programmed, self.attempts
+        delivery = runtime.config.delivery
+        limits = Limits(delivery.max_subscriptions, delivery.max_topics, delivery.max_patterns)
 
         def control() -> ControlActor:  # every incarnation anew, from the source
             return ControlActor("control", runtime,
                                 Trees(runtime, wires, origins, self.guard, rings),
-                                source, programmed)
+                                source, programmed, limits)
 
         self._control = await runtime.system.spawn(ChildSpec(
             "control", control, start_timeout_ms=CONTROL_START_MS,
