@@ -439,8 +439,13 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"config file not found: {file}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # #34: a traceback
+        raise ConfigError(f"{file}: not UTF-8 text (byte {exc.start}), as TOML must be"
+                          ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from None
+    except RecursionError:  # #34: `a = [[[[...` 100,000 deep was a traceback
+        raise ConfigError(f"{file}: invalid TOML: nested too deeply") from None
     return parse_config(data)
