@@ -117,3 +117,13 @@ def test_partitions_survivors_gave_up_in_a_rebalance_keep_their_lag_until_taken(
     view.apply("a", record("a", 2500, {}, key="other_g"), now_ms=2500)  # unsubscribed
     view.apply("b", record("b", 2500, {}, key="other_g"), now_ms=2500)
     assert view.owners("s_g", now_ms=2500) == [] and view.as_dict(2500)["total_lag"] == 0
+
+
+def test_an_instances_problems_show_in_the_view() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    status = InstanceStatus(instance="a", address="http://a", state="running", published_ms=0,
+                            interval_ms=INTERVAL, problems=["record 'k' not applied"])
+    view.apply("a", msgspec.json.encode(status), now_ms=0)
+    view.apply("b", record("b", 0, {0: 1}), now_ms=0)
+    assert [(i["instance"], i["problems"]) for i in view.instances(0)] == [
+        ("a", ["record 'k' not applied"]), ("b", [])]

@@ -86,6 +86,9 @@ class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True):
     published_ms: int
     interval_ms: int
     subscriptions: dict[str, Share] = {}
+    problems: list[str] = []
+    """Why this instance may differ from the others (a record of the subscriptions topic
+    it could not apply: #34)."""
 
 
 class _Seen(msgspec.Struct, kw_only=True):
@@ -193,7 +196,8 @@ class ClusterView:
                          "state": self.shown(instance, now_ms),
                          "last_seen_ms_ago": self._age(self._seen[instance], now_ms),
                          "partitions": sum(len(s.partitions) for s in shares),
-                         "lag": sum(p.lag or 0 for s in shares for p in s.partitions)})
+                         "lag": sum(p.lag or 0 for s in shares for p in s.partitions),
+                         "problems": status.problems})
         return rows
 
     def as_dict(self, now_ms: int) -> dict[str, object]:
@@ -267,10 +271,11 @@ class ClusterStatusActor(Actor):
     owns; each publish runs in an owned task too, so that `GET /cluster` never waits for
     a write. The view is read by asking (`ViewAsked`)."""
 
-    def __init__(self, name: str, runtime: Runtime, snapshot: Snapshot) -> None:
+    def __init__(self, name: str, runtime: Runtime, snapshot: Snapshot,
+                 problems: Callable[[], list[str]] = list) -> None:
         super().__init__(name)
         cluster = runtime.config.cluster
-        self.runtime, self.snapshot = runtime, snapshot
+        self.runtime, self.snapshot, self.problems = runtime, snapshot, problems
         self.interval_ms = cluster.status_interval_ms
         self.view = ClusterView(cluster.gone_after_intervals)
         broker = cluster.broker or runtime.config.brokers[0].name
@@ -353,7 +358,7 @@ class ClusterStatusActor(Actor):
         return InstanceStatus(
             instance=self.instance, address=self.runtime.admin.url, state=state,
             published_ms=self.runtime.clock.wall_ms(), interval_ms=self.interval_ms,
-            subscriptions=subscriptions)
+            subscriptions=subscriptions, problems=self.problems())
 
     async def _publish(self, expired: list[str]) -> None:
         try:

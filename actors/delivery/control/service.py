@@ -148,7 +148,8 @@ class DeliveryControl:
                                    self._whole_cluster)
             self._cluster = await runtime.system.spawn(ChildSpec(
                 "cluster-status", lambda: ClusterStatusActor(
-                    "cluster-status", runtime, lambda: snapshot_of(self)),
+                    "cluster-status", runtime, lambda: snapshot_of(self),
+                    lambda: [p for p in [source.problem] if p]),
                 start_timeout_ms=90_000, shutdown_ms=4000))
 
     def _tell(self, message: object) -> None:
