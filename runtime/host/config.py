@@ -219,6 +219,10 @@ class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     allow_references: list[str] | None = None
     """Glob patterns over `env:NAME` and `file:/path` naming the secret references a
     subscription may use (actors/delivery/document/secrets.py); None allows every one, [] none."""
+    transport: Literal["lean", "aiohttp"] | None = None
+    """The HTTP client of this runtime's pushes (actors/delivery/egress/transport.py); None:
+    the library's default (`lean` for http://, aiohttp for https://). Per runtime: two
+    runtimes in one process may differ (#34)."""
 
 
 class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -231,3 +231,24 @@ async def test_past_the_instances_limits_a_subscribe_is_a_429_and_the_list_pages
             assert status == 400, (query, reply)
         status, listed = await admin.call("GET", "/broker/subscription")
         assert [s["id"] for s in listed["data"]] == ["s0", "s1", "s2"]  # all, as before
+
+
+async def test_two_runtimes_in_one_process_push_with_their_own_transport(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver) -> None:
+    """#34: the transport was a process-wide module default every runtime shared."""
+    from actors.delivery.egress.http import EgressActor
+    from actors.delivery.service import DeliveryService
+
+    topic = await topic_factory()
+    shown: dict[str, str] = {}
+    for transport in ("aiohttp", "lean"):
+        async with make_runtime(kafka_bootstrap, tmp_path / transport,
+                                egress={"transport": transport}) as runtime:
+            await Admin(runtime).subscribe(subscription(f"t{transport}", [{"name": topic}],
+                                                        receiver.url))
+            tree = runtime.service(DeliveryService).tree(f"t{transport}_g-t{transport}")
+            egress = tree.child("egress")
+            assert isinstance(egress, EgressActor)
+            shown[transport] = type(egress._session).__name__
+    assert shown == {"aiohttp": "AiohttpTransport", "lean": "LeanTransport"}

@@ -372,7 +372,9 @@ class Trees:
         settings = egress_settings(consumer)  # a handler's method without its handler: refused
         origin = self.settle_origin(settings.uri, consumer)
         guard, gone = self.guard, self.wires.gone
-        return lambda name: EgressActor(name, settings, metrics, guard, origin, gone)
+        transport = self.runtime.config.egress.transport  # this runtime's, not the process's
+        return lambda name: EgressActor(name, settings, metrics, guard, origin, gone,
+                                        transport)
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
                       leaving: str | None = None) -> Origin:
