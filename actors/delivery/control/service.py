@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +41,7 @@ from actors.delivery.cluster.view import (
     describe_cluster_route,
     snapshot_of,
 )
-from actors.delivery.control import attempts
+from actors.delivery.control import attempts, commits
 from actors.delivery.control.actor import ControlActor, Programmed
 from actors.delivery.control.live import has_partitions, live, lives, stalls
 from actors.delivery.control.messages import (
@@ -80,6 +81,7 @@ from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 if TYPE_CHECKING:
     from runtime.host.app import Runtime
 
+log = logging.getLogger(__name__)
 CONTROL_START_MS = 600_000
 """The control actor restores every stored subscription before it reports ready."""
 CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
@@ -377,9 +379,27 @@ class DeliveryControl:
         """The consumer (redacted) and its status: state, partitions, endpoint, counters
         (typed: actors/delivery/control/status.py), asked of its running actors
         (actors/delivery/control/live.py). Raises `SubscriptionNotFound`."""
-        self._known(key)
+        consumer, _ = self._known(key)
         tree = self._running_tree(key)
-        return self._answer(key, await live(tree, self.runtime.clock))
+        shown = await live(tree, self.runtime.clock)
+        error = shown.member.commit_error if shown.member is not None else None
+        if error and shown.partitions:  # what it asked for is not what Kafka holds
+            shown = await self._as_accepted(consumer, shown, error)
+        return self._answer(key, shown)
+
+    async def _as_accepted(self, consumer: Consumer, shown: Live, error: str) -> Live:
+        """`shown` with the positions Kafka accepted (actors/delivery/control/commits.py);
+        as it was when Kafka cannot be asked now."""
+        where = [(p.topic, p.partition) for p in shown.partitions]
+        try:
+            accepted = await commits.accepted_positions(
+                self.runtime.bootstrap(consumer.broker), consumer.group_id, where,
+                self.runtime.clock)
+        except Exception as exc:  # the status answers anyway
+            log.warning("subscription %s: cannot read its accepted positions: %r",
+                        consumer.key, exc)
+            return shown
+        return commits.with_accepted(shown, accepted, error)
 
     async def answers(self) -> dict[str, SubscriptionAnswer]:
         """Every subscription's `answer`, its actors all asked at once."""

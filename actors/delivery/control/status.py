@@ -67,7 +67,7 @@ class SubscriptionStatus:
                                              else None),
                             partitions=shown.partitions, endpoint=shown.endpoint,
                             counters=shown.counters, member=shown.member,
-                            activity=activity)
+                            refused_commits=shown.refused_commits, activity=activity)
 
 
 class Counters(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,6 +79,16 @@ class Counters(msgspec.Struct, frozen=True, kw_only=True):
     filtered: int = 0
 
 
+class RefusedCommit(msgspec.Struct, frozen=True, kw_only=True):
+    """A position Kafka did not take (a live consumer in the subscription's group): the
+    partition's `committed` shows the last position Kafka accepted instead (#34)."""
+
+    topic: str
+    partition: int
+    position: int | None
+    reason: str
+
+
 class Live(msgspec.Struct, frozen=True, kw_only=True):
     """What a running tree shows of itself (nothing when it does not run): its actors'
     answers to `StatusQuery` (actors/delivery/control/live.py asks them)."""
@@ -87,6 +97,7 @@ class Live(msgspec.Struct, frozen=True, kw_only=True):
     endpoint: EndpointStatus | None = None
     counters: Counters | None = None
     member: MemberStatus | None = None
+    refused_commits: list[RefusedCommit] = []
 
 
 class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +116,10 @@ class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
     counters: Counters | None = None
     member: MemberStatus | None = None
     activity: dict[str, object] | None = None
+    refused_commits: list[RefusedCommit] = []
+    """While the member's commits to the subscription's group are refused (its
+    `commitError`): each partition's position asked for, apart from `committed`, which
+    then shows the position Kafka last accepted (one subscription's answer only)."""
 
 
 class SubscriptionAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
