@@ -308,8 +308,9 @@ class ControlActor(Actor):
         one, accepted it (#34: a dead-letter topic of `hookstream.subscriptions`)."""
         if self.registry.in_process(consumer.key) or consumer.http is None:
             return ""  # the embedding program's own: checked when it subscribed
+        # the own topics only: a delay that no longer fits the config's levels fails the
+        # start instead (retried: a config change and a restart may fix it)
         try:
-            self.trees.check_retry_topics(consumer)
             refuse_own_topics(consumer, self.trees.own_topics())
         except InvalidSubscription as exc:
             log.error("subscription %s refused: %s: %s; PUT a document that passes, or "
