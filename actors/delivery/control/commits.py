@@ -39,8 +39,8 @@ async def accepted_positions(bootstrap: str, group: str, partitions: list[tuple[
     """The positions `group` holds in Kafka for `partitions` (None: none committed); the
     broker's security settings are the registered ones (runtime/kafka/client.py)."""
     admin = make_admin(bootstrap)
-    await within(clock, admin.start(), FETCH_TIMEOUT_MS)
     try:
+        await within(clock, admin.start(), FETCH_TIMEOUT_MS)
         found = await within(clock, admin.list_consumer_group_offsets(
             group, partitions=[TopicPartition(t, p) for t, p in partitions]),
             FETCH_TIMEOUT_MS)
