@@ -9,6 +9,9 @@ Hierarchy::
     ├── SubscriptionExists          subscribe: (`id`, `group.id`) is already subscribed
     ├── SubscriptionNotFound        unsubscribe: no such subscription
     ├── UnknownBroker               the Consumer's `broker` is not a configured broker
+    ├── LimitReached                a limit of the instance (subscriptions, topics,
+    │                               patterns, replays) would be passed. Retriable: once
+    │                               something ends or is removed
     └── SubscriptionStartFailed     its actors did not start (a missing pinned topic, an
                                     unreachable broker); `__cause__` is the ActorStartError.
                                     Retriable: the same request may work once the cause
@@ -46,6 +49,10 @@ class SubscriptionNotFound(DeliveryError):
 
 class UnknownBroker(DeliveryError):
     pass
+
+
+class LimitReached(DeliveryError):
+    retriable = True
 
 
 class SubscriptionStartFailed(DeliveryError):

@@ -26,8 +26,9 @@ Front-door rules, in `_guard`, before any handler runs (issue 13):
   stop a web page in an operator's browser from posting to an API without a token.
 - Bodies are at most `MAX_BODY_BYTES` (413).
 - Before any of this, runtime/host/frontdoor.py bounds the open connections
-  (`[admin] max_connections`) and the time a request head may take
-  (`[admin] header_timeout_ms`).
+  (`[admin] max_connections`, and a few more for health probes only) and the time a
+  request head may take (`[admin] header_timeout_ms`); a body must arrive within
+  `[admin] body_timeout_ms`, read here before the handler runs.
 
 `[admin] tls_certfile` and `tls_keyfile` serve the API over HTTPS only.
 """
@@ -51,11 +52,12 @@ from aiohttp.typedefs import Middleware
 
 from runtime.errors import ActorError
 from runtime.host.config import (
+    DEFAULT_BODY_TIMEOUT_MS,
     DEFAULT_HEADER_TIMEOUT_MS,
     DEFAULT_MAX_CONNECTIONS,
     AdminConfig,
 )
-from runtime.host.frontdoor import Doors, FrontDoorSite
+from runtime.host.frontdoor import REFUSED_BUSY, Doors, FrontDoorSite
 from runtime.host.metrics import Registry
 from runtime.host.openapi import OPENAPI, OpenApi
 from runtime.host.tls import server_context
@@ -104,13 +106,37 @@ def guard_middleware(token: str, public_health: bool,
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if doors is None:
             return await guard.handle(request, handler)
-        doors.head_done(request.transport)
-        try:
-            return await guard.handle(request, handler)
-        finally:
-            doors.answered(request.transport)
+        transport = request.transport
+        doors.head_done(transport)
+        reserve = doors.health_only(transport)  # past the limit: a probe, once
+        if reserve and request.path not in HEALTH_PATHS:
+            response: web.StreamResponse = fail(503, REFUSED_BUSY[2], REFUSED_BUSY[3])
+        else:
+            try:
+                response = await guard.handle(request, _body_first(handler, doors))
+            finally:
+                doors.answered(transport)
+        if reserve:
+            response.force_close()
+        return response
 
     return middleware
+
+
+def _body_first(handler: Handler, doors: Doors) -> Handler:
+    """`handler`, once the request's body has arrived within the body time limit (the
+    front door answers 408 and closes the connection past it); aiohttp keeps the body for
+    the handler's own `read`."""
+    async def read_then_handle(request: web.Request) -> web.StreamResponse:
+        if request.body_exists:
+            doors.reading_body(request.transport)
+            try:
+                await request.read()
+            finally:
+                doors.head_done(request.transport)
+        return await handler(request)
+
+    return read_then_handle
 
 
 class HostCheck:
@@ -298,12 +324,13 @@ class AdminServer:
                  tls: ssl.SSLContext | None = None,
                  allowed_hosts: Sequence[str] = (),
                  header_timeout_ms: int = DEFAULT_HEADER_TIMEOUT_MS,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 body_timeout_ms: int = DEFAULT_BODY_TIMEOUT_MS) -> None:
         self.host, self.port = split_listen(listen)
         self.registry = registry
         self.tls = tls
         self._health = health
-        self.doors = Doors(max_connections, header_timeout_ms / 1000)
+        self.doors = Doors(max_connections, header_timeout_ms / 1000, body_timeout_ms / 1000)
         self.openapi = OpenApi(token=bool(token), public_health=public_health)
         guard = guard_middleware(token, public_health, HostCheck(self.host, allowed_hosts),
                                  self.doors)
@@ -327,7 +354,8 @@ class AdminServer:
                    public_health=config.public_health, tls=tls,
                    allowed_hosts=config.allowed_hosts,
                    header_timeout_ms=config.header_timeout_ms,
-                   max_connections=config.max_connections)
+                   max_connections=config.max_connections,
+                   body_timeout_ms=config.body_timeout_ms)
 
     @property
     def url(self) -> str:

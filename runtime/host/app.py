@@ -251,7 +251,10 @@ class Runtime:
         url = self.admin.url
         embedded = [broker.bootstrap for broker in self._brokers.values()]
         produce = f" and produce to the embedded broker at {embedded[0]}" if embedded else ""
-        return (f"ready: status page {url}/ ; next: subscribe an endpoint with POST "
+        down = sorted(self.probe.problems)
+        state = (f"started, not ready (broker {', '.join(map(repr, down))} unreachable: "
+                 f"{url}/readyz says why)" if down else "ready")  # #34: it said ready
+        return (f"{state}: status page {url}/ ; next: subscribe an endpoint with POST "
                 f"{url}/broker/subscription{produce} (README, \"Try it\")")
 
     async def _start_host_actors(self, journal: Journal | None) -> None:

@@ -76,6 +76,10 @@ HOST_PATTERN: Final = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Z
 
 DEFAULT_HEADER_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_CONNECTIONS: Final = 256
+DEFAULT_BODY_TIMEOUT_MS: Final = 10_000
+DEFAULT_MAX_SUBSCRIPTIONS: Final = 10_000
+DEFAULT_MAX_TOPICS: Final = 10_000
+DEFAULT_MAX_PATTERNS: Final = 1_000
 
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -91,7 +95,10 @@ class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True
     header_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_HEADER_TIMEOUT_MS
     """How long a connection may take to send a request head (runtime/host/frontdoor.py)."""
     max_connections: Annotated[int, Meta(ge=1, le=100_000)] = DEFAULT_MAX_CONNECTIONS
-    """Open admin connections at most; more are answered 503 and closed."""
+    """Open admin connections at most; more are answered 503 and closed (but a few kept
+    for health probes: runtime/host/frontdoor.py)."""
+    body_timeout_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_BODY_TIMEOUT_MS
+    """How long a request body may take to arrive after its head (runtime/host/frontdoor.py)."""
     allowed_hosts: list[str] = []
     """Names the `Host` header may carry besides the listen address, loopback names and
     IP addresses (DNS rebinding: a page's own name resolved to us); `*.example.com`
@@ -189,6 +196,13 @@ class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=T
     that stops heartbeating this long loses its partitions to the others. Apache Kafka
     refuses values below its `group.min.session.timeout.ms` (6 s by default); the embedded
     broker answers a join after about half of it, so each rebalance there takes that."""
+    max_subscriptions: Annotated[int, Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_SUBSCRIPTIONS
+    """Subscriptions on this instance at most; a subscribe past it is refused (429)."""
+    max_topics: Annotated[int, Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_TOPICS
+    """Distinct topic names the subscriptions name, at most (429 past it)."""
+    max_patterns: Annotated[int, Meta(ge=0, le=100_000)] = DEFAULT_MAX_PATTERNS
+    """Distinct topic patterns the subscriptions give, at most (429 past it): each is
+    matched against every topic of the cluster."""
 
 
 class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -208,6 +222,10 @@ class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     allow_references: list[str] | None = None
     """Glob patterns over `env:NAME` and `file:/path` naming the secret references a
     subscription may use (actors/delivery/document/secrets.py); None allows every one, [] none."""
+    transport: Literal["lean", "aiohttp"] | None = None
+    """The HTTP client of this runtime's pushes (actors/delivery/egress/transport.py); None:
+    the library's default (`lean` for http://, aiohttp for https://). Per runtime: two
+    runtimes in one process may differ (#34)."""
 
 
 class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -428,8 +446,13 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"config file not found: {file}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # #34: a traceback
+        raise ConfigError(f"{file}: not UTF-8 text (byte {exc.start}), as TOML must be"
+                          ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from None
+    except RecursionError:  # #34: `a = [[[[...` 100,000 deep was a traceback
+        raise ConfigError(f"{file}: invalid TOML: nested too deeply") from None
     return parse_config(data)

@@ -12,13 +12,19 @@ handler:
   broken client) is answered in the API's JSON shape (`JsonErrors`), not aiohttp's
   text/plain page; the admin server's log makes it one WARNING line (admin.py
   `ServerLog`).
+- `HEALTH_RESERVE` connections more are admitted for health probes only: a request
+  other than `GET /healthz` or `/readyz` on one is answered `503` and closed (admin.py),
+  so a full API still answers its liveness and readiness probes (#34).
 - A connection must complete a request head within `header_timeout_ms` of its opening,
   and the next one within as long of the previous answer; otherwise it is closed, with a
   `408` (JSON) when part of a head had come. One that sent nothing is closed silently, as
   an idle keep-alive connection is (a client could take an unasked answer on a connection
   it reuses for the answer to its next request). The clock stops when the request reaches the admin
-  middleware (its head is complete) and starts again when the handler has answered; a
-  request body is bounded by size (`MAX_BODY_BYTES`), not here.
+  middleware (its head is complete) and starts again when the handler has answered.
+- A request body must arrive whole within `body_timeout_ms` of its head (the admin
+  middleware reads it before the handler runs), else `408` and the connection closes:
+  255 connections sending a byte of body every 2 s held every slot (#34). Its size is
+  bounded too (`MAX_BODY_BYTES`, admin.py).
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ REFUSED_BUSY: Final = (503, "Service Unavailable", "too many connections",
                        "the admin API holds its limit of open connections: try again")
 REFUSED_SLOW: Final = (408, "Request Timeout", "request head too slow",
                        "a request head must arrive within the header time limit")
+REFUSED_SLOW_BODY: Final = (408, "Request Timeout", "request body too slow",
+                            "a request body must arrive within the body time limit")
+HEALTH_RESERVE: Final = 8
+"""Connections past `max_connections` admitted for health probes only."""
 
 
 def refusal(status: int, text: str, reason: str, details: str) -> bytes:
@@ -83,12 +93,25 @@ class Doors:
 
     max_connections: int
     header_timeout_s: float
+    body_timeout_s: float = 10.0
+    reserve: int = HEALTH_RESERVE
     open: dict[asyncio.BaseTransport, FrontDoor] = field(default_factory=dict)
 
     def head_done(self, transport: asyncio.BaseTransport | None) -> None:
         door = self.open.get(transport) if transport is not None else None
         if door is not None:
             door.stop_clock()
+
+    def reading_body(self, transport: asyncio.BaseTransport | None) -> None:
+        """The request's body must arrive within `body_timeout_s` from now."""
+        door = self.open.get(transport) if transport is not None else None
+        if door is not None:
+            door.start_clock(self.body_timeout_s, body=True)
+
+    def health_only(self, transport: asyncio.BaseTransport | None) -> bool:
+        """The connection is one of the reserve: health probes only."""
+        door = self.open.get(transport) if transport is not None else None
+        return door is not None and door.reserve
 
     def answered(self, transport: asyncio.BaseTransport | None) -> None:
         door = self.open.get(transport) if transport is not None else None
@@ -106,13 +129,17 @@ class FrontDoor(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._admitted = False
         self._partial = False  # bytes of a head arrived since the clock started
+        self._body = False  # the clock times a body
+        self.reserve = False  # admitted past `max_connections`: health probes only
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are no `asyncio.Transport` subclasses: no isinstance here
         self.transport = cast(asyncio.Transport, transport)
-        if len(self.doors.open) >= self.doors.max_connections:
+        doors = self.doors
+        if len(doors.open) >= doors.max_connections + doors.reserve:
             self._refuse(REFUSED_BUSY)
             return
+        self.reserve = len(doors.open) >= doors.max_connections
         self._admitted = True
         self.doors.open[transport] = self
         self.inner.connection_made(transport)
@@ -142,11 +169,13 @@ class FrontDoor(asyncio.Protocol):
                 self.doors.open.pop(self.transport, None)
             self.inner.connection_lost(exc)
 
-    def start_clock(self) -> None:
+    def start_clock(self, seconds: float | None = None, *, body: bool = False) -> None:
+        """Time the next request head (by default), or a body (`body`)."""
         self.stop_clock()
-        self._partial = False
+        self._partial, self._body = False, body
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.doors.header_timeout_s, self._too_slow)
+        limit = self.doors.header_timeout_s if seconds is None else seconds
+        self._timer = loop.call_later(limit, self._too_slow)
 
     def stop_clock(self) -> None:
         timer, self._timer = self._timer, None
@@ -155,6 +184,9 @@ class FrontDoor(asyncio.Protocol):
 
     def _too_slow(self) -> None:
         self._timer = None
+        if self._body:  # its head came: it waits for an answer
+            self._refuse(REFUSED_SLOW_BODY)
+            return
         self._refuse(REFUSED_SLOW if self._partial else None)
 
     def _refuse(self, answer: tuple[int, str, str, str] | None) -> None:

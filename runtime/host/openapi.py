@@ -28,8 +28,11 @@ ERROR_TEXT: Final = {
     401: "no valid `Authorization: Bearer <token>`",
     403: "sent by a web page from another origin",
     404: "no such subscription (or route)",
+    408: "the request body did not arrive within `[admin] body_timeout_ms`",
     413: "body larger than the limit",
     415: "body not `application/json`",
+    429: "a limit of the instance is reached (replays, subscriptions, topics): `details` "
+         "names it",
     503: "cannot be done now (a subscription that cannot start, actors restarting)",
 }
 BASE_SCHEMAS: Final[JSONObject] = {

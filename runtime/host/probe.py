@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 
 from runtime.kernel.actor import Actor
 from runtime.kernel.clock import Clock, within
 from runtime.kernel.errors import UsageError
 
+log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_MS = 1000
 
 
@@ -55,6 +57,14 @@ class BrokerProbe:
                 if why is not None}
 
     def note(self, problems: dict[str, str]) -> None:
+        """Keep the round's result; say when a broker becomes unreachable or reachable
+        again (#34: an unreachable broker at start was silent for 25 s)."""
+        for name, why in sorted(problems.items()):
+            if name not in self.problems:
+                log.warning("broker %r (%s) is unreachable: %s; what reads it waits for it",
+                            name, self.brokers[name], why)
+        for name in sorted(self.problems.keys() - problems.keys()):
+            log.info("broker %r (%s) is reachable again", name, self.brokers[name])
         self.problems = problems
         self.checked = True
 

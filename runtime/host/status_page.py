@@ -44,7 +44,7 @@ PAGE: Final = """<!doctype html>
   .state { padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
            color: #fff; background: var(--muted); }
   .state.running { background: var(--ok); } .state.paused { background: var(--warn); }
-  .state.failed, .state.waiting_for_broker, .state.stalled, .state.disabled { background: var(--bad); }
+  .state.failed, .state.waiting_for_broker, .state.stalled, .state.disabled, .state.refused { background: var(--bad); }
   .state.in-process { background: #0969da; }
   .muted { color: var(--muted); }
   table { border-collapse: collapse; margin-top: 8px; width: 100%; }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from tests.conftest import TopicFactory
@@ -200,3 +201,56 @@ async def test_a_put_of_what_get_showed_keeps_the_stored_secrets(
         status, reply = await admin.call("PUT", "/broker/subscription/k/g-k", document)
         assert (status, reply["reason"]) == (
             400, "invalid subscriptionMethod.signingSecret"), reply
+
+
+async def test_past_the_instances_limits_a_subscribe_is_a_429_and_the_list_pages(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver) -> None:
+    topics = [await topic_factory() for _ in range(3)]
+    async with make_runtime(kafka_bootstrap, tmp_path, delivery={
+            "max_subscriptions": 3, "max_topics": 3, "max_patterns": 0}) as runtime:
+        admin = Admin(runtime)
+        for i, topic in enumerate(topics):
+            await admin.subscribe(subscription(f"s{i}", [{"name": topic}], receiver.url))
+        status, reply = await admin.call("POST", "/broker/subscription", subscription(
+            "s3", [{"name": topics[0]}], receiver.url))
+        assert (status, reply["reason"]) == (429, "too many subscriptions"), reply
+        assert "max_subscriptions" in reply["details"]
+        status, reply = await admin.call("PUT", "/broker/subscription/s0/g-s0", subscription(
+            "s0", [{"name": "other.*", "pattern": True}], receiver.url))
+        assert (status, reply["reason"]) == (429, "too many patterns"), reply
+        status, page = await admin.call("GET", "/broker/subscription?offset=1&limit=1")
+        assert status == 200 and [s["id"] for s in page["data"]] == ["s1"]
+        async with aiohttp.ClientSession() as session:
+            async with session.get(admin.base + "/broker/subscription?limit=2") as first:
+                assert first.headers["Link"] == \
+                    '</broker/subscription?offset=2&limit=2>; rel="next"'
+            async with session.get(admin.base + "/broker/subscription?offset=2") as last:
+                assert "Link" not in last.headers
+                assert [s["id"] for s in (await last.json())["data"]] == ["s2"]
+        for query in ("limit=0", "offset=-1", "limit=x", "offset=1&offset=2"):
+            status, reply = await admin.call("GET", f"/broker/subscription?{query}")
+            assert status == 400, (query, reply)
+        status, listed = await admin.call("GET", "/broker/subscription")
+        assert [s["id"] for s in listed["data"]] == ["s0", "s1", "s2"]  # all, as before
+
+
+async def test_two_runtimes_in_one_process_push_with_their_own_transport(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        receiver: Receiver) -> None:
+    """#34: the transport was a process-wide module default every runtime shared."""
+    from actors.delivery.egress.http import EgressActor
+    from actors.delivery.service import DeliveryService
+
+    topic = await topic_factory()
+    shown: dict[str, str] = {}
+    for transport in ("aiohttp", "lean"):
+        async with make_runtime(kafka_bootstrap, tmp_path / transport,
+                                egress={"transport": transport}) as runtime:
+            await Admin(runtime).subscribe(subscription(f"t{transport}", [{"name": topic}],
+                                                        receiver.url))
+            tree = runtime.service(DeliveryService).tree(f"t{transport}_g-t{transport}")
+            egress = tree.child("egress")
+            assert isinstance(egress, EgressActor)
+            shown[transport] = type(egress._session).__name__
+    assert shown == {"aiohttp": "AiohttpTransport", "lean": "LeanTransport"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from aiohttp import web
 
 from runtime.host.admin import AdminServer, ok
 from runtime.host.config import AdminConfig
+from runtime.host.frontdoor import HEALTH_RESERVE
 from runtime.host.metrics import Registry
 from tests.certs import self_signed
 from tests.integration.delivery_harness import Admin, make_runtime
@@ -258,12 +259,15 @@ async def test_slow_or_silent_request_heads_are_cut_off_and_connections_are_boun
         writer.close()
 
         held = [await asyncio.open_connection(host, port) for _ in range(4)]
+        reserve = [await asyncio.open_connection(host, port) for _ in range(HEALTH_RESERVE)]
         extra_reader, extra_writer = await asyncio.open_connection(host, port)
         answer = await _read_until_closed(extra_reader, 5)
         assert answer.startswith(b"HTTP/1.1 503"), answer
         assert json.loads(answer.partition(b"\r\n\r\n")[2])["reason"] == \
             "too many connections"
         extra_writer.close()
+        for _, reserve_writer in reserve:
+            reserve_writer.close()
         for _, held_writer in held:
             held_writer.close()
         for _ in range(50):  # the server sees them go
@@ -296,3 +300,55 @@ async def test_a_malformed_request_is_one_warning_line_without_a_traceback(
     assert logged and all(r.levelname == "WARNING" and r.exc_info is None for r in logged), [
         (r.levelname, r.getMessage()) for r in logged]
     assert "malformed request" in logged[0].getMessage()
+
+
+async def test_slow_bodies_are_cut_off_and_health_probes_pass_a_full_api(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """#34: 255 connections sending full heads, then a body byte every 2 s, held every
+    admin connection; `/healthz` got 503 `too many connections`."""
+    async with make_runtime(kafka_bootstrap, tmp_path, admin={
+            "listen": "127.0.0.1:0", "max_connections": 3, "body_timeout_ms": 300,
+            }) as runtime:
+        host, port = runtime.admin.host, runtime.admin.port
+        slow = []
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(b"POST /broker/subscription HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            slow.append((reader, writer))
+        await _until(lambda: len(runtime.admin.doors.open) == 3)
+        for path, status in (("/healthz", 200), ("/readyz", 200), ("/metrics", 503)):
+            answer = await raw_request(runtime.admin, f"GET {path} HTTP/1.1\r\n"
+                                       "Host: 127.0.0.1\r\n\r\n".encode())
+            assert answer.startswith(f"HTTP/1.1 {status}".encode()), (path, answer)
+        for reader, writer in slow:  # a byte now and then: never whole within 300 ms
+            answer = await _trickling_until_closed(reader, writer, 10)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408"), answer
+            assert json.loads(body)["reason"] == "request body too slow"
+            writer.close()
+        await _until(lambda: not runtime.admin.doors.open)
+        assert (await Admin(runtime).call("GET", "/broker/subscription"))[0] == 200
+
+
+async def _trickling_until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                  limit_s: float) -> bytes:
+    """Read the answer while sending a body byte every 100 ms (the slow client's pace)."""
+    async def trickle() -> None:
+        while not writer.is_closing():
+            await asyncio.sleep(0.1)
+            writer.write(b" ")
+
+    task = asyncio.create_task(trickle())
+    try:
+        return await asyncio.wait_for(reader.read(), limit_s)
+    finally:
+        task.cancel()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(100):  # the server's own view of its connections: nothing to await
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("never")

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from actors.delivery.egress.attempts import Attempt, AttemptRing
+from actors.delivery.service import DeliveryService
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -166,5 +169,109 @@ async def test_a_record_the_receiver_skipped_is_skipped_and_one_the_filter_left_
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:  # the journal
             assert await states(Admin(runtime)) == [
                 "skipped", "delivered", "filtered", "filtered"]
+    finally:
+        await receiver.stop()
+
+
+def reflected(push: Push, status: int) -> bytes:
+    """An echo service's error page: the request as it came."""
+    return json.dumps({"status": status, "headers": push.headers, "args": push.query}).encode()
+
+
+async def test_a_receiver_reflecting_its_request_shows_none_of_the_subscriptions_secrets(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 1)
+    receiver = await Receiver(FailsTwice(), answer_body=reflected).start()
+    uri = receiver.url.replace("http://", "http://hook-user:hook-pw0rd@") + "?token=t0k3n-q"
+    sub = subscription("att", [{"name": topic}], uri, fast_group=fast_group_kwargs,
+                       retryBeforeCommit=5, additionalHeaders={"Authorization": SECRET_HEADER})
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(sub)
+            await receiver.wait_for(lambda: len(receiver.ok) == 1)
+            assert receiver.pushes[0].headers["Authorization"] == SECRET_HEADER  # it was sent
+            status, reply, text = await attempts(admin, f"topic={topic}&partition=0&offset=0")
+            assert status == 200 and [a["status"] for a in reply["data"]["attempts"]] == [
+                500, 500, 200]
+            snippet = reply["data"]["attempts"][0]["response"]
+            assert '"Authorization": "***"' in snippet and '"token": "***"' in snippet
+            _, shown = await admin.call("GET", "/broker/subscription/att/g-att")
+            for secret in ("s3cret", "t0k3n-q", "hook-pw0rd", "aG9vay11c2Vy"):  # base64 user
+                assert secret not in text and secret not in json.dumps(shown), secret
+    finally:
+        await receiver.stop()
+
+
+class ThreadNoting(AttemptRing):
+    """The subscription's ring, noting the threads that read it (the outlets write it on
+    the event loop's thread)."""
+
+    __slots__ = ("readers",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readers: set[int] = set()
+
+    def _at(self, index: int) -> Attempt:
+        self.readers.add(threading.get_ident())
+        return super()._at(index)
+
+
+async def test_the_attempts_api_reads_the_ring_on_the_loop_that_writes_it(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """#34: the ring went to a worker thread while outlets overwrote its slots column by
+    column, so an answer could mix two attempts."""
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 1)
+    receiver = await Receiver(FailsTwice(), answer_body=body).start()
+    sub = subscription("att", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs,
+                       retryBeforeCommit=5)
+    ring = ThreadNoting()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            runtime.service(DeliveryService).attempts["att_g-att"] = ring  # the tree's ring
+            admin = Admin(runtime)
+            await admin.subscribe(sub)
+            await receiver.wait_for(lambda: len(receiver.ok) == 1)
+            status, reply, _ = await attempts(admin, f"topic={topic}&partition=0&offset=0")
+            assert status == 200 and len(reply["data"]["attempts"]) == 3, reply
+            status, reply, _ = await attempts(admin, "failed=true&limit=5")
+            assert status == 200 and len(reply["data"]["attempts"]) == 2, reply
+            assert ring.readers == {threading.get_ident()}
+    finally:
+        await receiver.stop()
+
+
+HOSTILE_QUERIES: list[tuple[str, str, str]] = [
+    # (what, query after topic=T, the field named)
+    ("4,301 digits", "&partition=0&offset=" + "9" * 4301, "offset"),
+    ("past int64", f"&partition=0&offset={2**63}", "offset"),
+    ("past int32", f"&partition={2**31}&offset=0", "partition"),
+    ("an Arabic-Indic digit", "&partition=0&offset=\u0663", "offset"),
+    ("a fullwidth digit", "&partition=\uff11&offset=0", "partition"),
+    ("two offsets", "&partition=0&offset=1&offset=2", "offset"),
+    ("two topics", "&topic=u&partition=0&offset=1", "topic"),
+    ("a huge limit", "&failed=true&limit=" + "1" * 5000, "limit"),
+]
+
+
+async def test_query_integers_are_ascii_bounded_and_given_once(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    topic = await topic_factory(partitions=1)
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("att", [{"name": topic}], receiver.url))
+            for what, query, field in HOSTILE_QUERIES:
+                status, reply, _ = await attempts(admin, f"topic={topic}{query}")
+                assert (status, reply["reason"]) == (400, f"invalid {field}"), (what, reply)
+            status, reply, _ = await attempts(
+                admin, f"topic={topic}&partition=0&offset={2**63 - 1}")
+            assert status == 200 and reply["data"]["state"] == "unknown", reply
     finally:
         await receiver.stop()

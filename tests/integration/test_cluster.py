@@ -30,6 +30,7 @@ from runtime.host.app import Runtime
 from runtime.host.sealing import parse_keys
 from runtime.kafka import create_topics
 from runtime.kafka.broker import EmbeddedBroker
+from runtime.kernel.clock import FakeClock
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -292,3 +293,64 @@ async def test_pairs_that_join_alike_share_the_topic_and_an_earlier_versions_rec
             assert delivery(a).subscriptions["k_a_b"].same("k_a", "b")
     finally:
         await receiver.stop()
+
+
+async def test_a_record_that_cannot_be_applied_is_counted_shown_and_retried(
+        kafka_bootstrap: str) -> None:
+    """#34: it was skipped with one log line; the instance then differed from the others
+    until it restarted."""
+    topic, clock = f"subs-{uuid.uuid4().hex[:8]}", FakeClock()
+    failing = {"k1": 2, "k2": 1000}
+    applied: list[tuple[str, bytes | None]] = []
+
+    async def flaky(key: str, value: bytes | None) -> None:
+        if failing.get(key):
+            failing[key] -= 1
+            raise ValueError(f"{key} cannot be applied yet")
+        applied.append((key, value))
+
+    async with following(SubscriptionLog(kafka_bootstrap, topic, clock=clock), flaky) as log:
+        await log.write("k1", b"a")  # applied or not, when write returns
+        assert log.unapplied_total == 1 and applied == []
+        assert "'k1'" in (log.unapplied_problem or "")
+        clock.advance(500)  # RETRY's first delay, at most
+        await until(lambda: log.unapplied_total == 2)  # retried by the follower: fails
+        clock.advance(1000)
+        await until(lambda: applied == [("k1", b"a")])  # the next retry applies it
+        assert log.unapplied == {} and log.unapplied_problem is None
+        await log.write("k2", b"old")
+        assert "'k2'" in (log.unapplied_problem or "")
+        failing["k2"] = 0
+        await log.write("k2", b"new")  # a later record of its key replaces it
+        assert applied[-1] == ("k2", b"new") and log.unapplied == {}
+        clock.advance(60_000)
+        await log.write("k3", b"c")  # a follower round: nothing left to retry
+        assert applied[-2:] == [("k2", b"new"), ("k3", b"c")]
+
+
+async def test_readiness_names_a_subscriptions_record_this_instance_cannot_apply(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic = f"subs-{uuid.uuid4().hex[:8]}"
+    async with instance(kafka_bootstrap, tmp_path, "a", topic) as runtime:
+        writer = SubscriptionLog(kafka_bootstrap, topic)
+        await writer.start(_ignore)
+        try:
+            await writer.put("bad_g", b'{"id": "bad", "group": {"id": "g"}}')  # no topics
+        finally:
+            await writer.stop()
+        admin = Admin(runtime)
+
+        async def reasons() -> list[str]:
+            return list((await admin.call("GET", "/readyz"))[1]["reasons"])
+
+        for _ in range(100):
+            said = await reasons()
+            if said:
+                break
+            await asyncio.sleep(0.1)  # the follower's next batch: nothing to wait on here
+        assert [r for r in said if "'bad_g'" in r and "not applied" in r], said
+        assert "hookstream_subscription_records_unapplied_total" in runtime.metrics.render()
+
+
+async def _ignore(key: str, value: bytes | None) -> None:
+    return None

@@ -31,6 +31,7 @@ from actors.delivery.document.subscription import (
     TopicSpec,
 )
 from actors.delivery.egress.http import EgressActor
+from actors.delivery.egress.origin import CircuitBreaker, Origin
 from actors.delivery.egress.transport import RESPONSE_BODY_CAP, TransportName
 from actors.shared.messages import Deliver, Delivered, Failed, Record
 from runtime.host.journal import Event
@@ -569,3 +570,25 @@ async def test_a_failed_batch_fails_each_record_with_the_status(harness: Harness
     assert all(isinstance(o, Failed) and (o.failure.status, o.failure.retry_after_ms)
                == (503, 2000) for o in outcomes)
     assert len(outcomes) == 2
+
+
+async def test_an_egress_stopped_while_its_probe_is_out_leaves_the_origin_probing_again(
+        harness: Harness) -> None:
+    """#34: only an answer cleared the probe; a worker cancelled while it held it (a
+    pause, update or unsubscribe stopping the tree) left the origin half-open for good."""
+    clock = harness.system.clock
+    origin = Origin("probe-origin", CircuitBreaker(min_requests=1, open_ms=100))
+    origin.answered(False, clock.monotonic_ms())  # open
+    assert isinstance(clock, FakeClock)
+    clock.advance(100)  # the probe may go
+    consumer = make_consumer(harness.endpoint.url + "/slow")
+    egress = EgressActor("prober", egress_settings(consumer), harness.metrics,
+                         origin=origin, transport=harness.transport)
+    await harness.system.spawn(ChildSpec("prober", lambda: egress, restart="temporary"))
+    await egress.tell(Deliver(make_record(), epoch=3, reply_to=harness.collector))
+    await asyncio.wait_for(harness.endpoint.arrived.wait(), WAIT_S)  # the probe is out
+    held = origin.hold(clock.monotonic_ms())
+    assert held is not None and held.breaker  # one probe at a time
+    await harness.system.root.stop_child("prober")  # its worker is cancelled
+    assert origin.state == "half_open"
+    assert origin.hold(clock.monotonic_ms()) is None  # the next request probes

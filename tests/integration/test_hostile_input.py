@@ -344,6 +344,13 @@ async def test_the_runtimes_own_topics_are_no_source_for_a_subscription_or_a_rep
                 status, reply = await admin.call("POST", "/broker/subscription",
                                                  subscription("o", topics, receiver.url))
                 assert (status, reply["reason"]) == (400, "invalid topics[0]"), reply
+            for field, method in (("deadLetterTopic", {"deadLetterTopic": subs}),
+                                  ("retryTopics.topic", {"retryTopics": {
+                                      "topic": subs, "delaysMs": [1000]}})):
+                status, reply = await admin.call("POST", "/broker/subscription", subscription(
+                    "o", [{"name": topic}], receiver.url, **method))
+                assert (status, reply["reason"]) == (
+                    400, f"invalid subscriptionMethod.{field}"), reply
             await admin.subscribe(subscription("rs", [{"name": topic}], receiver.url,
                                                deadLetterTopic=f"{topic}.dlt"))
             path = "/broker/subscription/rs/g-rs/replay"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,18 @@ async def test_an_idle_runtime_is_live_and_ready(kafka_bootstrap: str, tmp_path:
 
 
 async def test_an_unreachable_broker_makes_readyz_503_naming_it_while_healthz_stays_200(
-        kafka_bootstrap: str, tmp_path: Path, unused_port: int) -> None:
+        kafka_bootstrap: str, tmp_path: Path, unused_port: int,
+        caplog: pytest.LogCaptureFixture) -> None:
     brokers = [{"name": "Kafka", "bootstrap_servers": kafka_bootstrap},
                {"name": "Down", "bootstrap_servers": f"127.0.0.1:{unused_port}"}]
+    with caplog.at_level(logging.INFO, logger="runtime"):
+        async with make_runtime(kafka_bootstrap, tmp_path, brokers=brokers):
+            pass
+    said = [r.getMessage() for r in caplog.records]
+    # #34: it said "ready" and warned nothing for 25 s
+    assert [m for m in said if "'Down'" in m and "unreachable" in m and str(unused_port) in m]
+    assert not [m for m in said if m.startswith("ready:")]
+    assert [m for m in said if m.startswith("started, not ready (broker 'Down' unreachable")]
     async with make_runtime(kafka_bootstrap, tmp_path, brokers=brokers) as runtime:
         admin = Admin(runtime)
         status, body = await admin.call("GET", "/readyz")

@@ -54,3 +54,65 @@ async def test_a_name_too_long_to_store_is_refused_before_anything_starts(
             await service.subscribe(decode_consumer(long))
         assert service.subscriptions == {}
     assert list((tmp_path / "persist").glob("*")) == []
+
+
+async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """#34: with a live consumer in the subscription's group Kafka refuses the member's
+    commits, and the status said `committed` 30 where Kafka held nothing."""
+    import asyncio
+    import contextlib
+
+    from runtime.kafka import compat
+    from runtime.kafka.client import make_consumer
+    from tests.integration.delivery_harness import Receiver, produce
+
+    topic = await topic_factory(partitions=1)
+    old = make_consumer(kafka_bootstrap, topic, group_id="g-up", enable_auto_commit=False,
+                        **fast_group_kwargs)
+    await old.start()
+
+    async def old_member_polls() -> None:
+        while True:
+            await old.getmany(timeout_ms=100)
+
+    polling = asyncio.create_task(old_member_polls())
+    receiver = await Receiver().start()
+    try:
+        for _ in range(300):  # the group's member has its partition: nothing to await
+            if old.assignment():
+                break
+            await asyncio.sleep(0.05)
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("up", [{"name": topic}], receiver.url))
+            await produce(kafka_bootstrap, topic, 30)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 30)
+            status: dict[str, object] = {}
+            for _ in range(300):  # until the member reports the refusal
+                status = (await admin.call("GET", "/broker/subscription/up/g-up"))[1][
+                    "data"]["status"]
+                if status["member"]["commitError"] and status["refused_commits"]:  # type: ignore[index]
+                    break
+                await asyncio.sleep(0.05)
+            assert [(p["partition"], p["committed"]) for p in status["partitions"]] == [
+                (0, None)], status  # type: ignore[attr-defined]
+            assert [(r["partition"], r["position"]) for r in status["refused_commits"]] == [
+                (0, 30)], status  # type: ignore[attr-defined]
+            polling.cancel()
+            assert await compat.leave_group(old)
+            await asyncio.wait_for(old.stop(), 15)
+            for _ in range(300):  # until the member's commit is taken
+                status = (await admin.call("GET", "/broker/subscription/up/g-up"))[1][
+                    "data"]["status"]
+                if not status["member"]["commitError"]:  # type: ignore[index]
+                    break
+                await asyncio.sleep(0.05)
+            assert status["refused_commits"] == []
+            assert [p["committed"] for p in status["partitions"]] == [30]  # type: ignore[attr-defined]
+    finally:
+        polling.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(old.stop(), 15)
+        await receiver.stop()

@@ -96,3 +96,34 @@ def test_a_partition_two_instances_claim_goes_to_the_fresher_record() -> None:
     view.apply("b", record("b", 900, {0: 2}), now_ms=900)
     owners = view.owners("s_g", now_ms=1000)
     assert [(o["instance"], o["lag"]) for o in owners] == [("b", 2)]
+
+
+def test_partitions_survivors_gave_up_in_a_rebalance_keep_their_lag_until_taken() -> None:
+    """#34: three instances, one killed: the partitions the survivors gave up in the
+    rebalance fell out of the view (and of total_lag) until their new owner reported."""
+    view = ClusterView(gone_after_intervals=3)
+    view.apply("a", record("a", 0, {0: 50, 1: 60}), now_ms=0)
+    view.apply("b", record("b", 0, {2: 70}), now_ms=0)
+    view.apply("a", record("a", 1000, {}), now_ms=1000)  # rebalancing: a gave up 0 and 1
+    view.apply("b", record("b", 1000, {}), now_ms=1000)  # and b its 2
+    owners = view.owners("s_g", now_ms=1500)
+    assert [(o["partition"], o["instance"], o.get("last_owner"), o["lag"])
+            for o in owners] == [(0, None, "a", 50), (1, None, "a", 60), (2, None, "b", 70)]
+    assert view.as_dict(1500)["total_lag"] == 180
+    view.apply("b", record("b", 2000, {0: 40, 1: 55, 2: 65}), now_ms=2000)  # b took them
+    owners = view.owners("s_g", now_ms=2000)
+    assert [(o["partition"], o["instance"], o["lag"]) for o in owners] == [
+        (0, "b", 40), (1, "b", 55), (2, "b", 65)]
+    view.apply("a", record("a", 2500, {}, key="other_g"), now_ms=2500)  # unsubscribed
+    view.apply("b", record("b", 2500, {}, key="other_g"), now_ms=2500)
+    assert view.owners("s_g", now_ms=2500) == [] and view.as_dict(2500)["total_lag"] == 0
+
+
+def test_an_instances_problems_show_in_the_view() -> None:
+    view = ClusterView(gone_after_intervals=3)
+    status = InstanceStatus(instance="a", address="http://a", state="running", published_ms=0,
+                            interval_ms=INTERVAL, problems=["record 'k' not applied"])
+    view.apply("a", msgspec.json.encode(status), now_ms=0)
+    view.apply("b", record("b", 0, {0: 1}), now_ms=0)
+    assert [(i["instance"], i["problems"]) for i in view.instances(0)] == [
+        ("a", ["record 'k' not applied"]), ("b", [])]

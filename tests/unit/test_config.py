@@ -84,6 +84,21 @@ def test_invalid_toml_is_reported(tmp_path: Path) -> None:
         load_config(write(tmp_path, "[[brokers]\n"))
 
 
+@pytest.mark.parametrize(("content", "says"), [
+    (b'[[brokers]]\nname = "\xff\xfe"\n', "not UTF-8"),
+    (b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested too deeply"),
+])
+def test_a_config_that_is_no_text_or_too_deep_is_one_line_without_a_traceback(
+        tmp_path: Path, content: bytes, says: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=says):
+        load_config(path)
+    result = run_cli("check", str(path))
+    assert result.returncode == 2 and says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "runtime", *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)

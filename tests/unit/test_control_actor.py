@@ -18,18 +18,27 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from actors.delivery.control.actor import ControlActor, Programmed
+from actors.delivery.control.actor import (
+    FINISHED_REPLAYS_KEPT,
+    MAX_REPLAYS,
+    MAX_REPLAYS_PER_SUBSCRIPTION,
+    ControlActor,
+    Programmed,
+)
 from actors.delivery.control.messages import (
     Gone,
     Listed,
     PauseSubscription,
     Publish,
+    Replay,
     ResumeSubscription,
     Subscribe,
     TreeExited,
     Unsubscribe,
+    Update,
     ask,
 )
+from actors.delivery.control.registry import Limits
 from actors.delivery.control.source import (
     DISABLED_FILE,
     PAUSED_FILE,
@@ -44,6 +53,7 @@ from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
+    LimitReached,
     SubscriptionExists,
     SubscriptionNotFound,
     SubscriptionStartFailed,
@@ -91,6 +101,7 @@ class Plot:
     failing: int = 0
     own: set[str] = field(default_factory=set)
     forgotten: list[str] = field(default_factory=list)
+    replays: set[tuple[str, str]] = field(default_factory=set)  # running: (key, replay id)
 
     def has_tree(self, key: str) -> bool:
         return key in self.running
@@ -106,6 +117,9 @@ class Plot:
 
     def own_topics(self) -> set[str]:
         return self.own
+
+    def replaying(self, key: str) -> set[str]:
+        return {rid for k, rid in self.replays if k == key}
 
     def forget(self, key: str) -> None:
         self.forgotten.append(key)
@@ -137,7 +151,7 @@ class Plot:
 
     async def start_replay(self, consumer: Consumer, request: ReplayRequest,
                            progress: ReplayProgress) -> None:
-        return None
+        self.replays.add((consumer.key, progress.replay_id))  # ends when the test says
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
                       leaving: str | None = None) -> object:
@@ -169,14 +183,15 @@ class Plane:
         return self.actor.registry.state(key)
 
 
-async def started(folder: Path, failing: int = 0) -> AsyncIterator[Plane]:
+async def started(folder: Path, failing: int = 0, own: frozenset[str] = frozenset(),
+                  limits: Limits | None = None) -> AsyncIterator[Plane]:
     clock = FakeClock()
-    host, plot = Host(clock), Plot(clock, failing=failing)
+    host, plot = Host(clock), Plot(clock, failing=failing, own=set(own))
     system = ActorSystem(clock=clock)
     await system.start()
     source, programmed = LocalFiles(folder), Programmed()
     control = await system.spawn(ChildSpec(
-        "control", lambda: ControlActor("control", host, plot, source, programmed)))
+        "control", lambda: ControlActor("control", host, plot, source, programmed, limits)))
     try:
         yield Plane(clock, host, plot, control, folder)
     finally:
@@ -413,3 +428,133 @@ async def test_the_runtimes_own_topics_are_refused_and_an_unsubscribe_forgets_it
     await ask(plane.control, Subscribe(consumer()))
     await ask(plane.control, Unsubscribe(KEY))
     assert plane.plot.forgotten == [KEY]
+
+
+def writing_to(dead_letters: str | None = None, retry: str | None = None) -> Consumer:
+    method: dict[str, Any] = {"type": "http", "uri": "http://e/hook"}
+    if dead_letters is not None:
+        method["deadLetterTopic"] = dead_letters
+    if retry is not None:
+        method["retryTopics"] = {"topic": retry, "delaysMs": [1000]}
+    return decode_consumer({"id": "orders", "group": {"id": "team"}, "broker": "Kafka",
+                            "topics": [{"name": "orders"}], "subscriptionMethod": method})
+
+
+async def test_the_runtimes_own_topics_are_refused_as_dead_letter_or_retry_topic(
+        plane: Plane) -> None:
+    plane.plot.own = {"hookstream.subscriptions"}
+    for given, named in ((writing_to(dead_letters="hookstream.subscriptions"),
+                          "deadLetterTopic"),
+                         (writing_to(retry="hookstream.subscriptions"), "retryTopics.topic")):
+        with pytest.raises(InvalidSubscription) as refused:
+            await ask(plane.control, Subscribe(given))
+        assert refused.value.reason == f"invalid subscriptionMethod.{named}"
+        assert KEY not in plane.actor.registry
+    await ask(plane.control, Subscribe(writing_to(dead_letters="orders.dlt")))
+    with pytest.raises(InvalidSubscription, match="deadLetterTopic"):
+        await ask(plane.control, Update(KEY, writing_to(dead_letters="hookstream.subscriptions")))
+
+
+async def test_a_stored_document_writing_to_an_own_topic_is_listed_refused_not_started(
+        tmp_path: Path) -> None:
+    await SubscriptionStore(tmp_path).save(writing_to(dead_letters="hookstream.subscriptions"))
+    async for plane in started(tmp_path, own=frozenset({"hookstream.subscriptions"})):
+        assert plane.state() == "refused" and plane.plot.starts == []
+        assert "deadLetterTopic" in plane.actor.registry.known(KEY).status.reason
+        with pytest.raises(InvalidSubscription, match="replay"):  # its dead letters
+            await ask(plane.control, Replay(KEY, ReplayRequest(source="deadLetter")))
+        await ask(plane.control, PauseSubscription(KEY))
+        await ask(plane.control, ResumeSubscription(KEY))  # no way around the refusal
+        assert plane.state() == "refused" and plane.plot.starts == []
+        await ask(plane.control, Update(KEY, writing_to(dead_letters="orders.dlt")))
+        assert plane.state() == "running" and plane.plot.running == {KEY}
+
+
+async def test_a_dead_letter_replay_never_reads_an_own_topic(plane: Plane) -> None:
+    await ask(plane.control, Subscribe(writing_to(dead_letters="hookstream.subscriptions")))
+    plane.plot.own = {"hookstream.subscriptions"}  # as an earlier version let it be
+    with pytest.raises(InvalidSubscription, match="replay"):
+        await ask(plane.control, Replay(KEY, ReplayRequest(source="deadLetter")))
+
+
+async def test_a_record_of_the_topic_writing_to_an_own_topic_is_refused_on_adopt_and_replace(
+        ) -> None:
+    clock = FakeClock()
+    bad = writing_to(dead_letters="hookstream.subscriptions")
+    topic = Topic((KEY, encode(bad)))
+    host, plot = Host(clock), Plot(clock, own={"hookstream.subscriptions"})
+    system = ActorSystem(clock=clock)
+    await system.start()
+    control = await system.spawn(ChildSpec(
+        "control", lambda: ControlActor("control", host, plot, cast(Any, topic),
+                                        Programmed())))
+    try:
+        actor = control.actor_as(ControlActor)
+        assert actor.registry.state(KEY) == "refused" and plot.starts == []
+        await (await ask(control, Publish(((KEY, encode(writing_to("orders.dlt"))),))))
+        assert actor.registry.state(KEY) == "running" and plot.running == {KEY}
+        await (await ask(control, Publish(((KEY, encode(writing_to(
+            retry="hookstream.subscriptions"))),))))
+        assert actor.registry.state(KEY) == "refused" and plot.running == set()
+    finally:
+        await system.stop()
+
+
+async def test_replays_are_bounded_per_subscription_and_per_instance_and_ended_ones_go(
+        plane: Plane) -> None:
+    keys = [f"s{i}_team" for i in range(MAX_REPLAYS // MAX_REPLAYS_PER_SUBSCRIPTION + 1)]
+    for key in keys:
+        await ask(plane.control, Subscribe(consumer(key.removesuffix("_team"), key)))
+    request = ReplayRequest(source="topic", topic=keys[0], partition=0)
+    first = [await ask(plane.control, Replay(keys[0], request))
+             for _ in range(MAX_REPLAYS_PER_SUBSCRIPTION)]
+    with pytest.raises(LimitReached, match="s0_team"):
+        await ask(plane.control, Replay(keys[0], request))
+    for key in keys[1:-1]:
+        for _ in range(MAX_REPLAYS_PER_SUBSCRIPTION):
+            await ask(plane.control, Replay(key, ReplayRequest(source="topic", topic=key,
+                                                               partition=0)))
+    last = ReplayRequest(source="topic", topic=keys[-1], partition=0)
+    with pytest.raises(LimitReached, match="instance"):
+        await ask(plane.control, Replay(keys[-1], last))
+    plane.plot.replays.discard((keys[0], first[0].replay_id))  # one ended
+    await ask(plane.control, Replay(keys[-1], last))
+    assert first[0].replay_id in plane.actor.replays  # its progress is still shown
+    plane.plot.replays.clear()  # all ended: only the newest ended ones are kept
+    for _ in range(FINISHED_REPLAYS_KEPT + 1):
+        await ask(plane.control, Replay(keys[0], request))
+        plane.plot.replays.clear()
+    assert len(plane.actor.replays) == FINISHED_REPLAYS_KEPT
+    await ask(plane.control, Unsubscribe(keys[0]))
+    assert all(p.subscription != keys[0] for p in plane.actor.replays.values())
+
+
+def reading(sub_id: str, *topics: dict[str, Any]) -> Consumer:
+    return decode_consumer({"id": sub_id, "group": {"id": sub_id}, "broker": "Kafka",
+                            "topics": list(topics),
+                            "subscriptionMethod": {"type": "http", "uri": "http://e/hook"}})
+
+
+async def test_subscriptions_topics_and_patterns_per_instance_are_bounded(
+        tmp_path: Path) -> None:
+    """#34: 2,000 subscriptions of 90 topics and 10 patterns each were all accepted."""
+    a, b, c = ({"name": n} for n in "abc")
+    x_star, y_star = {"name": "x.*", "pattern": True}, {"name": "y.*", "pattern": True}
+    async for plane in started(tmp_path, limits=Limits(subscriptions=3, topics=2, patterns=1)):
+        await ask(plane.control, Subscribe(reading("one", a, b, x_star)))
+        await ask(plane.control, Subscribe(reading("two", a, x_star)))  # nothing new
+        with pytest.raises(LimitReached, match="max_topics"):
+            await ask(plane.control, Subscribe(reading("three", c)))
+        with pytest.raises(LimitReached, match="max_patterns"):
+            await ask(plane.control, Subscribe(reading("three", a, y_star)))
+        with pytest.raises(LimitReached, match="max_topics"):  # an update counts too
+            await ask(plane.control, Update("two_two", reading("two", a, c)))
+        await ask(plane.control, Update("one_one", reading("one", a, b)))  # nothing new
+        assert plane.state("one_one") == "running"
+        await ask(plane.control, Subscribe(reading("three", b)))
+        with pytest.raises(LimitReached, match="max_subscriptions"):
+            await ask(plane.control, Subscribe(reading("four", a)))
+        await ask(plane.control, Unsubscribe("one_one"))
+        await ask(plane.control, Unsubscribe("three_three"))  # nobody reads b now
+        await ask(plane.control, Subscribe(reading("four", c)))
+        assert sorted(plane.actor.registry) == ["four_four", "two_two"]

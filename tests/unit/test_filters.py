@@ -12,6 +12,8 @@ import pytest
 
 from actors.delivery.document.filters import (
     MAX_CONDITIONS,
+    MAX_FILTER_COST,
+    MAX_JSON_BYTES,
     MAX_NOT_DEPTH,
     MAX_PATH_SEGMENTS,
     MAX_TEXT,
@@ -19,6 +21,7 @@ from actors.delivery.document.filters import (
     Filter,
     decode_filter,
     drop_decoded,
+    filter_cost,
     filter_document,
     matches,
 )
@@ -171,19 +174,18 @@ def test_a_thousand_subscribers_with_ten_distinct_filters_evaluate_ten_times() -
     results = [matches(f, rec) for f in subscribers]
     assert results.count(True) == 100
     assert rec.memo is not None
-    assert len(rec.memo) == 10 + 1  # ten results and the value decoded once
-    decoded_value = next(v for k, v in rec.memo.items() if not isinstance(k, Filter))
-    assert decoded_value == {"amount": 1}
+    assert len(rec.memo) == 10 + 1  # ten results and the one JSON condition's
+    assert set(rec.memo.values()) <= {True, False}  # no decoded value kept (#34)
 
 
-def test_a_memoised_result_is_reused_and_the_decoded_value_can_be_dropped() -> None:
+def test_a_memoised_result_is_reused_and_no_decoded_value_is_kept() -> None:
     only_gold = decoded({"json": {"tier": "gold"}})
     rec = record(b'{"tier": "gold"}')
     assert matches(only_gold, rec)
     rec.value = b'{"tier": "iron"}'  # not how records behave: shows the memo answers
     assert matches(only_gold, rec)
     drop_decoded(rec)
-    assert rec.memo == {only_gold: True}
+    assert rec.memo == {only_gold: True, (("tier",), only_gold.json[0][1]): True}
 
 
 def test_a_record_no_filter_saw_has_no_memo() -> None:
@@ -295,3 +297,34 @@ def test_the_readme_example_passes_a_matching_record_and_each_condition_can_refu
                         ("channel", "sandbox")):  # a string, equals, in, not
         assert not passes(wire, one(value={**body, path: other})), path
     assert not passes(wire, one(value={k: v for k, v in body.items() if k != "amount"}))
+
+
+def test_a_filter_past_its_cost_budget_is_refused_though_each_part_is_within_limits() -> None:
+    """#34's filter: 5 nested `not`, 32 json conditions of 16-segment paths with 256
+    strings each (748 KB), 1-2.3 ms per record."""
+    path = ".".join(f"s{i}" for i in range(MAX_PATH_SEGMENTS))
+    level: dict[str, Any] = {"json": {f"{path}{c}": [f"v{c}-{i}" for i in range(MAX_VALUES)]
+                                      for c in range(MAX_CONDITIONS)}}
+    for _ in range(MAX_NOT_DEPTH):
+        level = {**level, "not": level}
+    error = refused(level)
+    assert error.reason == f"invalid {WHERE}" and str(MAX_FILTER_COST) in error.details
+    one = {"json": {"a.b": [f"v{i}" for i in range(MAX_VALUES)]}}  # costs 2 + 256
+    nested = {**one, "not": {**one, "not": {**one, "not": one}}}  # 4 x 258 = 1032
+    assert refused(nested).reason == f"invalid {WHERE}"
+    assert decode_filter({**one, "not": {**one, "not": one}}, WHERE) is not None  # 774
+    assert filter_cost(decoded({"headers": {"h": "x"}, "key": ["a", "b"],
+                                "json": {"a.b.c": {"exists": True}}})) == (2 + 3 + 3, 7)
+
+
+def test_a_filter_of_many_long_strings_is_refused_by_its_characters() -> None:
+    long = [f"{i:04d}" + "x" * (MAX_TEXT - 4) for i in range(MAX_VALUES)]
+    assert refused({"json": {"a": long}}).reason == f"invalid {WHERE}"  # 256 KiB
+    assert decode_filter({"json": {"a": long[:60]}}, WHERE) is not None
+
+
+def test_a_value_over_the_json_cap_counts_as_not_json() -> None:
+    big = b'{"type": "order", "pad": "' + b"x" * MAX_JSON_BYTES + b'"}'
+    assert not passes({"json": {"type": "order"}}, record(big))
+    assert passes({"json": {"type": {"exists": False}}}, record(big))
+    assert passes({"json": {"type": "order"}}, record(big[:40] + b'"}'))

@@ -172,3 +172,19 @@ async def test_a_cancelled_waiter_gives_its_turn_to_the_next() -> None:
     await slots.__aexit__()
     await asyncio.wait_for(second, 1)  # the slot went past the cancelled waiter
     assert cancelled.cancelled() and slots.waiting == 0
+
+
+def test_a_probe_that_ends_unanswered_lets_the_next_request_probe() -> None:
+    origin = Origin("http://h:1", CircuitBreaker(min_requests=1, open_ms=100))
+    origin.answered(False, 0)
+    assert origin.hold(100) is None  # the probe went
+    held = origin.hold(101)
+    assert held is not None and held.breaker
+    origin.unanswered(probe=False)  # another request's cancellation: the probe stays out
+    assert origin.hold(101) is not None
+    origin.unanswered(probe=True)  # its worker was cancelled
+    assert origin.state == "half_open"
+    assert origin.hold(102) is None  # a new probe
+    assert origin.hold(102) is not None  # and only one
+    origin.answered(True, 103)
+    assert origin.state == "closed"

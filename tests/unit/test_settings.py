@@ -10,6 +10,7 @@ import msgspec
 from actors.delivery.document.filters import decode_filter
 from actors.delivery.document.replay import ReplayRange, ReplayRequest, replay_range
 from actors.delivery.document.settings import (
+    REPLAY_RETRIES,
     CursorCatalog,
     RetryPolicy,
     RetryTopicSettings,
@@ -136,3 +137,10 @@ def test_a_replay_request_is_decoded_once_into_its_range() -> None:
         b' "from": "1970-01-01T00:00:01Z", "to": 2000, "limit": 5, "applyFilter": false}',
         type=ReplayRequest)
     assert replay_range(request) == ReplayRange("topic", "t", 1, 3, 9, 1000, 2000, 5, False)
+
+
+def test_a_replay_ends_even_when_its_subscription_retries_forever() -> None:
+    """#34: a replay to a dead endpoint with `retryBeforeCommit` 0 never ended."""
+    forever = replay_settings(consumer(retryBeforeCommit=0, delayOnErrorMs=50))
+    assert forever.retry.retries == REPLAY_RETRIES and forever.retry.delay_ms == 50
+    assert replay_settings(consumer(retryBeforeCommit=3)).retry.retries == 3

@@ -170,3 +170,30 @@ def test_a_redaction_mark_with_no_stored_secret_behind_it_is_refused() -> None:
         with pytest.raises(InvalidSubscription) as caught:
             kept_secrets(consumer(**method), stored)
         assert caught.value.reason == f"invalid {field}", method
+
+
+def test_a_redaction_mark_is_refused_when_the_origin_changes() -> None:
+    stored = consumer(uri="http://u:pw@127.0.0.1:9/hook?key=k3y",
+                      additionalHeaders={"Authorization": "Bearer t0k"},
+                      signingSecret="whsec_c2VjcmV0")
+    shown = document(stored, redact=True)
+    for uri in ("http://***@attacker.example:9/hook?key=***",  # another host
+                "https://***@127.0.0.1:9/hook?key=***",  # another scheme
+                "http://***@127.0.0.1:10/hook?key=***"):  # another port
+        for method, field in (
+                ({"uri": uri}, "subscriptionMethod.additionalHeaders.Authorization"),
+                ({"uri": uri, "additionalHeaders": {}}, "subscriptionMethod.signingSecret"),
+                ({"uri": uri, "additionalHeaders": {}, "signingSecret": None},
+                 "subscriptionMethod.uri")):
+            body = {**shown, "subscriptionMethod": {**shown["subscriptionMethod"], **method}}
+            with pytest.raises(InvalidSubscription) as caught:
+                kept_secrets(decode_consumer(body), stored)
+            assert caught.value.reason == f"invalid {field}", (uri, method)
+    moved = {**shown, "subscriptionMethod": {
+        **shown["subscriptionMethod"], "uri": "http://elsewhere:9/hook?key=new",
+        "additionalHeaders": {"Authorization": "Bearer new"}, "signingSecret": "whsec_bmV3"}}
+    assert kept_secrets(decode_consumer(moved), stored) == decode_consumer(moved)
+    same = {**shown, "subscriptionMethod": {**shown["subscriptionMethod"],
+                                            "uri": "HTTP://***@127.0.0.1:9/other?key=***"}}
+    assert kept_secrets(decode_consumer(same), stored).subscriptionMethod.uri == \
+        "http://u:pw@127.0.0.1:9/other?key=k3y"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from actors.delivery.control.status import Counters, Live, SubscriptionStatus
+from actors.delivery.control.commits import with_accepted
+from actors.delivery.control.status import Counters, Live, RefusedCommit, SubscriptionStatus
 from actors.delivery.egress.origin import CircuitBreaker, Origin
 from actors.delivery.egress.outlet import EndpointHealth
 from actors.delivery.path.status import MemberStatus, PartitionStatus
@@ -33,7 +34,8 @@ def test_the_answer_encodes_as_the_status_api_always_showed_it() -> None:
                 counters=Counters(delivered=5, failed_attempts=1, dead_lettered=2))
     encoded = msgspec.json.decode(msgspec.json.encode(status.answer(live)))
     assert list(encoded) == ["state", "reason", "since", "in_process", "next_attempt_at",
-                             "partitions", "endpoint", "counters", "member", "activity"]
+                             "partitions", "endpoint", "counters", "member", "activity",
+                             "refused_commits"]
     assert encoded["partitions"][0] == {
         "topic": "t", "partition": 0, "committed": 3, "highwater": None, "lag": None,
         "inflight": 0, "retrying": 0, "pending": 0, "oldest_pending_ms": None,
@@ -70,3 +72,12 @@ def test_the_endpoint_and_member_encode_with_the_keys_they_always_had() -> None:
         "group", "member", "memberId", "generation", "subscriptions", "rebalances",
         "assigned", "cursors", "commitError", "waitingForTopics", "patternTopics",
         "groupPartitions"]
+
+
+def test_refused_positions_show_apart_from_what_kafka_accepted() -> None:
+    live = Live(partitions=[PartitionStatus(topic="t", partition=0, committed=30),
+                            PartitionStatus(topic="t", partition=1, committed=7)])
+    shown = with_accepted(live, {("t", 0): None, ("t", 1): 7}, "the group has live members")
+    assert [(p.partition, p.committed) for p in shown.partitions] == [(0, None), (1, 7)]
+    assert shown.refused_commits == [RefusedCommit(
+        topic="t", partition=0, position=30, reason="the group has live members")]

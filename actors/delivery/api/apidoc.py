@@ -57,8 +57,8 @@ LISTED: Final[JSONObject] = {
 }
 _ATTEMPT_FIELDS: Final[tuple[tuple[str, JSONObject], ...]] = (
     ("topic", {"type": "string"}),
-    ("partition", {"type": "integer", "minimum": 0}),
-    ("offset", {"type": "integer", "minimum": 0}),
+    ("partition", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}),
+    ("offset", {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}),
     ("webhookId", {"type": "string"}),
     ("failed", {"type": "string", "enum": ["true"]}),
     ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
@@ -67,7 +67,13 @@ ATTEMPT_QUERY: Final[list[JSON]] = [
     {"name": name, "in": "query", "required": False, "schema": schema}
     for name, schema in _ATTEMPT_FIELDS
 ]
-_CHANGE: Final = (403, 413, 415)  # what any request with a body may get
+LIST_PAGE: Final[list[JSON]] = [
+    {"name": "offset", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 0, "maximum": 1_000_000}},
+    {"name": "limit", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 1_000_000}},
+]
+_CHANGE: Final = (403, 408, 413, 415)  # what any request with a body may get
 _CONSUMER: Final = success(ref("ConsumerDocument"))
 _STATUS: Final = success(ref("SubscriptionStatus"))
 
@@ -94,10 +100,11 @@ def describe_delivery_api(doc: OpenApi) -> None:
     consumer = json_body(ref("ConsumerDocument"))
     doc.describe("POST", "/broker/subscription", _operation(
         "Subscribe (Queue-Over-Http); answers the consumer, secrets redacted", _CONSUMER,
-        400, 503, *_CHANGE, body=consumer))
+        400, 429, 503, *_CHANGE, body=consumer))
     doc.describe("GET", "/broker/subscription", _operation(
-        "Every subscription, secrets redacted, with its state",
-        success({"type": "array", "items": LISTED})))
+        "Every subscription, secrets redacted, with its state (a page of them with offset "
+        "and limit; a Link header names the next)",
+        success({"type": "array", "items": LISTED}), 400, parameters=LIST_PAGE))
     doc.describe("POST", "/broker/unsubscribe", _operation(
         "Unsubscribe: drains, commits, forgets", _CONSUMER, 400, 404, *_CHANGE,
         body=json_body(ref("Unsubscribe"))))
@@ -105,14 +112,14 @@ def describe_delivery_api(doc: OpenApi) -> None:
         "One subscription and its status", _STATUS, 404, parameters=_PAIR))
     doc.describe("PUT", ONE, _operation(
         "Change a subscription in place (drain, commit, start with the new settings)",
-        _STATUS, 400, 404, 503, *_CHANGE, body=consumer, parameters=_PAIR))
+        _STATUS, 400, 404, 429, 503, *_CHANGE, body=consumer, parameters=_PAIR))
     for verb, what in (("pause", "Stop fetching; in-flight pushes finish, commit"),
                        ("resume", "Start again from the committed positions")):
         doc.describe("POST", f"{ONE}/{verb}", _operation(what, _STATUS, 404, *_CHANGE,
                                                          parameters=_PAIR))
     replay = _operation(
         "Replay records to the endpoint again (pushes carry QOH-Replay)",
-        success({"type": "object"}), 400, 404, 503, *_CHANGE,
+        success({"type": "object"}), 400, 404, 429, 503, *_CHANGE,
         body=json_body({"type": "object"}, required=False), parameters=_PAIR,
         code="202")  # accepted: it runs on
     doc.describe("POST", f"{ONE}/replay", replay)

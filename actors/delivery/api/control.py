@@ -16,8 +16,6 @@ Answers use the admin API's envelope; errors go through routes.py's one translat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import msgspec
 from aiohttp import web
 
@@ -25,11 +23,13 @@ from actors.delivery.api.subscriptions import (
     answering,
     check_resolvable,
     known_key,
+    number,
     refuse_in_process,
+    single_values,
 )
 from actors.delivery.control.attempts import DEFAULT_LIMIT, MAX_LIMIT
 from actors.delivery.control.service import DeliveryControl
-from actors.delivery.document.replay import ReplayRequest
+from actors.delivery.document.replay import MAX_OFFSET, MAX_PARTITION, ReplayRequest
 from actors.delivery.document.subscription import decode_consumer
 from actors.delivery.errors import InvalidSubscription, SubscriptionNotFound
 from runtime.host.admin import ok
@@ -107,11 +107,11 @@ class ControlRoutes:
         return ok(progress.as_dict())
 
     async def attempts(self, request: web.Request) -> web.Response:
-        key, query = self.key_of(request), request.query
+        key, query = self.key_of(request), single_values(request.query, ATTEMPTS_QUERY)
         # every parameter given is checked, also one the query form does not use
-        limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        partition = _number(query, "partition", -1, 0)
-        offset = _number(query, "offset", -1, 0)
+        limit = number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT, ATTEMPTS_QUERY)
+        partition = number(query, "partition", -1, 0, MAX_PARTITION, ATTEMPTS_QUERY)
+        offset = number(query, "offset", -1, 0, MAX_OFFSET, ATTEMPTS_QUERY)
         if query.get("failed", "true") != "true":
             raise InvalidSubscription("invalid failed", f"only failed=true; {ATTEMPTS_QUERY}")
         if "failed" in query:
@@ -128,17 +128,3 @@ class ControlRoutes:
 
 
 ATTEMPTS_QUERY = "give topic, partition and offset; or webhookId; or failed=true (and limit)"
-
-
-def _number(query: Mapping[str, str], name: str, default: int, low: int,
-            high: int | None = None) -> int:
-    """An integer query parameter in [low, high], `default` when absent; a 400 naming it
-    otherwise."""
-    raw = query.get(name)
-    if raw is None:
-        return default
-    if not raw.isdecimal() or int(raw) < low or (high is not None and int(raw) > high):
-        bounds = f"from {low} to {high}" if high is not None else f"from {low}"
-        raise InvalidSubscription(f"invalid {name}",
-                                  f"{raw!r}: an integer {bounds}; {ATTEMPTS_QUERY}")
-    return int(raw)

@@ -15,6 +15,13 @@ crashes that actor and reaches its supervisor.
 `write()` returns once the broker acknowledged the record (acks=all) *and* this instance's
 follower applied it: an admin call answers when the change is in force here.
 
+A record that cannot be applied (its document no longer decodes here, the control actor
+refused it) is kept by key in `unapplied`, counted (`unapplied_total`), said in
+`problem` (so `/readyz` and the cluster view show it) and applied again by the follower
+after `RETRY`'s backoff, until it applies or a later record of its key replaces it (#34:
+it was skipped with one log line, and the instance differed from the others until it
+restarted).
+
 When the broker cannot be reached (down at boot), `start` fails and closes what it
 opened; its owner (an actor) tries again on a timer message after `RETRY`'s backoff, as
 subscriptions stored in files wait for their broker (#25). Meanwhile `problem` says why
@@ -28,13 +35,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Final
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from actors.delivery.errors import SubscriptionStartFailed
 from runtime.kafka import create_topics, make_consumer, make_producer
-from runtime.kernel.backoff import Backoff
+from runtime.kernel.backoff import Backoff, RestartBackoff
+from runtime.kernel.clock import Clock, RealClock
 
 log = logging.getLogger(__name__)
 PAUSED_PREFIX = "paused:"
@@ -45,10 +54,27 @@ RETRY: Final = Backoff(initial_ms=500, multiplier=2.0, max_ms=15_000, jitter=0.2
 """Between attempts to reach the topic while the broker is away."""
 
 
+@dataclass(slots=True)
+class Unapplied:
+    """A record that could not be applied: the latest of its key, retried."""
+
+    value: bytes | None
+    offset: int
+    why: str
+    retry_at_ms: int
+    backoff: RestartBackoff = field(default_factory=lambda: RestartBackoff(RETRY))
+
+
 class SubscriptionLog:
     def __init__(self, bootstrap: str, topic: str, *, replication_factor: int = 1,
-                 client_settings: dict[str, object] | None = None) -> None:
+                 client_settings: dict[str, object] | None = None,
+                 clock: Clock | None = None,
+                 on_unapplied: Callable[[], None] | None = None) -> None:
         self.bootstrap, self.topic = bootstrap, topic
+        self.clock: Clock = clock or RealClock()
+        self.on_unapplied = on_unapplied  # counts each failure (a metric)
+        self.unapplied: dict[str, Unapplied] = {}
+        self.unapplied_total = 0  # records that failed to apply, retries included
         self.replication_factor = replication_factor
         self.client_settings = dict(client_settings or {})
         self._tp = TopicPartition(topic, 0)
@@ -87,6 +113,7 @@ class SubscriptionLog:
 
     async def _start(self, apply: Apply) -> None:
         self._applied = self._read = -1  # from the beginning (again, after a failure)
+        self.unapplied.clear()  # read anew
         await create_topics(self.bootstrap, {self.topic: 1},
                             replication_factor=self.replication_factor,
                             configs={"cleanup.policy": "compact"})
@@ -132,11 +159,48 @@ class SubscriptionLog:
 
     async def _apply_one(self, apply: Apply, key: str, value: bytes | None,
                          offset: int) -> None:
+        earlier = self.unapplied.pop(key, None)  # a later record of its key replaces it
         try:
             await apply(key, value)
-        except Exception:  # a record we cannot apply must not stop the follower
-            log.exception("subscription log %s: cannot apply %r at offset %d",
-                          self.topic, key, offset)
+        except Exception as exc:  # a record we cannot apply must not stop the follower
+            self._failed(key, value, offset, exc, earlier if earlier is not None
+                         and earlier.offset == offset else None)
+            return
+        if earlier is not None:
+            log.info("subscription log %s: %r applied now (offset %d)", self.topic, key,
+                     offset)
+
+    def _failed(self, key: str, value: bytes | None, offset: int, exc: Exception,
+                retried: Unapplied | None) -> None:
+        self.unapplied_total += 1
+        if self.on_unapplied is not None:
+            self.on_unapplied()
+        kept = retried or Unapplied(value, offset, "", 0)
+        delay = kept.backoff.failed()
+        kept.why, kept.retry_at_ms = repr(exc), self.clock.monotonic_ms() + delay
+        self.unapplied[key] = kept
+        if retried is None:
+            log.exception("subscription log %s: cannot apply %r at offset %d; retrying in "
+                          "%.1f s", self.topic, key, offset, delay / 1000)
+        else:
+            log.warning("subscription log %s: still cannot apply %r at offset %d (%d "
+                        "attempts): %r", self.topic, key, offset, kept.backoff.failures, exc)
+
+    async def _retry_due(self, apply: Apply) -> None:
+        """Apply again the unapplied records whose backoff has passed."""
+        now = self.clock.monotonic_ms()
+        for key, kept in [(k, u) for k, u in self.unapplied.items() if u.retry_at_ms <= now]:
+            if self.unapplied.get(key) is kept:  # not replaced meanwhile
+                await self._apply_one(apply, key, kept.value, kept.offset)
+
+    @property
+    def unapplied_problem(self) -> str | None:
+        """The records this instance could not apply (None: it applied every one)."""
+        if not self.unapplied:
+            return None
+        return "; ".join(f"record {key!r} (offset {u.offset}) of topic {self.topic} not "
+                         f"applied ({u.backoff.failures} attempts, retrying): {u.why}"
+                         for key, u in sorted(self.unapplied.items()))
 
     async def follow(self, apply: Apply) -> None:
         """Apply what is written after `start`, until cancelled. An error of the client
@@ -146,6 +210,8 @@ class SubscriptionLog:
             raise RuntimeError(f"{self!r}: start() it before follow()")
         while True:
             await self._apply_batch(consumer, apply, timeout_ms=500)
+            if self.unapplied:
+                await self._retry_due(apply)
 
     async def _apply_batch(self, consumer: AIOKafkaConsumer, apply: Apply,
                            timeout_ms: int) -> None:

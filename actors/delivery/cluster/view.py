@@ -8,9 +8,14 @@ its admin address, state, publish time, and per subscription the partitions it d
 with their lag. A clean stop publishes the state `stopped`. An instance whose last record
 is older than `gone_after_intervals` of its own interval is shown `gone` (killed, hung or
 cut off); its partitions stay in the view, unowned with their last lag, until a running
-instance reports them (issue 25: a failover must not hide lag). Stopped and gone
-instances are forgotten after `FORGET_AFTER_INTERVALS`, when the first instance to notice
-writes a tombstone for them (compaction then drops them).
+instance reports them (issue 25: a failover must not hide lag). So do the partitions a
+running instance gave up in a rebalance: every partition last reported stays in the view,
+unowned with its last lag and `last_owner`, until an instance reports it again (#34: for
+about 5 s of a failover the survivors' given-up partitions left the view and the total
+lag fell to 0 while 175,000 deliveries were owed), for as long as some instance lists the
+subscription and at most `FORGET_AFTER_INTERVALS`. Stopped and gone instances are
+forgotten after `FORGET_AFTER_INTERVALS`, when the first instance to notice writes a
+tombstone for them (compaction then drops them).
 
 `ClusterView` is pure (takes `now`); `ClusterStatusActor` performs it: one
 `SubscriptionLog` (actors/delivery/cluster/log.py) for the topic, whose follower is a task
@@ -81,11 +86,24 @@ class InstanceStatus(msgspec.Struct, frozen=True, kw_only=True):
     published_ms: int
     interval_ms: int
     subscriptions: dict[str, Share] = {}
+    problems: list[str] = []
+    """Why this instance may differ from the others (a record of the subscriptions topic
+    it could not apply: #34)."""
 
 
 class _Seen(msgspec.Struct, kw_only=True):
     status: InstanceStatus
     received_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """A partition as its latest report showed it: by whom, and when that arrived."""
+
+    partition: OwnedPartition
+    instance: str
+    received_ms: int
+    interval_ms: int
 
 
 class ClusterView:
@@ -94,13 +112,29 @@ class ClusterView:
     def __init__(self, gone_after_intervals: int) -> None:
         self.gone_after_intervals = gone_after_intervals
         self._seen: dict[str, _Seen] = {}
+        # subscription key -> (topic, partition) -> its latest report by a running instance
+        self._last: dict[str, dict[tuple[str, int], _Last]] = {}
 
     def apply(self, key: str, value: bytes | None, now_ms: int) -> None:
         if value is None:
             self._seen.pop(key, None)
+            self._forget_unlisted()
             return
         status = msgspec.json.decode(value, type=InstanceStatus)
         self._seen[key] = _Seen(status=status, received_ms=now_ms)
+        if status.state == "running":
+            for sub, share in status.subscriptions.items():
+                known = self._last.setdefault(sub, {})
+                for p in share.partitions:
+                    known[(p.topic, p.partition)] = _Last(p, status.instance, now_ms,
+                                                          status.interval_ms)
+        self._forget_unlisted()
+
+    def _forget_unlisted(self) -> None:
+        """The partitions of subscriptions no instance lists any more (unsubscribed)."""
+        listed = {sub for seen in self._seen.values() for sub in seen.status.subscriptions}
+        for sub in [s for s in self._last if s not in listed]:
+            del self._last[sub]
 
     def _age(self, seen: _Seen, now_ms: int) -> int:
         return now_ms - min(seen.received_ms, seen.status.published_ms)
@@ -132,13 +166,18 @@ class ClusterView:
         None, `last_owner` the gone one) with their last known lag (issue 25: a failover
         must not make lag disappear until the new owner reports)."""
         rows: dict[tuple[str, int], dict[str, object]] = {}
-        for status in self._live(now_ms):
+        live, gone = self._live(now_ms), self._showing("gone", now_ms)
+        for status in live:
             for p in _partitions(status, key):
                 rows.setdefault((p.topic, p.partition), _row(p, status.instance,
                                                              status.address))
-        for status in self._showing("gone", now_ms):
+        for status in gone:
             for p in _partitions(status, key):
                 rows.setdefault((p.topic, p.partition), _row(p, None, None, status.instance))
+        if any(key in status.subscriptions for status in live + gone):
+            for where, last in self._last.get(key, {}).items():  # given up, not taken yet
+                if now_ms - last.received_ms <= FORGET_AFTER_INTERVALS * last.interval_ms:
+                    rows.setdefault(where, _row(last.partition, None, None, last.instance))
         return [rows[k] for k in sorted(rows)]
 
     def subscription(self, key: str, now_ms: int) -> dict[str, object]:
@@ -157,7 +196,8 @@ class ClusterView:
                          "state": self.shown(instance, now_ms),
                          "last_seen_ms_ago": self._age(self._seen[instance], now_ms),
                          "partitions": sum(len(s.partitions) for s in shares),
-                         "lag": sum(p.lag or 0 for s in shares for p in s.partitions)})
+                         "lag": sum(p.lag or 0 for s in shares for p in s.partitions),
+                         "problems": status.problems})
         return rows
 
     def as_dict(self, now_ms: int) -> dict[str, object]:
@@ -231,10 +271,11 @@ class ClusterStatusActor(Actor):
     owns; each publish runs in an owned task too, so that `GET /cluster` never waits for
     a write. The view is read by asking (`ViewAsked`)."""
 
-    def __init__(self, name: str, runtime: Runtime, snapshot: Snapshot) -> None:
+    def __init__(self, name: str, runtime: Runtime, snapshot: Snapshot,
+                 problems: Callable[[], list[str]] = list) -> None:
         super().__init__(name)
         cluster = runtime.config.cluster
-        self.runtime, self.snapshot = runtime, snapshot
+        self.runtime, self.snapshot, self.problems = runtime, snapshot, problems
         self.interval_ms = cluster.status_interval_ms
         self.view = ClusterView(cluster.gone_after_intervals)
         broker = cluster.broker or runtime.config.brokers[0].name
@@ -317,7 +358,7 @@ class ClusterStatusActor(Actor):
         return InstanceStatus(
             instance=self.instance, address=self.runtime.admin.url, state=state,
             published_ms=self.runtime.clock.wall_ms(), interval_ms=self.interval_ms,
-            subscriptions=subscriptions)
+            subscriptions=subscriptions, problems=self.problems())
 
     async def _publish(self, expired: list[str]) -> None:
         try:

@@ -50,6 +50,7 @@ from actors.delivery.control.registry import (
     Adopt,
     Change,
     Disable,
+    Limits,
     Remove,
     Replace,
     Retry,
@@ -65,6 +66,7 @@ from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
     InvalidSubscription,
+    LimitReached,
     SubscriptionStartFailed,
     UnknownBroker,
 )
@@ -78,6 +80,12 @@ from runtime.kernel.clock import Clock
 log = logging.getLogger(__name__)
 RESTORE_BATCH = 16
 """Stored subscriptions started at once on restore."""
+MAX_REPLAYS_PER_SUBSCRIPTION = 4
+MAX_REPLAYS = 32
+"""Replays running at once, per subscription and per instance (each has its own Kafka
+consumer: 300 at once took 700 open files, #34); past them a replay is refused (429)."""
+FINISHED_REPLAYS_KEPT = 100
+"""Ended replays whose progress `GET .../replay/{id}` still shows (the oldest go)."""
 
 
 class Journal(Protocol):
@@ -119,11 +127,11 @@ class ControlActor(Actor):
     mailbox_capacity = 1024
 
     def __init__(self, name: str, runtime: Host, trees: Plant, source: SubscriptionSource,
-                 programmed: Programmed) -> None:
+                 programmed: Programmed, limits: Limits | None = None) -> None:
         super().__init__(name)
         self.runtime, self.trees, self.source = runtime, trees, source
         self.programmed = programmed
-        self.registry = SubscriptionRegistry(runtime.clock)
+        self.registry = SubscriptionRegistry(runtime.clock, limits)
         self.replays: dict[str, ReplayProgress] = {}
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
@@ -174,7 +182,7 @@ class ControlActor(Actor):
         """Every stored subscription is listed again, whether or not it can start now."""
         startable: list[Consumer] = []
         for consumer in consumers:
-            if self.registry.add(consumer):
+            if self.registry.add(consumer, refused=self._refusal(consumer)):
                 startable.append(consumer)
             else:
                 log.info("subscription %s restored %s", consumer.key,
@@ -285,14 +293,30 @@ class ControlActor(Actor):
         if persist:
             self.source.check_name(consumer.key)
         self.trees.bootstrap(consumer)
-        self.trees.check_retry_topics(consumer)
         refuse_own_topics(consumer, self.trees.own_topics())
+        self.trees.check_retry_topics(consumer)
 
     def _refuse_update(self, key: str, consumer: Consumer) -> None:
         self.registry.refuse_update(key, consumer)
         self.trees.bootstrap(consumer)
-        self.trees.check_retry_topics(consumer)
         refuse_own_topics(consumer, self.trees.own_topics())
+        self.trees.check_retry_topics(consumer)
+
+    def _refusal(self, consumer: Consumer) -> str:
+        """Why a stored document (the files, the subscriptions topic) may not run: it
+        fails a check a subscribe makes now. An earlier version, or another instance of
+        one, accepted it (#34: a dead-letter topic of `hookstream.subscriptions`)."""
+        if self.registry.in_process(consumer.key) or consumer.http is None:
+            return ""  # the embedding program's own: checked when it subscribed
+        # the own topics only: a delay that no longer fits the config's levels fails the
+        # start instead (retried: a config change and a restart may fix it)
+        try:
+            refuse_own_topics(consumer, self.trees.own_topics())
+        except InvalidSubscription as exc:
+            log.error("subscription %s refused: %s: %s; PUT a document that passes, or "
+                      "unsubscribe it", consumer.key, exc.reason, exc.details)
+            return f"{exc.reason}: {exc.details}"
+        return ""
 
     def _kept(self, key: str, consumer: Consumer) -> Consumer:
         """A PUT's document with the stored secrets where GET showed `***` (#25)."""
@@ -334,6 +358,8 @@ class ControlActor(Actor):
         await self._stop_tree(consumer)
         self.trees.forget(key)
         self.registry.remove(key)
+        for rid in [rid for rid, p in self.replays.items() if p.subscription == key]:
+            del self.replays[rid]  # their actors stopped with the tree
         self.programmed.consumers.pop(key, None)
         if self.trees.handlers.pop(key, None) is None:
             if consumer.http is not None:
@@ -492,7 +518,7 @@ class ControlActor(Actor):
         if isinstance(change, Adopt):
             await self._adopt(change.consumer)
         elif isinstance(change, Replace):
-            await self._update(change.consumer.key, change.consumer)
+            await self._replace(change.consumer)
         elif isinstance(change, Remove):
             await self._unsubscribe(change.key)
         elif isinstance(change, PauseChange):
@@ -504,9 +530,24 @@ class ControlActor(Actor):
 
     async def _adopt(self, consumer: Consumer) -> None:
         """A subscription this instance learns of: listed at once, started (or retried
-        on a timer), or paused when the topic says so."""
-        if self.registry.add(consumer, paused_reason="paused in the cluster"):
+        on a timer), paused when the topic says so, or refused when it fails a check."""
+        if self.registry.add(consumer, paused_reason="paused in the cluster",
+                             refused=self._refusal(consumer)):
             await self._try_start(consumer, "started (from the subscriptions topic)")
+
+    async def _replace(self, consumer: Consumer) -> None:
+        """A new version of a subscription from the topic: applied like a PUT, unless it
+        fails a check (then its tree stops and it stays listed, refused)."""
+        refused = self._refusal(consumer)
+        if not refused:
+            await self._update(consumer.key, consumer)
+            return
+        old = self.registry.known(consumer.key).consumer
+        await self._stop_tree(old)
+        if old.http is not None:
+            self.trees.settle_origin(old.http.uri, leaving=consumer.key)
+        self.registry.replace(consumer.key, consumer)
+        self.registry.move(consumer.key, "refused", refused)
 
     # -- replay --------------------------------------------------------------------------
     async def _replay(self, message: Replay) -> ReplayProgress:
@@ -514,8 +555,11 @@ class ControlActor(Actor):
         replay.py); answers at once with the progress object the replay updates."""
         key, request = message.key, message.request
         consumer = self.registry.known(key).consumer
-        if request.source == "deadLetter" and not consumer.subscriptionMethod.deadLetterTopic:
+        dead_letters = consumer.subscriptionMethod.deadLetterTopic
+        if request.source == "deadLetter" and not dead_letters:
             raise InvalidSubscription("nothing to replay", f"{key} has no deadLetterTopic")
+        if request.source == "deadLetter":  # an earlier version let it be an own topic
+            check_replay_topic(consumer, dead_letters or "", self.trees.own_topics())
         if request.source == "topic" and (request.topic is None or request.partition is None):
             raise InvalidSubscription("invalid replay", "source 'topic' needs topic and partition")
         if request.source == "topic":
@@ -524,11 +568,28 @@ class ControlActor(Actor):
         if state != "running" or not self.trees.has_tree(key):
             raise SubscriptionStartFailed("subscription is not running",
                                           f"{key} is {state}: resume it first")
+        self._refuse_replay(key)
         rid = uuid.uuid4().hex[:12]
         progress = self.replays[rid] = ReplayProgress(rid, key, request.source)
         await self.trees.start_replay(consumer, request, progress)
         log.info("subscription %s: replay %s of %s started", key, rid, request.source)
         return progress
+
+    def _refuse_replay(self, key: str) -> None:
+        """Past the bounds on running replays: `LimitReached` (429). Ended replays past
+        `FINISHED_REPLAYS_KEPT` are forgotten first."""
+        running = {k: self.trees.replaying(k) for k in {p.subscription
+                                                        for p in self.replays.values()}}
+        ended = [rid for rid, p in self.replays.items()
+                 if rid not in running.get(p.subscription, set())]
+        for rid in ended[:max(len(ended) - FINISHED_REPLAYS_KEPT + 1, 0)]:
+            del self.replays[rid]  # the oldest first: the dict keeps their order
+        if len(running.get(key, ())) >= MAX_REPLAYS_PER_SUBSCRIPTION:
+            raise LimitReached("too many replays", f"{key} runs {MAX_REPLAYS_PER_SUBSCRIPTION}"
+                               " replays, the most a subscription may: wait for one to end")
+        if sum(map(len, running.values())) >= MAX_REPLAYS:
+            raise LimitReached("too many replays", f"this instance runs {MAX_REPLAYS} "
+                               "replays, the most it may: wait for one to end")
 
     def __repr__(self) -> str:
         return (f"<ControlActor {self.path} {self.state} {len(self.registry)} subscriptions "

@@ -6,7 +6,10 @@ why. A record the subscription's filter left out has no attempt: its state `filt
 comes from the journal's `filtered` events (their `offsets` ranges hold it). Journaled
 attempts have no `response` (the journal does not keep answer bodies).
 
-The scan runs in a worker thread (`asyncio.to_thread`): it only reads files.
+The scan runs in a worker thread (`asyncio.to_thread`): it only reads files. What the
+ring holds is read on the event loop first (`Memory`) and handed over: the outlets write
+the ring slot by slot, column by column, so a thread reading it could mix two attempts
+(#34).
 """
 
 from __future__ import annotations
@@ -183,10 +186,34 @@ def failure_answer(attempts: list[Attempt]) -> dict[str, object]:
                           **a.as_dict()} for a in attempts]}
 
 
-def lookup_record(ring: AttemptRing | None, scan: Scan, coordinates: Coordinates,
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What the ring held of a record, or of the latest failures, read on the loop."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    given_up: GiveUp | None = None
+    oldest_at: int | None = None  # the oldest attempt in memory: older ones are journaled
+
+
+def of_record(ring: AttemptRing | None, coordinates: Coordinates) -> Memory:
+    """The ring's attempts of one record (call it on the event loop)."""
+    if ring is None:
+        return Memory()
+    attempts, given_up = ring.of_record(coordinates)
+    return Memory(attempts, given_up)
+
+
+def of_failures(ring: AttemptRing | None, limit: int) -> Memory:
+    """The ring's newest `limit` failures (call it on the event loop)."""
+    if ring is None:
+        return Memory()
+    return Memory(ring.failed(limit), oldest_at=ring.oldest_at)
+
+
+def lookup_record(memory: Memory, scan: Scan, coordinates: Coordinates,
                   record_ts_ms: int | None = None) -> dict[str, object]:
     """Memory first; the journal for what memory no longer (or never) held."""
-    recent, given_up = ring.of_record(coordinates) if ring is not None else ([], None)
+    recent, given_up = memory.attempts, memory.given_up
     if recent and recent[0].number <= 1 and given_up is not None:
         return record_answer(coordinates, recent[0].record_ts_ms, state_of(recent, given_up),
                              recent)
@@ -222,9 +249,8 @@ def _why_unknown(scan: Scan) -> str:
     return "no attempt in memory nor in the journal: not fetched yet, or another record"
 
 
-def lookup_failures(ring: AttemptRing | None, scan: Scan, limit: int) -> dict[str, object]:
-    recent = ring.failed(limit) if ring is not None else []
+def lookup_failures(memory: Memory, scan: Scan, limit: int) -> dict[str, object]:
+    recent = memory.attempts
     if len(recent) < limit:
-        before = ring.oldest_at if ring is not None else None
-        recent = journaled_failures(scan, before, limit - len(recent)) + recent
+        recent = journaled_failures(scan, memory.oldest_at, limit - len(recent)) + recent
     return failure_answer(recent)

@@ -15,6 +15,7 @@ subscription started, paused or changed is recognised as stale and dropped.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,12 +24,33 @@ from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX
 from actors.delivery.control.status import RETRYING, STOPPED, State, SubscriptionStatus
 from actors.delivery.document.overlap import conflict
 from actors.delivery.document.subscription import Consumer, decode_consumer
-from actors.delivery.errors import InvalidSubscription, SubscriptionExists, SubscriptionNotFound
+from actors.delivery.errors import (
+    InvalidSubscription,
+    LimitReached,
+    SubscriptionExists,
+    SubscriptionNotFound,
+)
+from runtime.host.config import (
+    DEFAULT_MAX_PATTERNS,
+    DEFAULT_MAX_SUBSCRIPTIONS,
+    DEFAULT_MAX_TOPICS,
+)
 from runtime.kernel.backoff import Backoff, RestartBackoff
 from runtime.kernel.clock import Clock
 
 SUBSCRIPTION_RESTARTS = Backoff(initial_ms=500, multiplier=2.0, max_ms=5000)
 """Between attempts to start a subscription's tree: 0.5 s, doubling, at most 5 s."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one instance holds at most (`[delivery] max_subscriptions`, `max_topics`,
+    `max_patterns`): 2,000 subscriptions of 90 topics and 10 patterns each took the
+    process's loop seconds per health check and a minute per unsubscribe (#34)."""
+
+    subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+    topics: int = DEFAULT_MAX_TOPICS
+    patterns: int = DEFAULT_MAX_PATTERNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +124,12 @@ class Published:
 
 
 class SubscriptionRegistry:
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, limits: Limits | None = None) -> None:
         self.clock = clock
+        self.limits = limits or Limits()
+        # how many listed subscriptions name each topic, give each pattern
+        self._topic_uses: Counter[str] = Counter()
+        self._pattern_uses: Counter[str] = Counter()
         self._entries: dict[str, Entry] = {}
         self._consumers: dict[str, Consumer] = {}
         self._by_group: dict[str, dict[str, Consumer]] = {}  # group.id -> its subscriptions
@@ -163,6 +189,11 @@ class SubscriptionRegistry:
                 f"the subscriptions topic keeps subscription {held} under {consumer.key}: "
                 f"unsubscribe and subscribe {held} again to move it to its own key")
         self.refuse_shared_topic(consumer)
+        if len(self._entries) >= self.limits.subscriptions:
+            raise LimitReached("too many subscriptions", f"this instance holds "
+                               f"{len(self._entries)}, its [delivery] max_subscriptions: "
+                               "unsubscribe one first")
+        self.refuse_past_limits(consumer, None)
 
     def refuse_update(self, key: str, consumer: Consumer) -> None:
         entry = self.known(key)
@@ -173,6 +204,23 @@ class SubscriptionRegistry:
             raise InvalidSubscription("in-process subscription",
                                       "its program owns it: stop and consume again")
         self.refuse_shared_topic(consumer)
+        self.refuse_past_limits(consumer, entry.consumer)
+
+    def refuse_past_limits(self, consumer: Consumer, replacing: Consumer | None) -> None:
+        """`LimitReached` when listing `consumer` (instead of `replacing`) would name more
+        distinct topics or patterns than the limits allow."""
+        old_names, old_patterns = _sources(replacing)
+        names, patterns = _sources(consumer)
+        for what, uses, new, old, limit, key in (
+                ("topics", self._topic_uses, names, old_names, self.limits.topics,
+                 "max_topics"),
+                ("patterns", self._pattern_uses, patterns, old_patterns,
+                 self.limits.patterns, "max_patterns")):
+            after = _distinct_after(uses, old, new)
+            if after > limit and after > len(uses):
+                raise LimitReached(f"too many {what}", f"this instance's subscriptions would "
+                                   f"name {after} distinct {what}, past its [delivery] "
+                                   f"{key} ({limit})")
 
     def refuse_shared_topic(self, consumer: Consumer) -> None:
         """Two subscriptions of one group may not consume one topic: Kafka would split its
@@ -188,13 +236,15 @@ class SubscriptionRegistry:
 
     # -- changes ---------------------------------------------------------------------------
     def add(self, consumer: Consumer, *, in_process: bool = False,
-            paused_reason: str = "paused before the restart") -> bool:
+            paused_reason: str = "paused before the restart", refused: str = "") -> bool:
         """List `consumer`; True when its tree should start now (False: it is paused or
-        disabled, as the files or the topic say)."""
+        disabled, as the files or the topic say, or `refused` says why it may not run)."""
         key, now = consumer.key, self.clock.wall_ms()
         status = SubscriptionStatus("starting", now, in_process=in_process)
         self._entries[key] = Entry(consumer, status)
-        if key in self.marked_disabled:
+        if refused:
+            status.move("refused", now, refused)
+        elif key in self.marked_disabled:
             status.move("disabled", now, self.marked_disabled[key])
         elif key in self.marked_paused:
             status.move("paused", now, paused_reason)
@@ -240,7 +290,8 @@ class SubscriptionRegistry:
         """The tree ended by itself (crashed past its own restart budget, or its
         supervisor went): a retry, unless it was meant to stop."""
         entry = self._entries.get(key)
-        if entry is None or entry.status.state in (*STOPPED, "stopping", *RETRYING):
+        if entry is None or entry.status.state in (*STOPPED, "stopping", "refused",
+                                                   *RETRYING):
             return None
         return self.start_failed(key, reason, broker_down)
 
@@ -253,7 +304,8 @@ class SubscriptionRegistry:
         return entry.consumer
 
     def wants_pause(self, key: str) -> bool:
-        return self.state(key) != "paused"
+        """A refused subscription stays refused: a pause and resume would start it."""
+        return self.state(key) not in ("paused", "refused")
 
     def wants_resume(self, key: str) -> bool:
         return self.state(key) in STOPPED
@@ -268,19 +320,31 @@ class SubscriptionRegistry:
         """Show `key`'s change: a copy of its status, its document; gone when removed.
         The index by group follows (a subscribe checks only its own group's)."""
         before = self._consumers.get(key)
+        entry = self._entries.get(key)
         if before is not None:
             group = self._by_group[before.group_id]
             group.pop(key, None)
             if not group:
                 del self._by_group[before.group_id]
-        entry = self._entries.get(key)
+            if entry is None or entry.consumer is not before:
+                self._count_sources(before, -1)
         if entry is None:
             self._consumers.pop(key, None)
             self._statuses.pop(key, None)
             return
+        if entry.consumer is not before:
+            self._count_sources(entry.consumer, +1)
         self._consumers[key] = entry.consumer
         self._by_group.setdefault(entry.consumer.group_id, {})[key] = entry.consumer
         self._statuses[key] = dataclasses.replace(entry.status)
+
+    def _count_sources(self, consumer: Consumer, step: int) -> None:
+        names, patterns = _sources(consumer)
+        for uses, found in ((self._topic_uses, names), (self._pattern_uses, patterns)):
+            for name in found:
+                uses[name] += step
+                if uses[name] <= 0:
+                    del uses[name]
 
     # -- what the files keep (local mode) ----------------------------------------------
     def paused_keys(self) -> list[str]:
@@ -342,3 +406,17 @@ class SubscriptionRegistry:
 
     def __repr__(self) -> str:
         return f"<SubscriptionRegistry { {k: e.status.state for k, e in self._entries.items()} }>"
+
+
+def _sources(consumer: Consumer | None) -> tuple[set[str], set[str]]:
+    """The topic names and the patterns `consumer` reads (none for no consumer)."""
+    if consumer is None:
+        return set(), set()
+    return ({t.name for t in consumer.topics if t.name is not None},
+            {t.pattern for t in consumer.topics if t.pattern is not None})
+
+
+def _distinct_after(uses: Counter[str], old: set[str], new: set[str]) -> int:
+    """Distinct names in use once `old` (one subscription's) is replaced by `new`."""
+    gone = sum(1 for name in old - new if uses[name] == 1)
+    return len(uses) - gone + sum(1 for name in new if name not in uses)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +41,7 @@ from actors.delivery.cluster.view import (
     describe_cluster_route,
     snapshot_of,
 )
-from actors.delivery.control import attempts
+from actors.delivery.control import attempts, commits
 from actors.delivery.control.actor import ControlActor, Programmed
 from actors.delivery.control.live import has_partitions, live, lives, member_problems, stalls
 from actors.delivery.control.messages import (
@@ -51,7 +52,7 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
-from actors.delivery.control.registry import Published
+from actors.delivery.control.registry import Limits, Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
 from actors.delivery.control.status import (
     STOPPED,
@@ -80,6 +81,7 @@ from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 if TYPE_CHECKING:
     from runtime.host.app import Runtime
 
+log = logging.getLogger(__name__)
 CONTROL_START_MS = 600_000
 """The control actor restores every stored subscription before it reports ready."""
 CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
@@ -132,11 +134,13 @@ class DeliveryControl:
                       gone=lambda key, reason: self._tell(Gone(key, reason)),
                       exited=lambda key, error: self._tell(TreeExited(key, error)))
         programmed, rings = self._programmed, self.attempts
+        delivery = runtime.config.delivery
+        limits = Limits(delivery.max_subscriptions, delivery.max_topics, delivery.max_patterns)
 
         def control() -> ControlActor:  # every incarnation anew, from the source
             return ControlActor("control", runtime,
                                 Trees(runtime, wires, origins, self.guard, rings),
-                                source, programmed)
+                                source, programmed, limits)
 
         self._control = await runtime.system.spawn(ChildSpec(
             "control", control, start_timeout_ms=CONTROL_START_MS,
@@ -146,7 +150,8 @@ class DeliveryControl:
                                    self._whole_cluster)
             self._cluster = await runtime.system.spawn(ChildSpec(
                 "cluster-status", lambda: ClusterStatusActor(
-                    "cluster-status", runtime, lambda: snapshot_of(self)),
+                    "cluster-status", runtime, lambda: snapshot_of(self),
+                    lambda: [p for p in [source.problem] if p]),
                 start_timeout_ms=90_000, shutdown_ms=4000))
 
     def _tell(self, message: object) -> None:
@@ -328,13 +333,16 @@ class DeliveryControl:
                             "attempts": [], "reason": "no record with this webhook-id in "
                             "memory nor in the journal scanned"}
                 coordinates, stamp = found
-        return await asyncio.to_thread(attempts.lookup_record, ring, scan, coordinates, stamp)
+        # the ring is read here, on the loop its outlets write it from; the thread only
+        # reads files (#34: a thread reading the ring could mix two attempts)
+        memory = attempts.of_record(self.attempts.get(key), coordinates)
+        return await asyncio.to_thread(attempts.lookup_record, memory, scan, coordinates, stamp)
 
     async def failures_of(self, key: str, limit: int) -> dict[str, object]:
         """The latest `limit` failed attempts across the subscription's records."""
         self._known(key)
-        return await asyncio.to_thread(attempts.lookup_failures, self.attempts.get(key),
-                                       self._scan(key), limit)
+        memory = attempts.of_failures(self.attempts.get(key), limit)  # on the loop (#34)
+        return await asyncio.to_thread(attempts.lookup_failures, memory, self._scan(key), limit)
 
     def _activity(self, key: str) -> dict[str, object] | None:
         """The status page's charts and attempts table (actors/delivery/egress/attempts.py)."""
@@ -371,9 +379,27 @@ class DeliveryControl:
         """The consumer (redacted) and its status: state, partitions, endpoint, counters
         (typed: actors/delivery/control/status.py), asked of its running actors
         (actors/delivery/control/live.py). Raises `SubscriptionNotFound`."""
-        self._known(key)
+        consumer, _ = self._known(key)
         tree = self._running_tree(key)
-        return self._answer(key, await live(tree, self.runtime.clock))
+        shown = await live(tree, self.runtime.clock)
+        error = shown.member.commit_error if shown.member is not None else None
+        if error and shown.partitions:  # what it asked for is not what Kafka holds
+            shown = await self._as_accepted(consumer, shown, error)
+        return self._answer(key, shown)
+
+    async def _as_accepted(self, consumer: Consumer, shown: Live, error: str) -> Live:
+        """`shown` with the positions Kafka accepted (actors/delivery/control/commits.py);
+        as it was when Kafka cannot be asked now."""
+        where = [(p.topic, p.partition) for p in shown.partitions]
+        try:
+            accepted = await commits.accepted_positions(
+                self.runtime.bootstrap(consumer.broker), consumer.group_id, where,
+                self.runtime.clock)
+        except Exception as exc:  # the status answers anyway
+            log.warning("subscription %s: cannot read its accepted positions: %r",
+                        consumer.key, exc)
+            return shown
+        return commits.with_accepted(shown, accepted, error)
 
     async def answers(self) -> dict[str, SubscriptionAnswer]:
         """Every subscription's `answer`, its actors all asked at once."""

@@ -300,9 +300,14 @@ class ClusterTopic:
         cluster, runtime = self.runtime.config.cluster, self.runtime
         await self.close()  # what an earlier incarnation (or attempt) left: read anew
         broker = cluster.broker or runtime.config.brokers[0].name
+        unapplied = runtime.metrics.counter(
+            "hookstream_subscription_records_unapplied_total",
+            "Records of the subscriptions topic this instance could not apply (retries "
+            "included)").labels(topic=self.topic)
         self._log = SubscriptionLog(runtime.bootstrap(broker), self.topic,
                                     replication_factor=cluster.replication_factor,
-                                    client_settings=runtime.consumer_settings(broker))
+                                    client_settings=runtime.consumer_settings(broker),
+                                    clock=runtime.clock, on_unapplied=unapplied.inc)
         self._unopened.clear()
         await self._log.start(self._opening(apply))  # all applied before we are ready
         self._problem = None
@@ -338,7 +343,9 @@ class ClusterTopic:
     def problem(self) -> str | None:
         unopened = [f"subscription {key} does not run: its secrets cannot be opened "
                     f"({why})" for key, why in sorted(self._unopened.items())]
-        return "; ".join(([self._problem] if self._problem else []) + unopened) or None
+        unapplied = self._log.unapplied_problem if self._log is not None else None
+        return "; ".join(([self._problem] if self._problem else []) + unopened
+                         + ([unapplied] if unapplied else [])) or None
 
     def failed(self, exc: Exception, attempt: int) -> bool:
         """The broker is away (down at boot) or refuses us: it may come back (#25)."""

@@ -6,7 +6,10 @@ States: `starting`; `running`; `paused` (on purpose: no consumer, position commi
 `disabled` (the endpoint answered 410 Gone: stopped like `paused` until the operator
 resumes it; the record that got the 410 is delivered again then);
 `waiting_for_broker` (its broker is unreachable: retried); `failed` (could not start or
-crashed past its restart budget: retried with the kernel's restart backoff); `stopping`.
+crashed past its restart budget: retried with the kernel's restart backoff); `refused`
+(its stored document fails a check a subscribe makes now, e.g. an earlier version let it
+write to the runtime's own topics (#34): listed, never started, until a PUT with a
+document that passes, or an unsubscribe); `stopping`.
 A subscription leaves the registry only by unsubscribe.
 """
 
@@ -21,7 +24,7 @@ from actors.delivery.egress.status import EndpointStatus
 from actors.delivery.path.status import MemberStatus, PartitionStatus
 
 State = Literal["starting", "running", "paused", "disabled", "waiting_for_broker", "failed",
-                "stopping"]
+                "refused", "stopping"]
 STOPPED: Final = ("paused", "disabled")
 """States in which a subscription has no actors on purpose (resume starts it again)."""
 RETRYING: Final = ("failed", "waiting_for_broker")
@@ -64,7 +67,7 @@ class SubscriptionStatus:
                                              else None),
                             partitions=shown.partitions, endpoint=shown.endpoint,
                             counters=shown.counters, member=shown.member,
-                            activity=activity)
+                            refused_commits=shown.refused_commits, activity=activity)
 
 
 class Counters(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +79,16 @@ class Counters(msgspec.Struct, frozen=True, kw_only=True):
     filtered: int = 0
 
 
+class RefusedCommit(msgspec.Struct, frozen=True, kw_only=True):
+    """A position Kafka did not take (a live consumer in the subscription's group): the
+    partition's `committed` shows the last position Kafka accepted instead (#34)."""
+
+    topic: str
+    partition: int
+    position: int | None
+    reason: str
+
+
 class Live(msgspec.Struct, frozen=True, kw_only=True):
     """What a running tree shows of itself (nothing when it does not run): its actors'
     answers to `StatusQuery` (actors/delivery/control/live.py asks them)."""
@@ -84,6 +97,7 @@ class Live(msgspec.Struct, frozen=True, kw_only=True):
     endpoint: EndpointStatus | None = None
     counters: Counters | None = None
     member: MemberStatus | None = None
+    refused_commits: list[RefusedCommit] = []
 
 
 class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +116,10 @@ class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
     counters: Counters | None = None
     member: MemberStatus | None = None
     activity: dict[str, object] | None = None
+    refused_commits: list[RefusedCommit] = []
+    """While the member's commits to the subscription's group are refused (its
+    `commitError`): each partition's position asked for, apart from `committed`, which
+    then shows the position Kafka last accepted (one subscription's answer only)."""
 
 
 class SubscriptionAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -46,7 +46,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from actors.delivery.control.origin_users import Limits, OriginUsers
 from actors.delivery.document.patterns import matches
@@ -138,6 +138,8 @@ class Plant(Protocol):
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
                       leaving: str | None = None) -> object: ...
+
+    def replaying(self, key: str) -> set[str]: ...
 
     def own_topics(self) -> set[str]: ...
 
@@ -303,11 +305,20 @@ class Trees:
         """A replay actor in the subscription's tree, pushing through its egress."""
         tree, bootstrap = self.tree(consumer.key), self.bootstrap(consumer)
         settings = self.runtime.consumer_settings(consumer.broker)
-        egress, name = ChildRef(tree, "egress"), f"replay-{progress.replay_id}"
+        egress, name = ChildRef(tree, "egress"), f"{REPLAY_PREFIX}{progress.replay_id}"
         await tree.start_child(ChildSpec(
             name, lambda: ReplayActor(name, replay_settings(consumer), replay_range(request),
                                       progress, bootstrap, egress, settings),
             restart="transient"))
+
+    def replaying(self, key: str) -> set[str]:
+        """The ids of `key`'s replays whose actors run (an ended replay's actor is gone:
+        path/replay.py)."""
+        try:
+            children = self.tree(key).children()
+        except ActorDeadError:  # not running
+            return set()
+        return {n.removeprefix(REPLAY_PREFIX) for n in children if n.startswith(REPLAY_PREFIX)}
 
     def spec(self, consumer: Consumer) -> ChildSpec:
         key, exited = consumer.key, self.wires.exited
@@ -361,7 +372,9 @@ class Trees:
         settings = egress_settings(consumer)  # a handler's method without its handler: refused
         origin = self.settle_origin(settings.uri, consumer)
         guard, gone = self.guard, self.wires.gone
-        return lambda name: EgressActor(name, settings, metrics, guard, origin, gone)
+        transport = self.runtime.config.egress.transport  # this runtime's, not the process's
+        return lambda name: EgressActor(name, settings, metrics, guard, origin, gone,
+                                        transport)
 
     def settle_origin(self, uri: str, joining: Consumer | None = None,
                       leaving: str | None = None) -> Origin:
@@ -531,6 +544,10 @@ class Trees:
         return f"<Trees members={sorted(self.riders)}>"
 
 
+REPLAY_PREFIX: Final = "replay-"
+"""A replay actor's name in its subscription's tree: the prefix and the replay id."""
+
+
 def instance_group(config: Config) -> str:
     """The consumer group the runtime's instances share (`[delivery] instance_group`; by
     default derived from what instances of one deployment have in common: the cluster's
@@ -549,22 +566,36 @@ def with_ring(outlet: OutletActor, ring: AttemptRing) -> OutletActor:
 
 def refuse_own_topics(consumer: Consumer, own: set[str]) -> None:
     """No subscription reads the runtime's own topics (#25: subscribing to the
-    subscriptions topic pushed every subscription's secrets to the caller)."""
+    subscriptions topic pushed every subscription's secrets to the caller), nor writes
+    them (#34: a dead-letter or retry topic of `hookstream.subscriptions` let an endpoint
+    answering `QOH-Action: dead-letter` pause and delete another tenant's subscription)."""
     for i, topic in enumerate(consumer.topics):
         hit = topic.name if topic.name in own else next(
             (t for t in sorted(own) if topic.pattern and matches(topic.pattern, t)), None)
         if hit is not None:
             raise InvalidSubscription(f"invalid topics[{i}]", f"{hit} is one of the "
                                       "runtime's own topics, not a source to subscribe to")
+    for field, written in written_topics(consumer).items():
+        if written in own:
+            raise InvalidSubscription(f"invalid subscriptionMethod.{field}", f"{written} is "
+                                      "one of the runtime's own topics, not a topic to write "
+                                      "records to")
+
+
+def written_topics(consumer: Consumer) -> dict[str, str]:
+    """The topics a subscription writes records to, by the field that names them."""
+    method = consumer.subscriptionMethod
+    written = {"deadLetterTopic": method.deadLetterTopic,
+               "retryTopics.topic": (method.retryTopics.topic
+                                     if method.retryTopics is not None else None)}
+    return {field: topic for field, topic in written.items() if topic}
 
 
 def check_replay_topic(consumer: Consumer, topic: str, own: set[str]) -> None:
     """A replay reads the subscription's own sources only: its topics (named or matching
     its patterns), its dead-letter topic and its retry topic; never the runtime's own
     topics (#25)."""
-    method = consumer.subscriptionMethod
-    retry = method.retryTopics.topic if method.retryTopics is not None else None
-    ours = topic in {t.name for t in consumer.topics} | {method.deadLetterTopic, retry} \
+    ours = topic in {t.name for t in consumer.topics} | set(written_topics(consumer).values()) \
         or any(t.pattern and matches(t.pattern, topic) for t in consumer.topics)
     if topic in own or not ours:
         raise InvalidSubscription("invalid replay request", f"{topic!r} is not a topic "

@@ -18,7 +18,9 @@ them) and `exists` (a boolean).
 - `key`: the record key's bytes against the UTF-8 of the condition; a record without a key
   matches only `exists: false`.
 - `json`: dot paths (`customer.tier`; a decimal segment indexes an array) into the record
-  value decoded as JSON, once per record and only when some filter needs it. Values
+  value decoded as JSON, only when a filter needs it. A value over `MAX_JSON_BYTES`
+  (256 KiB) is not decoded and counts as not JSON (#34: 11 MB values held the loop and
+  the memory). Values
   compare as text: a string by its content, a number, `true`, `false` or `null` by its
   JSON text (`"amount": "12.50"` matches `12.50`, not `12.5`); an object or array matches
   only `exists`. A value that is not JSON, or lacks the path, matches only
@@ -26,14 +28,21 @@ them) and `exists` (a boolean).
 - `not`: a nested filter that must not match.
 
 Decoding (`decode_filter`) validates the wire JSON into frozen, hashable structures with
-sizes and depth bounded; an error is `InvalidSubscription("invalid <where>.<field>")`, which
-the admin API answers as 400. Equal filters decode to one shared object (interned), so
-the per-record memo (below) finds them by identity, without comparing structures.
+sizes and depth bounded, and the whole filter's cost too (`MAX_FILTER_COST`: each
+condition costs its path segments, 1 for a header or the key, plus its strings, summed over
+every `not` level; and `MAX_FILTER_CHARS` characters in all: #34, a 748 KB filter within
+every per-part limit cost 2 ms per record); an error is
+`InvalidSubscription("invalid <where>.<field>")`, which the admin API answers as 400.
+Equal filters decode to one shared object (interned), so the per-record memo (below)
+finds them by identity, without comparing structures. `equals` and `in` look a value up
+in a set: their cost does not grow with the list.
 
-Evaluation (`matches(filter, record)`) is memoised on the record (`Record.memo`): the
-decoded JSON value and each distinct filter's result, keyed by the filter. With fan-out
-one record object goes to many subscriptions' cursors; a thousand subscribers with ten
-distinct filters then evaluate ten filters per record, and decode its JSON at most once.
+Evaluation (`matches(filter, record)`) is memoised on the record (`Record.memo`): each
+distinct filter's result, keyed by the filter, and each JSON condition's, keyed by (path,
+condition). With fan-out one record object goes to many subscriptions' cursors; a thousand
+subscribers with ten distinct filters then evaluate ten filters per record. The decoded
+JSON value lives for one evaluation only (a buffered record kept it: #34), so a record
+is decoded at most once per distinct filter with a JSON condition not seen before.
 """
 
 from __future__ import annotations
@@ -60,6 +69,13 @@ MAX_TEXT: Final = 1024
 """Characters of one compared string, header name or JSON path."""
 MAX_PATH_SEGMENTS: Final = 16
 MAX_NOT_DEPTH: Final = 4
+MAX_FILTER_COST: Final = 1024
+"""Per filter, `not` levels included: each condition costs its path segments (1 for a
+header or the key) plus the strings it compares with."""
+MAX_FILTER_CHARS: Final = 65_536
+"""Per filter, `not` levels included: characters of names, paths and compared strings."""
+MAX_JSON_BYTES: Final = 256 * 1024
+"""A record value longer than this is not decoded: it counts as not JSON."""
 
 
 class Condition(msgspec.Struct, frozen=True, cache_hash=True):
@@ -70,6 +86,9 @@ class Condition(msgspec.Struct, frozen=True, cache_hash=True):
     texts: tuple[str, ...] = ()
     raw: tuple[bytes, ...] = ()
     exists: bool = True
+    # `equals` and `in` look up: one hash per value, whatever the list (#34)
+    members: frozenset[str] = frozenset()
+    raw_members: frozenset[bytes] = frozenset()
 
 
 class Filter(msgspec.Struct, frozen=True, cache_hash=True, weakref=True):
@@ -92,7 +111,30 @@ def decode_filter(value: JSON, where: str) -> Filter | None:
     if value is None:
         return None
     decoded = _filter(value, where, 0)
+    cost, chars = filter_cost(decoded)
+    if cost > MAX_FILTER_COST or chars > MAX_FILTER_CHARS:
+        raise InvalidSubscription(f"invalid {where}", f"costs {cost} and holds {chars} "
+                                  f"characters; at most {MAX_FILTER_COST} and "
+                                  f"{MAX_FILTER_CHARS} over every not level (a condition "
+                                  "costs its path segments, 1 for a header or the key, "
+                                  "plus its strings)")
     return None if decoded == Filter() else decoded
+
+
+def filter_cost(decoded: Filter) -> tuple[int, int]:
+    """What evaluating `decoded` costs per record (see `MAX_FILTER_COST`), and the
+    characters it holds."""
+    cost = chars = 0
+    named = [((name,), c) for name, c in decoded.headers] + list(decoded.json)
+    if decoded.key is not None:
+        named.append(((), decoded.key))
+    for path, condition in named:
+        cost += max(len(path), 1) + len(condition.texts)
+        chars += sum(map(len, path)) + sum(map(len, condition.texts))
+    if decoded.negated is not None:
+        inner_cost, inner_chars = filter_cost(decoded.negated)
+        cost, chars = cost + inner_cost, chars + inner_chars
+    return cost, chars
 
 
 def _filter(value: JSON, where: str, depth: int) -> Filter:
@@ -202,7 +244,10 @@ def _texts(op: Op, texts: tuple[str, ...], where: str) -> Condition:
         if len(text) > MAX_TEXT:
             raise InvalidSubscription(f"invalid {where}", f"at most {MAX_TEXT} characters "
                                       "per value")
-    return Condition(op, texts, tuple(t.encode() for t in texts))
+    raw = tuple(t.encode() for t in texts)
+    if op == "prefix":
+        return Condition(op, texts, raw)
+    return Condition(op, texts, raw, members=frozenset(texts), raw_members=frozenset(raw))
 
 
 # -- writing it back ------------------------------------------------------------------------
@@ -234,14 +279,30 @@ def _condition_document(condition: Condition) -> JSON:
 
 # -- evaluation -----------------------------------------------------------------------------
 class _Absent:
-    """The memo's key for the decoded value, and what an absent JSON value decodes to."""
+    """What an absent JSON value decodes to, and a document not decoded yet."""
 
     __slots__ = ()
 
 
-_JSON_VALUE: Final = _Absent()  # memo key of the record's decoded value
 _MISSING: Final = _Absent()  # the value is not JSON, or a path leads nowhere
+_UNREAD: Final = _Absent()  # not decoded yet
 _DECODER: Final = msgspec.json.Decoder(float_hook=str)  # floats keep their JSON text
+
+
+class _Document:
+    """A record's value, decoded when a JSON condition first needs it; it lives for one
+    `matches` call (its `not` levels included), never in the record's memo."""
+
+    __slots__ = ("_raw", "_value")
+
+    def __init__(self, raw: bytes | None) -> None:
+        self._raw = raw
+        self._value: object = _UNREAD
+
+    def value(self) -> object:
+        if self._value is _UNREAD:
+            self._value = _decode(self._raw)
+        return self._value
 
 
 def matches(decoded: Filter, record: Record) -> bool:
@@ -253,27 +314,35 @@ def matches(decoded: Filter, record: Record) -> bool:
         known = memo.get(decoded)
         if known is not None:
             return known is True
-    result = _evaluate(decoded, record, memo)
-    memo[decoded] = result
+    return _matches(decoded, record, memo, _Document(record.value))
+
+
+def _matches(decoded: Filter, record: Record, memo: dict[object, object],
+             document: _Document) -> bool:
+    known = memo.get(decoded)
+    if known is not None:
+        return known is True
+    result = memo[decoded] = _evaluate(decoded, record, memo, document)
     return result
 
 
-def _evaluate(decoded: Filter, record: Record, memo: dict[object, object]) -> bool:
+def _evaluate(decoded: Filter, record: Record, memo: dict[object, object],
+              document: _Document) -> bool:
     for name, condition in decoded.headers:
         if not _holds_raw(condition, [v for n, v in record.headers if n == name]):
             return False
     key = decoded.key
     if key is not None and not _holds_raw(key, [] if record.key is None else [record.key]):
         return False
-    if decoded.json:
-        value = memo.get(_JSON_VALUE, _JSON_VALUE)
-        if value is _JSON_VALUE:
-            value = memo[_JSON_VALUE] = _decode(record.value)
-        for path, condition in decoded.json:
-            if not _holds_json(condition, _walk(value, path)):
-                return False
+    for pair in decoded.json:
+        held = memo.get(pair)
+        if held is None:
+            path, condition = pair
+            held = memo[pair] = _holds_json(condition, _walk(document.value(), path))
+        if held is not True:
+            return False
     negated = decoded.negated
-    return negated is None or not matches(negated, record)
+    return negated is None or not _matches(negated, record, memo, document)
 
 
 def reads_json(decoded: Filter) -> bool:
@@ -283,11 +352,8 @@ def reads_json(decoded: Filter) -> bool:
 
 
 def drop_decoded(record: Record) -> None:
-    """Forget `record`'s decoded JSON value, keeping the filters' results: call it once
-    every filter that will see the record has (a buffered record would hold it)."""
-    memo = record.memo
-    if memo is not None:
-        memo.pop(_JSON_VALUE, None)
+    """Nothing to do since #34 (no decoded value outlives an evaluation); kept for the
+    callers that still tell."""
 
 
 def _holds_raw(condition: Condition, found: list[bytes | None]) -> bool:
@@ -295,14 +361,13 @@ def _holds_raw(condition: Condition, found: list[bytes | None]) -> bool:
     op = condition.op
     if op == "exists":
         return bool(found) == condition.exists
-    raw = condition.raw
     for value in found:
         if value is None:
             continue
         if op == "prefix":
-            if value.startswith(raw):
+            if value.startswith(condition.raw):
                 return True
-        elif value in raw:
+        elif value in condition.raw_members:
             return True
     return False
 
@@ -315,7 +380,7 @@ def _holds_json(condition: Condition, value: object) -> bool:
         return False
     if condition.op == "prefix":
         return text.startswith(condition.texts)
-    return text in condition.texts
+    return text in condition.members
 
 
 def _text(value: object) -> str | None:
@@ -334,7 +399,7 @@ def _text(value: object) -> str | None:
 
 
 def _decode(value: bytes | None) -> object:
-    if value is None:
+    if value is None or len(value) > MAX_JSON_BYTES:
         return _MISSING
     try:
         return _DECODER.decode(value)

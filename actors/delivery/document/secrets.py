@@ -117,6 +117,7 @@ def kept_secrets(new: Consumer, old: Consumer) -> Consumer:
     method, before = new.http, old.http
     if method is None or before is None:  # a handler's method holds no secret
         return new
+    _refuse_elsewhere(method, before)
     headers = {name: _kept_header(name, value, before.additionalHeaders)
                for name, value in method.additionalHeaders.items()}
     secret = method.signingSecret
@@ -127,6 +128,40 @@ def kept_secrets(new: Consumer, old: Consumer) -> Consumer:
         return new
     return msgspec.structs.replace(new, subscriptionMethod=msgspec.structs.replace(
         method, additionalHeaders=headers, signingSecret=secret, uri=uri))
+
+
+def _refuse_elsewhere(method: SubscriptionMethod, before: SubscriptionMethod) -> None:
+    """A mark keeps a stored secret for the origin it was given for only: a PUT of the
+    redacted document with another scheme, host or port would send the stored
+    `Authorization`, user-info and query secrets there (#34)."""
+    marked = _marked_fields(method)
+    was, now = _origin(before.uri), _origin(method.uri)
+    if marked and was != now:
+        raise InvalidSubscription(f"invalid {marked[0]}", f"*** keeps a stored secret for "
+                                  f"its origin only, and the origin changes ({was} -> "
+                                  f"{now}): send the secret itself")
+
+
+def _marked_fields(method: SubscriptionMethod) -> list[str]:
+    """The fields of a PUT's method that hold a redaction mark."""
+    fields = [f"{HEADERS_FIELD}.{name}" for name, value in method.additionalHeaders.items()
+              if value == REDACTED]
+    if REDACTED in secrets_of(method.signingSecret or ""):
+        fields.append(SECRET_FIELD)
+    if REDACTED in method.uri:
+        fields.append("subscriptionMethod.uri")
+    return fields
+
+
+def _origin(uri: str) -> str:
+    """`scheme://host:port` (as the egress's `origin_of`; the document layer may not
+    import it); a URL that cannot be parsed is its own origin."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        return uri
+    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{port}"
 
 
 def _kept_header(name: str, value: str, stored: dict[str, str]) -> str:

@@ -277,9 +277,17 @@ class ReplaySettings:
     cursors: CursorsOf
 
 
+REPLAY_RETRIES: Final = 10
+"""A replay's retries of one record when its subscription retries forever
+(`retryBeforeCommit` 0): a replay to a dead endpoint ended never (#34)."""
+
+
 def replay_settings(consumer: Consumer) -> ReplaySettings:
     method = consumer.subscriptionMethod
-    return ReplaySettings(consumer.group_id, retry_policy(method), method.deadLetterTopic,
+    policy = retry_policy(method)
+    if not policy.retries:  # the record is in Kafka still: a replay may give it up
+        policy = msgspec.structs.replace(policy, retries=REPLAY_RETRIES)
+    return ReplaySettings(consumer.group_id, policy, method.deadLetterTopic,
                           CursorCatalog(consumer))
 
 

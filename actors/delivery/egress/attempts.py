@@ -271,7 +271,14 @@ class AttemptRing:
 
     def of_record(self, coordinates: Coordinates) -> tuple[list[Attempt], GiveUp | None]:
         """The record's attempts still in memory, oldest first, and its last give-up."""
-        found = [a for a in self if a.coordinates == coordinates]
+        topic, partition, offset = coordinates
+        wide, ints, topics, count = self._wide, self._ints, self._topics, len(self._topics)
+        found = []
+        for index in range(count):  # the columns first: an Attempt only for a match
+            slot = (self._head + index) % count
+            if wide[3 * slot] == offset and ints[3 * slot] == partition \
+                    and topics[slot] == topic:
+                found.append(self._at(index))
         return found, self._given_up.get(coordinates)
 
     def find(self, webhook_id: str) -> Coordinates | None:
@@ -284,11 +291,12 @@ class AttemptRing:
     def failed(self, limit: int) -> list[Attempt]:
         """The newest `limit` failed attempts, oldest first."""
         found: list[Attempt] = []
-        for attempt in self._newest_first():
+        failed, count, outcomes = OUTCOMES.index("failed"), len(self._topics), self._outcomes
+        for index in range(count - 1, -1, -1):
             if len(found) >= limit:
                 break
-            if attempt.outcome == "failed":
-                found.append(attempt)
+            if outcomes[(self._head + index) % count] == failed:  # an Attempt only for one
+                found.append(self._at(index))
         found.reverse()
         return found
 

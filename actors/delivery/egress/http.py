@@ -85,6 +85,7 @@ from actors.delivery.egress.outlet import (
     failure_of,
     outcome_of,
 )
+from actors.delivery.egress.redaction import Redactor, sent_secrets
 from actors.delivery.egress.status import OriginStatus, OutletStatus
 from actors.delivery.egress.transport import (
     Transport,
@@ -147,14 +148,17 @@ def static_headers(settings: EgressSettings, has_body: bool,
     return headers
 
 
-def describe(exc: BaseException, timeout_ms: int) -> str:
-    """A short text for `Failed.error` and the journal."""
+def describe(exc: BaseException, timeout_ms: int, redactor: Redactor | None = None) -> str:
+    """A short text for `Failed.error` and the journal; `redactor` takes the
+    subscription's secrets out before it is cut (a cut secret would leak its start)."""
     text = str(exc)
     if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error,
                                                                    DestinationDenied):
         text = f"{exc.host}:{exc.port}: {exc.os_error}"  # aiohttp's own text drops the why
     if isinstance(exc, TimeoutError) and not text:
         text = f"no complete response within {timeout_ms} ms"
+    if redactor is not None:
+        text = redactor.text(text) or ""
     return describe_error(exc, text)
 
 
@@ -182,7 +186,7 @@ class EgressActor(OutletActor):
 
     __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_gone", "_has_body",
                  "_headers", "_keys", "_linger_ms", "_m_breaker", "_m_transitions",
-                 "_method", "_query_key", "_session", "_timeout_ms", "_url", "guard",
+                 "_method", "_query_key", "_redact", "_session", "_timeout_ms", "_url", "guard",
                  "on_gone", "origin", "settings", "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
@@ -205,6 +209,7 @@ class EgressActor(OutletActor):
         self._headers = static_headers(settings, self._has_body)
         self._url: URL | str = settings.uri
         self._keys: list[bytes] = []
+        self._redact = Redactor(())  # the secrets it sends, once they are resolved
         self._session: Transport | None = None
         self.on_gone = on_gone
         self._gone = False
@@ -234,6 +239,7 @@ class EgressActor(OutletActor):
         secret = resolved_secret(settings.signing_secret, allowed)
         ssl_setting = files_context(settings.tls, allowed)
         self._keys = signing_keys(secret) if secret else []  # a bad secret fails the start
+        self._redact = Redactor(sent_secrets(settings.uri, headers, secret))
         if headers != settings.headers:
             self._headers = static_headers(settings, self._has_body, headers)
         # A URL yarl rejects stays text: every request then fails with aiohttp's own
@@ -328,12 +334,18 @@ class EgressActor(OutletActor):
         if not await self._wait_for_origin(self._fail_fast and first.replay is None):
             return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
                           local=True)
-        async with self.origin.slots:  # the origin's connection limit
-            try:
-                answer = await self._push(record)
-            except Exception:
-                self._origin_answered(False)
-                raise
+        # `hold` just let us go: in half-open state that makes this request the probe
+        probe = self.origin.breaker.probing
+        try:
+            async with self.origin.slots:  # the origin's connection limit
+                try:
+                    answer = await self._push(record)
+                except Exception:
+                    self._origin_answered(False)
+                    raise
+        except asyncio.CancelledError:  # no answer: the next request may probe (#34)
+            self.origin.unanswered(probe)
+            raise
         self._origin_answered(answer.error is None or answer.action == "skip")
         if answer.status in (429, 503) and answer.retry_after_ms is not None:
             self.origin.throttle(self.context.clock.monotonic_ms() + answer.retry_after_ms)
@@ -344,7 +356,10 @@ class EgressActor(OutletActor):
     async def _push(self, record: Record | list[Record]) -> Answer:
         status, retry_after, action, body = await self._request(record)
         answer = self._decide(status, retry_after, action)
-        return dataclasses.replace(answer, response=body) if body else answer
+        # a receiver that reflects its request must not show our secrets to readers of
+        # the attempts API (#34)
+        return dataclasses.replace(answer, response=self._redact.body(body)) if body \
+            else answer
 
     def _decide(self, status: int, retry_after: str | None, action: str | None) -> Answer:
         decided = receiver_action(status, action) if action is not None else None
@@ -401,7 +416,8 @@ class EgressActor(OutletActor):
         self._m_breaker.set(STATE_VALUES[self.origin.state])
 
     def describe(self, exc: BaseException) -> str:
-        return describe(exc, self._timeout_ms)
+        """An error's text may quote what the receiver answered (#34)."""
+        return describe(exc, self._timeout_ms, self._redact)
 
     async def _request(self, record: Record | list[Record],
                        ) -> tuple[int, str | None, str | None, bytes]:

@@ -149,6 +149,18 @@ class CircuitBreaker:
             self._probing = True
         return True
 
+    def abandon_probe(self) -> None:
+        """The probe's request ended without an answer (its worker was cancelled: a
+        pause, update or unsubscribe stopped its tree): nothing was learned, so the next
+        request may probe. Without this the breaker stayed half-open for good (#34)."""
+        if self.state == "half_open":
+            self._probing = False
+
+    @property
+    def probing(self) -> bool:
+        """The half-open probe is out."""
+        return self.state == "half_open" and self._probing
+
     def retry_at(self) -> int | None:
         """When an open breaker lets its probe go (None when it is not open)."""
         return self.opened_at + self.open_ms if self.opened_at is not None and \
@@ -301,6 +313,12 @@ class Origin:
     def answered(self, ok: bool, now_ms: int) -> None:
         """A request to the origin was answered (`ok`: it counts as a success)."""
         self.breaker.record(ok, now_ms)
+
+    def unanswered(self, probe: bool) -> None:
+        """A request that `hold` let go ended without an answer (cancelled); `probe`:
+        it was the half-open probe (the caller saw `probing` right after `hold`)."""
+        if probe:
+            self.breaker.abandon_probe()
 
     def take_transitions(self) -> tuple[Transition, ...]:
         """The breaker's changes since the last call, each handed out once (for its

@@ -49,7 +49,9 @@ Reply = tuple[int, str | None, str | None, bytes]
 """status, Retry-After, QOH-Action, the first SNIPPET_BYTES of a non-2xx answer's body"""
 TransportName = Literal["aiohttp", "lean"]
 DEFAULT_TRANSPORT: TransportName = "lean"
-"""Chosen by bench/delivery.py (bench/RESULTS.md, issue 14)."""
+"""Chosen by bench/delivery.py (bench/RESULTS.md, issue 14); used where a runtime's
+`[egress] transport` names none (a runtime that names one is not touched by a change of
+this module default: #34)."""
 SocketFactory = Callable[[AddrInfoType], socket.socket]
 
 
