@@ -35,7 +35,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from actors.shared.errors import UnexpectedMessage
-from actors.shared.idle_pace import PROCESS_PACE
+from actors.shared.idle_pace import IdlePace
 from actors.shared.messages import (
     Assigned,
     Batch,
@@ -102,6 +102,9 @@ class Wiring:
     broker_settings: ClientSettings = field(default_factory=dict)
     """Client settings for this broker (runtime.kafka.compat); `client_settings()` wins."""
     epochs: dict[TopicPartition, int] = field(default_factory=dict)
+    pace: IdlePace = field(default_factory=IdlePace)
+    """The idle pace of the runtime's consumers (one per runtime: two runtimes in one
+    process do not pace each other, issue 34 item 14)."""
 
 
 class GroupConsumerActor(Actor):
@@ -172,13 +175,13 @@ class GroupConsumerActor(Actor):
         await self.subscribe(self.kafka)
         wait_ms = compat.fetch_wait_ms(self.kafka)
         self._configured_wait_ms = DEFAULT_FETCH_WAIT_MS if wait_ms is None else wait_ms
-        PROCESS_PACE.joined(self)
+        self.wiring.pace.joined(self)
         self.spawn(self._fetch_loop(), name=f"{self.path}:fetch")
 
     async def on_stop(self) -> None:
         # the fetch task is already cancelled: drain and commit what is ours, then leave
         kafka, self.kafka = self.kafka, None
-        PROCESS_PACE.left(self)
+        self.wiring.pace.left(self)
         if kafka is None:
             self.released.set()
             return
@@ -233,7 +236,7 @@ class GroupConsumerActor(Actor):
         if kafka.paused():
             return PAUSED_POLL_MS
         if self._quiet:
-            return max(POLL_MS, PROCESS_PACE.idle_ms(self._configured_wait_ms))
+            return max(POLL_MS, self.wiring.pace.idle_ms(self._configured_wait_ms))
         return POLL_MS
 
     def _pace(self, kafka: AIOKafkaConsumer, *, quiet: bool) -> None:
@@ -241,7 +244,7 @@ class GroupConsumerActor(Actor):
         configured wait again (actors/shared/idle_pace.py)."""
         self._quiet = quiet
         configured = self._configured_wait_ms
-        wait_ms = PROCESS_PACE.idle_ms(configured) if quiet else configured
+        wait_ms = self.wiring.pace.idle_ms(configured) if quiet else configured
         if compat.fetch_wait_ms(kafka) != wait_ms:
             compat.set_fetch_wait_ms(kafka, wait_ms)
 

@@ -1,4 +1,4 @@
-"""How often an idle group consumer asks for records, by how many run in this process.
+"""How often an idle group consumer asks for records, by how many its runtime runs.
 
 Every group consumer fetches in a loop: a fetch that finds nothing is answered after
 `fetch.max.wait.ms`, and the consumer's own poll wakes every `POLL_MS`. Both cost this
@@ -14,8 +14,8 @@ second together. The price: on the embedded broker, which holds a fetch for its 
 the first record after a quiet spell may wait up to the idle wait; Apache Kafka answers a
 held fetch as soon as records arrive, so there it costs nothing.
 
-The count is per process because the CPU it saves is the process's (several runtimes in one
-process, as in tests, share it).
+The count is per runtime (`Wiring.pace`, one `IdlePace` per runtime's delivery service):
+two runtimes embedded in one process no longer pace each other (issue 34, item 14).
 """
 
 from __future__ import annotations
@@ -41,7 +41,3 @@ class IdlePace:
         """The fetch wait (and poll timeout) of a consumer whose last poll was empty."""
         scaled = min(len(self.consumers) * self.per_consumer_ms, self.ceiling_ms)
         return max(configured_ms, scaled)
-
-
-PROCESS_PACE = IdlePace()
-"""The pace of every group consumer in this process."""

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from actors.shared.idle_pace import PROCESS_PACE
 from runtime.kafka import compat
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
@@ -27,7 +26,6 @@ PACED_MS = 1_200
 async def test_an_idle_member_is_paced_and_still_delivers_everything_after_a_kill(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PROCESS_PACE, "per_consumer_ms", PACED_MS)  # paced with one member
     topic = await topic_factory(partitions=2)
     receiver = await Receiver().start()
     try:
@@ -38,6 +36,8 @@ async def test_an_idle_member_is_paced_and_still_delivers_everything_after_a_kil
                              fast_group=fast_group_kwargs))
             assert status == 200
             [member] = members(runtime)
+            # paced with one member (the runtime's own pace: no other runtime shares it)
+            monkeypatch.setattr(member.wiring.pace, "per_consumer_ms", PACED_MS)
             configured = member.configured_wait_ms
             assert configured < PACED_MS
 

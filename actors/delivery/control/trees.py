@@ -45,6 +45,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as default
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -87,6 +88,7 @@ from actors.delivery.path.replay import ReplayActor, ReplayProgress
 from actors.delivery.path.retrytopic import RetryTopicActor
 from actors.delivery.path.roster import Rider
 from actors.shared.group_consumer import ClientSettings, Wiring
+from actors.shared.idle_pace import IdlePace
 from runtime.errors import ActorDeadError, ActorStartError, ConfigError
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
@@ -160,6 +162,7 @@ class Wires:
     groups: ChildRef  # the `groups` supervisor
     gone: GoneCallback  # an endpoint answered 410 Gone
     exited: Exited
+    pace: IdlePace = default(default_factory=IdlePace)  # this runtime's consumers' idle pace
 
 
 class Trees:
@@ -336,7 +339,7 @@ class Trees:
         deadletter = ChildRef(sup, "deadletter") if method.deadLetterTopic else None
         wiring = Wiring(ChildRef(sup, "partitions"), bootstrap, DRAIN_MS,
                         fetch_size(largest_buffer(consumer)),
-                        runtime.consumer_settings(consumer.broker))
+                        runtime.consumer_settings(consumer.broker), pace=self.wires.pace)
         retry_bootstrap = self.check_retry_topics(consumer)
         retrytopic = ChildRef(sup, "retrytopic") if retry_bootstrap else None
         reads = with_retry_topic(consumer)
@@ -445,7 +448,7 @@ class Trees:
         wiring = self._member_wirings.setdefault(name, Wiring(
             ChildRef(groups, name), self.bootstrap(consumer), DRAIN_MS,
             fetch_size(largest_buffer(consumer)),
-            runtime.consumer_settings(consumer.broker)))
+            runtime.consumer_settings(consumer.broker), pace=self.wires.pace))
         settings = instance_client_settings(group, runtime.config.delivery.session_timeout_ms)
         return ChildSpec(name, lambda: self._member(name, group, wiring, settings),
                          shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)

@@ -351,11 +351,6 @@ def reads_json(decoded: Filter) -> bool:
     return bool(decoded.json) or (negated is not None and reads_json(negated))
 
 
-def drop_decoded(record: Record) -> None:
-    """Nothing to do since #34 (no decoded value outlives an evaluation); kept for the
-    callers that still tell."""
-
-
 def _holds_raw(condition: Condition, found: list[bytes | None]) -> bool:
     """Header occurrences or the key: any one that satisfies `condition`."""
     op = condition.op

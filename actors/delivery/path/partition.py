@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from actors.delivery.document.filters import drop_decoded, matches, reads_json
+from actors.delivery.document.filters import matches
 from actors.delivery.document.settings import CursorSettings
 from actors.delivery.path.book import PartitionBook
 from actors.delivery.path.deadletter import WriteDeadLetter
@@ -84,7 +84,6 @@ class PartitionTraits:
     reads_retries: bool  # a partition of the subscription's retry topic
     batched: bool  # batches of more than one: records go to the egress as `DeliverMany`
     wanted: Callable[[Record], bool] | None = None  # the topic's filter (issue 26)
-    drops_json: bool = False  # the filter decodes values: forget them once filtered
 
 
 PARTITION_SERIES = (
@@ -109,8 +108,7 @@ class PartitionActor(Actor):
         wanted = settings.filter
         self.traits = PartitionTraits(settings.commit_period_ms, stall_after_ms,
                                       settings.reads_retries, settings.batch_size > 1,
-                                      None if wanted is None else partial(matches, wanted),
-                                      wanted is not None and reads_json(wanted))
+                                      None if wanted is None else partial(matches, wanted))
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
@@ -251,9 +249,6 @@ class PartitionActor(Actor):
             type="filtered", ts_ms=now, subscription=self.sub_key, topic=self.topic,
             partition=self.partition, offset=filtered[0], count=len(filtered),
             offsets=offset_ranges(filtered)))
-        if self.traits.drops_json:
-            for record in taken:  # buffered until delivered: no decoded value with it
-                drop_decoded(record)
         if self.book.pending == 0:
             self._commit(self.book.request_commit())
 

@@ -53,7 +53,6 @@ from actors.shared.group_consumer import (
     Wiring,
     child_name,
 )
-from actors.shared.idle_pace import PROCESS_PACE
 from actors.shared.messages import (
     Batch,
     CommitRequest,
@@ -130,12 +129,12 @@ class InstanceMemberActor(Actor):
         await self.cursors.stop_leftovers(self.roster.riders.values())
         wait_ms = compat.fetch_wait_ms(kafka)
         self._client_wait_ms = DEFAULT_FETCH_WAIT_MS if wait_ms is None else wait_ms
-        PROCESS_PACE.joined(self)
+        self.wiring.pace.joined(self)
         self.spawn(fetch_forever(kafka, self, self.context.clock), name=f"{self.path}:fetch")
 
     async def on_stop(self) -> None:
         kafka, self.kafka = self.kafka, None
-        PROCESS_PACE.left(self)
+        self.wiring.pace.left(self)
         if kafka is None:
             self.released.set()
             return
@@ -226,8 +225,8 @@ class InstanceMemberActor(Actor):
         kafka = self.kafka
         listening = self.topics.listening and kafka is not None
         paused = kafka is not None and bool(kafka.paused())
-        timeout = PAUSED_POLL_MS if paused else (
-            max(POLL_MS, PROCESS_PACE.idle_ms(self.configured_wait_ms)) if self._quiet else POLL_MS)
+        idle = max(POLL_MS, self.wiring.pace.idle_ms(self.configured_wait_ms))
+        timeout = PAUSED_POLL_MS if paused else (idle if self._quiet else POLL_MS)
         return FetchPlan(listening, timeout, self.cursors.tuning.records
                          or self.wiring.max_records)
 
@@ -242,7 +241,7 @@ class InstanceMemberActor(Actor):
         configured wait again (actors/shared/idle_pace.py)."""
         self._quiet = quiet
         kafka, configured = self.kafka, self.configured_wait_ms
-        wait_ms = PROCESS_PACE.idle_ms(configured) if quiet else configured
+        wait_ms = self.wiring.pace.idle_ms(configured) if quiet else configured
         if kafka is not None and compat.fetch_wait_ms(kafka) != wait_ms:
             compat.set_fetch_wait_ms(kafka, wait_ms)
 
