@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.host.app import Runtime
 from runtime.kernel.actor import Actor
 from runtime.kernel.supervisor import Supervisor
 from tests.conftest import TopicFactory
@@ -19,6 +20,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.chaos
 
@@ -64,6 +66,16 @@ def pick(tree: Supervisor, victim: str, topic: str) -> Actor:
     return tree.child(victim)
 
 
+async def placed(runtime: Runtime, partition: str) -> None:
+    """Until the subscription's cursor on `partition` knows where it starts."""
+    async def check() -> bool:
+        status, body = await Admin(runtime).call("GET", "/broker/subscription/late/g-late")
+        member = body["data"]["status"].get("member") if status == 200 else None
+        return bool(member) and member["cursors"].get(partition) not in (None, "waiting")
+
+    await until(check, timeout_s=30, what=f"the cursor on {partition} placed")
+
+
 async def test_with_reset_latest_a_crash_before_the_first_commit_loses_nothing(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int]) -> None:
@@ -81,6 +93,7 @@ async def test_with_reset_latest_a_crash_before_the_first_commit_loses_nothing(
         partitions = tree.child("partitions")
         assert isinstance(partitions, Supervisor)
         await receiver.wait_for(lambda: partitions.has_child(f"{topic}-0"), timeout_s=15)
+        await placed(runtime, f"{topic}-0")  # "latest" is the log's end once it is placed
         await produce(kafka_bootstrap, topic, 300)
         await receiver.wait_for(lambda: len(receiver.delivered()) >= 30)
         victim = partitions.child(f"{topic}-0")

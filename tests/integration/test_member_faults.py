@@ -25,13 +25,13 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
-from tests.integration.test_fanout import eventually
 from tests.integration.test_process_restart import (
     admin,
     start_process,
     terminate,
     write_config,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -295,7 +295,7 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
                            for rs in found)
 
             try:
-                await eventually(both_report, timeout_s=120)
+                await until(both_report, timeout_s=120, what="both instances report")
             finally:
                 streaming.cancel()
             status, body = await Admin(one).call("GET", "/broker/subscription/twice/g-twice")
