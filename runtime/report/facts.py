@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from runtime.report import transforms
+from runtime.report.gaps import JournalGap, split_lost
 from runtime.report.transforms import RECORD_EVENTS, RECORD_KEY
 
 TICK_MS = 1_000
@@ -102,13 +103,14 @@ def name_hash(name: Column) -> Column:
 HASHED_KEY = ["sh", "th", "partition", "offset"]  # subscription and topic hashed
 
 
-def record_facts(events: DataFrame) -> DataFrame:
-    """Valid events -> one row per record (see the module doc), with `with_outcomes`;
-    keyed by `HASHED_KEY`, whose fixed-width keys let Spark use its fast hash map."""
+def record_facts(events: DataFrame, gap: JournalGap | None = None) -> DataFrame:
+    """Valid events -> one row per record (see the module doc), with `with_outcomes`
+    and `unknown` (a journal `gap`, runtime/report/gaps.py); keyed by `HASHED_KEY`, whose
+    fixed-width keys let Spark use its fast hash map."""
     rows = _hashed(events.filter(_is(*RECORD_EVENTS) & _has_record_key()))
     records = with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
     ranges = transforms.filtered_ranges(_hashed(events), HASHED_KEY[:-1])
-    return transforms.excuse_filtered(records, ranges, HASHED_KEY)
+    return split_lost(transforms.excuse_filtered(records, ranges, HASHED_KEY), gap)
 
 
 def with_outcomes(records: DataFrame) -> DataFrame:
@@ -334,7 +336,7 @@ def record_groups(records: DataFrame) -> DataFrame:
                  c("partition").alias("k3")),
     )
     rows = records.select("*", F.explode(views).alias("_v")).select("*", "_v.*").drop("_v")
-    problem = c("lost") | (c("deliveries") > 1)
+    problem = c("lost") | c("unknown") | (c("deliveries") > 1)
     in_endpoint_view = c("view") == "endpoint"
     return rows.groupBy("view", "k1", "k2", "k3").agg(
         _count_if(c("fetches") > 0).alias("records_fetched"),
@@ -345,12 +347,13 @@ def record_groups(records: DataFrame) -> DataFrame:
         F.sum("retries").alias("retries"),
         _count_if(c("dead_letters") > 0).alias("dead_lettered"),
         _count_if(c("lost")).alias("lost"),
+        _count_if(c("unknown")).alias("unknown"),
         F.percentile_approx(F.when(in_endpoint_view, c("e2e_latency_ms")),
                             transforms.PERCENTILES,
                             transforms.PERCENTILE_ACCURACY).alias("e2e_pct"),
         F.max("e2e_latency_ms").alias("e2e_max"),
         F.collect_list(F.when(~in_endpoint_view & problem, F.struct(
-            "offset", "fetches", "deliveries", "lost"))).alias("problems"),
+            "offset", "fetches", "deliveries", "lost", "unknown"))).alias("problems"),
         _count_if(c("ambiguous")).alias("ambiguous"),
     )
 
