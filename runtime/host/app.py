@@ -258,8 +258,9 @@ class Runtime:
         supervised like every actor (a crash is logged, journaled and restarted by the
         root's rules)."""
         if journal is not None:
-            await self.system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal",
-                                                                                journal)))
+            metrics = self.metrics
+            await self.system.spawn(ChildSpec("journal", lambda: JournalFlusher(
+                "journal", journal, metrics)))
         probe, sampler = self.probe, self.sampler
         await self.system.spawn(ChildSpec("probe", lambda: ProbeActor("probe", probe)))
         await self.system.spawn(ChildSpec("sampler", lambda: SamplerActor("sampler", sampler)))

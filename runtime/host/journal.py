@@ -82,6 +82,7 @@ import msgspec
 
 from runtime.errors import UsageError
 from runtime.host.files import fsync_directory
+from runtime.host.metrics import Registry
 from runtime.kernel.actor import Actor
 from runtime.kernel.clock import Clock
 from runtime.kernel.gate import Gate
@@ -633,15 +634,29 @@ class _Flush:
     due_ms: int
 
 
+JOURNAL_SERIES: Final = (
+    ("hookstream_journal_events_written_total", "Journal lines written"),
+    ("hookstream_journal_events_dropped_total",
+     "Journal events that could not be written (write errors, unencodable, after stop)"),
+    ("hookstream_journal_held_total",
+     "Times the journal fell behind and held the actors until a write took its buffer"),
+    ("hookstream_journal_buffered", "Journal events waiting for a write"),
+)
+
+
 class JournalFlusher(Actor):
-    """Flushes an opened `Journal` on timer messages. Ticks are anchored to the first
-    one; a slow write makes the next tick come at once rather than piling up."""
+    """Flushes an opened `Journal` on timer messages, and after each flush sets the
+    journal's series (`JOURNAL_SERIES`) when given a registry. Ticks are anchored to the
+    first one; a slow write makes the next tick come at once rather than piling up."""
 
     paced = False  # it is what opens the gate the paced actors wait on
 
-    def __init__(self, name: str, journal: Journal) -> None:
+    def __init__(self, name: str, journal: Journal, metrics: Registry | None = None) -> None:
         super().__init__(name)
         self.journal = journal
+        self._series = None if metrics is None else [
+            (metrics.gauge if name.endswith("buffered") else metrics.counter)(
+                name, help_text).labels() for name, help_text in JOURNAL_SERIES]
 
     async def on_start(self) -> None:
         self._next(self.context.clock.monotonic_ms() + self.journal.flush_interval_ms)
@@ -653,7 +668,13 @@ class JournalFlusher(Actor):
         if not isinstance(message, _Flush):
             raise UsageError(f"{self.path}: unknown message {message!r}")
         await self.journal.flush()
-        interval = self.journal.flush_interval_ms
+        journal = self.journal
+        if self._series is not None:
+            for series, value in zip(self._series, (journal.written, journal.dropped,
+                                                    journal.held, journal.buffered),
+                                     strict=True):
+                series.set(value)
+        interval = journal.flush_interval_ms
         self._next(max(message.due_ms + interval, self.context.clock.monotonic_ms()))
 
     def __repr__(self) -> str:

@@ -23,6 +23,7 @@ from runtime.host.journal import (
     open_segments,
     recover_segments,
 )
+from runtime.host.metrics import Registry, Value
 from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.gate import Gate
@@ -391,12 +392,16 @@ async def test_a_hosted_journal_is_flushed_by_its_supervised_actor_on_timer_mess
     await journal.open()
     system = ActorSystem(clock=clock)
     await system.start()
-    await system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal", journal)))
+    metrics = Registry()
+    await system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal", journal,
+                                                                   metrics)))
     journal.emit(fetched(1))
     await clock.advance_settled(199)
     assert journal.written == 0 and journal.buffered == 1
     await clock.advance_settled(1)
     assert journal.buffered == 0  # taken by the flusher; written in a worker thread
     await system.stop()  # a stop message: the flush in progress finishes first
+    [written] = metrics.series("hookstream_journal_events_written_total")
+    assert isinstance(written, Value) and written.value == 1  # set after the flush
     await journal.stop()
     assert [e.offset for e in read_events(tmp_path)] == [1]
