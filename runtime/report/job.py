@@ -68,7 +68,7 @@ def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
                 .option("mode", "PERMISSIVE")
                 .option("columnNameOfCorruptRecord", transforms.CORRUPT)
                 .json(paths), str(directory)))
-    return transforms.one_row_per_fetch(reduce(DataFrame.unionByName, frames))
+    return transforms.one_row_per_record(reduce(DataFrame.unionByName, frames))
 
 
 class _Cache:

@@ -114,14 +114,15 @@ def is_valid_event() -> Column:
     return F.col(CORRUPT).isNull() & F.col("type").isNotNull() & F.col("ts_ms").isNotNull()
 
 
-def one_row_per_fetch(raw: DataFrame) -> DataFrame:
-    """A batch's `fetched` event (`offsets` as ranges "3-7,9", `offset` the first, `count`
-    of them: issue 35) -> one `fetched` row per offset, as journals before issue 35 have
-    them, so every definition here reads one `fetched` per record. Other rows pass as
-    they are. Applied where the journal is read (`job.read_raw`, the store, the follow
-    stream)."""
+def one_row_per_record(raw: DataFrame) -> DataFrame:
+    """A record event for several records (`offsets` as ranges "3-7,9", `offset` the
+    first, `count` of them: issue 35; the partition actor journals a batch's `fetched` so)
+    -> one row per offset with the same fields, as journals before issue 35 have them, so
+    every definition here reads one event per record. Other rows (and `filtered`, which
+    `filtered_ranges` reads as ranges) pass as they are. Applied where the journal is read
+    (`job.read_raw`, the store, the follow stream)."""
     c = F.col
-    ranged = (c("type") == "fetched") & c("offsets").isNotNull()
+    ranged = c("type").isin(RECORD_EVENTS) & c("offsets").isNotNull()
 
     def span(part: Column) -> Column:
         bounds = F.split(part, "-")  # F.get: null past the end (ANSI mode)

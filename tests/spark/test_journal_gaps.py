@@ -90,3 +90,23 @@ def test_a_write_error_makes_records_unknown_not_lost(
     assert "**The journal dropped 10 event(s)**" in text
     assert "12 record(s) fetched by then with no outcome journaled are **unknown: " \
         "journal gap**, not lost" in text
+
+
+def test_a_record_event_with_offset_ranges_stands_for_one_per_offset(
+        spark: Any, tmp_path: Path) -> None:
+    """Any record event may name several records (`offsets`): a batch's `delivered` for
+    0-4 and 7 is six deliveries; 5 and 6, fetched in the same batch, are lost."""
+    from runtime.report import main
+    from tests.spark.conftest import write_journal
+
+    delivered = Event(type="delivered", ts_ms=T0 + 5, subscription=SUB, topic=TOPIC,
+                      partition=0, offset=0, count=6, offsets="0-4,7",
+                      endpoint="http://h/x", status=200, latency_ms=2.0)
+    write_journal(tmp_path / "journal", [fetched_batch(list(range(8)), T0), delivered])
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "journal"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["records_fetched"], summary["delivered"], summary["lost"]) == (8, 6, 2)
+    assert summary["event_types"] == {"delivered": 6, "fetched": 8}
+    [audit] = summary["audit"]
+    assert audit["lost_offsets"] == [5, 6]
