@@ -6,9 +6,10 @@
 Runs everything in-process on loopback and stops it at the end: a runtime with an
 embedded broker and the journal on (its default settings), an aiohttp receiver answering
 `200`, `--subscribers` subscriptions of one `--partitions` topic. Produces `--records`
-records once every subscription is in (each reads from the start), waits until every subscriber has them all
-(records x subscribers deliveries), stops the runtime (which flushes the journal), then
-reads the journal: lines and bytes per event type, per delivery. `--compare DIR` runs the
+records once every subscription is in (each reads from the start), waits until every
+subscriber has them all (records x subscribers deliveries), stops the runtime (which
+flushes the journal), then reads the journal: lines and bytes per event type, per
+delivery. `--compare DIR` runs the
 same on another checkout (`git archive <commit> | tar -x -C /tmp/old`) right after.
 
 Sizes only, no timing: these do not depend on the machine's load. The journal's CPU per

@@ -4,12 +4,18 @@ did not fit (14% of a 300-subscriber burst at the defaults, then reported as los
 it holds the actors instead. Scaled down for the suite with the ratio kept: 60
 subscriptions x 500 records (30,000 deliveries) against a 2,000-event buffer, where the
 issue had 300 x 1,000 against 100,000. The journal drops nothing, it did fall behind
-(`held`: where the old journal dropped), and the report counts every delivery, 0 lost."""
+(`held`: where the old journal dropped), and the report counts every delivery, 0 lost.
+
+`HOOKSTREAM_BURST=full` runs the issue's own scale at the journal's defaults (300 x 1,000
+against 100,000; minutes on 2 cores, not for the suite): the cursors' batch `fetched`
+events may then keep the buffer below its limit, so only 0 dropped and the exact report
+are asserted."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,9 @@ from tests.integration.delivery_harness import Admin, Receiver, make_runtime, pr
 from tests.integration.test_fanout import subscribe_many
 
 pytestmark = pytest.mark.spark
-SUBSCRIBERS, RECORDS, PARTITIONS, BUFFER = 60, 500, 4, 2_000
+FULL = os.environ.get("HOOKSTREAM_BURST") == "full"
+SUBSCRIBERS, RECORDS, BUFFER = (300, 1_000, 100_000) if FULL else (60, 500, 2_000)
+PARTITIONS = 4
 
 
 async def burst(bootstrap: str, base: Path) -> tuple[int, int, int]:
@@ -36,7 +44,8 @@ async def burst(bootstrap: str, base: Path) -> tuple[int, int, int]:
             await subscribe_many(Admin(runtime), ids, topic, receiver.url, concurrency=8)
             await produce(bootstrap, topic, RECORDS, partitions=PARTITIONS)
             await receiver.wait_for(
-                lambda: len(receiver.delivered()) == RECORDS * SUBSCRIBERS, timeout_s=240)
+                lambda: len(receiver.delivered()) == RECORDS * SUBSCRIBERS,
+                timeout_s=1_800 if FULL else 240)
         dropped, held = runtime.journal.dropped, getattr(runtime.journal, "held", 0)
     finally:
         await receiver.stop()
@@ -49,7 +58,7 @@ def test_a_fan_out_burst_is_journaled_whole_and_the_report_is_exact(
 
     answered, dropped, held = asyncio.run(burst(kafka_bootstrap, tmp_path))
     assert dropped == 0
-    assert held > 0  # the burst did overflow the buffer: the journal held the actors
+    assert held > 0 or FULL  # the burst overflowed the buffer: the journal held the actors
     out = tmp_path / "report"
     assert main([str(tmp_path / "journal"), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
