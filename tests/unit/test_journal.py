@@ -300,6 +300,33 @@ async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
     ]
 
 
+async def test_supervisors_restart_a_crashed_child_while_the_gate_is_closed() -> None:
+    """Supervisors are not paced: a crash while the journal holds the actors is handled
+    (the flusher's own restart depends on it)."""
+    gate = Gate()
+    system = ActorSystem(pace=gate, period_ms=60_000)
+    await system.start()
+
+    class Quiet(Actor):
+        paced = False  # the child answers so the test can see the new one
+
+        async def handle(self, message: object) -> object:
+            return self
+
+    ref = await system.spawn(ChildSpec("quiet", lambda: Quiet("quiet")))
+    first = await ref.ask("who")
+    gate.close()
+    first.kill("chaos")
+    for _ in range(100):  # the restart takes a few loop turns, no clock time
+        await asyncio.sleep(0)
+        if system.root.child("quiet") is not first:
+            break
+    assert system.root.child("quiet") is not first
+    assert await ref.ask("who") is system.root.child("quiet")
+    gate.reopen()
+    await system.stop()
+
+
 async def test_every_drop_is_logged_with_its_count_one_line_per_interval_at_most(
     make_journal: Callable[..., Journal], clock: FakeClock,
     caplog: pytest.LogCaptureFixture
