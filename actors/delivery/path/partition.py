@@ -216,10 +216,12 @@ class PartitionActor(Actor):
         # read back from the retry topic: fetched once, at its origin
         fetched = [r.offset for r in taken if r.retry is None]
         if fetched:  # one event for the batch, its offsets as ranges (issue 35)
+            many = len(fetched) > 1  # a single record's is the per-record shape, shorter
             self.context.emit(Event(
                 type="fetched", ts_ms=now, subscription=self.sub_key, topic=self.topic,
-                partition=self.partition, offset=fetched[0], count=len(fetched),
-                offsets=offset_ranges(fetched)))
+                partition=self.partition, offset=fetched[0],
+                count=len(fetched) if many else None,
+                offsets=offset_ranges(fetched) if many else None))
         if filtered:
             self._filtered(taken, filtered, now)
         self._commit(book.pin())
