@@ -20,6 +20,7 @@ from runtime.host.journal import (
     JournalFlusher,
     NullJournal,
     closed_segments,
+    journal_summary,
     open_segments,
     recover_segments,
 )
@@ -289,6 +290,7 @@ async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
         await journal.flush()
     assert (journal.dropped, journal.written) == (2, 0)
     assert any("write_error" in r.message for r in caplog.records)
+    assert journal_summary(journal) == "journal 0 events written, 2 DROPPED"  # stop line
 
     journal.directory.mkdir()
     journal.emit(fetched(3))
