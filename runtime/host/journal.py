@@ -567,7 +567,8 @@ class Journal:
         count = len(events)
         self._dropped += count
         if reason != "stopped":  # nothing can be journaled after stop; the log says it
-            stamps = [event.ts_ms for event in events]
+            # an unencodable event may hold anything, its stamp too
+            stamps = [e.ts_ms for e in events if type(e.ts_ms) is int] or [self._clock.wall_ms()]
             gap = self._unreported.get(reason)
             self._unreported[reason] = _Gap(count, min(stamps), max(stamps)).merge(gap)
         self._unlogged[reason] = self._unlogged.get(reason, 0) + count

@@ -404,14 +404,15 @@ async def test_null_journal_does_nothing() -> None:
 async def test_an_unencodable_event_is_dropped_and_its_batch_kept(journal: Journal) -> None:
     journal.emit(fetched(1))
     journal.emit(Event(type="actor_crashed", ts_ms=2, reason=object()))  # type: ignore[arg-type]
+    journal.emit(Event(type="stalled", ts_ms=object()))  # type: ignore[arg-type]
     journal.emit(fetched(3))
     await journal.stop()
 
-    assert journal.dropped == 1
+    assert journal.dropped == 2
     events = read_events(journal.directory)
     assert events[:2] == [fetched(1), fetched(3)]
-    assert [(e.type, e.count, e.reason) for e in events[2:]] == [
-        ("journal_dropped", 1, "unencodable")
+    assert [(e.type, e.count, e.reason, e.gap_from_ms, e.gap_to_ms) for e in events[2:]] == [
+        ("journal_dropped", 2, "unencodable", 2, 2)  # the span of the stamps it could read
     ]
 
 
