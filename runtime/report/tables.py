@@ -236,6 +236,7 @@ def delay_lateness(latencies: Sequence[Row]) -> Table:
 
 # -- audit ------------------------------------------------------------------------------
 
+UNKNOWN = "unknown: journal gap"  # a record a journal gap may hide (runtime/report/gaps.py)
 AUDIT = (
     ("subscription", "string"), ("topic", "string"), ("partition", "long"),
     ("records_fetched", "long"), ("delivered", "long"), ("dead_lettered", "long"),
@@ -382,7 +383,6 @@ def replays(small: Sequence[Row]) -> Table:
 
 # -- instances --------------------------------------------------------------------------
 
-UNKNOWN = "unknown: journal gap"  # a record a journal gap may hide (runtime/report/gaps.py)
 INSTANCE_TYPES = ("fetched", "delivered", "failed", "dead_lettered", "replayed", "committed")
 INSTANCES = (
     ("instance", "string"), ("events", "long"),
