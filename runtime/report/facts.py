@@ -66,10 +66,9 @@ def _min_if(condition: Column, value: Column) -> Column:
 
 
 def added_ms() -> Column:
-    """The service's added latency of a `sent` event, first attempts only (transforms)."""
-    first_send = (F.col("fetched_ts_ms").isNotNull()
-                  & (F.col("attempt").isNull() | (F.col("attempt") <= 1)))
-    return F.when(_is("sent") & first_send, F.col("ts_ms") - F.col("fetched_ts_ms"))
+    """The service's added latency of an attempt event, first attempts only
+    (`transforms.added_latency`)."""
+    return transforms.added_latency()
 
 
 def _has_record_key() -> Column:
@@ -239,10 +238,10 @@ def latency_percentiles(events: DataFrame) -> DataFrame:
     `transforms.delay_lateness` compute them, in one aggregation."""
     c = F.col
     known = [F.coalesce(c("subscription"), F.lit("")), F.coalesce(c("endpoint"), F.lit(""))]
-    sends = _is("sent", "delivered")
+    sends = _is("sent", "delivered", "failed")
     second_value = F.when(_is("delivered"), c("latency_ms")).when(
         _is("delay_forwarded"), c("lateness_ms"))
-    rows = events.filter(_is("sent", "delivered", "delay_forwarded")).select(
+    rows = events.filter(_is("sent", "delivered", "failed", "delay_forwarded")).select(
         F.when(sends, F.lit("endpoint")).otherwise(F.lit("lateness")).alias("view"),
         F.when(sends, known[0]).otherwise(c("topic")).alias("k1"),
         F.when(sends, known[1]).alias("k2"),
@@ -420,7 +419,8 @@ def _key_rows() -> list[Column]:
                    "filtered", s1=c("subscription"), s2=c("topic"), s3=c("offsets"),
                    n1=c("partition"))),
         F.when(c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
-        F.when(_is("sent"), _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
+        F.when(_is("sent") | (_is("delivered", "failed") & c("fetched_ts_ms").isNotNull()),
+               _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
         F.when(_is("delivered"), _row("http", s1=sub, s2=endpoint,
                                       v=round_latency(c("latency_ms")))),
         F.when(_is("delay_forwarded"), _row("lateness", s1=c("topic"),

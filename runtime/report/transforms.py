@@ -17,8 +17,11 @@ Definitions (the report and the audit use these, and the tests pin them down):
 - *attempts*: completed HTTP attempts (`delivered` + `failed` events); *retries*:
   `retry_scheduled` events.
 - *end-to-end latency*: first `delivered` time minus the Kafka record timestamp.
-- *added latency*: the service's own overhead, `sent.ts_ms - sent.fetched_ts_ms` for first
-  attempts (attempt 1 or unset); retries are excluded since their delay is policy.
+- *added latency*: the service's own overhead, from the send time of first attempts
+  (attempt 1 or unset) minus their `fetched_ts_ms`: `sent.ts_ms`, or, for a `delivered` or
+  `failed` event carrying `fetched_ts_ms` (an egress that journals no `sent`: one event per
+  attempt), its `ts_ms - latency_ms` (`added_latency`); retries are excluded since their
+  delay is policy. An emitter puts `fetched_ts_ms` on one of them, not both.
 - *HTTP latency*: `latency_ms` of `delivered` events.
 
 An endpoint missing on a record's events is filled in when its subscription used exactly
@@ -237,12 +240,20 @@ def delivery_summary(records: DataFrame, events: DataFrame) -> DataFrame:
     return _split_percentiles(joined, "e2e", "added", "http").orderBy("subscription", "endpoint")
 
 
+def added_latency() -> Column:
+    """The added latency of an attempt event (see the module doc), null where none."""
+    c = F.col
+    first = c("fetched_ts_ms").isNotNull() & (c("attempt").isNull() | (c("attempt") <= 1))
+    sent_at = F.when(_is("sent"), c("ts_ms")).when(
+        c("type").isin("delivered", "failed"),
+        c("ts_ms") - F.round(c("latency_ms")).cast("long"))
+    return F.when(first, sent_at - c("fetched_ts_ms"))
+
+
 def _event_latencies(events: DataFrame) -> DataFrame:
-    first_send = (_is("sent") & F.col("fetched_ts_ms").isNotNull()
-                  & (F.col("attempt").isNull() | (F.col("attempt") <= 1)))
-    added = F.when(first_send, F.col("ts_ms") - F.col("fetched_ts_ms"))
+    added = added_latency()
     http = F.when(_is("delivered"), F.col("latency_ms"))
-    sends = events.filter(F.col("type").isin("sent", "delivered"))
+    sends = events.filter(F.col("type").isin("sent", "delivered", "failed"))
     return sends.groupBy(*_summary_keys()).agg(
         *_percentile_aggs("added", added), *_percentile_aggs("http", http)
     )
