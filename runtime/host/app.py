@@ -31,6 +31,7 @@ from runtime.host.journal import (
     Journal,
     JournalFlusher,
     NullJournal,
+    journal_summary,
 )
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
@@ -53,6 +54,7 @@ from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.actor import Lifecycle
 from runtime.kernel.clock import Clock, RealClock, within
+from runtime.kernel.gate import Gate
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
 
@@ -76,8 +78,11 @@ class Runtime:
         self.journal: EventJournal = NullJournal()
         self._listeners: dict[str, list[Callable[[Event], None]]] = {}
         self._started_ms: int | None = None  # monotonic, once running (uptime)
+        # the journal's backpressure: it closes the gate when its flushes fall behind and
+        # the actors wait (runtime/kernel/gate.py)
+        self.pace = Gate()
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
-                                  lifecycle=self._lifecycle)
+                                  lifecycle=self._lifecycle, pace=self.pace)
         self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
         self.admin.app.router.add_get("/", _status_page)
         self.admin.app.router.add_get("/status.js", _status_script)
@@ -262,8 +267,9 @@ class Runtime:
         supervised like every actor (a crash is logged, journaled and restarted by the
         root's rules)."""
         if journal is not None:
-            await self.system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal",
-                                                                                journal)))
+            metrics = self.metrics
+            await self.system.spawn(ChildSpec("journal", lambda: JournalFlusher(
+                "journal", journal, metrics)))
         probe, sampler = self.probe, self.sampler
         await self.system.spawn(ChildSpec("probe", lambda: ProbeActor("probe", probe)))
         await self.system.spawn(ChildSpec("sampler", lambda: SamplerActor("sampler", sampler)))
@@ -299,7 +305,7 @@ class Runtime:
         journal = self.journal = Journal(
             cfg.dir, clock=self.clock, max_segment_bytes=cfg.max_segment_bytes,
             max_segment_age_ms=cfg.max_segment_age_ms, flush_interval_ms=cfg.flush_interval_ms,
-            max_buffered=cfg.max_buffered_events,
+            max_buffered=cfg.max_buffered_events, pace=self.pace,
         )
         await journal.open()  # its flushes: JournalFlusher, once the actor system runs
         log.info("journal writing to %s", cfg.dir)
@@ -336,7 +342,7 @@ class Runtime:
             self._stopped.set()
         if ran:  # a start that failed says so itself
             took = self.clock.monotonic_ms() - started
-            totals = "; ".join(s for s in summaries if s)
+            totals = "; ".join(s for s in [*summaries, journal_summary(self.journal)] if s)
             log.info("stopped cleanly in %d ms%s", took, f": {totals}" if totals else "")
 
     async def _stop_service(self, name: str, deadline_ms: int) -> None:

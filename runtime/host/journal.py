@@ -16,6 +16,15 @@ length with a limit and appends the Struct to a list. Encoding (one reused
 (`asyncio.to_thread`) so neither a big batch nor a slow disk stalls the event loop.
 Measured cost: see bench/RESULTS.md ("## Report", journal write rate).
 
+Backpressure, not drops (issue 35). When `max_buffered` events wait, the journal is
+behind: `emit()` still keeps the event, closes its `Gate` (runtime/kernel/gate.py) and
+starts a flush at once rather than at the next tick. Paced actors (every actor but the
+supervisors and the `JournalFlusher`) take no further message while the gate is closed,
+so their mailboxes fill and the data path slows, as behind a full mailbox, until the
+flush has taken the buffer. A burst (a thousand cursors handed a backlog at once) costs
+time, never events. Memory: the batch being written, plus `max_buffered`, plus what the
+actors emit in the step during which the gate closed.
+
 Segments. Each segment is written as `segment-<start wall ms>-<writer id>-<seq>.jsonl.open`
 and renamed to `....jsonl` when closed (after an fsync of the file, followed by an fsync of
 the directory), so a reader that takes only `*.jsonl` never sees half a file. A segment is
@@ -31,15 +40,16 @@ leftovers are deleted. A segment held by a live writer is left alone. (A leftove
 concurrent writer created but has not yet locked, a window of microseconds during another
 writer's start, would be renamed; readers would still see complete lines only.)
 
-Bounded memory, nothing dropped silently. At most `max_buffered` events wait for the flush
-task. Beyond that, new events are dropped (the newest, because the older ones are already
-in order and the gap stays in one place); so are events emitted after `stop()`. Every drop
-is counted in `dropped`, logged as a warning at most once per `DROP_WARNING_INTERVAL_MS`,
-and, once the journal can write again, recorded in the journal itself as a
-`journal_dropped` event with `count` and `reason` (`buffer_full`, `write_error`, or
-`unencodable` for an event holding a value JSON cannot encode; the rest of its batch is
-kept). The report prints those counts, because a journal with gaps can make the audit
-report lost records that were in fact delivered.
+Nothing dropped silently. Events are dropped only when they cannot be written: a write
+error (`write_error`), a value JSON cannot encode (`unencodable`; the rest of its batch is
+kept), or an emit after `stop()` (`stopped`). Every drop is counted in `dropped`, logged as
+a warning with the count since the previous warning (at most one line per
+`DROP_WARNING_INTERVAL_MS`; what is left at `stop()` is logged then), and, once the journal
+can write again, recorded in the journal itself as a `journal_dropped` event with `count`,
+`reason` and the time span of the lost events (`gap_from_ms`, `gap_to_ms`: their smallest
+and largest `ts_ms`). The report counts the records such a gap may hide as "unknown:
+journal gap", never as lost (runtime/report/gaps.py). Journals written before issue 35
+also hold `buffer_full` drops (no longer made) without a span.
 
 Disk errors. An `OSError` from a write (ENOSPC, EIO, a removed directory) is logged, the
 batch is counted as dropped with reason `write_error`, the partial write is truncated away
@@ -72,8 +82,10 @@ import msgspec
 
 from runtime.errors import UsageError
 from runtime.host.files import fsync_directory
+from runtime.host.metrics import Registry
 from runtime.kernel.actor import Actor
 from runtime.kernel.clock import Clock
+from runtime.kernel.gate import Gate
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +130,8 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       convention), for `subscription`, `topic`, `partition`.
     - `actor` names the actor in lifecycle and partition events; `reason` explains crashes,
       failures, dead letters and drops; `count` is the number of events a
-      `journal_dropped` stands for; `lateness_ms` on `delay_forwarded`.
+      `journal_dropped` stands for, `gap_from_ms` and `gap_to_ms` the smallest and
+      largest `ts_ms` among them; `lateness_ms` on `delay_forwarded`.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
@@ -144,6 +157,8 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     reason: str | None = None
     count: int | None = None
     offsets: str | None = None
+    gap_from_ms: int | None = None
+    gap_to_ms: int | None = None
 
 
 class EventJournal(Protocol):
@@ -266,8 +281,8 @@ class _SegmentWriter:
         self.size = 0
         self.opened_mono_ms = 0
 
-    def write(self, events: list[Event], wall_ms: int, mono_ms: int) -> int:
-        """Append the batch; return how many events could not be encoded (and were left out).
+    def write(self, events: list[Event], wall_ms: int, mono_ms: int) -> list[Event]:
+        """Append the batch; return the events that could not be encoded (left out).
 
         On OSError the partial write is cut off again and the error re-raised.
         """
@@ -282,17 +297,17 @@ class _SegmentWriter:
         self.size += len(data)
         return unencodable
 
-    def _encode(self, events: list[Event]) -> tuple[bytes, int]:
+    def _encode(self, events: list[Event]) -> tuple[bytes, list[Event]]:
         try:
-            return self._encoder.encode_lines(events), 0
+            return self._encoder.encode_lines(events), []
         except (TypeError, ValueError, msgspec.EncodeError):
             pass  # an emitter put a value JSON cannot hold: keep the others
-        lines, bad = bytearray(), 0
+        lines, bad = bytearray(), []
         for event in events:
             try:
                 lines += self._encoder.encode(event) + b"\n"
             except (TypeError, ValueError, msgspec.EncodeError):
-                bad += 1
+                bad.append(event)
         return bytes(lines), bad
 
     def close(self) -> None:
@@ -338,6 +353,7 @@ class Journal:
         max_segment_age_ms: int = 60_000,
         flush_interval_ms: int = 200,
         max_buffered: int = 100_000,
+        pace: Gate | None = None,
     ) -> None:
         if max_segment_bytes <= 0 or max_segment_age_ms <= 0 or flush_interval_ms <= 0:
             raise UsageError("Journal sizes and intervals must be positive")
@@ -350,16 +366,21 @@ class Journal:
         self._max_age_ms = max_segment_age_ms
         self._interval_ms = flush_interval_ms
         self._max_buffered = max_buffered
-        # emit() appends while the buffer is below `_accept`; stop() sets it to 0 so every
-        # later emit takes the slow path, which counts the drop. One compare on the hot path.
+        # emit() appends while the buffer is below `_accept`; beyond it, the slow path
+        # closes the gate (or, after stop(), which sets it to 0, counts the drop). One
+        # compare on the hot path.
         self._accept = max_buffered
+        self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
         self._written = 0
         self._dropped = 0
-        self._unreported: dict[str, int] = {}
+        self._unreported: dict[str, _Gap] = {}  # to journal, once it can write again
+        self._unlogged: dict[str, int] = {}  # to log, at the next warning
         self._last_warning_ms: int | None = None
+        self._last_error: str | None = None
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._catch_up: asyncio.Task[None] | None = None  # a flush started by the gate
         self._state = "new"
 
     # -- hot path ---------------------------------------------------------------------
@@ -370,7 +391,31 @@ class Journal:
         if len(buffer) < self._accept:
             buffer.append(event)
         else:
-            self._drop(1, "stopped" if self._state == "stopped" else "buffer_full")
+            self._behind(event)
+
+    def _behind(self, event: Event) -> None:
+        """The buffer is full: keep the event, hold the paced actors, flush now."""
+        if self._state == "stopped":
+            self._drop([event], "stopped")
+            return
+        self._buffer.append(event)
+        self.gate.close()
+        if self._state == "running" and self._catch_up is None:
+            self._start_catch_up()
+
+    def _start_catch_up(self) -> None:
+        self._catch_up = asyncio.get_running_loop().create_task(
+            self._flush_behind(), name=f"journal:{self._dir}:catch-up")
+
+    async def _flush_behind(self) -> None:
+        """Flush until the buffer is below the limit again (it refills while a batch is
+        written); the gate opens as each flush takes the buffer."""
+        try:
+            while not self.gate.open and self._state == "running":
+                async with self._lock:
+                    await self._flush_locked()
+        finally:
+            self._catch_up = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -384,6 +429,8 @@ class Journal:
             log.warning("journal: recovered %d segment(s) left open by a crash: %s",
                         len(recovered), ", ".join(p.name for p in recovered))
         self._state = "running"
+        if not self.gate.open:  # filled up before open(): catch up now
+            self._start_catch_up()
 
     async def start(self) -> None:
         """`open()`, then flush every interval in a task `stop()` owns (standalone)."""
@@ -398,10 +445,15 @@ class Journal:
         if self._state == "stopped":
             return
         self._state, self._accept = "stopped", 0
+        self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
             await self._stop_flush_task()
             await self._flush_locked()
             await self._close_segment()
+        catch_up = self._catch_up
+        if catch_up is not None:
+            await catch_up  # it sees "stopped" and ends
+        self._log_drops(force=True)
 
     async def flush(self) -> None:
         """Write what is buffered now (the flush task also does this every interval)."""
@@ -423,6 +475,11 @@ class Journal:
         return len(self._buffer)
 
     @property
+    def held(self) -> int:
+        """How often the journal fell behind and held the paced actors (its gate closed)."""
+        return self.gate.closed_count
+
+    @property
     def flush_interval_ms(self) -> int:
         return self._interval_ms
 
@@ -435,6 +492,7 @@ class Journal:
         return (
             f"<Journal {self._dir} {self._state} buffered={len(self._buffer)}/"
             f"{self._max_buffered} written={self._written} dropped={self._dropped} "
+            f"held={self.gate.closed_count}{'' if self.gate.open else ' (holding)'} "
             f"segment={segment} ({self._writer.size} bytes)>"
         )
 
@@ -471,9 +529,11 @@ class Journal:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():
             await self._close_segment()
+        self._log_drops()
 
     async def _write_batch(self) -> None:
         events, self._buffer = self._buffer, []
+        self.gate.reopen()  # the buffer is empty again: the paced actors go on
         reports = self._take_drop_reports()
         try:
             unencodable = await asyncio.to_thread(
@@ -482,9 +542,9 @@ class Journal:
             )
         except Exception as exc:  # OSError mostly; anything else must not kill the flusher
             self._restore_drop_reports(reports)
-            self._drop(len(events), "write_error", exc)
+            self._drop(events, "write_error", exc)
             return
-        self._written += len(events) + len(reports) - unencodable
+        self._written += len(events) + len(reports) - len(unencodable)
         if unencodable:
             self._drop(unencodable, "unencodable")
             await self._write_batch()  # journal the drop now; that event always encodes
@@ -501,22 +561,45 @@ class Journal:
 
     # -- drop accounting --------------------------------------------------------------
 
-    def _drop(self, count: int, reason: str, exc: Exception | None = None) -> None:
+    def _drop(self, events: list[Event], reason: str, exc: Exception | None = None) -> None:
+        if not events:
+            return
+        count = len(events)
         self._dropped += count
         if reason != "stopped":  # nothing can be journaled after stop; the log says it
-            self._unreported[reason] = self._unreported.get(reason, 0) + count
+            # an unencodable event may hold anything, its stamp too
+            stamps = [e.ts_ms for e in events if type(e.ts_ms) is int] or [self._clock.wall_ms()]
+            gap = self._unreported.get(reason)
+            self._unreported[reason] = _Gap(count, min(stamps), max(stamps)).merge(gap)
+        self._unlogged[reason] = self._unlogged.get(reason, 0) + count
+        if exc is not None:
+            self._last_error = str(exc)
+        self._log_drops()
+
+    def _log_drops(self, *, force: bool = False) -> None:
+        """One warning with every drop since the previous one, at most one line per
+        `DROP_WARNING_INTERVAL_MS` (called on every drop and every flush; `force` at
+        stop): every drop appears in the log with its count, none is folded silently."""
+        if not self._unlogged:
+            return
         now = self._clock.monotonic_ms()
         last = self._last_warning_ms
-        if last is None or now - last >= DROP_WARNING_INTERVAL_MS:
-            self._last_warning_ms = now
-            log.warning("journal: dropped %d event(s) (%s%s); %d dropped in total",
-                        count, reason, f": {exc}" if exc else "", self._dropped)
+        if not force and last is not None and now - last < DROP_WARNING_INTERVAL_MS:
+            return
+        self._last_warning_ms = now
+        unlogged, self._unlogged = self._unlogged, {}
+        error, self._last_error = self._last_error, None
+        log.warning("journal: dropped %d event(s) %s(%s%s); %d dropped in total",
+                    sum(unlogged.values()), "since the last warning " if last is not None else "",
+                    ", ".join(f"{reason}: {n}" for reason, n in sorted(unlogged.items())),
+                    f"; last error {error}" if error else "", self._dropped)
 
     def _take_drop_reports(self) -> list[Event]:
         now = self._clock.wall_ms()
         reports = [
-            Event(type="journal_dropped", ts_ms=now, count=count, reason=reason)
-            for reason, count in self._unreported.items()
+            Event(type="journal_dropped", ts_ms=now, count=gap.count, reason=reason,
+                  gap_from_ms=gap.first_ms, gap_to_ms=gap.last_ms)
+            for reason, gap in self._unreported.items()
         ]
         self._unreported = {}
         return reports
@@ -524,9 +607,25 @@ class Journal:
     def _restore_drop_reports(self, reports: list[Event]) -> None:
         for report in reports:
             if report.reason is not None and report.count is not None:
-                self._unreported[report.reason] = (
-                    self._unreported.get(report.reason, 0) + report.count
-                )
+                gap = _Gap(report.count, report.gap_from_ms or report.ts_ms,
+                           report.gap_to_ms or report.ts_ms)
+                self._unreported[report.reason] = gap.merge(
+                    self._unreported.get(report.reason))
+
+
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    """Dropped events not journaled yet: how many, and their `ts_ms` range."""
+
+    count: int
+    first_ms: int
+    last_ms: int
+
+    def merge(self, other: _Gap | None) -> _Gap:
+        if other is None:
+            return self
+        return _Gap(self.count + other.count, min(self.first_ms, other.first_ms),
+                    max(self.last_ms, other.last_ms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,13 +635,29 @@ class _Flush:
     due_ms: int
 
 
-class JournalFlusher(Actor):
-    """Flushes an opened `Journal` on timer messages. Ticks are anchored to the first
-    one; a slow write makes the next tick come at once rather than piling up."""
+JOURNAL_SERIES: Final = (
+    ("hookstream_journal_events_written_total", "Journal lines written"),
+    ("hookstream_journal_events_dropped_total",
+     "Journal events that could not be written (write errors, unencodable, after stop)"),
+    ("hookstream_journal_held_total",
+     "Times the journal fell behind and held the actors until a write took its buffer"),
+    ("hookstream_journal_buffered", "Journal events waiting for a write"),
+)
 
-    def __init__(self, name: str, journal: Journal) -> None:
+
+class JournalFlusher(Actor):
+    """Flushes an opened `Journal` on timer messages, and after each flush sets the
+    journal's series (`JOURNAL_SERIES`) when given a registry. Ticks are anchored to the
+    first one; a slow write makes the next tick come at once rather than piling up."""
+
+    paced = False  # it is what opens the gate the paced actors wait on
+
+    def __init__(self, name: str, journal: Journal, metrics: Registry | None = None) -> None:
         super().__init__(name)
         self.journal = journal
+        self._series = None if metrics is None else [
+            (metrics.gauge if name.endswith("buffered") else metrics.counter)(
+                name, help_text).labels() for name, help_text in JOURNAL_SERIES]
 
     async def on_start(self) -> None:
         self._next(self.context.clock.monotonic_ms() + self.journal.flush_interval_ms)
@@ -554,7 +669,13 @@ class JournalFlusher(Actor):
         if not isinstance(message, _Flush):
             raise UsageError(f"{self.path}: unknown message {message!r}")
         await self.journal.flush()
-        interval = self.journal.flush_interval_ms
+        journal = self.journal
+        if self._series is not None:
+            for series, value in zip(self._series, (journal.written, journal.dropped,
+                                                    journal.held, journal.buffered),
+                                     strict=True):
+                series.set(value)
+        interval = journal.flush_interval_ms
         self._next(max(message.due_ms + interval, self.context.clock.monotonic_ms()))
 
     def __repr__(self) -> str:
@@ -586,3 +707,12 @@ class NullJournal:
 
     def __repr__(self) -> str:
         return "<NullJournal>"
+
+
+def journal_summary(journal: EventJournal) -> str:
+    """The journal's part of the stop line: what it wrote, and what it dropped if any
+    (a drop that the log mentioned once must not go unsaid at the end)."""
+    if isinstance(journal, NullJournal):
+        return ""
+    dropped = f", {journal.dropped:,} DROPPED" if journal.dropped else ""
+    return f"journal {journal.written:,} events written{dropped}"

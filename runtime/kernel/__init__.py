@@ -13,6 +13,7 @@ from runtime.kernel.clock import (
     settle_within,
     within,
 )
+from runtime.kernel.gate import Gate
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Restart, Strategy, Supervisor
 from runtime.kernel.system import ActorSystem
 from runtime.kernel.timer_wheel import TimerHandle, TimerWheel
@@ -27,6 +28,7 @@ __all__ = [
     "ChildSpec",
     "Clock",
     "FakeClock",
+    "Gate",
     "Lifecycle",
     "Mailbox",
     "RealClock",

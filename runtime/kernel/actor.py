@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from runtime.kernel.clock import Alarm, Clock, RealClock
 from runtime.kernel.errors import ActorDeadError, ActorKilled, MailboxFullError, UsageError
+from runtime.kernel.gate import OPEN, Gate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -225,12 +226,15 @@ def discard(event: object) -> None:
 class ActorContext:
     """What the runtime gives every actor: its path, the clock and two sinks: `emit` for
     the domain's journal events (the kernel never looks at them) and `lifecycle` for
-    what supervisors report (starts, restarts, stops, crashes)."""
+    what supervisors report (starts, restarts, stops, crashes); `pace` is `emit`'s
+    backpressure (runtime/kernel/gate.py): a paced actor takes a message only while it
+    is open."""
 
     path: str = "/"
     clock: Clock = field(default_factory=RealClock)
     emit: Callable[[Any], None] = field(default=discard)
     lifecycle: Callable[[Lifecycle], None] = field(default=discard)
+    pace: Gate = field(default=OPEN)
 
 
 class Ref(Protocol):
@@ -252,6 +256,9 @@ class Actor:
     """
 
     mailbox_capacity: int = 256
+    paced: bool = True
+    """Whether the emit sink's backpressure holds this actor (`ActorContext.pace`): False
+    for what the sink itself needs to catch up (supervisors, the journal's flusher)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -393,6 +400,7 @@ class Actor:
 
     async def _loop(self) -> None:
         mailbox = self._mailbox
+        gate = self.context.pace if self.paced else OPEN
         while True:
             # the hot path: take a queued message without creating a coroutine to wait
             envelope = mailbox.get_nowait() if mailbox else await mailbox.get()
@@ -401,6 +409,8 @@ class Actor:
                 return
             if isinstance(message, _Crash):
                 raise message.error
+            if not gate.open:  # the emit sink is behind: no step until it caught up
+                await gate.wait()
             if envelope.reply is None:
                 await self.handle(message)
             else:

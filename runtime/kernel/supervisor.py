@@ -137,6 +137,7 @@ class ChildRef:
 
 class Supervisor(Actor):
     mailbox_capacity = 1024
+    paced = False  # its exit notices restart whoever drains the emit sink
 
     def __init__(
         self,
@@ -250,7 +251,7 @@ class Supervisor(Actor):
             raise ActorStartError(f"{self.path}/{spec.name} failed to build: {exc!r}") from exc
         ctx = self.context
         actor.context = ActorContext(path=f"{self.path}/{spec.name}", clock=ctx.clock,
-                                     emit=ctx.emit, lifecycle=ctx.lifecycle)
+                                     emit=ctx.emit, lifecycle=ctx.lifecycle, pace=ctx.pace)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.get_running_loop().create_task(actor.run(ready), name=actor.path)
         child = self._children[spec.name] = _Child(spec, actor, task, self, restarts)

@@ -17,6 +17,7 @@ from typing import Any
 from runtime.kernel.actor import ActorContext, Lifecycle, discard
 from runtime.kernel.clock import Clock, RealClock, finished_within
 from runtime.kernel.errors import UsageError
+from runtime.kernel.gate import OPEN, Gate
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Strategy, Supervisor
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ class ActorSystem:
         clock: Clock | None = None,
         emit: Callable[[Any], None] | None = None,
         lifecycle: Callable[[Lifecycle], None] | None = None,
+        pace: Gate | None = None,
         strategy: Strategy = "one_for_one",
         intensity: int = 10,
         period_ms: int = 10_000,
@@ -39,7 +41,7 @@ class ActorSystem:
         # without a lifecycle sink, lifecycle reports go where the domain's events go
         sink = emit or discard
         self.root.context = ActorContext(path=f"/{name}", clock=self.clock, emit=sink,
-                                         lifecycle=lifecycle or sink)
+                                         lifecycle=lifecycle or sink, pace=pace or OPEN)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

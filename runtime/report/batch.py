@@ -19,6 +19,7 @@ definitions in runtime/report/transforms.py), computed with fewer passes
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from runtime.errors import UsageError
-from runtime.report import facts, output, tables, transforms
+from runtime.report import facts, gaps, output, tables, transforms
 from runtime.report.job import choose_bucket_ms, read_raw
 from runtime.report.sources import JournalFiles
 from runtime.report.store import Store, compact, read_events
@@ -120,12 +121,14 @@ def aggregates(raw: DataFrame, label: str, steps: _Steps) -> tables.Aggregates:
         coarse = _rows(facts.coarse_ticks(ticks, bucket_ms))
     finally:
         ticks.unpersist()
-    groups = record_groups(facts.record_facts(events), events, small)
+    gap = gaps.journal_gap(events)
+    groups = record_groups(facts.record_facts(events, gap), events, small)
     steps.done(f"records, audit and throughput ... {len(groups)} group(s), "
                f"{len(coarse)} throughput row(s)")
     latencies = _rows(facts.latency_percentiles(events))
     steps.done(f"latency percentiles ... {len(latencies)} row(s)")
-    return tables.Aggregates(types, coarse, bucket_ms, small, groups, latencies)
+    return tables.Aggregates(types, coarse, bucket_ms, small, groups, latencies,
+                             None if gap is None else dataclasses.asdict(gap))
 
 
 def run_report(

@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from runtime.report import transforms
+from runtime.report.gaps import JournalGap, split_lost
 from runtime.report.transforms import RECORD_EVENTS, RECORD_KEY
 
 TICK_MS = 1_000
@@ -65,10 +66,9 @@ def _min_if(condition: Column, value: Column) -> Column:
 
 
 def added_ms() -> Column:
-    """The service's added latency of a `sent` event, first attempts only (transforms)."""
-    first_send = (F.col("fetched_ts_ms").isNotNull()
-                  & (F.col("attempt").isNull() | (F.col("attempt") <= 1)))
-    return F.when(_is("sent") & first_send, F.col("ts_ms") - F.col("fetched_ts_ms"))
+    """The service's added latency of an attempt event, first attempts only
+    (`transforms.added_latency`)."""
+    return transforms.added_latency()
 
 
 def _has_record_key() -> Column:
@@ -102,13 +102,14 @@ def name_hash(name: Column) -> Column:
 HASHED_KEY = ["sh", "th", "partition", "offset"]  # subscription and topic hashed
 
 
-def record_facts(events: DataFrame) -> DataFrame:
-    """Valid events -> one row per record (see the module doc), with `with_outcomes`;
-    keyed by `HASHED_KEY`, whose fixed-width keys let Spark use its fast hash map."""
+def record_facts(events: DataFrame, gap: JournalGap | None = None) -> DataFrame:
+    """Valid events -> one row per record (see the module doc), with `with_outcomes`
+    and `unknown` (a journal `gap`, runtime/report/gaps.py); keyed by `HASHED_KEY`, whose
+    fixed-width keys let Spark use its fast hash map."""
     rows = _hashed(events.filter(_is(*RECORD_EVENTS) & _has_record_key()))
     records = with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
     ranges = transforms.filtered_ranges(_hashed(events), HASHED_KEY[:-1])
-    return transforms.excuse_filtered(records, ranges, HASHED_KEY)
+    return split_lost(transforms.excuse_filtered(records, ranges, HASHED_KEY), gap)
 
 
 def with_outcomes(records: DataFrame) -> DataFrame:
@@ -237,10 +238,10 @@ def latency_percentiles(events: DataFrame) -> DataFrame:
     `transforms.delay_lateness` compute them, in one aggregation."""
     c = F.col
     known = [F.coalesce(c("subscription"), F.lit("")), F.coalesce(c("endpoint"), F.lit(""))]
-    sends = _is("sent", "delivered")
+    sends = _is("sent", "delivered", "failed")
     second_value = F.when(_is("delivered"), c("latency_ms")).when(
         _is("delay_forwarded"), c("lateness_ms"))
-    rows = events.filter(_is("sent", "delivered", "delay_forwarded")).select(
+    rows = events.filter(_is("sent", "delivered", "failed", "delay_forwarded")).select(
         F.when(sends, F.lit("endpoint")).otherwise(F.lit("lateness")).alias("view"),
         F.when(sends, known[0]).otherwise(c("topic")).alias("k1"),
         F.when(sends, known[1]).alias("k2"),
@@ -334,7 +335,7 @@ def record_groups(records: DataFrame) -> DataFrame:
                  c("partition").alias("k3")),
     )
     rows = records.select("*", F.explode(views).alias("_v")).select("*", "_v.*").drop("_v")
-    problem = c("lost") | (c("deliveries") > 1)
+    problem = c("lost") | c("unknown") | (c("deliveries") > 1)
     in_endpoint_view = c("view") == "endpoint"
     return rows.groupBy("view", "k1", "k2", "k3").agg(
         _count_if(c("fetches") > 0).alias("records_fetched"),
@@ -345,12 +346,13 @@ def record_groups(records: DataFrame) -> DataFrame:
         F.sum("retries").alias("retries"),
         _count_if(c("dead_letters") > 0).alias("dead_lettered"),
         _count_if(c("lost")).alias("lost"),
+        _count_if(c("unknown")).alias("unknown"),
         F.percentile_approx(F.when(in_endpoint_view, c("e2e_latency_ms")),
                             transforms.PERCENTILES,
                             transforms.PERCENTILE_ACCURACY).alias("e2e_pct"),
         F.max("e2e_latency_ms").alias("e2e_max"),
         F.collect_list(F.when(~in_endpoint_view & problem, F.struct(
-            "offset", "fetches", "deliveries", "lost"))).alias("problems"),
+            "offset", "fetches", "deliveries", "lost", "unknown"))).alias("problems"),
         _count_if(c("ambiguous")).alias("ambiguous"),
     )
 
@@ -417,7 +419,8 @@ def _key_rows() -> list[Column]:
                    "filtered", s1=c("subscription"), s2=c("topic"), s3=c("offsets"),
                    n1=c("partition"))),
         F.when(c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
-        F.when(_is("sent"), _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
+        F.when(_is("sent") | (_is("delivered", "failed") & c("fetched_ts_ms").isNotNull()),
+               _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
         F.when(_is("delivered"), _row("http", s1=sub, s2=endpoint,
                                       v=round_latency(c("latency_ms")))),
         F.when(_is("delay_forwarded"), _row("lateness", s1=c("topic"),

@@ -158,7 +158,8 @@ def start_queries(spark: SparkSession, dirs: tuple[Path, ...], options: FollowOp
     store = options.store
     compact = compaction(spark, dirs, store).trigger(processingTime=trigger).start()
     store.events.mkdir(parents=True, exist_ok=True)  # the stream below needs the directory
-    events = spark.readStream.schema(transforms.stored_schema()).parquet(str(store.events))
+    events = transforms.one_row_per_record(
+        spark.readStream.schema(transforms.stored_schema()).parquet(str(store.events)))
     stamp = F.unix_millis(F.current_timestamp())  # the micro-batch's time in a stream
     changes = facts.aggregate(facts.keyed(events, stamp=stamp))
     aggregate = (

@@ -198,20 +198,42 @@ class FollowState:
             (lost if late else in_flight).append(key)
         return lost, in_flight
 
+    def gap(self) -> Row | None:
+        """The journal's gaps (runtime/report/gaps.py) from its `journal_dropped` ticks:
+        the span is when the drops were journaled (the ticks keep no `gap_*_ms`), so
+        records fetched up to then count unknown; later than the batch report's end of
+        the gap, never earlier."""
+        ticks = [f for f in self._kind("tick") if f["s1"] == "journal_dropped"]
+        if not ticks:
+            return None
+        return {"dropped": sum(f["count_sum"] or 0 for f in ticks),
+                "from_ms": min(f["first_ms"] for f in ticks),
+                "to_ms": max(f["last_ms"] for f in ticks)}
+
+    def lost_and_unknown(self, grace_ms: int) -> tuple[list[RecordKey], list[RecordKey]]:
+        """`lost_and_in_flight`'s lost records, those a journal gap may hide apart."""
+        lost, _ = self.lost_and_in_flight(grace_ms)
+        gap = self.gap()
+        if gap is None:
+            return lost, []
+        hidden = [key for key in lost if self.open[key].last_fetched_ms <= gap["to_ms"]]
+        return [key for key in lost if self.open[key].last_fetched_ms > gap["to_ms"]], hidden
+
     def _kind(self, kind: str) -> list[Row]:
         return [f for f in self.facts.values() if f["kind"] == kind]
 
     def aggregates(self, grace_ms: int, bucket_ms: int) -> tables.Aggregates:
         """The report's inputs (runtime/report/tables.py) as of the last batch."""
-        lost, _ = self.lost_and_in_flight(grace_ms)
+        lost, unknown = self.lost_and_unknown(grace_ms)
         names = _Names(self._kind("endpoint"))
         return tables.Aggregates(
             types=self._types(), ticks=self._ticks(), bucket_ms=bucket_ms,
             small=[f for f in self.facts.values()
                    if f["kind"] in ("endpoint", "actor", "crash", "move", "commit",
                                     "dead_letter", "replay", "instance")],
-            groups=self._endpoint_groups(names, lost) + self._partition_groups(lost),
-            latencies=self._latencies(),
+            groups=(self._endpoint_groups(names, lost, unknown)
+                    + self._partition_groups(lost, unknown)),
+            latencies=self._latencies(), gap=self.gap(),
         )
 
     def _types(self) -> list[Row]:
@@ -231,14 +253,15 @@ class FollowState:
         return [{"bucket_start_ms": f["n1"], "subscription": f["s2"] or "", "type": f["s1"],
                  "n": f["n"]} for f in self._kind("tick") if f["s1"] in THROUGHPUT_TYPES]
 
-    def _endpoint_groups(self, names: _Names, lost: Sequence[RecordKey]) -> list[Row]:
+    def _endpoint_groups(self, names: _Names, lost: Sequence[RecordKey],
+                         unknown: Sequence[RecordKey] = ()) -> list[Row]:
         groups: dict[tuple[str, str], Row] = {}
 
         def group(sub: str, endpoint: str) -> Row:
             return groups.setdefault((sub, endpoint), {
                 "view": "endpoint", "k1": sub, "k2": endpoint, "k3": None,
                 **dict.fromkeys((*COUNTS, "deliveries", "failed_attempts", "retries",
-                                 "lost"), 0),
+                                 "lost", "unknown"), 0),
                 "_e2e": defaultdict(int)})
 
         for (sub, eh), record_counts in self.by_endpoint.items():
@@ -251,6 +274,8 @@ class FollowState:
                 target[e2e_ms] += n
         for key in lost:
             group(key[0], names.endpoint(key[0], self.open[key].eh))["lost"] += 1
+        for key in unknown:
+            group(key[0], names.endpoint(key[0], self.open[key].eh))["unknown"] += 1
         for (sub, endpoint), counts in self._event_counts(names).items():
             row = group(sub, endpoint)
             for name, value in counts.items():
@@ -290,12 +315,13 @@ class FollowState:
         row["problems"] = []
         return row
 
-    def _partition_groups(self, lost: Sequence[RecordKey]) -> list[Row]:
+    def _partition_groups(self, lost: Sequence[RecordKey],
+                          unknown: Sequence[RecordKey] = ()) -> list[Row]:
         groups: dict[PartitionKey, Row] = {}
         def group(key: PartitionKey) -> Row:
             return groups.setdefault(key, {
                 "view": "partition", "k1": key[0], "k2": key[1], "k3": key[2],
-                **dict.fromkeys(COUNTS, 0), "lost": 0, "problems": []})
+                **dict.fromkeys(COUNTS, 0), "lost": 0, "unknown": 0, "problems": []})
 
         for partition, counts in self.by_partition.items():
             group(partition).update(zip(COUNTS, counts, strict=True))
@@ -304,6 +330,11 @@ class FollowState:
             row["lost"] += 1
             row["problems"].append({"offset": record[3], "fetches": self.open[record].fetches,
                                     "deliveries": 0, "lost": True})
+        for record in unknown:
+            row = group(record[:3])
+            row["unknown"] += 1
+            row["problems"].append({"offset": record[3], "fetches": self.open[record].fetches,
+                                    "deliveries": 0, "lost": False, "unknown": True})
         for record, (deliveries, fetches) in self.duplicates.items():
             group(record[:3])["problems"].append({"offset": record[3], "fetches": fetches,
                                                   "deliveries": deliveries, "lost": False})

@@ -21,6 +21,7 @@ subscription summary, audit rows of partitions with problems, totals) reach the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ from pyspark.sql import functions as F
 
 from runtime.errors import UsageError
 from runtime.host.files import atomic_write
-from runtime.report import charts, summary, transforms
+from runtime.report import charts, gaps, summary, transforms
 from runtime.report.sources import JournalFiles, find_journal_files
 
 __all__ = ["JournalFiles", "find_journal_files", "report", "run_report", "spark_session"]
@@ -67,7 +68,7 @@ def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
                 .option("mode", "PERMISSIVE")
                 .option("columnNameOfCorruptRecord", transforms.CORRUPT)
                 .json(paths), str(directory)))
-    return reduce(DataFrame.unionByName, frames)
+    return transforms.one_row_per_record(reduce(DataFrame.unionByName, frames))
 
 
 class _Cache:
@@ -193,7 +194,8 @@ def run_report(
 def _steps(
     out: _Output, events: DataFrame, time_range: tuple[int, int], steps: _Steps, note: str,
 ) -> dict[str, Any]:
-    records = out.cache.keep(transforms.record_outcomes(events))
+    gap = gaps.journal_gap(events)
+    records = out.cache.keep(transforms.record_outcomes(events, gap))
     subs = _rows(out.table("delivery_summary", transforms.delivery_summary(records, events)))
     steps.done(f"delivery summary ... {len(subs)} subscription/endpoint row(s)")
 
@@ -218,8 +220,10 @@ def _steps(
     replays = _rows(out.table("replays", transforms.replays(events)))
     instances = _rows(out.table("instances", transforms.instances(events)))
     totals = _rows(transforms.totals(records))[0]
-    problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)))
-    steps.done(f"audit ... lost {totals['lost']:,}, duplicates "
+    problems = _rows(audit.filter((F.col("lost") > 0) | (F.col("duplicates") > 0)
+                                  | (F.col("unknown") > 0)))
+    steps.done(f"audit ... lost {totals['lost']:,}, unknown (journal gap) "
+               f"{totals['unknown']:,}, duplicates "
                f"{totals['duplicates']:,}, dead-lettered {totals['dead_lettered']:,}")
 
     charts.throughput_chart(buckets, out.chart("throughput.png"), note)
@@ -229,6 +233,7 @@ def _steps(
         "bucket_ms": bucket_ms, "totals": totals, "event_counts": counts,
         "subscriptions": subs, "audit_rows": problems, "dead_letters": dead,
         "replays": replays, "instances": instances,
+        "gap": None if gap is None else dataclasses.asdict(gap),
     }
 
 

@@ -102,7 +102,7 @@ def summary_of(report: Report, *, journal: str, segments: Mapping[str, int], buc
         totals=report.totals, event_counts=report.event_counts,
         subscriptions=report.subscriptions, audit_rows=report.audit_rows, outputs=outputs,
         dead_letters=report.table("dead_letters").rows, replays=report.table("replays").rows,
-        instances=report.table("instances").rows,
+        instances=report.table("instances").rows, gap=report.gap,
     )
     return result | report.extra
 

@@ -167,4 +167,5 @@ def compact(spark: SparkSession, journal_dirs: tuple[Path, ...], store: Store) -
 
 def read_events(spark: SparkSession, store: Store) -> DataFrame:
     """Everything the store holds (committed micro-batches only), as raw journal rows."""
-    return spark.read.schema(transforms.stored_schema()).parquet(str(store.events))
+    raw = spark.read.schema(transforms.stored_schema()).parquet(str(store.events))
+    return transforms.one_row_per_record(raw)

@@ -43,11 +43,14 @@ def build_summary(
     dead_letters: Sequence[Mapping[str, Any]] = (),
     replays: Sequence[Mapping[str, Any]] = (),
     instances: Sequence[Mapping[str, Any]] = (),
+    gap: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Assemble summary.json. `event_counts` maps type -> (events, sum of `count`);
-    `dead_letters` and `replays` are the rows of those tables (runtime/report/tables.py)."""
+    `dead_letters` and `replays` are the rows of those tables (runtime/report/tables.py);
+    `gap` the journal's gaps (runtime/report/gaps.py: `dropped`, `from_ms`, `to_ms`)."""
     first, last = time_range
-    problems = [_audit_entry(row) for row in audit_rows if row["lost"] or row["duplicates"]]
+    problems = [_audit_entry(row) for row in audit_rows
+                if row["lost"] or row["duplicates"] or row.get("unknown")]
     return {
         "journal": journal,
         "generated_at": dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
@@ -66,6 +69,9 @@ def build_summary(
         "partition_revocations": _count(event_counts, "partition_revoked"),
         "delay_forwarded": _count(event_counts, "delay_forwarded"),
         "journal_dropped": event_counts.get("journal_dropped", (0, 0))[1],
+        "journal_gap": None if gap is None else {
+            "dropped": gap["dropped"], "from": _iso(gap["from_ms"]), "to": _iso(gap["to_ms"]),
+            "unknown": int(totals.get("unknown", 0))},
         "event_types": {t: n for t, (n, _) in sorted(event_counts.items())},
         "replayed": sum(int(r["delivered"]) for r in replays),
         "replay_failed": sum(int(r["failed"]) for r in replays),
@@ -86,6 +92,7 @@ def _audit_entry(row: Mapping[str, Any]) -> dict[str, Any]:
         "topic": row["topic"],
         "partition": row["partition"],
         "lost": row["lost"],
+        "unknown": row.get("unknown", 0),
         "lost_committed_past": row["lost_committed_past"],
         "lost_offsets": lost[:AUDIT_OFFSETS_SHOWN],
         "duplicates": row["duplicates"],
@@ -128,7 +135,15 @@ def _header(s: Mapping[str, Any]) -> str:
             f"Live (`--follow`), as of micro-batch {follow['batch']}: {s['in_flight']:,} "
             f"record(s) in flight (fetched less than {follow['grace_s']:g} s before the "
             "newest event, neither delivered nor dead-lettered yet) are not counted as lost.")
-    if s["journal_dropped"]:
+    gap = s.get("journal_gap")
+    if gap:
+        lines.append(
+            f"**The journal dropped {gap['dropped']:,} event(s)** (journal_dropped, a write "
+            f"error or unencodable events) from {gap['from']} to {gap['to']}: "
+            f"{gap['unknown']:,} record(s) fetched by then with no outcome journaled are "
+            "**unknown: journal gap**, not lost (their delivery may be among the dropped "
+            "events); records whose every event was dropped are not counted at all.")
+    elif s["journal_dropped"]:
         lines.append(
             f"**The journal dropped {s['journal_dropped']:,} event(s)** (journal_dropped): "
             "records whose events were dropped may show up as lost or undercounted."
@@ -140,6 +155,8 @@ def _totals_table(s: Mapping[str, Any]) -> str:
     rows = [
         ("delivered records (distinct)", s["delivered"]),
         ("lost (fetched, never delivered nor dead-lettered)", s["lost"]),
+        ("unknown: journal gap (no outcome journaled, the journal dropped events)",
+         s.get("unknown", 0)),
         ("  of which committed past (lost for good)", s["lost_committed_past"]),
         ("duplicates (extra successful deliveries)", s["duplicates"]),
         ("dead-lettered records", s["dead_lettered"]),
@@ -181,15 +198,16 @@ def _subscriptions_table(rows: Sequence[Mapping[str, Any]]) -> str:
 def _audit_section(problems: Sequence[Mapping[str, Any]]) -> str:
     if not problems:
         return "## Audit\n\nNo lost and no duplicated offsets."
-    columns = ["subscription", "topic-partition", "lost offsets", "duplicated offsets"]
+    columns = ["subscription", "topic-partition", "lost offsets", "unknown: journal gap",
+               "duplicated offsets"]
     body = [
         f"| {p['subscription']} | {p['topic']}-{p['partition']} | "
-        f"{_offsets(p['lost_offsets'], p['lost'])} | "
+        f"{_offsets(p['lost_offsets'], p['lost'])} | {_fmt(p.get('unknown') or None)} | "
         f"{_offsets(p['duplicate_offsets'], p['duplicated_offsets'])} |"
         for p in problems
     ]
     note = "Full lists: tables `audit` and `audit_offsets`."
-    return "## Audit\n\n" + _table(columns, "l l l l", body) + "\n\n" + note
+    return "## Audit\n\n" + _table(columns, "l l l r l", body) + "\n\n" + note
 
 
 def _dead_letters_section(s: Mapping[str, Any]) -> str:

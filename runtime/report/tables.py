@@ -51,6 +51,7 @@ class Aggregates:
     small: list[Row]
     groups: list[Row]
     latencies: list[Row]
+    gap: Row | None = None  # the journal's gaps (runtime/report/gaps.py), if any
 
 
 @dataclass(slots=True)
@@ -64,6 +65,7 @@ class Report:
     malformed: int
     time_range: tuple[int | None, int | None]
     extra: Row = field(default_factory=dict)
+    gap: Row | None = None
 
     def table(self, name: str) -> Table:
         return next(t for t in self.tables if t.name == name)
@@ -137,9 +139,9 @@ def delivery_summary(groups: Sequence[Row], latencies: Sequence[Row]) -> Table:
 def totals(groups: Sequence[Row]) -> Row:
     """Record totals: every record is in exactly one subscription/endpoint group."""
     endpoint_rows = _views(groups, "endpoint")
-    result = {name: sum(int(g[name] or 0) for g in endpoint_rows)
+    result = {name: sum(int(g.get(name) or 0) for g in endpoint_rows)
               for name in ("records_fetched", "delivered", "deliveries", "dead_lettered",
-                           "lost", "attempts", "failed_attempts", "retries")}
+                           "lost", "unknown", "attempts", "failed_attempts", "retries")}
     result["duplicates"] = result["deliveries"] - result["delivered"]
     return result
 
@@ -234,10 +236,12 @@ def delay_lateness(latencies: Sequence[Row]) -> Table:
 
 # -- audit ------------------------------------------------------------------------------
 
+UNKNOWN = "unknown: journal gap"  # a record a journal gap may hide (runtime/report/gaps.py)
 AUDIT = (
     ("subscription", "string"), ("topic", "string"), ("partition", "long"),
     ("records_fetched", "long"), ("delivered", "long"), ("dead_lettered", "long"),
-    ("lost", "long"), ("lost_committed_past", "long"), ("lost_offsets", "longs"),
+    ("lost", "long"), ("unknown", "long"), ("lost_committed_past", "long"),
+    ("lost_offsets", "longs"),
     ("duplicates", "long"), ("duplicate_offsets", "longs"), ("committed_offset", "long"),
 )
 AUDIT_OFFSETS = (
@@ -270,6 +274,7 @@ def audit(groups: Sequence[Row], commits: Mapping[PartitionKey, int]) -> Table:
             "subscription": key[0], "topic": key[1], "partition": key[2],
             "records_fetched": g["records_fetched"], "delivered": g["delivered"],
             "dead_lettered": g["dead_lettered"], "lost": g["lost"],
+            "unknown": g.get("unknown", 0),
             "lost_committed_past": sum(_committed_past(o, committed) for o in lost),
             "lost_offsets": lost,
             "duplicates": sum(p["deliveries"] - 1 for p in dups),
@@ -281,6 +286,12 @@ def audit(groups: Sequence[Row], commits: Mapping[PartitionKey, int]) -> Table:
     return Table("audit", AUDIT, ordered)
 
 
+def _problem(p: Row) -> str:
+    if p["lost"]:
+        return "lost"
+    return UNKNOWN if p.get("unknown") else "duplicate"
+
+
 def audit_offsets(groups: Sequence[Row], commits: Mapping[PartitionKey, int]) -> Table:
     """One row per lost or duplicated offset (the audit in long form)."""
     rows = []
@@ -289,7 +300,7 @@ def audit_offsets(groups: Sequence[Row], commits: Mapping[PartitionKey, int]) ->
         for p in g["problems"] or []:
             rows.append({
                 "subscription": key[0], "topic": key[1], "partition": key[2],
-                "offset": p["offset"], "problem": "lost" if p["lost"] else "duplicate",
+                "offset": p["offset"], "problem": _problem(p),
                 "fetches": p["fetches"], "deliveries": p["deliveries"],
                 "committed_past": _committed_past(p["offset"], commits.get(key)),
             })
@@ -416,9 +427,11 @@ def build(agg: Aggregates) -> Report:
         totals=totals(agg.groups),
         event_counts=event_counts(agg.types),
         subscriptions=summary.rows,
-        audit_rows=[r for r in audit_table.rows if r["lost"] > 0 or r["duplicates"] > 0],
+        audit_rows=[r for r in audit_table.rows
+                    if r["lost"] > 0 or r["duplicates"] > 0 or r["unknown"] > 0],
         events=sum(int(t["events"]) for t in valid),
         malformed=sum(int(t["events"]) for t in agg.types if t["type"] is None),
         time_range=(min((t["first_ms"] for t in valid), default=None),
                     max((t["last_ms"] for t in valid), default=None)),
+        gap=agg.gap,
     )

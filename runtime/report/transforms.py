@@ -17,8 +17,11 @@ Definitions (the report and the audit use these, and the tests pin them down):
 - *attempts*: completed HTTP attempts (`delivered` + `failed` events); *retries*:
   `retry_scheduled` events.
 - *end-to-end latency*: first `delivered` time minus the Kafka record timestamp.
-- *added latency*: the service's own overhead, `sent.ts_ms - sent.fetched_ts_ms` for first
-  attempts (attempt 1 or unset); retries are excluded since their delay is policy.
+- *added latency*: the service's own overhead, from the send time of first attempts
+  (attempt 1 or unset) minus their `fetched_ts_ms`: `sent.ts_ms`, or, for a `delivered` or
+  `failed` event carrying `fetched_ts_ms` (an egress that journals no `sent`: one event per
+  attempt), its `ts_ms - latency_ms` (`added_latency`); retries are excluded since their
+  delay is policy. An emitter puts `fetched_ts_ms` on one of them, not both.
 - *HTTP latency*: `latency_ms` of `delivered` events.
 
 An endpoint missing on a record's events is filled in when its subscription used exactly
@@ -35,7 +38,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from runtime.host.journal import RECORD_EVENT_TYPES, Event
-from runtime.report.tables import INSTANCE_TYPES
+from runtime.report.gaps import JournalGap, split_lost
+from runtime.report.tables import INSTANCE_TYPES, UNKNOWN
 
 CORRUPT = "_corrupt_record"
 # The journal directory a line came from: one directory per runtime instance, so this
@@ -113,13 +117,41 @@ def is_valid_event() -> Column:
     return F.col(CORRUPT).isNull() & F.col("type").isNotNull() & F.col("ts_ms").isNotNull()
 
 
+def one_row_per_record(raw: DataFrame) -> DataFrame:
+    """A record event for several records (`offsets` as ranges "3-7,9", `offset` the
+    first, `count` of them: issue 35; the partition actor journals a batch's `fetched` so)
+    -> one row per offset with the same fields, as journals before issue 35 have them, so
+    every definition here reads one event per record. Other rows (and `filtered`, which
+    `filtered_ranges` reads as ranges) pass as they are. Applied where the journal is read
+    (`job.read_raw`, the store, the follow stream)."""
+    c = F.col
+    ranged = c("type").isin(RECORD_EVENTS) & c("offsets").isNotNull()
+
+    def span(part: Column) -> Column:
+        bounds = F.split(part, "-")  # F.get: null past the end (ANSI mode)
+        first = F.get(bounds, 0).cast("long")
+        return F.sequence(first, F.coalesce(F.get(bounds, 1).cast("long"), first))
+
+    offsets = F.flatten(F.transform(F.split(c("offsets"), ","), span))
+    rows = raw.select("*", F.explode_outer(F.when(ranged, offsets)).alias("_fetched"))
+    one = c("_fetched").isNotNull()
+    replaced = {
+        "offset": F.coalesce(c("_fetched"), c("offset")),
+        "count": F.when(one, F.lit(None).cast("long")).otherwise(c("count")),
+        "offsets": F.when(one, F.lit(None).cast("string")).otherwise(c("offsets")),
+    }
+    return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)
+                         for name in raw.columns))
+
+
 def valid_events(raw: DataFrame) -> DataFrame:
     """Drop malformed lines."""
     return raw.filter(is_valid_event()).drop(CORRUPT)
 
 
-def record_outcomes(events: DataFrame) -> DataFrame:
-    """One row per record: how often it was fetched, attempted, delivered, dead-lettered."""
+def record_outcomes(events: DataFrame, gap: JournalGap | None = None) -> DataFrame:
+    """One row per record: how often it was fetched, attempted, delivered, dead-lettered;
+    `lost` and `unknown` (a journal `gap`, runtime/report/gaps.py)."""
     keyed = reduce(lambda acc, c: acc & F.col(c).isNotNull(), RECORD_KEY, F.lit(True))
     records = events.filter(F.col("type").isin(RECORD_EVENTS) & keyed).groupBy(*RECORD_KEY).agg(
         F.min("endpoint").alias("endpoint"),
@@ -130,6 +162,7 @@ def record_outcomes(events: DataFrame) -> DataFrame:
         _count_if(_is("dead_lettered")).alias("dead_letters"),
         F.max("record_ts_ms").alias("record_ts_ms"),
         F.min(F.when(_is("fetched"), F.col("ts_ms"))).alias("first_fetched_ms"),
+        F.max(F.when(_is("fetched"), F.col("ts_ms"))).alias("last_fetched_ms"),
         F.min(F.when(_is("delivered"), F.col("ts_ms"))).alias("first_delivered_ms"),
     )
     outcomes = fill_endpoints(records, events).withColumns({
@@ -138,7 +171,7 @@ def record_outcomes(events: DataFrame) -> DataFrame:
         "lost": (F.col("fetches") > 0) & (F.col("deliveries") == 0)
         & (F.col("dead_letters") == 0),
     })
-    return excuse_filtered(outcomes, filtered_ranges(events), RECORD_KEY)
+    return split_lost(excuse_filtered(outcomes, filtered_ranges(events), RECORD_KEY), gap)
 
 
 def filtered_ranges(events: DataFrame, partition_key: list[str] | None = None) -> DataFrame:
@@ -207,12 +240,20 @@ def delivery_summary(records: DataFrame, events: DataFrame) -> DataFrame:
     return _split_percentiles(joined, "e2e", "added", "http").orderBy("subscription", "endpoint")
 
 
+def added_latency() -> Column:
+    """The added latency of an attempt event (see the module doc), null where none."""
+    c = F.col
+    first = c("fetched_ts_ms").isNotNull() & (c("attempt").isNull() | (c("attempt") <= 1))
+    sent_at = F.when(_is("sent"), c("ts_ms")).when(
+        c("type").isin("delivered", "failed"),
+        c("ts_ms") - F.round(c("latency_ms")).cast("long"))
+    return F.when(first, sent_at - c("fetched_ts_ms"))
+
+
 def _event_latencies(events: DataFrame) -> DataFrame:
-    first_send = (_is("sent") & F.col("fetched_ts_ms").isNotNull()
-                  & (F.col("attempt").isNull() | (F.col("attempt") <= 1)))
-    added = F.when(first_send, F.col("ts_ms") - F.col("fetched_ts_ms"))
+    added = added_latency()
     http = F.when(_is("delivered"), F.col("latency_ms"))
-    sends = events.filter(F.col("type").isin("sent", "delivered"))
+    sends = events.filter(F.col("type").isin("sent", "delivered", "failed"))
     return sends.groupBy(*_summary_keys()).agg(
         *_percentile_aggs("added", added), *_percentile_aggs("http", http)
     )
@@ -294,6 +335,7 @@ def audit(records: DataFrame, commits: DataFrame) -> DataFrame:
         _count_if(F.col("deliveries") > 0).alias("delivered"),
         _count_if(F.col("dead_letters") > 0).alias("dead_lettered"),
         _count_if(lost).alias("lost"),
+        _count_if(F.col("unknown")).alias("unknown"),
         _count_if(lost & F.col("committed_past")).alias("lost_committed_past"),
         F.array_sort(F.collect_list(F.when(lost, F.col("offset")))).alias("lost_offsets"),
         F.sum(F.when(dup, F.col("deliveries") - 1).otherwise(0)).alias("duplicates"),
@@ -303,9 +345,12 @@ def audit(records: DataFrame, commits: DataFrame) -> DataFrame:
 
 
 def audit_offsets(records: DataFrame, commits: DataFrame) -> DataFrame:
-    """One row per lost or duplicated offset (the audit in long form)."""
-    rows = _with_commits(records, commits).filter(F.col("lost") | F.col("duplicate"))
-    problem = F.when(F.col("lost"), F.lit("lost")).otherwise(F.lit("duplicate"))
+    """One row per lost, unknown (journal gap) or duplicated offset (the audit in long
+    form)."""
+    rows = _with_commits(records, commits).filter(
+        F.col("lost") | F.col("unknown") | F.col("duplicate"))
+    problem = F.when(F.col("lost"), F.lit("lost")).when(
+        F.col("unknown"), F.lit(UNKNOWN)).otherwise(F.lit("duplicate"))
     return rows.select(
         *RECORD_KEY, problem.alias("problem"), "fetches", "deliveries", "committed_past"
     ).orderBy(*RECORD_KEY)
@@ -367,6 +412,7 @@ def totals(records: DataFrame) -> DataFrame:
         F.coalesce(F.sum("deliveries"), F.lit(0)).alias("deliveries"),
         _count_if(F.col("dead_letters") > 0).alias("dead_lettered"),
         _count_if(F.col("lost")).alias("lost"),
+        _count_if(F.col("unknown")).alias("unknown"),
         F.coalesce(F.sum("attempts"), F.lit(0)).alias("attempts"),
         F.coalesce(F.sum("failures"), F.lit(0)).alias("failed_attempts"),
         F.coalesce(F.sum("retries"), F.lit(0)).alias("retries"),

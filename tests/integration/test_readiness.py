@@ -65,3 +65,4 @@ async def test_a_clean_stop_says_so_in_one_line_with_totals(
             pass
     lines = [r.getMessage() for r in caplog.records if "stopped cleanly" in r.getMessage()]
     assert len(lines) == 1 and "0 subscriptions, 0 records delivered" in lines[0]
+    assert " events written" in lines[0] and "DROPPED" not in lines[0]  # the journal's

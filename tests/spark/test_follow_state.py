@@ -95,6 +95,24 @@ def test_an_open_record_is_in_flight_until_the_grace_period_after_its_last_fetch
     assert report.table("audit_offsets").rows[0]["problem"] == "lost"
 
 
+def test_an_open_record_fetched_before_a_journal_gap_is_unknown_not_lost() -> None:
+    """Issue 35: the live audit too says "unknown: journal gap" for a record whose outcome
+    may be among dropped events; one fetched after the gap is lost."""
+    fetched_later = record(2, 100, fetches=1, first_fetch_stamp=100, first_fetched_ms=1_600,
+                           last_fetched_ms=1_600)
+    dropped = {**tick("journal_dropped", 1_000, 1, 1_500), "s2": None, "first_ms": 1_500,
+               "count_sum": 40}
+    state = FollowState()
+    state.apply([FETCHED_0, fetched_later, dropped, tick("sent", 5_000, 1, 5_000)], 0)
+    assert state.lost_and_unknown(grace_ms=1_000) == ([(SUB, TOPIC, 0, 2)],
+                                                      [(SUB, TOPIC, 0, 1)])
+    report = tables.build(state.aggregates(1_000, 1_000))
+    assert (report.totals["lost"], report.totals["unknown"]) == (1, 1)
+    assert {r["offset"]: r["problem"] for r in report.table("audit_offsets").rows} == {
+        1: "unknown: journal gap", 2: "lost"}
+    assert report.gap == {"dropped": 40, "from_ms": 1_500, "to_ms": 1_500}
+
+
 def test_a_batch_applied_again_to_the_stored_previous_version_counts_once() -> None:
     state = FollowState()
     state.apply([FETCHED_0, tick("fetched", 1_000, 1, 1_000)], 0)

@@ -107,7 +107,7 @@ def test_summary_totals_name_the_known_faults(run: Run) -> None:
     lost = {(a["subscription"], a["partition"], tuple(a["lost_offsets"]))
             for a in result["audit"] if a["lost"]}
     assert lost == {("orders-hook", 3, (11,)), ("late-hook", 0, (0, 1, 2))}
-    assert "| orders-hook | orders-3 | 11 | - |" in (run.out / "summary.md").read_text()
+    assert "| orders-hook | orders-3 | 11 | - | - |" in (run.out / "summary.md").read_text()
 
 
 def test_every_table_is_written_as_parquet_and_csv(run: Run, spark: Any) -> None:

@@ -20,10 +20,14 @@ from runtime.host.journal import (
     JournalFlusher,
     NullJournal,
     closed_segments,
+    journal_summary,
     open_segments,
     recover_segments,
 )
+from runtime.host.metrics import Registry, Value
+from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
+from runtime.kernel.gate import Gate
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
 
@@ -202,24 +206,76 @@ def test_recovery_skips_a_locked_file(tmp_path: Path) -> None:
     assert recover_segments(tmp_path) == [tmp_path / held.name.removesuffix(".open")]
 
 
-async def test_a_full_buffer_drops_new_events_and_journals_the_count(
-    make_journal: Callable[..., Journal], caplog: pytest.LogCaptureFixture
+async def test_a_full_buffer_keeps_every_event_holds_the_gate_and_flushes_at_once(
+    make_journal: Callable[..., Journal]
 ) -> None:
     journal = make_journal(max_buffered=10)
     await journal.start()
-    with caplog.at_level(logging.WARNING, logger="runtime.host.journal"):
-        for i in range(15):
-            journal.emit(fetched(i))
-    assert journal.dropped == 5
-    assert len([r for r in caplog.records if "dropped" in r.message]) == 1  # rate-limited
+    for i in range(15):
+        journal.emit(fetched(i))
+    assert (journal.dropped, journal.buffered, journal.gate.open) == (0, 15, False)
 
+    await journal.gate.wait()  # opened by a flush the full buffer started (no clock tick)
+    await journal.flush()  # the write of that batch is done once we hold the lock
+    assert (journal.written, journal.dropped, journal.held) == (15, 0, 1)
     await journal.stop()
-    events = read_events(journal.directory)
-    assert events[:10] == [fetched(i) for i in range(10)]
-    assert [(e.type, e.count, e.reason) for e in events[10:]] == [
-        ("journal_dropped", 5, "buffer_full")
-    ]
-    assert journal.written == 11
+    assert read_events(journal.directory) == [fetched(i) for i in range(15)]
+
+
+async def test_paced_actors_wait_for_a_journal_behind_and_lose_nothing(
+        tmp_path: Path) -> None:
+    """The burst of issue 35 in small: actors emit far more per step than the buffer
+    holds; they are held between steps instead of the journal dropping."""
+    clock = FakeClock()
+    system = ActorSystem(clock=clock, pace=Gate())
+    journal = Journal(tmp_path, clock=clock, max_buffered=100, pace=system.root.context.pace)
+    await journal.open()
+    system.root.context.emit = journal.emit
+    await system.start()
+
+    class Burst(Actor):
+        async def handle(self, message: object) -> None:
+            assert isinstance(message, int)
+            for i in range(250):
+                self.context.emit(fetched(message * 1000 + i))
+
+    await system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal", journal)))
+    burst = [await system.spawn(ChildSpec(f"b{n}", lambda n=n: Burst(f"b{n}")))
+             for n in range(4)]
+    for step in range(10):
+        for actor in burst:
+            await actor.tell(step)
+    await asyncio.gather(*(actor.ask(0) for actor in burst))  # every step handled
+    await system.stop()
+    await journal.stop()
+    assert (journal.dropped, journal.written) == (0, 4 * 11 * 250)
+    assert journal.held > 1  # it fell behind, more than once, and held the actors
+    assert len(read_events(tmp_path)) == 4 * 11 * 250
+
+
+async def test_a_paced_actor_takes_no_message_while_the_gate_is_closed() -> None:
+    gate = Gate()
+    system = ActorSystem(pace=gate)
+    await system.start()
+    seen: list[object] = []
+
+    class Note(Actor):
+        async def handle(self, message: object) -> None:
+            seen.append(message)
+
+    class Free(Note):
+        paced = False
+
+    paced = await system.spawn(ChildSpec("paced", lambda: Note("paced")))
+    free = await system.spawn(ChildSpec("free", lambda: Free("free")))
+    gate.close()
+    await paced.tell("held")
+    assert await free.ask("free") is None
+    assert seen == ["free"]  # the paced one waits; the unpaced one went on
+    gate.reopen()
+    assert await paced.ask("after") is None
+    assert seen == ["free", "held", "after"]
+    await system.stop()
 
 
 async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
@@ -234,6 +290,7 @@ async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
         await journal.flush()
     assert (journal.dropped, journal.written) == (2, 0)
     assert any("write_error" in r.message for r in caplog.records)
+    assert journal_summary(journal) == "journal 0 events written, 2 DROPPED"  # stop line
 
     journal.directory.mkdir()
     journal.emit(fetched(3))
@@ -243,6 +300,64 @@ async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
     assert [(e.type, e.count, e.reason) for e in events[1:]] == [
         ("journal_dropped", 2, "write_error")
     ]
+
+
+async def test_supervisors_restart_a_crashed_child_while_the_gate_is_closed() -> None:
+    """Supervisors are not paced: a crash while the journal holds the actors is handled
+    (the flusher's own restart depends on it)."""
+    gate = Gate()
+    system = ActorSystem(pace=gate, period_ms=60_000)
+    await system.start()
+
+    class Quiet(Actor):
+        paced = False  # the child answers so the test can see the new one
+
+        async def handle(self, message: object) -> object:
+            return self
+
+    ref = await system.spawn(ChildSpec("quiet", lambda: Quiet("quiet")))
+    first = await ref.ask("who")
+    gate.close()
+    first.kill("chaos")
+    for _ in range(100):  # the restart takes a few loop turns, no clock time
+        await asyncio.sleep(0)
+        if system.root.child("quiet") is not first:
+            break
+    assert system.root.child("quiet") is not first
+    assert await ref.ask("who") is system.root.child("quiet")
+    gate.reopen()
+    await system.stop()
+
+
+async def test_every_drop_is_logged_with_its_count_one_line_per_interval_at_most(
+    make_journal: Callable[..., Journal], clock: FakeClock,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 35: "1 dropped in total", then "50801 dropped in total" with no line for the
+    50,800 between. Each line now counts what it did not say before."""
+    journal = make_journal()
+    await journal.start()
+    shutil.rmtree(journal.directory)
+    with caplog.at_level(logging.WARNING, logger="runtime.host.journal"):
+        for batch in ([1], [2, 3], [4, 5, 6]):
+            for offset in batch:
+                journal.emit(fetched(offset))
+            await journal.flush()
+        lines = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+        assert len(lines) == 1 and "dropped 1 event(s) (write_error: 1" in lines[0]
+
+        await clock.advance_settled(10_000)
+        await journal.flush()  # the next flush after the interval logs the rest
+        lines = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+        assert len(lines) == 2
+        assert "dropped 5 event(s) since the last warning (write_error: 5" in lines[1]
+        assert lines[1].endswith("6 dropped in total")
+
+        journal.directory.mkdir()
+        await journal.stop()
+    events = read_events(journal.directory)
+    assert [(e.type, e.count, e.reason, e.gap_from_ms, e.gap_to_ms) for e in events] == [
+        ("journal_dropped", 6, "write_error", fetched(1).ts_ms, fetched(6).ts_ms)]
 
 
 async def test_emit_after_stop_is_counted_and_harmless(journal: Journal) -> None:
@@ -273,7 +388,7 @@ async def test_events_emitted_before_start_are_kept(
 
 async def test_repr_shows_state(journal: Journal) -> None:
     journal.emit(fetched(1))
-    assert "running buffered=1/100000 written=0 dropped=0" in repr(journal)
+    assert "running buffered=1/100000 written=0 dropped=0 held=0" in repr(journal)
     await journal.flush()
     assert "written=1" in repr(journal) and ".jsonl.open" in repr(journal)
 
@@ -289,14 +404,15 @@ async def test_null_journal_does_nothing() -> None:
 async def test_an_unencodable_event_is_dropped_and_its_batch_kept(journal: Journal) -> None:
     journal.emit(fetched(1))
     journal.emit(Event(type="actor_crashed", ts_ms=2, reason=object()))  # type: ignore[arg-type]
+    journal.emit(Event(type="stalled", ts_ms=object()))  # type: ignore[arg-type]
     journal.emit(fetched(3))
     await journal.stop()
 
-    assert journal.dropped == 1
+    assert journal.dropped == 2
     events = read_events(journal.directory)
     assert events[:2] == [fetched(1), fetched(3)]
-    assert [(e.type, e.count, e.reason) for e in events[2:]] == [
-        ("journal_dropped", 1, "unencodable")
+    assert [(e.type, e.count, e.reason, e.gap_from_ms, e.gap_to_ms) for e in events[2:]] == [
+        ("journal_dropped", 2, "unencodable", 2, 2)  # the span of the stamps it could read
     ]
 
 
@@ -306,12 +422,16 @@ async def test_a_hosted_journal_is_flushed_by_its_supervised_actor_on_timer_mess
     await journal.open()
     system = ActorSystem(clock=clock)
     await system.start()
-    await system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal", journal)))
+    metrics = Registry()
+    await system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal", journal,
+                                                                   metrics)))
     journal.emit(fetched(1))
     await clock.advance_settled(199)
     assert journal.written == 0 and journal.buffered == 1
     await clock.advance_settled(1)
     assert journal.buffered == 0  # taken by the flusher; written in a worker thread
     await system.stop()  # a stop message: the flush in progress finishes first
+    [written] = metrics.series("hookstream_journal_events_written_total")
+    assert isinstance(written, Value) and written.value == 1  # set after the flush
     await journal.stop()
     assert [e.offset for e in read_events(tmp_path)] == [1]

@@ -102,7 +102,8 @@ class Journaled:
 
 
 def holds(event: Event, coordinates: Coordinates) -> bool:
-    """A `filtered` event of the record's partition whose offset ranges hold it."""
+    """A `filtered` or `fetched` event of the record's partition whose offset ranges
+    hold it."""
     topic, partition, offset = coordinates
     return (event.topic, event.partition) == (topic, partition) and \
         event.offsets is not None and \
@@ -128,6 +129,9 @@ def read_record(scan: Scan, coordinates: Coordinates) -> Journaled:
     for event in scan.events():
         if event.type == "filtered":
             found.filtered = found.filtered or holds(event, coordinates)
+            continue
+        if event.type == "fetched" and event.offsets is not None:  # a batch's (issue 35)
+            found.fetched = found.fetched or holds(event, coordinates)
             continue
         if (event.topic, event.partition, event.offset) != coordinates:
             continue

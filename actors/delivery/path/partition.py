@@ -215,14 +215,17 @@ class PartitionActor(Actor):
         if self.traits.reads_retries:
             for record in batch.records:
                 record.retry = read_retry(record.headers)
-        emit, now, sub = self.context.emit, self.context.clock.wall_ms(), self.sub_key
+        now = self.context.clock.wall_ms()
         taken, filtered = book.take_wanted(batch.records, batch.highwater, self.traits.wanted)
-        for record in taken:
-            if record.retry is not None:
-                continue  # read back from the retry topic: fetched once, at its origin
-            emit(Event(type="fetched", ts_ms=now, subscription=sub, topic=self.topic,
-                       partition=self.partition, offset=record.offset,
-                       record_ts_ms=record.timestamp_ms))
+        # read back from the retry topic: fetched once, at its origin
+        fetched = [r.offset for r in taken if r.retry is None]
+        if fetched:  # one event for the batch, its offsets as ranges (issue 35)
+            many = len(fetched) > 1  # a single record's is the per-record shape, shorter
+            self.context.emit(Event(
+                type="fetched", ts_ms=now, subscription=self.sub_key, topic=self.topic,
+                partition=self.partition, offset=fetched[0],
+                count=len(fetched) if many else None,
+                offsets=offset_ranges(fetched) if many else None))
         if filtered:
             self._filtered(taken, filtered, now)
         self._commit(book.pin())
