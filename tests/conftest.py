@@ -90,7 +90,7 @@ except ImportError:  # no pytest-xdist: serial runs need none of this
     LoadScopeScheduling = None
 
 if LoadScopeScheduling is not None:
-    class _SparkOnOneWorker(LoadScopeScheduling):  # type: ignore[misc,valid-type]
+    class _SparkOnOneWorker(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             for prefix in _ONE_WORKER:
                 if nodeid.startswith(prefix):
