@@ -8,7 +8,9 @@ A timeout raises AssertionError with `what` and the last value `check` returned:
 failure says what was awaited and what was there instead.
 
 Timeouts are generous on purpose: they bound a hang, they are never a speed budget
-(budgets live in bench/). A loaded machine makes a test slower, never red.
+(budgets live in bench/). A loaded machine makes a test slower, never red: every timeout
+given here is multiplied by `SLACK` (`HOOKSTREAM_TEST_SLACK`, 3 by default; pytest-timeout
+still ends a test that hangs).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
@@ -24,6 +27,7 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 60.0
 POLL_S = 0.05
+SLACK = float(os.environ.get("HOOKSTREAM_TEST_SLACK", "3"))
 
 
 @overload
@@ -39,6 +43,7 @@ async def until(check: Callable[[], T], *, timeout_s: float = ..., what: str = .
 async def until(check: Callable[[], Any], *, timeout_s: float = DEFAULT_TIMEOUT_S,
                 what: str = "", wake: asyncio.Event | None = None,
                 poll_s: float = POLL_S) -> Any:
+    timeout_s *= SLACK
     deadline = time.monotonic() + timeout_s
     while True:
         if wake is not None:

@@ -82,7 +82,8 @@ async def test_the_cluster_panel_shows_each_instance_and_the_owner_of_each_parti
 
     topic = await topic_factory(partitions=2)
     cluster = {"subscriptions_topic": f"subs-{uuid.uuid4().hex[:8]}",
-               "status_topic": f"status-{uuid.uuid4().hex[:8]}", "status_interval_ms": 200}
+               "status_topic": f"status-{uuid.uuid4().hex[:8]}", "status_interval_ms": 200,
+               "gone_after_intervals": 25}  # a busy machine delays a status: not "gone"
     receiver = await Receiver().start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path / "a", cluster=cluster) as a, \

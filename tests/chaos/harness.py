@@ -387,34 +387,43 @@ class ChaosRun:
             dead = {(dict(r.headers)["dlt-topic"].decode(),
                      int(dict(r.headers)["dlt-partition"]), offset)
                     for r, offset in zip(in_dlt, dlt_offsets(in_dlt), strict=True)}
-            got = set(sub.receiver.ok)
-            verdict.delivered += len(got)
-            verdict.dead_lettered += len(dead)
-            if lost := expected - got - dead:
-                verdict.lost[sub.id] = sorted(lost)
-            if unexpected := (got | dead) - expected:
-                verdict.unexpected[sub.id] = sorted(unexpected)
-            unexplained = []
-            for key, times in sub.receiver.ok.items():
-                for again in times[1:]:
-                    if self._explains(sub, key, again):
-                        verdict.explained_duplicates += 1
-                    else:
-                        unexplained.append(key)
-            if unexplained:
-                verdict.unexplained_duplicates[sub.id] = sorted(set(unexplained))
+            judge(verdict, sub.id, sub.key, expected, sub.receiver.ok, dead, self.snapshots)
         ends = self._ends()
         for (sub_key, topic, partition), end in ends.items():
             have = self.commits.get((sub_key, topic, partition), 0)
             if have < end:
                 verdict.uncommitted.setdefault(sub_key, {})[f"{topic}-{partition}"] = have
 
-    def _explains(self, sub: Sub, key: Key, again: float) -> bool:
-        """A second 2xx for `key` is explained by a fault before it that found the record
-        uncommitted."""
-        topic, partition, offset = key
-        return any(s.at <= again and s.commits.get((sub.key, topic, partition), 0) <= offset
-                   for s in self.snapshots)
+
+def judge(verdict: Verdict, sub_id: str, sub_key: str, expected: set[Key],
+          ok: dict[Key, list[float]], dead: set[Key], snapshots: list[Snapshot]) -> None:
+    """One subscription's part of the verdict: what it should have seen (`expected`), the
+    times of its receiver's 2xx answers (`ok`), its dead letters, and the commits read as
+    each fault fired."""
+    got = set(ok)
+    verdict.delivered += len(got)
+    verdict.dead_lettered += len(dead)
+    if lost := expected - got - dead:
+        verdict.lost[sub_id] = sorted(lost)
+    if unexpected := (got | dead) - expected:
+        verdict.unexpected[sub_id] = sorted(unexpected)
+    unexplained = []
+    for key, times in ok.items():
+        for again in times[1:]:
+            if explained(sub_key, key, again, snapshots):
+                verdict.explained_duplicates += 1
+            else:
+                unexplained.append(key)
+    if unexplained:
+        verdict.unexplained_duplicates[sub_id] = sorted(set(unexplained))
+
+
+def explained(sub_key: str, key: Key, again: float, snapshots: list[Snapshot]) -> bool:
+    """A second 2xx for `key` (at `again`) is explained by a fault before it that found
+    the record uncommitted."""
+    topic, partition, offset = key
+    return any(s.at <= again and s.commits.get((sub_key, topic, partition), 0) <= offset
+               for s in snapshots)
 
 
 def _actors(root: Supervisor) -> list[Actor]:

@@ -4,8 +4,6 @@ session's broker, a producer and an admin client. Nothing here is a mock."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +18,7 @@ from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config
 from runtime.kafka import make_producer
+from tests import waits
 
 Behaviour = Callable[["Push"], Awaitable[int]]
 
@@ -107,16 +106,13 @@ class Receiver:
         return [k for k, n in counts.items() if n > 1]
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(
-                    f"timed out after {timeout_s}s: {len(self.pushes)} pushes, "
-                    f"{len(self.ok)} ok, {len(self.delivered())} distinct")
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
+        """Until `predicate()` holds, checked at each push (and every 0.5 s, for state
+        elsewhere); `timeout_s` bounds a hang (tests/waits.py)."""
+        try:
+            await waits.until(predicate, timeout_s=timeout_s, wake=self._changed, poll_s=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {len(self.pushes)} pushes, {len(self.ok)} ok, "
+                                 f"{len(self.delivered())} distinct") from None
 
 
 def runtime_config(bootstrap: str, tmp: Path, **extra: Any) -> dict[str, Any]:
@@ -207,12 +203,8 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 30) -> None:
-    """Poll `check` every 100 ms (for state that has no event to wait on)."""
-    for _ in range(int(timeout_s * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met in time")
+    """Poll `check` (for state that has no event to wait on): tests/waits.py's `until`."""
+    await waits.until(check, timeout_s=timeout_s, poll_s=0.1)
 
 
 def per_partition_offsets(pushes: list[Push]) -> dict[tuple[str, int], list[int]]:

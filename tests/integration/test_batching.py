@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from runtime.kafka.broker import free_port
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -46,14 +47,12 @@ def distinct(receiver: Receiver) -> set[Coordinates]:
 
 async def wait_committed(bootstrap: str, group: str, topic: str,
                          expected: dict[int, int]) -> None:
-    """Poll the group's committed offsets (at most 20 s) until they equal `expected`."""
-    seen: dict[int, int] = {}
-    for _ in range(200):
-        seen = await committed(bootstrap, group, topic, len(expected))
-        if seen == expected:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"committed {seen}, expected {expected}")
+    """Poll the group's committed offsets until they equal `expected`."""
+    async def reached() -> bool:
+        return await committed(bootstrap, group, topic, len(expected)) == expected
+
+    await waits.until(reached, timeout_s=20, poll_s=0.1,
+                      what=f"{group} committed {expected} on {topic}")
 
 
 async def test_every_record_arrives_once_in_json_batches_of_one_partition(

@@ -31,6 +31,7 @@ from runtime.host.sealing import parse_keys
 from runtime.kafka import create_topics
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.clock import FakeClock
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -241,12 +242,11 @@ async def test_cluster_mode_with_the_broker_down_at_boot_waits_and_recovers(
             assert status == 503 and "subs.down" in reply["reason"], reply
             await broker.start()  # the broker comes back: the runtime finds it alone
             await create_topics(bootstrap, {"late.topic": 1})
-            for _ in range(300):
+            async def cluster_ready() -> bool:
                 _, ready = await admin.call("GET", "/readyz")
-                if not [r for r in ready["reasons"] if "cluster" in r]:
-                    break
-                await asyncio.sleep(0.1)
-            assert not [r for r in ready["reasons"] if "cluster" in r], ready
+                return not [r for r in ready["reasons"] if "cluster" in r]
+
+            await waits.until(cluster_ready, timeout_s=30, poll_s=0.1)
             await admin.subscribe(body)
             await produce(bootstrap, "late.topic", 3)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 3, timeout_s=30)

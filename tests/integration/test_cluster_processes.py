@@ -23,6 +23,7 @@ import pytest
 
 from runtime.host.workers import LISTEN_ENV, WORKER_ENV
 from runtime.kafka.broker import free_port
+from tests import waits
 from tests.conftest import TopicFactory, embedded_quirks
 from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
 
@@ -110,12 +111,7 @@ class Instance:
 
 
 async def until(check: Any, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError("condition not met in time")
+    await waits.until(check, timeout_s=timeout_s, poll_s=0.2)
 
 
 async def test_three_processes_share_a_subscription_and_a_kill_loses_nothing(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -94,13 +95,13 @@ async def test_out_of_order_completion_commits_only_contiguous_offsets(
 
 async def wait_committed(bootstrap: str, group: str, topic: str, expected: int) -> None:
     """Poll the group's committed offset until it equals `expected`; fail if it passes it."""
-    for _ in range(60):
+    async def reached() -> bool:
         position = (await committed(bootstrap, group, topic, 1))[0]
         assert position <= expected, f"committed {position} passed {expected}"
-        if position == expected:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"committed offset stuck at {position}, expected {expected}")
+        return position == expected
+
+    await waits.until(reached, timeout_s=6, poll_s=0.1,
+                      what=f"{group} committed {expected} on {topic}")
 
 
 async def test_a_failing_receiver_still_gets_everything_and_commits_reach_the_end(

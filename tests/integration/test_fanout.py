@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from actors.shared.messages import StatusQuery
 from runtime.host.app import Runtime
 from runtime.kafka import compat, make_consumer
 from runtime.kernel.supervisor import Supervisor
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -63,14 +63,7 @@ async def subscribe_many(api: Admin, ids: list[str], topic: str, url: str,
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 30) -> None:
     """Until `check()` holds; polled, since what it reads has no event to wait on."""
-    deadline = time.monotonic() + timeout_s
-    for _ in range(int(timeout_s / 0.05)):
-        if await check():
-            return
-        if time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s} s")
+    await waits.until(check, timeout_s=timeout_s)
 
 
 async def _true(value: bool) -> bool:

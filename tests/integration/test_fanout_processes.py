@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime.kafka.broker import free_port
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
 from tests.integration.test_process_restart import admin, start_process, terminate, write_config
@@ -38,14 +39,12 @@ def pushes_of(receiver: Receiver) -> Counter[tuple[str, int, int]]:
 
 async def until_committed(bootstrap: str, topic: str, timeout_s: float = 60) -> None:
     """Until every subscriber's group committed the end of each partition (500)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        positions = {i: await committed(bootstrap, f"g-{i}", topic, 4) for i in IDS}
-        if all(p == {n: 500 for n in range(4)} for p in positions.values()):
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"commits never reached the end: {positions}")
-        await asyncio.sleep(0.5)
+    async def reached() -> bool:
+        positions = [await committed(bootstrap, f"g-{i}", topic, 4) for i in IDS]
+        return all(p == {n: 500 for n in range(4)} for p in positions)
+
+    await waits.until(reached, timeout_s=timeout_s, poll_s=0.5,
+                      what="every group committed the end")
 
 
 async def stop_mid_stream_then_restart(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from runtime.host.app import Runtime
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -34,11 +35,9 @@ def series(runtime: Runtime, name: str, topic: str) -> float | None:
 
 async def wait_series(runtime: Runtime, name: str, topic: str, expected: float,
                       timeout_s: float = 20) -> None:
-    for _ in range(int(timeout_s * 10)):  # metrics have no change event: poll them
-        if series(runtime, name, topic) == expected:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{name} of {topic} is {series(runtime, name, topic)}, not {expected}")
+    # metrics have no change event: poll them
+    await waits.until(lambda: series(runtime, name, topic) == expected, timeout_s=timeout_s,
+                      poll_s=0.1, what=f"{name} of {topic} is {expected}")
 
 
 @contextlib.asynccontextmanager

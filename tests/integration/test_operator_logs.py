@@ -4,9 +4,7 @@ ERROR does not reach the log, and the start ends with where to look and what to 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 
 from runtime.kafka import create_topics
 from runtime.kafka.topic_creation import QUIET
+from tests import waits
 from tests.integration.delivery_harness import (
     Admin,
     Receiver,
@@ -27,10 +26,8 @@ pytestmark = pytest.mark.integration
 
 
 async def until(predicate: Callable[[], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"not true within {timeout_s} s"
-        await asyncio.sleep(0.05)  # the aiokafka metadata task has no event to wait on
+    # polled: the aiokafka metadata task has no event to wait on
+    await waits.until(predicate, timeout_s=timeout_s)
 
 
 async def test_a_missing_topic_is_announced_once_and_aiokafka_errors_stay_out(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -24,13 +25,12 @@ pytestmark = pytest.mark.integration
 
 
 async def _progress(admin: Admin, path: str) -> dict[str, Any]:
-    for _ in range(300):
+    async def finished() -> dict[str, Any] | None:
         status, body = await admin.call("GET", path)
         assert status == 200, body
-        if body["data"]["state"] in ("done", "failed"):
-            return dict(body["data"])
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"replay still running: {body}")
+        return dict(body["data"]) if body["data"]["state"] in ("done", "failed") else None
+
+    return await waits.until(finished, timeout_s=30, poll_s=0.1, what=f"{path} finished")
 
 
 async def test_a_dead_letter_is_delivered_by_a_replay_with_its_original_webhook_id(
@@ -54,11 +54,11 @@ async def test_a_dead_letter_is_delivered_by_a_replay_with_its_original_webhook_
             await receiver.wait_for(lambda: len(receiver.delivered()) == 4)
             first = [p for p in receiver.pushes if p.offset == 2]
             assert len(first) == 2  # the attempt and its one retry, then the dead letter
-            for _ in range(100):
+            async def dead_lettered() -> bool:
                 _, one = await admin.call("GET", "/broker/subscription/rp/g-rp")
-                if one["data"]["status"]["counters"]["dead_lettered"] == 1:
-                    break
-                await asyncio.sleep(0.1)
+                return bool(one["data"]["status"]["counters"]["dead_lettered"] == 1)
+
+            await waits.until(dead_lettered, poll_s=0.1)
             broken["yes"] = False  # the endpoint is fixed
             status, body = await admin.call("POST", "/broker/subscription/rp/g-rp/replay",
                                             {"source": "deadLetter"})
@@ -83,14 +83,14 @@ async def test_a_dead_letter_is_delivered_by_a_replay_with_its_original_webhook_
 
 async def _dead_letter_all(admin: Admin, sub_id: str, records: int) -> dict[str, Any]:
     """Wait until every record is in the dead-letter topic; the subscription's status."""
-    status: dict[str, Any] = {}
-    for _ in range(300):
+    async def all_dead() -> dict[str, Any] | None:
         _, one = await admin.call("GET", f"/broker/subscription/{sub_id}/g-{sub_id}")
-        status = one["data"]["status"]
-        if sum(p["dead_lettered"] for p in status["partitions"]) == records:
-            return status
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not all dead-lettered: {status}")
+        status: dict[str, Any] = one["data"]["status"]
+        done = sum(p["dead_lettered"] for p in status["partitions"]) == records
+        return status if done else None
+
+    return await waits.until(all_dead, timeout_s=30, poll_s=0.1,
+                             what=f"all {records} records of {sub_id} dead-lettered")
 
 
 async def test_a_replay_right_after_an_outage_waits_for_the_breaker_probe(

@@ -21,6 +21,7 @@ import pytest
 
 from runtime.kafka import create_topics
 from runtime.kafka.broker import free_port
+from tests import waits
 from tests.conftest import embedded_quirks
 from tests.integration.delivery_harness import Receiver, produce, subscription
 
@@ -91,15 +92,15 @@ shutdown_deadline_ms = 4000
     receiver = await Receiver().start()
     try:
         urls = [f"http://127.0.0.1:{port + i}" for i in (0, 1)]
-        bootstrap = ""
-        for _ in range(300):
+        async def both_answer() -> list[Any] | None:
             try:
-                answers = [await get(u + "/healthz") for u in urls]
+                return [await get(u + "/healthz") for u in urls]
             except aiohttp.ClientError:
-                await asyncio.sleep(0.1)
-                continue
-            bootstrap = answers[0][1]["brokers"]["Kafka"]
-            break
+                return None  # not listening yet: processes have no event to wait on
+
+        answers = await waits.until(both_answer, timeout_s=30, poll_s=0.1,
+                                    what="both workers answer /healthz")
+        bootstrap = answers[0][1]["brokers"]["Kafka"]
         assert bootstrap, stderr.read_text()
         assert answers[1][1]["brokers"]["Kafka"] == bootstrap  # one broker, shared
         topic = f"w-{uuid.uuid4().hex[:8]}"

@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 WriteJournal = Callable[..., Journal]  # the type of the `journal_writer` fixture
+SPARK = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
+"""Every Spark test file's `pytestmark`: under pytest-xdist (`--dist loadgroup`, as `make
+test` runs) the Spark tests share one worker, so one JVM and one session serve them all.
+tests/conftest.py's scheduler does that by path: pytest-xdist's own cannot see the
+`xdist_group` mark under pytest 9, which the mark says all the same."""
 # Short-lived JVMs on 2 cores: C2 compilations compete with the tasks for the cores; C1
 # alone halved the cluster test's report (bench/RESULTS.md, "Report: fast path").
 QUICK_JIT = "-XX:TieredStopAtLevel=1"

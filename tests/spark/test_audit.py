@@ -16,10 +16,12 @@ from runtime.host.journal import Journal
 from runtime.report import transforms
 from runtime.report.job import find_journal_files, read_raw
 from runtime.report.synthetic import SyntheticJournal
+from tests.spark.conftest import SPARK
 
 WriteJournal = Callable[..., Journal]  # the `journal_writer` fixture (conftest.py)
 
-pytestmark = pytest.mark.spark
+
+pytestmark = SPARK
 
 LOST = ("orders-hook", 1, 17)
 DUPLICATE = ("audit-hook", 2, 40)

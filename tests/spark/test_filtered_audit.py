@@ -24,9 +24,11 @@ from runtime.report import batch, facts, transforms
 from runtime.report.job import JournalFiles, find_journal_files, read_raw
 from tests.conftest import TopicFactory
 from tests.integration.test_filters import PARTITIONS, run_three_subscribers
+from tests.spark.conftest import SPARK
 
 WriteJournal = Callable[..., Journal]
-pytestmark = pytest.mark.spark
+
+pytestmark = SPARK
 SUB, TOPIC = "s_g", "events"
 
 

@@ -32,9 +32,9 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.spark import cluster as standalone
-from tests.spark.conftest import QUICK_JIT, java_missing
+from tests.spark.conftest import QUICK_JIT, SPARK, java_missing
 
-pytestmark = pytest.mark.spark
+pytestmark = SPARK
 WAVE, PARTITIONS = 150, 2
 STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0

@@ -13,8 +13,10 @@ import pytest
 
 from runtime.report import tables
 from runtime.report.follow_state import FollowState, nearest_rank, round3
+from tests.spark.conftest import SPARK
 
-pytestmark = pytest.mark.spark  # plain Python but the last test, which needs Spark
+# plain Python but the last test, which needs Spark; SPARK puts them on one worker
+pytestmark = SPARK
 
 SUB, TOPIC, URL = "orders-hook", "orders", "http://hook"
 EH = 77  # the endpoint's hash, as Spark's xxhash64 would give it

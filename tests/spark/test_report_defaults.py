@@ -14,9 +14,9 @@ import pytest
 
 from runtime.report import main as report_main
 from runtime.report.synthetic import SyntheticJournal
-from tests.spark.conftest import WriteJournal
+from tests.spark.conftest import SPARK, WriteJournal
 
-pytestmark = pytest.mark.spark
+pytestmark = SPARK
 
 
 def test_a_short_report_with_defaults_writes_charts_and_summary_into_report(

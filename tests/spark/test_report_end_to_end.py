@@ -38,9 +38,9 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.spark import cluster as standalone
-from tests.spark.conftest import QUICK_JIT, java_missing
+from tests.spark.conftest import QUICK_JIT, SPARK, java_missing
 
-pytestmark = pytest.mark.spark
+pytestmark = SPARK
 RECORDS, PARTITIONS, INSTANCES = 450, 3, "abc"  # 150 records and 3 poisoned per partition
 TREE = "rep_g-rep"
 REPORT_TIMEOUT_S = 300

@@ -28,8 +28,9 @@ from runtime.host.journal import Event, Journal, closed_segments
 from runtime.kernel.clock import FakeClock
 from runtime.report import charts, main, summary
 from runtime.report.synthetic import SyntheticJournal
+from tests.spark.conftest import SPARK
 
-pytestmark = pytest.mark.spark
+pytestmark = SPARK
 
 WriteJournal = Callable[..., Journal]  # the `journal_writer` fixture (conftest.py)
 LOST = ("orders-hook", 3, 11)

@@ -15,8 +15,9 @@ from pyspark.sql import types as T
 
 from runtime.host.journal import Event
 from runtime.report import transforms
+from tests.spark.conftest import SPARK
 
-pytestmark = pytest.mark.spark
+pytestmark = SPARK
 
 SUB, TOPIC, URL = "orders-hook", "orders", "http://hook"
 
