@@ -211,7 +211,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(producer.send_and_wait(topic, b"after the restart",
                                                       partition=0) for topic in topics))
         await until("every subscriber after the restart",
-                    lambda: delivered() - d0 >= args.subscribers)
+                    lambda: delivered() - d0 >= args.subscribers - args.unsubscribes)
         result["restart_delivering_s"] = time.perf_counter() - start
         note(args.tree, "restart:", result)
 
@@ -359,7 +359,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             if args.isolation:
                 await isolation(session, result)
         if args.restart:
-            await restart(topics, want, result)
+            await restart(topics, want - args.unsubscribes * args.partitions, result)
     finally:
         await runtime.stop()
         await producer.stop()

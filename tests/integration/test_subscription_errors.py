@@ -101,7 +101,7 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
             assert [(r["partition"], r["position"]) for r in status["refused_commits"]] == [
                 (0, 30)], status  # type: ignore[attr-defined]
             polling.cancel()
-            assert await compat.leave_group(old)
+            await compat.leave_group(old)  # False when its session ended already (load)
             await asyncio.wait_for(old.stop(), 15)
             for _ in range(300):  # until the member's commit is taken
                 status = (await admin.call("GET", "/broker/subscription/up/g-up"))[1][

@@ -307,7 +307,8 @@ class InstanceMemberActor(Actor):
         for group in groups:
             self._note_refusal(group, refused.get(group))
         self.cursors.committed()
-        self.flush()  # what came in meanwhile
+        if self.seats.retiring:  # a leave or revoke waits for its final positions
+            self.flush()  # else the next fetch turn sends what came in meanwhile
 
     def _note_refusal(self, group: str, reason: str | None) -> None:
         if reason is None:

@@ -302,8 +302,8 @@ class Cursors:
 
     async def retire_now(self, seats: list[Seat]) -> None:
         """The member stops (on its own task, its mailbox closed): drain every cursor,
-        commit what is pending with their final positions, stop them, answer every
-        retirement still under way."""
+        commit what is pending with their final positions, answer every retirement still
+        under way."""
         member, riders = self.member, self.member.roster.riders
         mine = {seat: riders[seat[0]] for seat in seats if seat[0] in riders}
         for retirement in member.seats.retiring.values():
@@ -317,7 +317,9 @@ class Cursors:
             for refusal in refusals:
                 log.warning("%s: final commit of group %s: %s", member.path,
                             refusal.group, refusal.reason)
-        await io.stop_all(_supervised(mine))
+        # not stopped here: their trees stop them next (the runtime's stop), or the next
+        # member's start does (a crash); stopping 40,000 drained cursors one tree after
+        # another ran past the member's stop deadline
         for retirement in list(member.seats.retiring.values()):
             retirement.done()
 

@@ -163,10 +163,12 @@ async def stop_all(cursors: Iterable[tuple[Supervisor, str]]) -> None:
     by_supervisor: dict[Supervisor, list[str]] = defaultdict(list)
     for supervisor, name in cursors:
         by_supervisor[supervisor].append(name)
-    for supervisor, names in by_supervisor.items():
+    async def stop(supervisor: Supervisor, names: list[str]) -> None:
         with contextlib.suppress(ActorDeadError):
             if supervisor.alive:
                 await supervisor.stop_children([n for n in names if supervisor.has_child(n)])
+
+    await asyncio.gather(*(stop(sup, names) for sup, names in by_supervisor.items()))
 
 
 async def stop(number: int, cursors: list[tuple[Supervisor, str]], member: Ref) -> None:

@@ -25,7 +25,9 @@ PREFIX = "hookstream:"
 VERIFY_MS = 2000
 SAMPLE = 64
 """Groups read back per verification round."""
-CLEAN_READS = 3
+CLEAN_READS = 30
+"""Reads in a row that find only this member's commits before a foreign writer is
+forgotten (a minute at `VERIFY_MS`: two deployments that take turns stay reported)."""
 
 
 def mark(instance_group: str) -> str:
