@@ -51,6 +51,7 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
+from actors.delivery.control.overview import Overview, overview, rows_of
 from actors.delivery.control.registry import Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
 from actors.delivery.control.status import (
@@ -85,6 +86,9 @@ CONTROL_START_MS = 600_000
 CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
 """Its stop: the members drain and commit, then the trees."""
 RECENT_ATTEMPTS = 10  # per subscription in its status (the status page's table)
+OVERVIEW_FRESH_MS = 2000
+"""An overview this young is answered again instead of asking every actor anew: any
+number of open status pages and consoles cost one gathering per period."""
 
 __all__ = ["DeliveryControl"]
 
@@ -105,6 +109,9 @@ class DeliveryControl:
         # by subscription key, for the attempts API: written by the outlets (the trees
         # set them), kept across restarts of the trees and of the control actor
         self.attempts: dict[str, AttemptRing] = {}
+        self.origins = Origins()  # the trees' own, from start
+        self._overview: Overview | None = None
+        self._gathering: asyncio.Task[Overview] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
@@ -112,8 +119,8 @@ class DeliveryControl:
         runtime.listen("dead_lettered", self._note_give_up)
         runtime.listen("retry_scheduled", self._note_give_up)
         egress, cluster = runtime.config.egress, runtime.config.cluster
-        origins = Origins(breaker=egress.circuit_breaker,
-                          max_connections=egress.origin_max_connections)
+        origins = self.origins = Origins(breaker=egress.circuit_breaker,
+                                         max_connections=egress.origin_max_connections)
         self.guard = DestinationGuard(egress.allow_networks, egress.deny_networks
                                       if egress.deny_networks is not None else DEFAULT_DENY,
                                       egress.allow_references)
@@ -354,6 +361,15 @@ class DeliveryControl:
         view: dict[str, object] = await self._cluster.ask(ViewAsked(key))
         return view
 
+    async def cluster_overview(self) -> dict[str, object] | None:
+        """The cluster's instances and total lag (`[cluster] status_topic`), else None:
+        the summary's part of the cluster view (its partition owners are per
+        subscription)."""
+        if self._cluster is None:
+            return None
+        view = await self._whole_cluster()
+        return {"instances": view["instances"], "total_lag": view["total_lag"]}
+
     async def _whole_cluster(self) -> dict[str, object]:
         if self._cluster is None:
             raise UsageError("the cluster view runs with [cluster] status_topic only")
@@ -394,6 +410,33 @@ class DeliveryControl:
         """`answer(key)` as plain dicts and lists (the library's `status()`)."""
         shown: dict[str, object] = msgspec.to_builtins(await self.answer(key))
         return shown
+
+    async def overview(self) -> Overview:
+        """Every subscription's row, the totals and the origins (actors/delivery/control/
+        overview.py), gathered at most once per `OVERVIEW_FRESH_MS`: callers meanwhile
+        get the same one, and callers during a gathering wait for it."""
+        clock = self.runtime.clock
+        kept = self._overview
+        if kept is not None and clock.wall_ms() - kept.at < OVERVIEW_FRESH_MS:
+            return kept
+        if self._gathering is None or self._gathering.done():
+            self._gathering = asyncio.get_running_loop().create_task(self._gather())
+        # shielded: a caller that goes away does not cancel the others' gathering
+        return await asyncio.shield(self._gathering)
+
+    async def _gather(self) -> Overview:
+        registry = self._registry()
+        if registry is None:
+            raise ActorDeadError("the delivery control plane is restarting")
+        trees = {key: tree for key in list(registry.statuses)
+                 if (tree := self._running_tree(key)) is not None}
+        shown = await lives(trees, self.runtime.clock)
+        clock = self.runtime.clock
+        now_mono, now_wall = clock.monotonic_ms(), clock.wall_ms()
+        gathered = overview(now_wall, rows_of(registry.consumers, registry.statuses, shown),
+                            [origin.status(now_mono, now_wall) for origin in self.origins])
+        self._overview = gathered
+        return gathered
 
     def summary(self) -> str:
         """For the runtime's stop line: subscriptions and what they delivered this run."""
