@@ -54,10 +54,13 @@ async def test_the_page_shows_a_subscription_and_its_pause_button_pauses_it(
             await receiver.wait_for(lambda: len(receiver.delivered()) == 12)
             async with Browser(chromium) as browser:
                 await browser.goto(runtime.admin.url + "/")
-                row = "document.querySelector('section.sub[data-key=\"page_g-page\"]')"
-                await browser.wait_for(f"{row} && {row}.querySelectorAll('td.lag').length == 2")
+                row = "document.querySelector('tr.sub[data-key=\"page_g-page\"]')"
+                await browser.wait_for(f"{row} && {row}.querySelector('td.lag').textContent == '0'")
+                await browser.evaluate(f"{row}.querySelector('td.name').click()")
+                card = "document.querySelector('td.details[data-key=\"page_g-page\"]')"
+                await browser.wait_for(f"{card} && {card}.querySelectorAll('td.lag').length == 2")
                 lags = await browser.evaluate(
-                    f"[...{row}.querySelectorAll('td.lag')].map(td => td.textContent)")
+                    f"[...{card}.querySelectorAll('td.lag')].map(td => td.textContent)")
                 assert lags == ["0", "0"]
                 assert await browser.evaluate(f"{row}.querySelector('.state').textContent") \
                     == "running"
@@ -65,10 +68,13 @@ async def test_the_page_shows_a_subscription_and_its_pause_button_pauses_it(
                 png = await browser.screenshot(shot)
                 assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
                 keep_screenshot(shot)
-                await browser.evaluate(f"{row}.querySelector('button.pause').click()")
+                await browser.evaluate(f"{card}.querySelector('button.pause').click()")
                 await browser.wait_for(
                     f"{row} && {row}.querySelector('.state').textContent == 'paused'")
                 assert runtime.service("delivery").status["page_g-page"].state == "paused"
+                # a stopped subscription counted nothing: "-", not 0
+                assert await browser.evaluate(f"{row}.querySelector('td.lag').textContent") \
+                    == "-"
     finally:
         await receiver.stop()
 
@@ -91,7 +97,10 @@ async def test_the_cluster_panel_shows_each_instance_and_the_owner_of_each_parti
                                                   fast_group=fast_group_kwargs))
             async with Browser(chromium) as browser:
                 await browser.goto(b.admin.url + "/")
-                owners = "[...document.querySelectorAll('#cluster td.owner')]"
+                row = "document.querySelector('tr.sub[data-key=\"cv_g-cv\"]')"
+                await browser.wait_for(f"!!{row}", timeout_s=60)
+                await browser.evaluate(f"{row}.querySelector('td.name').click()")
+                owners = "[...document.querySelectorAll('td.details table.owners td.owner')]"
                 await browser.wait_for(
                     f"!document.getElementById('cluster').hidden && {owners}.length == 2 && "
                     f"new Set({owners}.map(td => td.textContent)).size == 2", timeout_s=60)
@@ -176,7 +185,10 @@ async def test_the_page_shows_attempts_and_charts_and_looks_a_record_up(
             await receiver.wait_for(lambda: len(receiver.delivered()) == 5)
             async with Browser(chromium) as browser:
                 await browser.goto(runtime.admin.url + "/")
-                row = "document.querySelector('section.sub[data-key=\"look_g-look\"]')"
+                line = "document.querySelector('tr.sub[data-key=\"look_g-look\"]')"
+                await browser.wait_for(f"!!{line}")
+                await browser.evaluate(f"{line}.querySelector('td.name').click()")
+                row = "document.querySelector('td.details[data-key=\"look_g-look\"]')"
                 await browser.wait_for(f"{row} && {row}.querySelectorAll('tr.attempt').length == 7")
                 statuses = await browser.evaluate(
                     f"[...{row}.querySelectorAll('tr.attempt td.status')].map(t => t.textContent)")
@@ -218,9 +230,12 @@ async def test_an_in_process_subscription_shows_its_handler_and_no_buttons(
             await runtime.consume("inproc", record_it, topics=[topic], properties=properties), \
             Browser(chromium) as browser:
         await browser.goto(runtime.admin.url + "/")
-        row = "document.querySelector('section.sub[data-key=\"record_it_inproc\"]')"
-        await browser.wait_for(f"!!({row} && {row}.querySelector('.row .muted'))")
-        target = await browser.evaluate(f"{row}.querySelector('.row .muted').textContent")
+        line = "document.querySelector('tr.sub[data-key=\"record_it_inproc\"]')"
+        await browser.wait_for(f"!!{line}")
+        await browser.evaluate(f"{line}.querySelector('td.name').click()")
+        row = "document.querySelector('td.details[data-key=\"record_it_inproc\"]')"
+        await browser.wait_for(f"!!({row} && {row}.querySelector('.target'))")
+        target = await browser.evaluate(f"{row}.querySelector('.target').textContent")
         assert target.startswith("handler tests.browser.test_status_page.")
         assert target.endswith(".<locals>.record_it")
         assert await browser.evaluate(f"{row}.querySelectorAll('button').length") == 0
