@@ -63,6 +63,8 @@ PAGE: Final = """<!doctype html>
   th { font-weight: 600; background: #f6f8fa; }
   th.l, td.l { text-align: left; }
   td.endpoint { max-width: 280px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  tr.sub td { white-space: nowrap; } tr.sub td .muted { white-space: normal; font-size: 12px; }
+  td.topics { max-width: 200px; overflow: hidden; text-overflow: ellipsis; }
   tr.sub:hover { background: #f6f8fa; } tr.sub.open { background: #ddf4ff; }
   tr.sub td.name { font-weight: 600; cursor: pointer; }
   td.details { background: #fbfcfd; text-align: left; padding: 8px 14px 14px; }
@@ -115,7 +117,7 @@ PAGE: Final = """<!doctype html>
 </div>
 <table id="subscriptions"><thead><tr><th class="l">subscription</th><th class="l">state</th>
 <th class="l">endpoint</th><th class="l">topics</th><th>lag</th><th>delivered</th>
-<th>failed attempts</th><th>dead-lettered</th><th>error rate</th><th>last status</th>
+<th>failed attempts</th><th>dead-lettered</th><th>oldest pending</th><th>partitions</th>
 <th class="l">breaker</th></tr></thead><tbody id="rows"></tbody></table>
 </div>
 <form id="lookup" class="panel"><b>What happened to a record?</b>
@@ -246,7 +248,7 @@ function totalsView(t) {
     title: "show only these", onclick: () => setFilter(key)},
     el("span", {"class": "why " + key}, label + " " + t.attention[key])));
   $("totals").replaceChildren(
-    el("span", {}, el("b", {id: "total-subscriptions"}, t.subscriptions), " subscriptions"),
+    el("span", {}, el("b", {id: "total-subscriptions"}, t.subscriptions), t.subscriptions === 1 ? " subscription" : " subscriptions"),
     ...states,
     el("a", {"class": "filter" + (t.needing_attention ? " some" : ""), onclick: () => setFilter("attention")},
       el("span", {"class": "why failing", id: "total-attention"}, t.needing_attention + " need attention")),
@@ -304,10 +306,10 @@ function rowsView(items) {
           el("span", {"class": "why " + a}, WHY[a])),
         r.reason ? el("div", {"class": "muted"}, r.reason) : ""),
       el("td", {"class": "l endpoint", title: r.endpoint}, r.endpoint),
-      el("td", {"class": "l"}, r.topics.join(", ")),
+      el("td", {"class": "l topics", title: r.topics.join(", ")}, r.topics.join(", ")),
       el("td", {"class": "lag"}, dash(r.lag)), el("td", {}, dash(r.delivered)),
       el("td", {}, dash(r.failed_attempts)), el("td", {}, dash(r.dead_lettered)),
-      el("td", {}, pct(r.error_rate)), el("td", {"title": r.last_error || ""}, dash(r.last_status)),
+      el("td", {}, ago(r.oldest_pending_ms)), el("td", {}, r.partitions),
       el("td", {"class": "l"}, r.breaker ? el("span", {"class": "state " + r.breaker}, r.breaker) : "-")));
     if (open) rows.push(el("tr", {"class": "details-row"}, open.cell));
   }

@@ -64,7 +64,7 @@ async def test_the_summary_counts_every_subscription_and_shows_the_failing_ones_
             assert [r["key"] for r in rows] == ["broken_g-broken", "gamma_g-gamma",
                                                 "alpha_g-alpha", "beta_g-beta"]
             assert rows[0]["attention"] == ["failing", "breaker_open"]
-            assert rows[0]["breaker"] == "open" and rows[0]["last_status"] == 500
+            assert rows[0]["breaker"] == "open" and rows[0]["delivered"] == 0
             assert rows[1]["attention"] == ["paused"] and rows[1]["delivered"] is None
             assert rows[2]["attention"] == [] and rows[2]["delivered"] == 5
             totals = first["totals"]

@@ -12,12 +12,14 @@
   narrowed to those with `q` in their id, group, a topic, endpoint or state, in `state`
   (a state or a reason for attention: `failing`, `breaker_open`, `stalled`, `lagging`,
   `paused`) or, with `attention=true`, needing attention; `matched` counts them;
-- `runtime`: readiness (`ready`, the first `REASONS_SHOWN` reasons, `reasons_total`) and
-  the version; `cluster`: the instances and the total lag, with `[cluster]
+- `runtime`: readiness (`ready`, the first `REASONS_SHOWN` reasons, `reasons_total`) by
+  `/readyz`'s rules but read, not asked (a stall: a record pending for `[delivery]
+  stall_after_ms`), and the version; `cluster`: the instances and the total lag, with `[cluster]
   status_topic`.
 
-The rows are gathered at most every `OVERVIEW_FRESH_MS` (actors/delivery/control/
-service.py): open pages and consoles share one gathering. One subscription's details
+The rows are read from the registry, the metric series and the origins, no actor asked,
+at most every `OVERVIEW_FRESH_MS` (actors/delivery/control/service.py): open pages and
+consoles share one gathering. One subscription's details
 (partitions, attempts, charts) stay at `GET /broker/subscription/{id}/{groupId}`.
 """
 
@@ -30,13 +32,20 @@ import msgspec
 from aiohttp import web
 
 from actors.delivery.api.subscriptions import answering
-from actors.delivery.control.overview import ATTENTION, DEFAULT_LIMIT, MAX_LIMIT, select
+from actors.delivery.control.overview import (
+    ATTENTION,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Overview,
+    select,
+)
 from actors.delivery.control.service import DeliveryControl
 from actors.delivery.control.status import State
 from actors.delivery.errors import InvalidSubscription
 from runtime.host.admin import ok
 from runtime.host.jsonbody import JSONObject
 from runtime.host.openapi import OPENAPI, OpenApi, errors, json_answer, success
+from runtime.host.service import readiness_of
 
 PATH: Final = "/broker/summary"
 REASONS_SHOWN: Final = 5
@@ -56,22 +65,29 @@ class SummaryRoutes:
 
     async def get_summary(self, request: web.Request) -> web.Response:
         text, state, attention, offset, limit = parse_query(request.query)
-        view = await self.service.overview()
+        view = self.service.overview()
         page = select(view, text=text, state=state, attention=attention, offset=offset,
                       limit=limit)
         answer: dict[str, object] = msgspec.to_builtins(page)
-        answer["runtime"] = await self._readiness(view.at)
+        answer["runtime"] = await self._readiness(view)
         answer["cluster"] = await self.service.cluster_overview()
         return ok(answer)
 
-    async def _readiness(self, at: int) -> dict[str, object]:
-        """The runtime's readiness, asked once per overview (it asks every partition)."""
-        if self._ready is None or self._ready[0] != at:
+    async def _readiness(self, view: Overview) -> dict[str, object]:
+        """/readyz's rules without asking any actor: the brokers the runtime probes, the
+        other services' own readiness, the delivery service's read from the overview."""
+        if self._ready is None or self._ready[0] != view.at:
             from runtime.host.app import VERSION
 
-            reasons = await self.service.runtime.readiness()
-            self._ready = at, {"ready": not reasons, "reasons": reasons[:REASONS_SHOWN],
-                               "reasons_total": len(reasons), "version": VERSION}
+            runtime = self.service.runtime
+            reasons = [f"broker {name!r} unreachable: {why}"
+                       for name, why in sorted(runtime.probe.problems.items())]
+            for service in runtime.services.values():
+                if service is not self.service:
+                    reasons += await readiness_of(service)
+            reasons += self.service.overview_readiness(view)
+            self._ready = view.at, {"ready": not reasons, "reasons": reasons[:REASONS_SHOWN],
+                                    "reasons_total": len(reasons), "version": VERSION}
         return self._ready[1]
 
     def __repr__(self) -> str:

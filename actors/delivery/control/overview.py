@@ -1,51 +1,67 @@
 """The overview of every subscription at once, for the status page and `hookstream status`
 (`GET /broker/summary`, actors/delivery/api/summary.py): one small row per subscription,
 totals, the origins with their circuit breakers, and the rows that need attention first.
-Pure: the control service (actors/delivery/control/service.py, `overview`) gathers what
-the registry and the running trees show and hands it here; `select` pages and searches.
+The control service (actors/delivery/control/service.py, `overview`) gathers it; `select`
+pages and searches it.
 
 Why a summary and not the list plus one status per subscription: with 10,000
 subscriptions the page fetched 10,000 statuses (each with its charts and attempts) every
 refresh. A row here is a few hundred bytes, a page of rows a few tens of kilobytes, and
 the totals are counted on the server.
 
+Gathered without asking any actor: asking each of 10,000 trees (partitions, outlet,
+rider) costs a message and a reply each, tens of thousands per refresh. A row is read
+from what is published to be read: the registry's state (actors/delivery/control/
+registry.py), the partition actors' metric series (`measured`: delivered, failed
+attempts, dead letters, lag, the age of the oldest pending record; a stopped
+subscription has none, and shows `null`), and the origins' breakers (read-only, by
+design: actors/delivery/egress/origin.py). One subscription's full status (its
+endpoint's last answers, partitions, attempts) is `GET /broker/subscription/{id}/{groupId}`.
+
 Attention, most urgent first (`ATTENTION`): `failing` (it does not run: `failed`,
-`waiting_for_broker`, or `disabled` by a 410; or its endpoint's latest answers failed:
-the last one and at least half of the health window), `breaker_open` (its origin's
-breaker is open or probing), `stalled` (a partition's commit position stopped moving for
-`[delivery] stall_after_ms`), `lagging` (at least `LAGGING_RECORDS` records behind),
-`paused` (on purpose, but worth seeing). A row may have several; it sorts by its most
-urgent one, then by key.
+`waiting_for_broker`, or `disabled` by a 410; or its latest attempts failed: `Outcomes`
+says so from how its counters moved), `breaker_open` (its origin's breaker is open or
+probing), `stalled` (a record has been pending for `[delivery] stall_after_ms` or
+longer), `lagging` (at least `LAGGING_RECORDS` records behind), `paused` (on purpose, but
+worth seeing). A row may have several; it sorts by its most urgent one, then by key.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 
-from actors.delivery.control.status import Live, SubscriptionStatus
+from actors.delivery.control.status import STOPPED, SubscriptionStatus
 from actors.delivery.document.subscription import Consumer, redact_uri
+from actors.delivery.egress.origin import origin_of
 from actors.delivery.egress.status import OriginStatus
+from runtime.host.metrics import Labels, Registry
 
 ATTENTION: Final = ("failing", "breaker_open", "stalled", "lagging", "paused")
 """Why a subscription needs attention, most urgent first."""
 LAGGING_RECORDS: Final = 1000
 """A subscription this many records behind (all its partitions) is `lagging`."""
 TEXT_CHARS: Final = 160
-"""Reasons and errors are cut to this many characters in a row (the details have them
-whole)."""
+"""Reasons are cut to this many characters in a row (the details have them whole)."""
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
 ORIGINS_SHOWN: Final = 20
 """Origins in a summary: those with a breaker not closed or a throttle first."""
+COUNTERS: Final = {"delivered": "hookstream_delivered_total",
+                   "failed_attempts": "hookstream_failed_attempts_total",
+                   "dead_lettered": "hookstream_dead_lettered_total"}
+LAG: Final = "hookstream_lag"
+OLDEST: Final = "hookstream_oldest_pending_seconds"
+"""The partition actors' series (actors/delivery/path/partition.py) a row reads."""
 
 
 class Row(msgspec.Struct, frozen=True, kw_only=True):
-    """One subscription in the summary. Counters are None (`null`) while it does not run:
-    nothing counted is not zero counted."""
+    """One subscription in the summary. Counters are None (`null`) while it does not run
+    here: nothing counted is not zero counted."""
 
     key: str
     id: str
@@ -58,13 +74,10 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     in_process: bool = False
     partitions: int = 0
     lag: int | None = None
-    stalled: int = 0
+    oldest_pending_ms: int | None = None
     delivered: int | None = None
     failed_attempts: int | None = None
     dead_lettered: int | None = None
-    error_rate: float | None = None
-    last_status: int | None = None
-    last_error: str | None = None
     origin: str | None = None
     breaker: str | None = None
 
@@ -115,53 +128,123 @@ class Page(msgspec.Struct, frozen=True, kw_only=True):
     items: list[Row]
 
 
-def row_of(consumer: Consumer, status: SubscriptionStatus, shown: Live) -> Row:
-    """The row of one subscription from its document, its life and what its running tree
-    showed (nothing, when it does not run)."""
+@dataclass(slots=True)
+class Measured:
+    """A subscription's partition series, summed over its partitions here."""
+
+    partitions: int = 0
+    delivered: float = 0.0
+    failed_attempts: float = 0.0
+    dead_lettered: float = 0.0
+    lag: float = 0.0
+    oldest_s: float = 0.0  # the oldest of its partitions'
+
+
+def measured(metrics: Registry) -> dict[str, Measured]:
+    """By subscription key, what its partition actors' metric series say (one pass over
+    each family: no actor is asked)."""
+    found: dict[str, Measured] = {}
+    for key, value in metrics.gauge(LAG, "").children.items():
+        entry = found.setdefault(_subscription(key), Measured())
+        entry.partitions += 1
+        entry.lag += value.value
+    for key, value in metrics.gauge(OLDEST, "").children.items():
+        entry = found.setdefault(_subscription(key), Measured())
+        entry.oldest_s = max(entry.oldest_s, value.value)
+    for field, name in COUNTERS.items():
+        for key, value in metrics.counter(name, "").children.items():
+            entry = found.setdefault(_subscription(key), Measured())
+            setattr(entry, field, getattr(entry, field) + value.value)
+    return found
+
+
+def _subscription(labels: Labels) -> str:
+    return next((value for name, value in labels if name == "subscription"), "")
+
+
+class Outcomes:
+    """Whether each subscription's latest attempts failed, from how its counters moved
+    since the last gathering: more failed attempts than deliveries, failing; deliveries
+    at least as many (and some), not; no move, as before. A subscription seen for the
+    first time fails when it has failed attempts and no delivery. Owned by the one
+    gatherer (the control service's `overview`)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, float, bool]] = {}
+
+    def failing(self, key: str, delivered: float, failed: float) -> bool:
+        before = self._seen.get(key)
+        grew_ok, grew_failed = ((delivered - before[0], failed - before[1])
+                                if before is not None else (-1.0, -1.0))
+        if grew_ok < 0 or grew_failed < 0:  # first seen, or its counters started anew
+            now = failed > 0 and delivered == 0
+        elif grew_failed > grew_ok:
+            now = True
+        elif grew_ok > 0:
+            now = False
+        else:
+            now = before[2] if before is not None else False
+        self._seen[key] = (delivered, failed, now)
+        return now
+
+    def keep(self, keys: Iterable[str]) -> None:
+        """Forget subscriptions not in `keys` (unsubscribed, or stopped here)."""
+        kept = set(keys)
+        for key in [k for k in self._seen if k not in kept]:
+            del self._seen[key]
+
+
+def row_of(consumer: Consumer, status: SubscriptionStatus, shown: Measured | None,
+           breakers: Mapping[str, str], failing: bool, stall_after_ms: int) -> Row:
+    """The row of one subscription from its document, its life, its series (None when it
+    reads no partition here) and the breaker states by origin (enabled ones only)."""
     http, method = consumer.http, consumer.subscriptionMethod
     endpoint = redact_uri(http.uri) if http is not None else \
         f"handler {getattr(method, 'handler', '?')}"
-    lags = [p.lag for p in shown.partitions if p.lag is not None]
-    health, counters = shown.endpoint, shown.counters
-    origin = health.origin if health is not None else None
+    origin = origin_of(http.uri) if http is not None else None
     row = Row(
         key=consumer.key, id=consumer.id, group=consumer.group_id,
         topics=[t.name or f"/{t.pattern}/" for t in consumer.topics],
         endpoint=endpoint, state=status.state, reason=_cut(status.reason),
-        in_process=status.in_process, partitions=len(shown.partitions),
-        lag=sum(lags) if lags else None,
-        stalled=sum(p.stalled_for_ms is not None for p in shown.partitions),
-        delivered=counters.delivered if counters else None,
-        failed_attempts=counters.failed_attempts if counters else None,
-        dead_lettered=counters.dead_lettered if counters else None,
-        error_rate=health.error_rate if health else None,
-        last_status=health.last_status if health else None,
-        last_error=_cut(health.last_error) if health and health.last_error else None,
-        origin=origin.origin if origin else None,
-        breaker=origin.breaker if origin else None)
-    return msgspec.structs.replace(row, attention=attention_of(row, _endpoint_failing(shown)))
+        in_process=status.in_process,
+        partitions=shown.partitions if shown else 0,
+        lag=int(shown.lag) if shown and shown.partitions else None,
+        oldest_pending_ms=int(shown.oldest_s * 1000) if shown and shown.partitions else None,
+        delivered=int(shown.delivered) if shown else None,
+        failed_attempts=int(shown.failed_attempts) if shown else None,
+        dead_lettered=int(shown.dead_lettered) if shown else None,
+        origin=origin, breaker=breakers.get(origin) if origin else None)
+    return msgspec.structs.replace(row, attention=attention_of(row, failing, stall_after_ms))
 
 
-def _endpoint_failing(shown: Live) -> bool:
-    """The endpoint's last answer failed and so did at least half of its window (what the
-    outlet's `EndpointHealth.failing` says, from its status)."""
-    health = shown.endpoint
-    if health is None or health.error_rate < 0.5 or not health.recent_failures:
-        return False
-    return health.last_status is None or not 200 <= health.last_status < 300
-
-
-def attention_of(row: Row, endpoint_failing: bool) -> list[str]:
+def attention_of(row: Row, failing: bool, stall_after_ms: int) -> list[str]:
     """Why `row` needs attention, most urgent first (see the module docstring)."""
     reasons = {
-        "failing": row.state in ("failed", "waiting_for_broker", "disabled")
-        or endpoint_failing,
+        "failing": row.state in ("failed", "waiting_for_broker", "disabled") or failing,
         "breaker_open": row.breaker in ("open", "half_open"),
-        "stalled": row.stalled > 0,
+        "stalled": row.oldest_pending_ms is not None
+        and row.oldest_pending_ms >= stall_after_ms,
         "lagging": row.lag is not None and row.lag >= LAGGING_RECORDS,
         "paused": row.state == "paused",
     }
     return [name for name in ATTENTION if reasons[name]]
+
+
+def rows_of(consumers: Mapping[str, Consumer], statuses: Mapping[str, SubscriptionStatus],
+            series: Mapping[str, Measured], origins: Iterable[OriginStatus],
+            outcomes: Outcomes, stall_after_ms: int) -> list[Row]:
+    """A row per subscription the registry knows (one unsubscribed meanwhile: none)."""
+    breakers = {o.origin: o.breaker for o in origins if o.breaker_enabled}
+    rows = []
+    for key, consumer in consumers.items():
+        status, shown = statuses.get(key), series.get(key)
+        if status is None:
+            continue
+        failing = shown is not None and outcomes.failing(key, shown.delivered,
+                                                         shown.failed_attempts)
+        rows.append(row_of(consumer, status, shown, breakers, failing, stall_after_ms))
+    outcomes.keep(series)
+    return rows
 
 
 def urgency(row: Row) -> tuple[int, str]:
@@ -191,6 +274,26 @@ def totals_of(rows: list[Row]) -> Totals:
         dead_lettered=sum(row.dead_lettered or 0 for row in rows))
 
 
+def readiness(rows: Iterable[Row], stall_after_ms: int) -> list[str]:
+    """Why the delivery service is not ready, read from the rows by the rules of its
+    `readiness` (actors/delivery/control/service.py), a stall being a record pending for
+    `stall_after_ms` (readiness proper asks each partition whether its commit position
+    moved)."""
+    reasons = []
+    for row in sorted(rows, key=lambda r: r.key):
+        if row.state in STOPPED:
+            continue
+        if row.state != "running":
+            reasons.append(f"subscription {row.key} is {row.state}"
+                           + (f": {row.reason}" if row.reason else ""))
+        elif not row.partitions:
+            reasons.append(f"subscription {row.key} has no partitions assigned yet")
+        elif "stalled" in row.attention:
+            reasons.append(f"subscription {row.key} stalled: a record pending for over "
+                           f"{stall_after_ms // 1000} s")
+    return reasons
+
+
 def select(view: Overview, *, text: str = "", state: str = "", attention: bool = False,
            offset: int = 0, limit: int = DEFAULT_LIMIT) -> Page:
     """One page of the rows that match: `text` in a row's id, group, topic, endpoint or
@@ -203,14 +306,6 @@ def select(view: Overview, *, text: str = "", state: str = "", attention: bool =
     return Page(at=view.at, totals=view.totals, origins=view.origins,
                 origins_total=view.origins_total, matched=len(chosen), offset=offset,
                 limit=limit, items=chosen[offset:offset + limit])
-
-
-def rows_of(consumers: Mapping[str, Consumer], statuses: Mapping[str, SubscriptionStatus],
-            lives: Mapping[str, Live]) -> list[Row]:
-    """A row per subscription the registry knows (one unsubscribed meanwhile: none)."""
-    empty = Live()
-    return [row_of(consumer, statuses[key], lives.get(key, empty))
-            for key, consumer in consumers.items() if key in statuses]
 
 
 def _cut(text: str) -> str:

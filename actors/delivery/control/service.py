@@ -51,7 +51,8 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
-from actors.delivery.control.overview import Overview, overview, rows_of
+from actors.delivery.control.overview import Outcomes, Overview, measured, overview, rows_of
+from actors.delivery.control.overview import readiness as overview_readiness
 from actors.delivery.control.registry import Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
 from actors.delivery.control.status import (
@@ -111,7 +112,7 @@ class DeliveryControl:
         self.attempts: dict[str, AttemptRing] = {}
         self.origins = Origins()  # the trees' own, from start
         self._overview: Overview | None = None
-        self._gathering: asyncio.Task[Overview] | None = None
+        self._outcomes = Outcomes()  # the overview's: whether each one's attempts fail
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
@@ -411,32 +412,34 @@ class DeliveryControl:
         shown: dict[str, object] = msgspec.to_builtins(await self.answer(key))
         return shown
 
-    async def overview(self) -> Overview:
+    def overview(self) -> Overview:
         """Every subscription's row, the totals and the origins (actors/delivery/control/
         overview.py), gathered at most once per `OVERVIEW_FRESH_MS`: callers meanwhile
-        get the same one, and callers during a gathering wait for it."""
-        clock = self.runtime.clock
+        get the same one."""
         kept = self._overview
-        if kept is not None and clock.wall_ms() - kept.at < OVERVIEW_FRESH_MS:
+        if kept is not None and self.runtime.clock.wall_ms() - kept.at < OVERVIEW_FRESH_MS:
             return kept
-        if self._gathering is None or self._gathering.done():
-            self._gathering = asyncio.get_running_loop().create_task(self._gather())
-        # shielded: a caller that goes away does not cancel the others' gathering
-        return await asyncio.shield(self._gathering)
+        return self._gather()
 
-    async def _gather(self) -> Overview:
+    def _gather(self) -> Overview:
+        """Read, not asked (actors/delivery/control/overview.py says why and from where)."""
         registry = self._registry()
         if registry is None:
             raise ActorDeadError("the delivery control plane is restarting")
-        trees = {key: tree for key in list(registry.statuses)
-                 if (tree := self._running_tree(key)) is not None}
-        shown = await lives(trees, self.runtime.clock)
-        clock = self.runtime.clock
+        clock, runtime = self.runtime.clock, self.runtime
         now_mono, now_wall = clock.monotonic_ms(), clock.wall_ms()
-        gathered = overview(now_wall, rows_of(registry.consumers, registry.statuses, shown),
-                            [origin.status(now_mono, now_wall) for origin in self.origins])
+        origins = [origin.status(now_mono, now_wall) for origin in self.origins]
+        rows = rows_of(registry.consumers, registry.statuses, measured(runtime.metrics),
+                       origins, self._outcomes, runtime.config.delivery.stall_after_ms)
+        gathered = overview(now_wall, rows, origins)
         self._overview = gathered
         return gathered
+
+    def overview_readiness(self, view: Overview) -> list[str]:
+        """`readiness` read from an overview: no actor asked (the status page's badge)."""
+        reasons = [f"cluster: {problem}" for problem in self._cluster_problems() if problem]
+        return reasons + overview_readiness(view.rows,
+                                            self.runtime.config.delivery.stall_after_ms)
 
     def summary(self) -> str:
         """For the runtime's stop line: subscriptions and what they delivered this run."""
