@@ -144,3 +144,21 @@ def test_select_searches_id_group_topic_endpoint_and_state_and_pages() -> None:
     assert select(view, state="paused").matched == 0
     page = select(view, offset=1, limit=1)
     assert [r.key for r in page.items] == ["a2_g"] and page.matched == 3
+
+
+def test_rows_are_built_again_only_when_what_they_show_changed() -> None:
+    from actors.delivery.control.overview import Rows
+
+    consumers = {c.key: c for c in (consumer("a"), consumer("b"))}
+    statuses = {k: status() for k in consumers}
+    rows = Rows()
+    first = rows.gather(consumers, statuses, {"a_g": series(), "b_g": series()}, [],
+                        STALL_MS)
+    again = rows.gather(consumers, statuses, {"a_g": series(), "b_g": series(lag=5)}, [],
+                        STALL_MS)
+    assert again[0] is first[0]  # a: nothing moved
+    assert again[1] is not first[1] and again[1].lag == 5
+    statuses["a_g"] = status("paused")  # the registry replaces a changed status
+    paused = rows.gather(consumers, statuses, {"b_g": series(lag=5)}, [], STALL_MS)
+    assert paused[0].state == "paused" and paused[0].delivered is None
+    assert paused[1] is again[1]

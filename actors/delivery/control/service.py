@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,7 +52,7 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
-from actors.delivery.control.overview import Outcomes, Overview, measured, overview, rows_of
+from actors.delivery.control.overview import Overview, Rows, measured, overview
 from actors.delivery.control.overview import readiness as overview_readiness
 from actors.delivery.control.registry import Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
@@ -88,8 +89,11 @@ CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
 """Its stop: the members drain and commit, then the trees."""
 RECENT_ATTEMPTS = 10  # per subscription in its status (the status page's table)
 OVERVIEW_FRESH_MS = 2000
-"""An overview this young is answered again instead of asking every actor anew: any
-number of open status pages and consoles cost one gathering per period."""
+"""An overview this young is answered again instead of gathered anew: any number of open
+status pages and consoles cost one gathering per period."""
+OVERVIEW_CPU_SHARE = 0.01
+"""At most this share of a core for overviews: one that took 50 ms to gather (10,000
+subscriptions) is kept 5 s, longer than `OVERVIEW_FRESH_MS`."""
 
 __all__ = ["DeliveryControl"]
 
@@ -112,7 +116,8 @@ class DeliveryControl:
         self.attempts: dict[str, AttemptRing] = {}
         self.origins = Origins()  # the trees' own, from start
         self._overview: Overview | None = None
-        self._outcomes = Outcomes()  # the overview's: whether each one's attempts fail
+        self._rows = Rows()  # the overview's, each built again when it changed
+        self._overview_fresh_ms = OVERVIEW_FRESH_MS
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
@@ -414,12 +419,18 @@ class DeliveryControl:
 
     def overview(self) -> Overview:
         """Every subscription's row, the totals and the origins (actors/delivery/control/
-        overview.py), gathered at most once per `OVERVIEW_FRESH_MS`: callers meanwhile
-        get the same one."""
+        overview.py), gathered at most once per `OVERVIEW_FRESH_MS`, or less often when a
+        gathering costs more than `OVERVIEW_CPU_SHARE` of that: callers meanwhile get the
+        same one."""
         kept = self._overview
-        if kept is not None and self.runtime.clock.wall_ms() - kept.at < OVERVIEW_FRESH_MS:
+        if kept is not None and \
+                self.runtime.clock.wall_ms() - kept.at < self._overview_fresh_ms:
             return kept
-        return self._gather()
+        began = time.process_time()
+        gathered = self._gather()
+        spent_ms = (time.process_time() - began) * 1000
+        self._overview_fresh_ms = max(OVERVIEW_FRESH_MS, int(spent_ms / OVERVIEW_CPU_SHARE))
+        return gathered
 
     def _gather(self) -> Overview:
         """Read, not asked (actors/delivery/control/overview.py says why and from where)."""
@@ -429,8 +440,9 @@ class DeliveryControl:
         clock, runtime = self.runtime.clock, self.runtime
         now_mono, now_wall = clock.monotonic_ms(), clock.wall_ms()
         origins = [origin.status(now_mono, now_wall) for origin in self.origins]
-        rows = rows_of(registry.consumers, registry.statuses, measured(runtime.metrics),
-                       origins, self._outcomes, runtime.config.delivery.stall_after_ms)
+        rows = self._rows.gather(registry.consumers, registry.statuses,
+                                 measured(runtime.metrics), origins,
+                                 runtime.config.delivery.stall_after_ms)
         gathered = overview(now_wall, rows, origins)
         self._overview = gathered
         return gathered
