@@ -41,7 +41,7 @@ PAGE: Final = """<!doctype html>
            align-items: baseline; flex-wrap: wrap; }
   header h1 { font-size: 18px; margin: 0; }
   header .ready { font-weight: 600; }
-  main { padding: 14px 20px; max-width: 1400px; }
+  main { padding: 14px 20px; }
   h2 { font-size: 15px; margin: 16px 0 6px; }
   .panel { background: #fff; border: 1px solid var(--line); border-radius: 6px;
            padding: 8px 14px; margin-bottom: 12px; }
@@ -60,9 +60,9 @@ PAGE: Final = """<!doctype html>
   .muted { color: var(--muted); }
   table { border-collapse: collapse; width: 100%; }
   th, td { text-align: right; padding: 3px 8px; border-bottom: 1px solid var(--line); }
-  th { font-weight: 600; background: #f6f8fa; }
+  th { font-weight: 600; background: #f6f8fa; white-space: nowrap; }
   th.l, td.l { text-align: left; }
-  td.endpoint { max-width: 280px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  td.endpoint { max-width: 240px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   tr.sub td { white-space: nowrap; } tr.sub td .muted { white-space: normal; font-size: 12px; }
   td.topics { max-width: 200px; overflow: hidden; text-overflow: ellipsis; }
   tr.sub:hover { background: #f6f8fa; } tr.sub.open { background: #ddf4ff; }
@@ -117,7 +117,8 @@ PAGE: Final = """<!doctype html>
 </div>
 <table id="subscriptions"><thead><tr><th class="l">subscription</th><th class="l">state</th>
 <th class="l">endpoint</th><th class="l">topics</th><th>lag</th><th>delivered</th>
-<th>failed attempts</th><th>dead-lettered</th><th>oldest pending</th><th>partitions</th>
+<th title="failed attempts">failed</th><th title="dead-lettered">dead</th>
+<th title="the oldest record not finished">oldest</th><th title="partitions read here">parts</th>
 <th class="l">breaker</th></tr></thead><tbody id="rows"></tbody></table>
 </div>
 <form id="lookup" class="panel"><b>What happened to a record?</b>
