@@ -44,7 +44,7 @@ PAGE: Final = """<!doctype html>
   main { padding: 14px 20px; }
   h2 { font-size: 15px; margin: 16px 0 6px; }
   .panel { background: #fff; border: 1px solid var(--line); border-radius: 6px;
-           padding: 8px 14px; margin-bottom: 12px; }
+           padding: 8px 14px; margin-bottom: 12px; overflow-x: auto; }
   .totals { display: flex; gap: 8px 18px; flex-wrap: wrap; align-items: baseline; }
   .totals b { font-size: 16px; }
   .state, .why { padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
@@ -59,10 +59,10 @@ PAGE: Final = """<!doctype html>
   a.filter .why { opacity: 0.35; } a.filter.some .why { opacity: 1; }
   .muted { color: var(--muted); }
   table { border-collapse: collapse; width: 100%; }
-  th, td { text-align: right; padding: 3px 8px; border-bottom: 1px solid var(--line); }
+  th, td { text-align: right; padding: 3px 6px; border-bottom: 1px solid var(--line); }
   th { font-weight: 600; background: #f6f8fa; white-space: nowrap; }
   th.l, td.l { text-align: left; }
-  td.endpoint { max-width: 240px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  td.endpoint { max-width: 220px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   tr.sub td { white-space: nowrap; } tr.sub td .muted { white-space: normal; font-size: 12px; }
   td.topics { max-width: 200px; overflow: hidden; text-overflow: ellipsis; }
   tr.sub:hover { background: #f6f8fa; } tr.sub.open { background: #ddf4ff; }
