@@ -162,3 +162,9 @@ def test_rows_are_built_again_only_when_what_they_show_changed() -> None:
     paused = rows.gather(consumers, statuses, {"b_g": series(lag=5)}, [], STALL_MS)
     assert paused[0].state == "paused" and paused[0].delivered is None
     assert paused[1] is again[1]
+
+
+def test_reading_the_series_makes_no_family() -> None:
+    metrics = Registry()
+    assert measured(metrics) == {}
+    assert "hookstream_lag" not in metrics.render()  # its help text comes with its owner

@@ -144,18 +144,18 @@ def measured(metrics: Registry) -> dict[str, Measured]:
     """By subscription key, what its partition actors' metric series say (one pass over
     each family: no actor is asked)."""
     found: dict[str, Measured] = {}
-    for labels, value in metrics.gauge(LAG, "").children.items():
+    for labels, value in metrics.children(LAG).items():
         key = _subscription(labels)
         entry = found.get(key)
         if entry is None:
             entry = found[key] = Measured()
         entry.partitions += 1
         entry.lag += value.value
-    for labels, value in metrics.gauge(OLDEST, "").children.items():
+    for labels, value in metrics.children(OLDEST).items():
         entry = found.get(_subscription(labels))
         if entry is not None and value.value > entry.oldest_s:
             entry.oldest_s = value.value
-    delivered, failed, dead = (metrics.counter(name, "").children for name in COUNTERS.values())
+    delivered, failed, dead = (metrics.children(name) for name in COUNTERS.values())
     for labels, value in delivered.items():  # three loops: no setattr by name per series
         if (entry := found.get(_subscription(labels))) is not None:
             entry.delivered += value.value
