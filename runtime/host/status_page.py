@@ -362,7 +362,8 @@ function detailsView(entry, one) {
       onclick: () => act(entry, "replay", {source: "deadLetter"})}, "Replay dead letters"));
   }
   const failures = (endpoint.recent_failures || []).slice(0, 5).map((f) =>
-    el("li", {}, when(f.at) + " · " + dash(f.status) + " " + (f.error || "")));
+    el("li", {}, when(f.at) + " · " + (f.status == null ? "no answer" : "HTTP " + f.status) +
+      (f.error ? ": " + f.error : "")));
   return el("section", {"class": "sub", "data-key": sub.id + "_" + (sub.group ? sub.group.id : sub["group.id"])},
     el("div", {"class": "row"}, el("span", {"class": "state " + state}, state),
       el("span", {"class": "muted target"}, target(sub.subscriptionMethod)), ...buttons,
