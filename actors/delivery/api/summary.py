@@ -56,7 +56,9 @@ STATES: Final = frozenset(get_args(State)) | frozenset(ATTENTION)
 class SummaryRoutes:
     def __init__(self, service: DeliveryControl) -> None:
         self.service = service
-        self._ready: tuple[int, dict[str, object]] | None = None  # (overview's `at`, readiness)
+        # (the overview's `at`, what was read with it): once per overview, not per request
+        self._ready: tuple[int, dict[str, object]] | None = None
+        self._cluster: tuple[int, dict[str, object] | None] | None = None
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(PATH, answering(self.get_summary))
@@ -70,7 +72,9 @@ class SummaryRoutes:
                       limit=limit)
         answer: dict[str, object] = msgspec.to_builtins(page)
         answer["runtime"] = await self._readiness(view)
-        answer["cluster"] = await self.service.cluster_overview()
+        if self._cluster is None or self._cluster[0] != view.at:
+            self._cluster = view.at, await self.service.cluster_overview()
+        answer["cluster"] = self._cluster[1]
         return ok(answer)
 
     async def _readiness(self, view: Overview) -> dict[str, object]:
