@@ -214,7 +214,8 @@ def show_status(data: dict[str, Any]) -> str:
     states = ", ".join(f"{n} {s}" for s, n in t["states"].items())
     why = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in t["attention"].items() if n)
     runtime = data.get("runtime") or {}
-    lines = [f"{t['subscriptions']} subscriptions ({states or 'none'}); "
+    count = t["subscriptions"]
+    lines = [f"{count} subscription{'' if count == 1 else 's'} ({states or 'none'}); "
              f"{t['needing_attention']} need attention" + (f" ({why})" if why else ""),
              f"lag {t['lag']}, delivered {t['delivered']}, failed attempts "
              f"{t['failed_attempts']}, dead-lettered {t['dead_lettered']}",

@@ -2,7 +2,8 @@
 one-liner, the curl subscribe, the producer one-liner, each README block run by bash as
 written except for the ports (the demo's fixed 8080, 9092 and the receiver's 9000 become
 free ones, so the test runs beside anything) and `.venv/bin/python` (this interpreter).
-The receiver prints the line the README promises, and the runtime stops with exit 0 on
+The receiver prints the line the README promises, `hookstream status` and `hookstream
+attempts` answer what the README says they do, and the runtime stops with exit 0 on
 Ctrl-C."""
 
 from __future__ import annotations
@@ -89,6 +90,17 @@ async def test_try_it_delivers_the_record_to_the_receiver(tmp_path: Path) -> Non
             while not printed or BANNER.match(printed):  # aiohttp's start banner first
                 printed = (await receiver.stdout.readline()).decode().strip()
         assert printed == promised_line()
+        # what the README says to run next (`hookstream` is `python -m runtime`)
+        console = {**env, "HOOKSTREAM_URL": f"http://127.0.0.1:{admin}"}
+        for command, expected in (("status", "\ndemo demo running "),
+                                  ("attempts demo demo --offset orders/0/0",
+                                   ": delivered")):
+            asked = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "runtime", *command.split(), env=console,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asked.communicate()
+            assert asked.returncode == 0, err.decode()
+            assert expected in re.sub(" +", " ", out.decode()), out.decode()
         runtime.send_signal(signal.SIGINT)  # Ctrl-C
         async with asyncio.timeout(START_TIMEOUT_S):
             _, logged = await runtime.communicate()
