@@ -11,11 +11,11 @@ from actors.delivery.control.overview import (
     LAGGING_RECORDS,
     Measured,
     Outcomes,
+    Rows,
     measured,
     overview,
     readiness,
     row_of,
-    rows_of,
     select,
 )
 from actors.delivery.control.status import SubscriptionStatus
@@ -110,7 +110,7 @@ def test_rows_needing_attention_come_first_most_urgent_first_and_totals_count_al
     shown = {"ok1_g": series(), "ok2_g": series(lag=3), "slow_g": series(lag=5000),
              "broken_g": Measured(partitions=1, failed_attempts=4)}
     origins = [origin(), origin("open", "https://down.test:443")]
-    view = overview(10, rows_of(consumers, statuses, shown, origins, Outcomes(), STALL_MS),
+    view = overview(10, Rows().gather(consumers, statuses, shown, origins, STALL_MS),
                     origins)
     assert [r.key for r in view.rows] == ["broken_g", "slow_g", "paused_g", "ok1_g", "ok2_g"]
     assert view.rows[0].attention == ["failing", "breaker_open"]
@@ -126,7 +126,7 @@ def test_readiness_from_the_rows_names_what_is_not_running_or_has_no_partition()
     statuses = {"up_g": status(), "idle_g": status(), "down_g": status("failed"),
                 "rest_g": status("paused"), "stuck_g": status()}
     shown = {"up_g": series(), "stuck_g": series(oldest_s=STALL_MS)}
-    rows = rows_of(consumers, statuses, shown, [], Outcomes(), STALL_MS)
+    rows = Rows().gather(consumers, statuses, shown, [], STALL_MS)
     assert readiness(rows, STALL_MS) == [
         "subscription down_g is failed",
         "subscription idle_g has no partitions assigned yet",
@@ -136,7 +136,7 @@ def test_readiness_from_the_rows_names_what_is_not_running_or_has_no_partition()
 def test_select_searches_id_group_topic_endpoint_and_state_and_pages() -> None:
     consumers = {c.key: c for c in (consumer("a1"), consumer("a2", topic="refunds"),
                                     consumer("b1", uri="http://other.test/x"))}
-    rows = rows_of(consumers, {k: status() for k in consumers}, {}, [], Outcomes(), STALL_MS)
+    rows = Rows().gather(consumers, {k: status() for k in consumers}, {}, [], STALL_MS)
     view = overview(0, rows, [])
     assert [r.key for r in select(view, text="REFUNDS").items] == ["a2_g"]
     assert [r.key for r in select(view, text="other.test").items] == ["b1_g"]
@@ -147,8 +147,6 @@ def test_select_searches_id_group_topic_endpoint_and_state_and_pages() -> None:
 
 
 def test_rows_are_built_again_only_when_what_they_show_changed() -> None:
-    from actors.delivery.control.overview import Rows
-
     consumers = {c.key: c for c in (consumer("a"), consumer("b"))}
     statuses = {k: status() for k in consumers}
     rows = Rows()

@@ -304,23 +304,6 @@ class Rows:
         return rows
 
 
-def rows_of(consumers: Mapping[str, Consumer], statuses: Mapping[str, SubscriptionStatus],
-            series: Mapping[str, Measured], origins: Iterable[OriginStatus],
-            outcomes: Outcomes, stall_after_ms: int) -> list[Row]:
-    """A row per subscription the registry knows, each built anew (`Rows` keeps them)."""
-    breakers = {o.origin: o.breaker for o in origins if o.breaker_enabled}
-    rows = []
-    for key, consumer in consumers.items():
-        status, shown = statuses.get(key), series.get(key)
-        if status is None:
-            continue
-        failing = shown is not None and outcomes.failing(key, shown.delivered,
-                                                         shown.failed_attempts)
-        rows.append(row_of(consumer, status, shown, breakers, failing, stall_after_ms))
-    outcomes.keep(series)
-    return rows
-
-
 def urgency(row: Row) -> tuple[int, str]:
     """Sort key: the most urgent reason first (rows needing none last), then the key."""
     rank = ATTENTION.index(row.attention[0]) if row.attention else len(ATTENTION)
