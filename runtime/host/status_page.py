@@ -221,7 +221,8 @@ async function round_() {
   originsView(summary.origins, summary.origins_total);
   clusterView(summary.cluster);
   rowsView(summary.items);
-  await Promise.all([...opened.values()].map(openDetails));
+  const shown = new Set(summary.items.map((r) => r.key));  // open rows on this page only
+  await Promise.all([...opened].filter(([key]) => shown.has(key)).map(([, e]) => openDetails(e)));
   if ($("delay-box").open) await delayRefresh();
   $("updated").textContent = "updated " + new Date().toLocaleTimeString();
 }
