@@ -77,9 +77,9 @@ from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
 RESTORE_BATCH = 16
+"""Stored subscriptions started at once on restore."""
 NAMES_SHOWN = 3
 """Subscriptions named per outcome in the restore summary; the rest are DEBUG lines."""
-"""Stored subscriptions started at once on restore."""
 
 
 class Journal(Protocol):
