@@ -4,6 +4,8 @@
     hookstream CONFIG.toml [--log-format text|json]   run until SIGINT/SIGTERM
     hookstream check CONFIG.toml           validate a config, name the bad key
     hookstream report JOURNAL [--out DIR]  PySpark delivery report and audit
+    hookstream status|attempts|pause|resume|replay ...   a running instance's admin API
+                                           (runtime/host/console.py)
 """
 
 from __future__ import annotations
@@ -17,15 +19,26 @@ from runtime.host.config import Config, load_config
 from runtime.host.logs import LogFormat, configure
 from runtime.host.workers import WORKER_ENV, Workers, apply_worker_env
 
+CONSOLE = ("status", "attempts", "pause", "resume", "replay")
+"""Commands that ask a running instance (runtime/host/console.py)."""
+
 USAGE = """\
 usage: hookstream CONFIG.toml [--log-format text|json]
        hookstream check CONFIG.toml
        hookstream report JOURNAL_DIR [--out OUT_DIR] [--master URL]
+       hookstream status [--failing] [--search TEXT] [--state STATE] [--json]
+       hookstream attempts ID GROUP (--offset TOPIC/PARTITION/OFFSET | --webhook-id ID
+                                     | --failed) [--json]
+       hookstream pause|resume ID GROUP [--json]
+       hookstream replay ID GROUP (--dead-letters | --topic TOPIC ...) [--json]
 
 Runs the Kafka-to-webhook runtime described by CONFIG.toml until SIGINT or SIGTERM.
 `python -m runtime ...` is the same command.
   check    validate CONFIG.toml and exit non-zero naming the bad key
   report   build the delivery report and loss/duplicate audit from a journal (PySpark)
+  status, attempts, pause, resume, replay
+           ask a running instance (--url/--token, HOOKSTREAM_URL/HOOKSTREAM_TOKEN, or
+           --config CONFIG.toml's [admin]); `hookstream status --help` for each
 """
 
 
@@ -93,6 +106,10 @@ def main(argv: list[str]) -> int:
             print(USAGE, file=sys.stderr)
             return 2
         return check(rest[0])
+    if command in CONSOLE:
+        from runtime.host.console import main as console_main
+
+        return console_main(argv)
     if command == "report":
         from runtime.report import main as report_main
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Unpack
 
 from actors.delivery.api.control import ControlRoutes
 from actors.delivery.api.subscriptions import SubscriptionRoutes
+from actors.delivery.api.summary import SummaryRoutes
 from actors.delivery.control import inprocess
 from actors.delivery.control.inprocess import InProcessSubscription
 from actors.delivery.control.service import DeliveryControl
@@ -26,6 +27,7 @@ class DeliveryService(DeliveryControl):
     async def start(self, runtime: Runtime) -> None:
         SubscriptionRoutes(self).add_to(runtime.admin.app)
         ControlRoutes(self).add_to(runtime.admin.app)
+        SummaryRoutes(self).add_to(runtime.admin.app)
         await super().start(runtime)
 
     async def consume(self, group_id: str, handler: Handler,

@@ -12,7 +12,7 @@ partitions, bench/scale.py).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
 Labels = tuple[tuple[str, str], ...]
@@ -201,6 +201,13 @@ class Registry:
         if not isinstance(family, kind):
             raise TypeError(f"metric {name} already registered as {type(family).__name__}")
         return family
+
+    def children(self, name: str) -> Mapping[Labels, Value]:
+        """The series of counter or gauge family `name` by label set, read-only; empty
+        when there is no such family yet (none is made: its help text comes with the
+        first real use)."""
+        family = self._families.get(name)
+        return family.children if isinstance(family, Counter) else {}
 
     def series(self, name: str, **labels: str) -> list[Value | HistogramValue]:
         """The children of family `name` whose labels include all of `labels`."""

@@ -1,23 +1,28 @@
-# ruff: noqa: E501, RUF001  (an HTML document: long lines and typographic dashes are fine)
+# ruff: noqa: E501, RUF001  (an HTML document and its script: long lines and arrows are fine)
 """The status page at `GET /`: one self-contained HTML document, no build step, nothing
-loaded from the internet. It reads the same JSON APIs as any client
-(`/broker/subscription`, `/broker/subscription/{id}/{groupId}` and its `/attempts`,
-`/delay/levels`, `/readyz`, `/healthz` for the version and uptime, and `/cluster` when
-`[cluster] status_topic` is set: the cluster panel),
-refreshes itself every few seconds, asks for the admin token when the API answers 401
-(kept in the tab's sessionStorage only), and shows only what the APIs show (they redact
-secrets).
+loaded from the internet, made for 10,000 subscriptions (issue 36).
+
+One request per refresh: `GET /broker/summary` (actors/delivery/api/summary.py) answers
+the totals, the origins with their circuit breakers, readiness, the cluster's instances
+and one page of subscriptions, those that need attention first (failing, breaker open,
+stalled, lagging, paused), searched and filtered on the server (by id, group, topic,
+endpoint, state). A subscription's details (buttons, charts, recent attempts, partitions,
+the owner of each partition in a cluster) are fetched only while its row is open
+(`GET /broker/subscription/{id}/{groupId}`), the delay levels only while their section is
+open. A refresh starts `REFRESH_MS` after the last one ended: rounds never overlap, and a
+slow runtime is asked less often. Values the API gives as `null` (nothing counted yet, a
+partition never committed) show as "-", never as 0.
+
+It asks for the admin token when the API answers 401 (kept in the tab's sessionStorage
+only), and shows only what the APIs show (they redact secrets).
 
 The script is its own resource (`GET /status.js`, `SCRIPT`), so the page's
 Content-Security-Policy (`CSP`) allows no inline script: text that reaches the page from
 an API can never run as code. Only http(s) addresses become links. No page may frame it
 (`frame-ancestors 'none'`).
 
-Per subscription (issue 27): delivered per second and p50/p99 latency over the last 15
-minutes as small inline SVG charts (the status API's `activity.series`, from memory; no
-library), the recent attempts with status, latency and the start of a failed answer, each
-row opening that record's attempts in the lookup box (topic/partition/offset or
-webhook-id) at the top."""
+`window.hookstreamRefreshes` keeps the start and end (`performance.now()`) of the last
+rounds: the browser test checks from it that rounds never overlap and weighs them."""
 
 from __future__ import annotations
 
@@ -33,42 +38,57 @@ PAGE: Final = """<!doctype html>
   :root { --ok: #1a7f37; --warn: #9a6700; --bad: #cf222e; --muted: #57606a; --line: #d0d7de; }
   body { font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #1f2328; background: #f6f8fa; }
   header { background: #24292f; color: #fff; padding: 10px 20px; display: flex; gap: 16px;
-           align-items: baseline; }
+           align-items: baseline; flex-wrap: wrap; }
   header h1 { font-size: 18px; margin: 0; }
   header .ready { font-weight: 600; }
-  main { padding: 16px 20px; max-width: 1200px; }
-  section.sub { background: #fff; border: 1px solid var(--line); border-radius: 6px;
-                margin-bottom: 14px; padding: 10px 14px; }
-  .row { display: flex; gap: 14px; align-items: baseline; flex-wrap: wrap; }
-  .name { font-weight: 600; font-size: 15px; }
-  .state { padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
-           color: #fff; background: var(--muted); }
-  .state.running { background: var(--ok); } .state.paused { background: var(--warn); }
-  .state.failed, .state.waiting_for_broker, .state.stalled, .state.disabled, .state.refused { background: var(--bad); }
+  main { padding: 14px 20px; }
+  h2 { font-size: 15px; margin: 16px 0 6px; }
+  .panel { background: #fff; border: 1px solid var(--line); border-radius: 6px;
+           padding: 8px 14px; margin-bottom: 12px; overflow-x: auto; }
+  .totals { display: flex; gap: 8px 18px; flex-wrap: wrap; align-items: baseline; }
+  .totals b { font-size: 16px; }
+  .state, .why { padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
+           color: #fff; background: var(--muted); white-space: nowrap; }
+  .state.running, .state.closed { background: var(--ok); }
+  .state.paused, .state.half_open, .why.paused, .why.lagging { background: var(--warn); }
+  .state.failed, .state.waiting_for_broker, .state.stalled, .state.disabled, .state.open,
+  .state.refused,
+  .why.failing, .why.breaker_open, .why.stalled { background: var(--bad); }
   .state.in-process { background: #0969da; }
+  .state.gone { background: var(--bad); } .state.stopped { background: var(--muted); }
+  a.filter { cursor: pointer; text-decoration: none; }
+  a.filter .why { opacity: 0.35; } a.filter.some .why { opacity: 1; }
   .muted { color: var(--muted); }
-  table { border-collapse: collapse; margin-top: 8px; width: 100%; }
-  th, td { text-align: right; padding: 3px 8px; border-bottom: 1px solid var(--line); }
-  th:first-child, td:first-child { text-align: left; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { text-align: right; padding: 3px 6px; border-bottom: 1px solid var(--line); }
+  th { font-weight: 600; background: #f6f8fa; white-space: nowrap; }
+  th.l, td.l { text-align: left; }
+  td.endpoint { max-width: 220px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  tr.sub td { white-space: nowrap; } tr.sub td .muted { white-space: normal; font-size: 12px; }
+  td.topics { max-width: 200px; overflow: hidden; text-overflow: ellipsis; }
+  tr.sub:hover { background: #f6f8fa; } tr.sub.open { background: #ddf4ff; }
+  tr.sub td.name { font-weight: 600; cursor: pointer; }
+  td.details { background: #fbfcfd; text-align: left; padding: 8px 14px 14px; }
   button { font: inherit; padding: 2px 10px; border: 1px solid var(--line); border-radius: 5px;
            background: #f6f8fa; cursor: pointer; }
-  button:hover { background: #eaeef2; }
+  button:hover { background: #eaeef2; } button:disabled { opacity: 0.5; cursor: default; }
+  .toolbar { display: flex; gap: 10px; align-items: center; flex-wrap: wrap; margin-bottom: 8px; }
+  .toolbar input, .toolbar select { font: inherit; padding: 2px 6px; }
+  .row { display: flex; gap: 14px; align-items: baseline; flex-wrap: wrap; }
   .failures { margin: 6px 0 0; padding-left: 18px; color: var(--bad); }
   #error { color: var(--bad); margin-bottom: 10px; }
-  .state.gone { background: var(--bad); } .state.stopped { background: var(--muted); }
-  #cluster table { background: #fff; }
   .charts { display: flex; gap: 18px; margin-top: 6px; flex-wrap: wrap; }
   .chart { font-size: 12px; } .chart svg { display: block; background: #f6f8fa;
            border: 1px solid var(--line); border-radius: 4px; }
   .p50 { stroke: #0969da; } .p99 { stroke: #cf222e; } .rate { stroke: #1a7f37; }
   .legend-p50 { color: #0969da; } .legend-p99 { color: #cf222e; } .legend-rate { color: #1a7f37; }
-  table.attempts td { font-size: 12px; } td.response { max-width: 420px; overflow: hidden;
-           text-overflow: ellipsis; white-space: nowrap; text-align: left; font-family: monospace; }
-  #lookup { background: #fff; border: 1px solid var(--line); border-radius: 6px;
-            padding: 8px 14px; margin-bottom: 14px; }
-  #lookup input, #lookup select { font: inherit; padding: 2px 6px; margin-right: 6px; }
+  table.inner { margin-top: 8px; } table.inner td, table.inner th { font-size: 12px; }
+  td.response { max-width: 420px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap;
+           text-align: left; font-family: monospace; }
+  #lookup input { font: inherit; padding: 2px 6px; margin-right: 6px; }
   #lookup input.num { width: 70px; }
   #lookup-state { font-weight: 600; margin-left: 8px; }
+  details > summary { cursor: pointer; font-weight: 600; }
 </style>
 </head>
 <body>
@@ -76,19 +96,43 @@ PAGE: Final = """<!doctype html>
 <span class="muted" id="about"></span><span class="muted" id="updated"></span></header>
 <main>
 <div id="error"></div>
-<form id="lookup"><b>What happened to a record?</b>
-<select id="lookup-sub" aria-label="subscription"></select>
+<div class="panel totals" id="totals"><span class="muted">loading…</span></div>
+<div id="origins-box" hidden><h2>Origins <span class="muted" id="origins-more"></span></h2>
+<div class="panel" id="origins"></div></div>
+<div id="cluster" hidden><h2>Cluster <span class="muted" id="cluster-lag"></span></h2>
+<div class="panel" id="cluster-instances"></div></div>
+<h2>Subscriptions</h2>
+<div class="panel">
+<div class="toolbar">
+<input id="search" type="search" placeholder="search id, group, topic, endpoint, state" size="40" aria-label="search">
+<select id="state" aria-label="state">
+<option value="">all</option><option value="attention">needing attention</option>
+<option value="failing">failing</option><option value="breaker_open">breaker open</option>
+<option value="stalled">stalled</option><option value="lagging">lagging</option>
+<option value="paused">paused</option><option value="running">running</option>
+<option value="starting">starting</option><option value="failed">failed</option>
+<option value="waiting_for_broker">waiting for broker</option><option value="disabled">disabled</option>
+</select>
+<button id="prev" type="button">‹ prev</button><span id="range" class="muted"></span>
+<button id="next" type="button">next ›</button>
+</div>
+<table id="subscriptions"><thead><tr><th class="l">subscription</th><th class="l">state</th>
+<th class="l">endpoint</th><th class="l">topics</th><th>lag</th><th>delivered</th>
+<th title="failed attempts">failed</th><th title="dead-lettered">dead</th>
+<th title="the oldest record not finished">oldest</th><th title="partitions read here">parts</th>
+<th class="l">breaker</th></tr></thead><tbody id="rows"></tbody></table>
+</div>
+<form id="lookup" class="panel"><b>What happened to a record?</b>
+<input id="lookup-id" placeholder="subscription id" aria-label="subscription id" size="16">
+<input id="lookup-group" placeholder="group" aria-label="group" size="16">
 <input id="lookup-topic" placeholder="topic" aria-label="topic">
 <input id="lookup-partition" class="num" placeholder="partition" aria-label="partition">
 <input id="lookup-offset" class="num" placeholder="offset" aria-label="offset">
-or <input id="lookup-webhook" placeholder="webhook-id" aria-label="webhook-id" size="38">
+or <input id="lookup-webhook" placeholder="webhook-id" aria-label="webhook-id" size="30">
 <button type="submit">Look up</button><span id="lookup-state"></span>
 <div id="lookup-result"></div></form>
-<div id="cluster" hidden><h2>Cluster <span class="muted" id="cluster-lag"></span></h2>
-<div id="cluster-instances"></div><div id="cluster-owners"></div></div>
-<div id="subscriptions"><p class="muted">loading…</p></div>
-<h2>Delay levels</h2>
-<div id="delay"><p class="muted">loading…</p></div>
+<details id="delay-box" class="panel"><summary>Delay levels</summary>
+<div id="delay"><p class="muted">loading…</p></div></details>
 </main>
 <script src="/status.js"></script>
 </body>
@@ -96,7 +140,8 @@ or <input id="lookup-webhook" placeholder="webhook-id" aria-label="webhook-id" s
 """
 
 SCRIPT: Final = """"use strict";
-const REFRESH_MS = 3000;
+const REFRESH_MS = 3000;   // between the end of a round and the start of the next
+const PAGE_SIZE = 50;
 const el = (tag, attrs = {}, ...children) => {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -105,6 +150,8 @@ const el = (tag, attrs = {}, ...children) => {
   for (const c of children) node.append(c instanceof Node ? c : String(c ?? ""));
   return node;
 };
+const $ = (id) => document.getElementById(id);
+const dash = (v) => v == null ? "-" : String(v);
 const token = () => sessionStorage.getItem("hookstream-token") || "";
 // Only http(s) addresses become links: an address comes from the status topic, which any
 // client of the broker may write (a `javascript:` one would run in this page).
@@ -132,27 +179,227 @@ async function api(path, options = {}) {
   return body;
 }
 
-const ago = (ms) => ms == null ? "–" : ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
-const groupId = (sub) => sub.group ? sub.group.id : sub["group.id"];
-const path = (sub) => "/broker/subscription/" + encodeURIComponent(sub.id) + "/" +
-  encodeURIComponent(groupId(sub));
+const ago = (ms) => ms == null ? "-" : ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+const when = (at) => at == null ? "-" : new Date(at).toLocaleTimeString();
+const pct = (r) => r == null ? "-" : (r * 100).toFixed(1) + "%";
+const path = (id, group) => "/broker/subscription/" + encodeURIComponent(id) + "/" +
+  encodeURIComponent(group);
 
-async function act(sub, verb, body) {
+// -- what is shown: the filter, the page, the open rows --------------------------------
+const view = {q: "", state: "", offset: 0, matched: 0};
+const opened = new Map();  // key -> {id, group, node}
+let started = null;        // the runtime's start (ms, this clock), from /healthz once
+
+function query() {
+  const parts = ["limit=" + PAGE_SIZE, "offset=" + view.offset];
+  if (view.q) parts.push("q=" + encodeURIComponent(view.q));
+  if (view.state === "attention") parts.push("attention=true");
+  else if (view.state) parts.push("state=" + encodeURIComponent(view.state));
+  return "/broker/summary?" + parts.join("&");
+}
+
+// -- refresh: one summary request; the next round starts REFRESH_MS after this one ends --
+window.hookstreamRefreshes = [];
+let busy = false, again = false, timer = null;
+async function refresh() {
+  if (busy) { again = true; return; }
+  busy = true;
+  clearTimeout(timer);
+  const round = {start: performance.now(), end: null};
+  try { await round_(); showError(null); } catch (e) { showError(e); }
+  round.end = performance.now();
+  window.hookstreamRefreshes.push(round);
+  if (window.hookstreamRefreshes.length > 50) window.hookstreamRefreshes.shift();
+  busy = false;
+  if (again) { again = false; refresh(); } else timer = setTimeout(refresh, REFRESH_MS);
+}
+
+async function round_() {
+  const summary = (await api(query())).data;
+  view.matched = summary.matched;
+  readyView(summary.runtime);
+  totalsView(summary.totals);
+  originsView(summary.origins, summary.origins_total);
+  clusterView(summary.cluster);
+  rowsView(summary.items);
+  const shown = new Set(summary.items.map((r) => r.key));  // open rows on this page only
+  await Promise.all([...opened].filter(([key]) => shown.has(key)).map(([, e]) => openDetails(e)));
+  if ($("delay-box").open) await delayRefresh();
+  $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+}
+
+function readyView(runtime) {
+  const badge = $("ready");
+  if (!runtime) return;
+  const more = runtime.reasons_total > runtime.reasons.length
+    ? " (and " + (runtime.reasons_total - runtime.reasons.length) + " more)" : "";
+  badge.textContent = runtime.ready ? "ready" : "not ready: " + runtime.reasons.join("; ") + more;
+  badge.style.color = runtime.ready ? "#4ac26b" : "#ff8182";
+  if (started != null) {
+    const up = (Date.now() - started) / 1000;
+    $("about").textContent = "v" + runtime.version + " · up " +
+      (up < 3600 ? Math.floor(up / 60) + " min" : (up / 3600).toFixed(1) + " h");
+  }
+}
+
+const WHY = {failing: "failing", breaker_open: "breaker open", stalled: "stalled",
+             lagging: "lagging", paused: "paused"};
+function totalsView(t) {
+  const states = Object.entries(t.states).map(([s, n]) => el("span", {}, s + " " + n));
+  const reasons = Object.entries(WHY).map(([key, label]) => el("a", {
+    "class": "filter" + (t.attention[key] ? " some" : ""), "data-why": key,
+    title: "show only these", onclick: () => setFilter(key)},
+    el("span", {"class": "why " + key}, label + " " + t.attention[key])));
+  $("totals").replaceChildren(
+    el("span", {}, el("b", {id: "total-subscriptions"}, t.subscriptions), t.subscriptions === 1 ? " subscription" : " subscriptions"),
+    ...states,
+    el("a", {"class": "filter" + (t.needing_attention ? " some" : ""), onclick: () => setFilter("attention")},
+      el("span", {"class": "why failing", id: "total-attention"}, t.needing_attention + " need attention")),
+    ...reasons,
+    el("span", {}, "lag " + t.lag), el("span", {}, "delivered " + t.delivered),
+    el("span", {}, "failed attempts " + t.failed_attempts),
+    el("span", {}, "dead-lettered " + t.dead_lettered));
+}
+
+function originsView(origins, total) {
+  $("origins-box").hidden = !origins.length;
+  $("origins-more").textContent = total > origins.length
+    ? "(" + origins.length + " of " + total + ": breakers not closed first)" : "";
+  const head = el("tr", {}, ...["origin", "breaker", "opened", "next probe", "throttled until",
+    "rate limit", "connections", "opens at"].map((h, i) => el("th", {"class": i < 2 ? "l" : ""}, h)));
+  const rows = origins.map((o) => el("tr", {"data-origin": o.origin},
+    el("td", {"class": "l"}, o.origin),
+    el("td", {"class": "l"}, el("span", {"class": "state " + o.breaker}, o.breaker_enabled ? o.breaker.replace("_", "-") : "off"),
+      o.transitions.length ? el("span", {"class": "muted"}, " " + o.transitions[0].why) : ""),
+    el("td", {}, when(o.opened_at)), el("td", {}, when(o.probe_at)),
+    el("td", {}, when(o.throttled_until)), el("td", {}, o.rate_limit == null ? "-" : o.rate_limit + "/s"),
+    el("td", {}, o.max_connections),
+    el("td", {}, pct(o.failure_ratio) + " of " + o.min_requests + ", for " + ago(o.open_ms))));
+  $("origins").replaceChildren(el("table", {}, head, ...rows));
+}
+
+function clusterView(cluster) {
+  const box = $("cluster");
+  if (!cluster) { box.hidden = true; return; }
+  box.hidden = false;
+  $("cluster-lag").textContent = "total lag " + cluster.total_lag;
+  const head = el("tr", {}, ...["instance", "admin", "state", "last seen", "partitions", "lag"]
+    .map((h, i) => el("th", {"class": i < 3 ? "l" : ""}, h)));
+  const rows = cluster.instances.map((i) => el("tr", {"data-instance": i.instance},
+    el("td", {"class": "l"}, i.instance), el("td", {"class": "l"}, link(i.address)),
+    el("td", {"class": "l"}, el("span", {"class": "state " + i.state}, i.state)),
+    el("td", {}, ago(i.last_seen_ms_ago) + " ago"), el("td", {"class": "owned"}, i.partitions),
+    el("td", {}, i.state === "running" ? dash(i.lag) : "-")));
+  $("cluster-instances").replaceChildren(el("table", {}, head, ...rows));
+}
+
+function rowsView(items) {
+  const last = Math.min(view.offset + items.length, view.matched);
+  $("range").textContent = view.matched ? (view.offset + 1) + "-" + last + " of " + view.matched : "none";
+  $("prev").disabled = view.offset === 0;
+  $("next").disabled = last >= view.matched;
+  const rows = [];
+  for (const r of items) {
+    const open = opened.get(r.key);
+    rows.push(el("tr", {"class": "sub" + (open ? " open" : ""), "data-key": r.key},
+      el("td", {"class": "l name", title: "show details", onclick: () => toggle(r)},
+        (open ? "▾ " : "▸ ") + r.id + " / " + r.group),
+      el("td", {"class": "l"}, el("span", {"class": "state " + r.state}, r.state),
+        ...r.attention.filter((a) => a !== "paused" || r.state !== "paused").map((a) =>
+          el("span", {"class": "why " + a}, WHY[a])),
+        r.reason ? el("div", {"class": "muted"}, r.reason) : ""),
+      el("td", {"class": "l endpoint", title: r.endpoint}, r.endpoint),
+      el("td", {"class": "l topics", title: r.topics.join(", ")}, r.topics.join(", ")),
+      el("td", {"class": "lag"}, dash(r.lag)), el("td", {}, dash(r.delivered)),
+      el("td", {}, dash(r.failed_attempts)), el("td", {}, dash(r.dead_lettered)),
+      el("td", {}, ago(r.oldest_pending_ms)), el("td", {}, r.partitions),
+      el("td", {"class": "l"}, r.breaker ? el("span", {"class": "state " + r.breaker}, r.breaker) : "-")));
+    if (open) rows.push(el("tr", {"class": "details-row"}, open.cell));
+  }
+  $("rows").replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {"class": "l muted", colspan: 11},
+    view.q || view.state ? "no subscription matches" : "no subscriptions yet: POST /broker/subscription"))]));
+}
+
+function toggle(r) {
+  if (opened.has(r.key)) { opened.delete(r.key); refresh(); return; }
+  const entry = {id: r.id, group: r.group, cell: el("td", {"class": "details", colspan: 11, "data-key": r.key},
+    el("span", {"class": "muted"}, "loading…"))};
+  opened.set(r.key, entry);
+  refresh();
+}
+
+function setFilter(state) {
+  view.state = state; view.offset = 0; $("state").value = state; refresh();
+}
+
+// -- one subscription, open ------------------------------------------------------------
+async function openDetails(entry) {
   try {
-    await api(path(sub) + "/" + verb, {method: "POST", body: JSON.stringify(body || {})});
+    const one = (await api(path(entry.id, entry.group))).data;
+    entry.cell.replaceChildren(detailsView(entry, one));
+  } catch (e) { entry.cell.replaceChildren(el("p", {"class": "muted"}, String(e.message || e))); }
+}
+
+async function act(entry, verb, body) {
+  try {
+    await api(path(entry.id, entry.group) + "/" + verb, {method: "POST", body: JSON.stringify(body || {})});
   } catch (e) { showError(e); }
   refresh();
 }
 
+// Where records go: an HTTP endpoint, or an in-process subscription's Python handler.
+const target = (m) => m.type === "handler" ? "handler " + m.handler : m.method + " " + m.uri;
+
+function detailsView(entry, one) {
+  const sub = one.consumer, status = one.status || {};
+  const state = status.state || "unknown";
+  const paused = state === "paused" || state === "disabled";
+  const endpoint = status.endpoint || {};
+  const inProcess = status.in_process;
+  const buttons = inProcess ? [el("span", {"class": "state in-process"}, "in-process (read-only)")]
+    : [el("button", {"class": paused ? "resume" : "pause", type: "button",
+       onclick: () => act(entry, paused ? "resume" : "pause")}, paused ? "Resume" : "Pause")];
+  if (!inProcess && sub.subscriptionMethod.deadLetterTopic) {
+    buttons.push(el("button", {"class": "replay", type: "button",
+      onclick: () => act(entry, "replay", {source: "deadLetter"})}, "Replay dead letters"));
+  }
+  const failures = (endpoint.recent_failures || []).slice(0, 5).map((f) =>
+    el("li", {}, when(f.at) + " · " + (f.status == null ? "no answer" : "HTTP " + f.status) +
+      (f.error ? ": " + f.error : "")));
+  return el("section", {"class": "sub", "data-key": sub.id + "_" + (sub.group ? sub.group.id : sub["group.id"])},
+    el("div", {"class": "row"}, el("span", {"class": "state " + state}, state),
+      el("span", {"class": "muted target"}, target(sub.subscriptionMethod)), ...buttons,
+      status.since ? el("span", {"class": "muted"}, "since " + new Date(status.since).toLocaleString()) : ""),
+    status.reason ? el("div", {"class": "muted"}, status.reason) : "",
+    endpoint.origin ? el("div", {"class": "muted"}, "origin " + endpoint.origin.origin + ": breaker " +
+      endpoint.origin.breaker + ", last status " + dash(endpoint.last_status) +
+      ", error rate " + pct(endpoint.error_rate)) : "",
+    failures.length ? el("ul", {"class": "failures"}, ...failures) : "",
+    activityView(entry, status.activity),
+    partitionTable(status.partitions),
+    one.cluster ? ownersView(one.cluster) : "");
+}
+
 function partitionTable(partitions) {
+  if (!partitions || !partitions.length) return el("p", {"class": "muted"}, "no partitions assigned here");
   const head = el("tr", {}, ...["partition", "committed", "high watermark", "lag", "in flight",
-    "retrying", "oldest pending", "last error"].map((h) => el("th", {}, h)));
-  const rows = (partitions || []).map((p) => el("tr", {"data-partition": p.topic + "-" + p.partition},
-    el("td", {}, p.topic + "-" + p.partition), el("td", {}, p.committed ?? 0),
-    el("td", {}, p.highwater ?? 0), el("td", {"class": "lag"}, p.lag ?? 0),
-    el("td", {}, p.inflight ?? 0), el("td", {}, p.retrying ?? 0),
-    el("td", {}, ago(p.oldest_pending_ms)), el("td", {}, p.last_error || "")));
-  return el("table", {}, head, ...rows);
+    "retrying", "oldest pending", "last error"].map((h, i) => el("th", {"class": i ? "" : "l"}, h)));
+  const rows = partitions.map((p) => el("tr", {"data-partition": p.topic + "-" + p.partition},
+    el("td", {"class": "l"}, p.topic + "-" + p.partition), el("td", {"class": "committed"}, dash(p.committed)),
+    el("td", {"class": "highwater"}, dash(p.highwater)), el("td", {"class": "lag"}, dash(p.lag)),
+    el("td", {}, dash(p.inflight)), el("td", {}, dash(p.retrying)),
+    el("td", {}, ago(p.oldest_pending_ms)), el("td", {}, p.last_error || "-")));
+  return el("table", {"class": "inner partitions"}, head, ...rows);
+}
+
+function ownersView(cluster) {
+  const head = el("tr", {}, ...["partition", "owner", "lag"].map((h, i) => el("th", {"class": i < 2 ? "l" : ""}, h)));
+  const rows = cluster.partitions.map((p) => el("tr", {"data-owner": p.topic + "-" + p.partition},
+    el("td", {"class": "l"}, p.topic + "-" + p.partition),
+    el("td", {"class": "l owner"}, p.instance ?? "unowned (was " + p.last_owner + ")"),
+    el("td", {}, dash(p.lag))));
+  return el("div", {}, el("b", {}, "Owners in the cluster (total lag " + cluster.total_lag + ")"),
+    el("table", {"class": "inner owners"}, head, ...rows));
 }
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -162,26 +409,27 @@ function svg(tag, attrs) {
   return node;
 }
 
-// A small line chart of equally spaced values (null: a gap); `log` for latencies.
+// A small line chart of equally spaced values (null: a gap); `log` for latencies. A lone
+// value is a dot; values all equal sit in the middle (no span to scale).
 function chart(series, title, unit, log) {
-  const W = 260, H = 54, PAD = 3;
-  const all = series.flatMap((s) => s.values).filter((v) => v != null && (!log || v > 0));
+  const W = 260, H = 54, PAD = 4;
+  const shown = (v) => v != null && (!log || v > 0);
+  const all = series.flatMap((s) => s.values).filter(shown);
   const box = svg("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img"});
   const scale = (v) => log ? Math.log10(v) : v;
   const top = all.length ? Math.max(...all.map(scale)) : 1;
   const bottom = log && all.length ? Math.min(...all.map(scale)) : 0;
-  const span = top - bottom || 1;
+  const span = top - bottom;
+  const y = (v) => span ? H - PAD - (H - 2 * PAD) * (scale(v) - bottom) / span : H / 2;
   for (const s of series) {
     const n = s.values.length;
     let d = "";
-    const shown = (v) => v != null && (!log || v > 0);
     s.values.forEach((v, i) => {
       if (!shown(v)) return;
       const x = PAD + (W - 2 * PAD) * (n > 1 ? i / (n - 1) : 0.5);
-      const y = H - PAD - (H - 2 * PAD) * (scale(v) - bottom) / span;
-      d += (d && shown(s.values[i - 1]) ? " L" : " M") + x.toFixed(1) + " " + y.toFixed(1);
-      if (!shown(s.values[i - 1]) && !shown(s.values[i + 1])) {  // a lone point: a dot
-        box.append(svg("circle", {cx: x, cy: y, r: 2.5, class: s.cls, fill: "none", "stroke-width": 2}));
+      d += (d && shown(s.values[i - 1]) ? " L" : " M") + x.toFixed(1) + " " + y(v).toFixed(1);
+      if (!shown(s.values[i - 1]) && !shown(s.values[i + 1])) {
+        box.append(svg("circle", {cx: x, cy: y(v), r: 3, class: s.cls, fill: "none", "stroke-width": 2}));
       }
     });
     if (d) box.append(svg("path", {d, fill: "none", "stroke-width": 1.6, class: s.cls}));
@@ -193,11 +441,11 @@ function chart(series, title, unit, log) {
   }
   const last = (s) => [...s.values].reverse().find((v) => v != null);
   const legend = series.map((s) => el("span", {"class": "legend-" + s.cls},
-    " " + s.label + " " + (last(s) ?? "–") + (last(s) != null ? " " + unit : "")));
+    " " + s.label + " " + dash(last(s)) + (last(s) != null ? " " + unit : "")));
   return el("div", {"class": "chart"}, el("div", {}, title, ...legend), box);
 }
 
-function activityView(sub, activity) {
+function activityView(entry, activity) {
   if (!activity) return "";
   const series = activity.series;
   const charts = el("div", {"class": "charts"},
@@ -209,174 +457,79 @@ function activityView(sub, activity) {
   const attempts = activity.recent_attempts || [];
   if (!attempts.length) return el("div", {}, charts, el("p", {"class": "muted"}, "no attempts yet"));
   const head = el("tr", {}, ...["sent", "record", "attempt", "status", "latency", "error",
-    "response"].map((h) => el("th", {}, h)));
+    "response"].map((h, i) => el("th", {"class": i < 2 ? "l" : ""}, h)));
   const rows = attempts.slice().reverse().map((a) => {
     const r = a.record, name = r.topic + "-" + r.partition + "@" + r.offset;
     return el("tr", {"class": "attempt"},
-      el("td", {}, new Date(a.at).toLocaleTimeString()),
-      el("td", {}, el("a", {href: "#lookup", "class": "record",
-        onclick: () => lookup(sub, {topic: r.topic, partition: r.partition, offset: r.offset})}, name)),
-      el("td", {}, a.attempt), el("td", {"class": "status"}, a.status ?? "–"),
-      el("td", {}, a.latencyMs == null ? "–" : a.latencyMs.toFixed(1) + " ms"),
-      el("td", {}, a.error || ""), el("td", {"class": "response", title: a.response || ""}, a.response || ""));
+      el("td", {"class": "l"}, when(a.at)),
+      el("td", {"class": "l"}, el("a", {href: "#lookup", "class": "record",
+        onclick: () => lookup(entry, {topic: r.topic, partition: r.partition, offset: r.offset})}, name)),
+      el("td", {}, a.attempt), el("td", {"class": "status"}, dash(a.status)),
+      el("td", {}, a.latencyMs == null ? "-" : a.latencyMs.toFixed(1) + " ms"),
+      el("td", {}, a.error || "-"), el("td", {"class": "response", title: a.response || ""}, a.response || ""));
   });
-  return el("div", {}, charts, el("table", {"class": "attempts"}, head, ...rows));
+  return el("div", {}, charts, el("table", {"class": "inner attempts"}, head, ...rows));
 }
 
-const lookupSubs = new Map();
-function fillLookup(subs) {
-  const select = document.getElementById("lookup-sub"), chosen = select.value;
-  lookupSubs.clear();
-  select.replaceChildren(...subs.map((sub) => {
-    const key = sub.id + "_" + groupId(sub);
-    lookupSubs.set(key, sub);
-    return el("option", {value: key}, key);
-  }));
-  if (lookupSubs.has(chosen)) select.value = chosen;
-}
-
-async function lookup(sub, record) {
-  const key = sub.id + "_" + groupId(sub);
-  document.getElementById("lookup-sub").value = key;
-  for (const f of ["topic", "partition", "offset"]) {
-    document.getElementById("lookup-" + f).value = record[f] ?? "";
-  }
-  document.getElementById("lookup-webhook").value = record.webhookId ?? "";
+// -- what happened to a record ---------------------------------------------------------
+async function lookup(entry, record) {
+  $("lookup-id").value = entry.id;
+  $("lookup-group").value = entry.group;
+  for (const f of ["topic", "partition", "offset"]) $("lookup-" + f).value = record[f] ?? "";
+  $("lookup-webhook").value = record.webhookId ?? "";
   const query = record.webhookId ? "webhookId=" + encodeURIComponent(record.webhookId)
     : ["topic", "partition", "offset"].map((f) => f + "=" + encodeURIComponent(record[f])).join("&");
-  const out = document.getElementById("lookup-result"), state = document.getElementById("lookup-state");
+  const out = $("lookup-result"), state = $("lookup-state");
   try {
-    const data = (await api(path(sub) + "/attempts?" + query)).data;
+    const data = (await api(path(entry.id, entry.group) + "/attempts?" + query)).data;
     state.textContent = data.state + (data.record.webhookId ? " · " + data.record.webhookId : "");
     state.className = "state-" + data.state;
     const head = el("tr", {}, ...["sent", "attempt", "status", "latency", "error", "response"]
-      .map((h) => el("th", {}, h)));
+      .map((h, i) => el("th", {"class": i ? "" : "l"}, h)));
     const rows = data.attempts.map((a) => el("tr", {},
-      el("td", {}, new Date(a.at).toLocaleString()), el("td", {}, a.attempt),
-      el("td", {}, a.status ?? "–"), el("td", {}, a.latencyMs == null ? "–" : a.latencyMs.toFixed(1) + " ms"),
-      el("td", {}, a.error || ""), el("td", {"class": "response", title: a.response || ""}, a.response || "")));
+      el("td", {"class": "l"}, new Date(a.at).toLocaleString()), el("td", {}, a.attempt),
+      el("td", {}, dash(a.status)), el("td", {}, a.latencyMs == null ? "-" : a.latencyMs.toFixed(1) + " ms"),
+      el("td", {}, a.error || "-"), el("td", {"class": "response", title: a.response || ""}, a.response || "")));
     out.replaceChildren(data.reason ? el("p", {"class": "muted"}, data.reason) : "",
-      rows.length ? el("table", {"class": "attempts"}, head, ...rows) : "");
+      rows.length ? el("table", {"class": "inner attempts"}, head, ...rows) : "");
   } catch (e) { state.textContent = ""; out.replaceChildren(el("p", {"class": "muted"}, String(e.message || e))); }
 }
 
-document.getElementById("lookup").addEventListener("submit", (event) => {
+$("lookup").addEventListener("submit", (event) => {
   event.preventDefault();
-  const sub = lookupSubs.get(document.getElementById("lookup-sub").value);
-  if (!sub) return;
-  const value = (f) => document.getElementById("lookup-" + f).value.trim();
-  lookup(sub, value("webhook") ? {webhookId: value("webhook")}
+  const value = (f) => $("lookup-" + f).value.trim();
+  if (!value("id") || !value("group")) { $("lookup-state").textContent = "name the subscription: id and group"; return; }
+  lookup({id: value("id"), group: value("group")}, value("webhook") ? {webhookId: value("webhook")}
     : {topic: value("topic"), partition: value("partition"), offset: value("offset")});
 });
 
-// Where records go: an HTTP endpoint, or an in-process subscription's Python handler.
-const target = (m) => m.type === "handler" ? "handler " + m.handler : m.method + " " + m.uri;
-
-function subscriptionView(entry) {
-  const sub = entry.consumer, status = entry.status || {};
-  const key = sub.id + "_" + groupId(sub);
-  const state = status.state || "unknown";
-  const paused = state === "paused" || state === "disabled";
-  const endpoint = status.endpoint || {}, counters = status.counters || {};
-  const inProcess = sub.inProcess || status.in_process;
-  const buttons = inProcess ? [el("span", {"class": "state in-process"}, "in-process (read-only)")]
-    : [el("button", {"class": paused ? "resume" : "pause",
-       onclick: () => act(sub, paused ? "resume" : "pause")}, paused ? "Resume" : "Pause")];
-  if (!inProcess && sub.subscriptionMethod.deadLetterTopic) {
-    buttons.push(el("button", {"class": "replay",
-      onclick: () => act(sub, "replay", {source: "deadLetter"})}, "Replay dead letters"));
-  }
-  const failures = (endpoint.recent_failures || []).slice(0, 5).map((f) =>
-    el("li", {}, new Date(f.at).toLocaleTimeString() + " · " + (f.status || "") + " " + (f.error || "")));
-  return el("section", {"class": "sub", "data-key": key},
-    el("div", {"class": "row"}, el("span", {"class": "name"}, key),
-      el("span", {"class": "state " + state}, state),
-      el("span", {"class": "muted"}, target(sub.subscriptionMethod)),
-      ...buttons),
-    status.reason ? el("div", {"class": "muted"}, status.reason) : "",
-    el("div", {"class": "row muted"},
-      el("span", {}, "delivered " + (counters.delivered ?? "–")),
-      el("span", {}, "failed attempts " + (counters.failed_attempts ?? "–")),
-      el("span", {"class": "dead"}, "dead-lettered " + (counters.dead_lettered ?? "–")),
-      counters.filtered ? el("span", {}, "filtered " + counters.filtered) : "",
-      el("span", {}, "endpoint: last status " + (endpoint.last_status ?? "–") +
-        ", error rate " + ((endpoint.error_rate ?? 0) * 100).toFixed(1) + "%")),
-    failures.length ? el("ul", {"class": "failures"}, ...failures) : "",
-    activityView(sub, status.activity),
-    partitionTable(status.partitions));
-}
-
-function delayView(levels) {
-  if (!levels || !levels.length) return el("p", {"class": "muted"}, "no delay levels configured");
+// -- delay levels, while their section is open -----------------------------------------
+async function delayRefresh() {
+  const delay = await api("/delay/levels").catch(() => ({data: []}));
+  const levels = delay.data;
+  if (!levels || !levels.length) { $("delay").replaceChildren(el("p", {"class": "muted"}, "no delay levels configured")); return; }
   const head = el("tr", {}, ...["level", "delay", "topics", "waiting", "forwarded",
-    "lateness p99"].map((h) => el("th", {}, h)));
-  return el("table", {}, head, ...levels.map((l) => el("tr", {},
-    el("td", {}, l.name), el("td", {}, ago(l.delay_ms)), el("td", {}, (l.topics || []).join(", ")),
-    el("td", {}, l.waiting ?? 0), el("td", {}, l.forwarded ?? 0), el("td", {}, ago(l.lateness_p99_ms)))));
+    "lateness p99"].map((h, i) => el("th", {"class": i ? "" : "l"}, h)));
+  $("delay").replaceChildren(el("table", {}, head, ...levels.map((l) => el("tr", {},
+    el("td", {"class": "l"}, l.name), el("td", {}, ago(l.delay_ms)), el("td", {}, (l.topics || []).join(", ")),
+    el("td", {}, dash(l.waiting)), el("td", {}, dash(l.forwarded)), el("td", {}, ago(l.lateness_p99_ms))))));
 }
+$("delay-box").addEventListener("toggle", () => { if ($("delay-box").open) refresh(); });
 
-function clusterView(cluster) {
-  const box = document.getElementById("cluster");
-  if (!cluster) { box.hidden = true; return; }
-  box.hidden = false;
-  document.getElementById("cluster-lag").textContent = "total lag " + cluster.total_lag;
-  const head = el("tr", {}, ...["instance", "admin", "state", "last seen", "partitions", "lag"]
-    .map((h) => el("th", {}, h)));
-  const rows = cluster.instances.map((i) => el("tr", {"data-instance": i.instance},
-    el("td", {}, i.instance), el("td", {}, link(i.address)),
-    el("td", {}, el("span", {"class": "state " + i.state}, i.state)),
-    el("td", {}, ago(i.last_seen_ms_ago) + " ago"), el("td", {"class": "owned"}, i.partitions),
-    el("td", {}, i.state === "running" ? i.lag : "–")));
-  document.getElementById("cluster-instances").replaceChildren(el("table", {}, head, ...rows));
-  const ohead = el("tr", {}, ...["subscription", "partition", "owner", "lag"]
-    .map((h) => el("th", {}, h)));
-  const owners = [];
-  for (const [key, sub] of Object.entries(cluster.subscriptions)) {
-    for (const p of sub.partitions) {
-      owners.push(el("tr", {"data-owner": key + "/" + p.topic + "-" + p.partition},
-        el("td", {}, key), el("td", {}, p.topic + "-" + p.partition),
-        el("td", {"class": "owner"}, p.instance ?? "unowned (was " + p.last_owner + ")"),
-        el("td", {}, p.lag ?? "–")));
-    }
-  }
-  document.getElementById("cluster-owners").replaceChildren(el("table", {}, ohead, ...owners));
-}
+function showError(e) { $("error").textContent = e ? String(e.message || e) : ""; }
 
-function showError(e) { document.getElementById("error").textContent = e ? String(e.message || e) : ""; }
+let typing = null;
+$("search").addEventListener("input", () => {
+  clearTimeout(typing);  // one request when the typing pauses, not one per key
+  typing = setTimeout(() => { view.q = $("search").value.trim(); view.offset = 0; refresh(); }, 250);
+});
+$("state").addEventListener("change", () => setFilter($("state").value));
+$("prev").addEventListener("click", () => { view.offset = Math.max(0, view.offset - PAGE_SIZE); refresh(); });
+$("next").addEventListener("click", () => { view.offset += PAGE_SIZE; refresh(); });
 
-async function refresh() {
-  try {
-    const ready = await api("/readyz");
-    const badge = document.getElementById("ready");
-    badge.textContent = ready.ready ? "ready" : "not ready: " + (ready.reasons || []).join("; ");
-    badge.style.color = ready.ready ? "#4ac26b" : "#ff8182";
-    const list = (await api("/broker/subscription")).data || [];
-    const detailed = await Promise.all(list.map(async (sub) => {
-      const one = (await api(path(sub))).data;
-      one.consumer.inProcess = sub.inProcess;  // the list says which ones are in-process
-      return one;
-    }));
-    fillLookup(list);
-    const health = await api("/healthz").catch(() => ({}));
-    if (health.version) {
-      const up = health.uptime_s ?? 0;
-      document.getElementById("about").textContent = "v" + health.version + " · up " +
-        (up < 3600 ? Math.floor(up / 60) + " min" : (up / 3600).toFixed(1) + " h");
-    }
-    const target = document.getElementById("subscriptions");
-    target.replaceChildren(...(detailed.length ? detailed.map(subscriptionView)
-      : [el("p", {"class": "muted"}, "no subscriptions yet: POST /broker/subscription")]));
-    const cluster = await fetch("/cluster", {headers: token() ? {"Authorization": "Bearer " + token()} : {}})
-      .then((r) => r.ok ? r.json() : null).catch(() => null);
-    clusterView(cluster && cluster.data);
-    const delay = await api("/delay/levels").catch(() => ({data: []}));
-    document.getElementById("delay").replaceChildren(delayView(delay.data));
-    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
-    showError(null);
-  } catch (e) { showError(e); }
-}
+api("/healthz").then((h) => { if (h.uptime_s != null) started = Date.now() - h.uptime_s * 1000; })
+  .catch(() => null);
 refresh();
-setInterval(refresh, REFRESH_MS);
 """
 
 CSP: Final = ("default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self'; "

@@ -11,6 +11,11 @@ at 100 % is drawn inside the frame, not on it.
 Latency bars carry their values, and when the largest is LOG_SCALE_RATIO times the
 smallest or more (a p99 of seconds next to a p50 of milliseconds) the axis is logarithmic,
 so the small bars stay visible (issue 27).
+
+Many subscriptions (issue 36): the charts over time draw the MAX_SERIES busiest and sum the
+rest into "other"; the latency chart draws the LATENCY_GROUPS slowest (by p99) and one
+group for the others, each bar the highest of theirs (percentiles do not add up), so 10,000
+subscriptions make a readable chart and the slowest ones are never hidden.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ MAX_SERIES = 8  # more subscriptions than this are summed into "other"
 MARKERS_UP_TO = 60  # points per series; more points make a line readable alone
 MARGIN = 0.05  # of the value range, below and above
 LOG_SCALE_RATIO = 30
+LATENCY_GROUPS = 8  # the slowest subscriptions drawn; the others are one group
+LABEL_CHARS = 28  # a subscription's name under its bars is cut to this
 
 
 def _figure(title: str, note: str, nrows: int = 1) -> tuple[Figure, list[Axes]]:
@@ -145,12 +152,31 @@ def latency_chart(rows: Rows, path: Path, note: str = "") -> Path:
     panels = [("e2e", "end-to-end (record timestamp to delivered)"),
               ("added", "added by the service (fetch to HTTP send)")]
     for ax, (name, title) in zip(axes, panels, strict=True):
-        log = _latency_bars(ax, rows[:MAX_SERIES * 2], name)
-        ax.set_title(title)
+        shown, others = _slowest(rows, name)
+        log = _latency_bars(ax, shown, name)
+        ax.set_title(title + (f": the {len(shown) - 1} slowest by p99 and {others} others"
+                              if others else ""))
         ax.set_ylabel("latency (ms, log scale)" if log else "latency (ms)")
         ax.grid(axis="y", alpha=0.3)
     fig.savefig(path)
     return path
+
+
+def _slowest(rows: Rows, name: str) -> tuple[list[Mapping[str, Any]], int]:
+    """The LATENCY_GROUPS slowest rows with values (by p99, then p95, p50) and, when there
+    are more, one row for the others: per percentile the highest of theirs. Also how many
+    the others are (0: none)."""
+    keys = [f"{name}_p{q}_ms" for q in (50, 95, 99)]
+    measured = [r for r in rows if any(r.get(k) is not None for k in keys)]
+    ranked = sorted(measured, key=lambda r: [-(r.get(k) or 0.0) for k in reversed(keys)])
+    shown, rest = list(ranked[:LATENCY_GROUPS]), ranked[LATENCY_GROUPS:]
+    if not rest:
+        return shown, 0
+    others: dict[str, Any] = {"subscription": f"{len(rest)} others (highest)"}
+    for key in keys:
+        values = [r[key] for r in rest if r.get(key) is not None]
+        others[key] = max(values) if values else None
+    return [*shown, others], len(rest)
 
 
 def _latency_bars(ax: Axes, rows: Rows, name: str) -> bool:
@@ -160,7 +186,7 @@ def _latency_bars(ax: Axes, rows: Rows, name: str) -> bool:
     if not rows:
         _no_data(ax)
         return False
-    labels = [_label(r["subscription"]) for r in rows]
+    labels = [_cut(_label(r["subscription"])) for r in rows]
     values = {q: [r.get(f"{name}_p{q}_ms") for r in rows] for q in (50, 95, 99)}
     positive = [v for vs in values.values() for v in vs if v is not None and v > 0]
     log = bool(positive) and max(positive) >= LOG_SCALE_RATIO * min(positive)
@@ -181,6 +207,10 @@ def _latency_bars(ax: Axes, rows: Rows, name: str) -> bool:
     ax.set_xlabel("subscription")
     ax.legend(loc="upper left", fontsize="small")
     return log
+
+
+def _cut(label: str) -> str:
+    return label if len(label) <= LABEL_CHARS else label[:LABEL_CHARS - 1] + "…"
 
 
 def _duration(ms: float | None) -> str:

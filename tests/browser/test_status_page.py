@@ -10,13 +10,21 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from actors.delivery.egress.handler import ConsumedRecord
 from tests.browser.cdp import Browser, chromium_path
+from tests.browser.fleet import gaps, post_all, rounds_done, weights
 from tests.conftest import TopicFactory
-from tests.integration.delivery_harness import Receiver, make_runtime, produce, subscription
+from tests.integration.delivery_harness import (
+    Push,
+    Receiver,
+    make_runtime,
+    produce,
+    subscription,
+)
 
 pytestmark = pytest.mark.integration
 SCREENSHOTS = Path(os.environ.get("HOOKSTREAM_SCREENSHOTS")
@@ -54,10 +62,13 @@ async def test_the_page_shows_a_subscription_and_its_pause_button_pauses_it(
             await receiver.wait_for(lambda: len(receiver.delivered()) == 12)
             async with Browser(chromium) as browser:
                 await browser.goto(runtime.admin.url + "/")
-                row = "document.querySelector('section.sub[data-key=\"page_g-page\"]')"
-                await browser.wait_for(f"{row} && {row}.querySelectorAll('td.lag').length == 2")
+                row = "document.querySelector('tr.sub[data-key=\"page_g-page\"]')"
+                await browser.wait_for(f"{row} && {row}.querySelector('td.lag').textContent == '0'")
+                await browser.evaluate(f"{row}.querySelector('td.name').click()")
+                card = "document.querySelector('td.details[data-key=\"page_g-page\"]')"
+                await browser.wait_for(f"{card} && {card}.querySelectorAll('td.lag').length == 2")
                 lags = await browser.evaluate(
-                    f"[...{row}.querySelectorAll('td.lag')].map(td => td.textContent)")
+                    f"[...{card}.querySelectorAll('td.lag')].map(td => td.textContent)")
                 assert lags == ["0", "0"]
                 assert await browser.evaluate(f"{row}.querySelector('.state').textContent") \
                     == "running"
@@ -65,10 +76,13 @@ async def test_the_page_shows_a_subscription_and_its_pause_button_pauses_it(
                 png = await browser.screenshot(shot)
                 assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
                 keep_screenshot(shot)
-                await browser.evaluate(f"{row}.querySelector('button.pause').click()")
+                await browser.evaluate(f"{card}.querySelector('button.pause').click()")
                 await browser.wait_for(
                     f"{row} && {row}.querySelector('.state').textContent == 'paused'")
                 assert runtime.service("delivery").status["page_g-page"].state == "paused"
+                # a stopped subscription counted nothing: "-", not 0
+                assert await browser.evaluate(f"{row}.querySelector('td.lag').textContent") \
+                    == "-"
     finally:
         await receiver.stop()
 
@@ -92,7 +106,10 @@ async def test_the_cluster_panel_shows_each_instance_and_the_owner_of_each_parti
                                                   fast_group=fast_group_kwargs))
             async with Browser(chromium) as browser:
                 await browser.goto(b.admin.url + "/")
-                owners = "[...document.querySelectorAll('#cluster td.owner')]"
+                row = "document.querySelector('tr.sub[data-key=\"cv_g-cv\"]')"
+                await browser.wait_for(f"!!{row}", timeout_s=60)
+                await browser.evaluate(f"{row}.querySelector('td.name').click()")
+                owners = "[...document.querySelectorAll('td.details table.owners td.owner')]"
                 await browser.wait_for(
                     f"!document.getElementById('cluster').hidden && {owners}.length == 2 && "
                     f"new Set({owners}.map(td => td.textContent)).size == 2", timeout_s=60)
@@ -156,7 +173,7 @@ async def test_a_javascript_address_in_the_status_topic_is_no_link_and_no_script
 async def test_the_page_shows_attempts_and_charts_and_looks_a_record_up(
         chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
         fast_group_kwargs: dict[str, int]) -> None:
-    from tests.integration.delivery_harness import Admin, Push
+    from tests.integration.delivery_harness import Admin
 
     topic = await topic_factory(partitions=1)
     await produce(kafka_bootstrap, topic, 5)
@@ -177,7 +194,10 @@ async def test_the_page_shows_attempts_and_charts_and_looks_a_record_up(
             await receiver.wait_for(lambda: len(receiver.delivered()) == 5)
             async with Browser(chromium) as browser:
                 await browser.goto(runtime.admin.url + "/")
-                row = "document.querySelector('section.sub[data-key=\"look_g-look\"]')"
+                line = "document.querySelector('tr.sub[data-key=\"look_g-look\"]')"
+                await browser.wait_for(f"!!{line}")
+                await browser.evaluate(f"{line}.querySelector('td.name').click()")
+                row = "document.querySelector('td.details[data-key=\"look_g-look\"]')"
                 await browser.wait_for(f"{row} && {row}.querySelectorAll('tr.attempt').length == 7")
                 statuses = await browser.evaluate(
                     f"[...{row}.querySelectorAll('tr.attempt td.status')].map(t => t.textContent)")
@@ -219,9 +239,100 @@ async def test_an_in_process_subscription_shows_its_handler_and_no_buttons(
             await runtime.consume("inproc", record_it, topics=[topic], properties=properties), \
             Browser(chromium) as browser:
         await browser.goto(runtime.admin.url + "/")
-        row = "document.querySelector('section.sub[data-key=\"record_it_inproc\"]')"
-        await browser.wait_for(f"!!({row} && {row}.querySelector('.row .muted'))")
-        target = await browser.evaluate(f"{row}.querySelector('.row .muted').textContent")
+        line = "document.querySelector('tr.sub[data-key=\"record_it_inproc\"]')"
+        await browser.wait_for(f"!!{line}")
+        await browser.evaluate(f"{line}.querySelector('td.name').click()")
+        row = "document.querySelector('td.details[data-key=\"record_it_inproc\"]')"
+        await browser.wait_for(f"!!({row} && {row}.querySelector('.target'))")
+        target = await browser.evaluate(f"{row}.querySelector('.target').textContent")
         assert target.startswith("handler tests.browser.test_status_page.")
         assert target.endswith(".<locals>.record_it")
         assert await browser.evaluate(f"{row}.querySelectorAll('button').length") == 0
+
+
+FLEET = 300
+"""Subscriptions in the suite's test (the issue's example); bench/status_page.py posts
+10,000 and checks the same figures."""
+MAX_ROUND_BYTES = 200 * 1024
+
+
+def fleet(topic: str, good: str, flaky: str, dead: str, count: int,
+          fast_group: dict[str, int]) -> list[dict[str, Any]]:
+    """`count` subscriptions: two fail on an origin whose breaker stays closed (it never
+    opens), one fails on an origin whose breaker opens, the rest deliver."""
+    never = {"failureRatio": 1.0, "minRequests": 1_000_000}
+    quick = {"failureRatio": 0.5, "minRequests": 2, "openMs": 600_000}
+    special = [subscription("flaky-1", [{"name": topic}], flaky, fast_group=fast_group,
+                            circuitBreaker=never, delayOnErrorMs=500),
+               subscription("flaky-2", [{"name": topic}], flaky, fast_group=fast_group,
+                            circuitBreaker=never, delayOnErrorMs=500),
+               subscription("dead-1", [{"name": topic}], dead, fast_group=fast_group,
+                            circuitBreaker=quick, delayOnErrorMs=500)]
+    return special + [subscription(f"sub-{n:05d}", [{"name": topic}], good,
+                                   fast_group=fast_group)
+                      for n in range(count - len(special))]
+
+
+async def test_with_many_subscriptions_the_failing_come_first_and_each_round_is_small(
+        chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 1)
+
+    async def fails(push: Push) -> int:
+        return 500
+
+    good = await Receiver().start()
+    flaky, dead = await Receiver(fails).start(), await Receiver(fails).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await post_all(runtime.admin.url, fleet(topic, good.url, flaky.url, dead.url,
+                                                    FLEET, fast_group_kwargs))
+            await good.wait_for(lambda: len(good.ok) >= FLEET - 3, timeout_s=120)
+            async with Browser(chromium) as browser:
+                await browser.goto(runtime.admin.url + "/")
+                first = "document.querySelector('#rows tr.sub')"
+                attention = "document.getElementById('total-attention').textContent"
+                await browser.wait_for(f"!!document.getElementById('total-attention') && "
+                                       f"{attention} == '3 need attention'", timeout_s=60)
+                assert await browser.evaluate(
+                    "document.getElementById('total-subscriptions').textContent") == str(FLEET)
+                keys = await browser.evaluate(
+                    "[...document.querySelectorAll('#rows tr.sub')].map(r => r.dataset.key)")
+                assert len(keys) == 50  # one page, not every subscription
+                assert keys[:3] == ["dead-1_g-dead-1", "flaky-1_g-flaky-1",
+                                    "flaky-2_g-flaky-2"]
+                assert await browser.evaluate(
+                    f"[...{first}.querySelectorAll('.why')].map(s => s.textContent)") \
+                    == ["failing", "breaker open"]
+                origin = f"document.querySelector('#origins tr[data-origin=\"http://127.0.0.1:{dead.port}\"]')"
+                assert await browser.evaluate(f"{origin}.querySelector('.state').textContent") \
+                    == "open"
+                assert await browser.evaluate(
+                    "document.querySelector('#origins tr[data-origin]').dataset.origin") \
+                    == f"http://127.0.0.1:{dead.port}"  # breakers not closed first
+                await rounds_done(browser, 3, timeout_s=60)
+                assert min(await gaps(browser)) >= 0  # a round starts after the last ended
+                shot = tmp_path / "status-page-many.png"
+                await browser.screenshot(shot)
+                keep_screenshot(shot)
+                # search on the server: one request, the matching rows only
+                await browser.evaluate("(() => { const s = document.getElementById('search');"
+                                       " s.value = 'sub-00042'; s.dispatchEvent("
+                                       "new Event('input')); })()")
+                await browser.wait_for("document.querySelectorAll('#rows tr.sub').length == 1")
+                assert await browser.evaluate(f"{first}.dataset.key") == "sub-00042_g-sub-00042"
+                await browser.evaluate("(() => { const s = document.getElementById('search');"
+                                       " s.value = ''; s.dispatchEvent(new Event('input'));"
+                                       " const f = document.getElementById('state');"
+                                       " f.value = 'failing'; f.dispatchEvent("
+                                       "new Event('change')); })()")
+                await browser.wait_for("document.querySelectorAll('#rows tr.sub').length == 3")
+                done = len(await weights(browser))
+                await rounds_done(browser, done + 2, timeout_s=60)
+                sizes = await weights(browser)
+                assert sizes and max(sizes) <= MAX_ROUND_BYTES, sizes
+                assert min(await gaps(browser)) >= 0
+    finally:
+        for receiver in (good, flaky, dead):
+            await receiver.stop()

@@ -86,6 +86,8 @@ MAX_REPLAYS = 32
 consumer: 300 at once took 700 open files, #34); past them a replay is refused (429)."""
 FINISHED_REPLAYS_KEPT = 100
 """Ended replays whose progress `GET .../replay/{id}` still shows (the oldest go)."""
+NAMES_SHOWN = 3
+"""Subscriptions named per outcome in the restore summary; the rest are DEBUG lines."""
 
 
 class Journal(Protocol):
@@ -179,18 +181,28 @@ class ControlActor(Actor):
                         self.path, left)
 
     async def _restore(self, consumers: list[Consumer]) -> None:
-        """Every stored subscription is listed again, whether or not it can start now."""
+        """Every stored subscription is listed again, whether or not it can start now.
+        One INFO line says how it went (`restore_summary`); each subscription's own line
+        is DEBUG (10,000 restored made 10,000 INFO lines)."""
         startable: list[Consumer] = []
+        outcome: dict[str, list[str]] = {}
         for consumer in consumers:
             if self.registry.add(consumer, refused=self._refusal(consumer)):
                 startable.append(consumer)
             else:
-                log.info("subscription %s restored %s", consumer.key,
-                         self.registry.state(consumer.key))
+                state = self.registry.state(consumer.key)
+                outcome.setdefault(state, []).append(consumer.key)
+                log.debug("subscription %s restored %s", consumer.key, state)
         # a few at a time: each new group member's client start is mostly waiting for
         # the broker (500 separate groups took 18-25 s one by one)
         for first in range(0, len(startable), RESTORE_BATCH):
-            await self._start_together(startable[first:first + RESTORE_BATCH], "restored")
+            batch = startable[first:first + RESTORE_BATCH]
+            failed = await self._start_together(batch, "restored", quiet=True)
+            for consumer in batch:
+                outcome.setdefault("failed to start" if consumer.key in failed
+                                   else "started", []).append(consumer.key)
+        if consumers:
+            log.info("%s", restore_summary(outcome))
 
     async def _restore_programmed(self) -> None:
         for key, consumer in list(self.programmed.consumers.items()):
@@ -386,18 +398,23 @@ class ControlActor(Actor):
         self._started(consumer, what)
         return True
 
-    async def _start_together(self, consumers: list[Consumer], what: str) -> None:
+    async def _start_together(self, consumers: list[Consumer], what: str, *,
+                              quiet: bool = False) -> set[str]:
+        """Start them; the keys of those that failed (a retry is scheduled for each).
+        `quiet`: each start is a DEBUG line (the caller logs a summary)."""
         failed = await self.trees.start_together(consumers)
         for consumer in consumers:
             error = failed.get(consumer.key)
             if error is None:
-                self._started(consumer, what)
+                self._started(consumer, what, quiet=quiet)
             else:
                 self._start_failed(consumer, error)
+        return set(failed)
 
-    def _started(self, consumer: Consumer, what: str) -> None:
+    def _started(self, consumer: Consumer, what: str, *, quiet: bool = False) -> None:
         self.registry.started(consumer.key)
-        log.info("subscription %s %s", consumer.key, what)
+        log.log(logging.DEBUG if quiet else logging.INFO, "subscription %s %s",
+                consumer.key, what)
 
     def _start_failed(self, consumer: Consumer, exc: DeliveryError) -> None:
         retry = self.registry.start_failed(consumer.key, exc.details or exc.reason,
@@ -602,3 +619,16 @@ def summary(consumer: Consumer) -> str:
     if isinstance(method, HandlerMethod):
         return f"{topics} -> handler {method.handler}"
     return f"{topics} -> {method.method} {redact_uri(method.uri)}"
+
+
+def restore_summary(outcome: dict[str, list[str]], shown: int = NAMES_SHOWN) -> str:
+    """One line for a restore: how many subscriptions ended how (`started`, `paused`,
+    `failed to start`, ...), each with its first `shown` names."""
+    total = sum(len(keys) for keys in outcome.values())
+    parts = []
+    for what in sorted(outcome, key=lambda w: (w != "started", w)):
+        keys = sorted(outcome[what])
+        names = ", ".join(keys[:shown]) + (f" and {len(keys) - shown} more"
+                                            if len(keys) > shown else "")
+        parts.append(f"{len(keys)} {what} ({names})")
+    return f"restore: {total} subscription(s): " + "; ".join(parts)

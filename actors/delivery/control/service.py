@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +53,8 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
+from actors.delivery.control.overview import Overview, Rows, measured, overview
+from actors.delivery.control.overview import readiness as overview_readiness
 from actors.delivery.control.registry import Limits, Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
 from actors.delivery.control.status import (
@@ -87,6 +90,12 @@ CONTROL_START_MS = 600_000
 CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
 """Its stop: the members drain and commit, then the trees."""
 RECENT_ATTEMPTS = 10  # per subscription in its status (the status page's table)
+OVERVIEW_FRESH_MS = 2000
+"""An overview this young is answered again instead of gathered anew: any number of open
+status pages and consoles cost one gathering per period."""
+OVERVIEW_CPU_SHARE = 0.01
+"""At most this share of a core for overviews: one that took 50 ms to gather (10,000
+subscriptions) is kept 5 s, longer than `OVERVIEW_FRESH_MS`."""
 
 __all__ = ["DeliveryControl"]
 
@@ -107,6 +116,10 @@ class DeliveryControl:
         # by subscription key, for the attempts API: written by the outlets (the trees
         # set them), kept across restarts of the trees and of the control actor
         self.attempts: dict[str, AttemptRing] = {}
+        self.origins = Origins()  # the trees' own, from start
+        self._overview: Overview | None = None
+        self._rows = Rows()  # the overview's, each built again when it changed
+        self._overview_fresh_ms = OVERVIEW_FRESH_MS
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
@@ -114,8 +127,8 @@ class DeliveryControl:
         runtime.listen("dead_lettered", self._note_give_up)
         runtime.listen("retry_scheduled", self._note_give_up)
         egress, cluster = runtime.config.egress, runtime.config.cluster
-        origins = Origins(breaker=egress.circuit_breaker,
-                          max_connections=egress.origin_max_connections)
+        origins = self.origins = Origins(breaker=egress.circuit_breaker,
+                                         max_connections=egress.origin_max_connections)
         self.guard = DestinationGuard(egress.allow_networks, egress.deny_networks
                                       if egress.deny_networks is not None else DEFAULT_DENY,
                                       egress.allow_references)
@@ -362,6 +375,15 @@ class DeliveryControl:
         view: dict[str, object] = await self._cluster.ask(ViewAsked(key))
         return view
 
+    async def cluster_overview(self) -> dict[str, object] | None:
+        """The cluster's instances and total lag (`[cluster] status_topic`), else None:
+        the summary's part of the cluster view (its partition owners are per
+        subscription)."""
+        if self._cluster is None:
+            return None
+        view = await self._whole_cluster()
+        return {"instances": view["instances"], "total_lag": view["total_lag"]}
+
     async def _whole_cluster(self) -> dict[str, object]:
         if self._cluster is None:
             raise UsageError("the cluster view runs with [cluster] status_topic only")
@@ -420,6 +442,42 @@ class DeliveryControl:
         """`answer(key)` as plain dicts and lists (the library's `status()`)."""
         shown: dict[str, object] = msgspec.to_builtins(await self.answer(key))
         return shown
+
+    def overview(self) -> Overview:
+        """Every subscription's row, the totals and the origins (actors/delivery/control/
+        overview.py), gathered at most once per `OVERVIEW_FRESH_MS`, or less often when a
+        gathering costs more than `OVERVIEW_CPU_SHARE` of that: callers meanwhile get the
+        same one."""
+        kept = self._overview
+        if kept is not None and \
+                self.runtime.clock.wall_ms() - kept.at < self._overview_fresh_ms:
+            return kept
+        began = time.process_time()
+        gathered = self._gather()
+        spent_ms = (time.process_time() - began) * 1000
+        self._overview_fresh_ms = max(OVERVIEW_FRESH_MS, int(spent_ms / OVERVIEW_CPU_SHARE))
+        return gathered
+
+    def _gather(self) -> Overview:
+        """Read, not asked (actors/delivery/control/overview.py says why and from where)."""
+        registry = self._registry()
+        if registry is None:
+            raise ActorDeadError("the delivery control plane is restarting")
+        clock, runtime = self.runtime.clock, self.runtime
+        now_mono, now_wall = clock.monotonic_ms(), clock.wall_ms()
+        origins = [origin.status(now_mono, now_wall) for origin in self.origins]
+        rows = self._rows.gather(registry.consumers, registry.statuses,
+                                 measured(runtime.metrics), origins,
+                                 runtime.config.delivery.stall_after_ms)
+        gathered = overview(now_wall, rows, origins)
+        self._overview = gathered
+        return gathered
+
+    def overview_readiness(self, view: Overview) -> list[str]:
+        """`readiness` read from an overview: no actor asked (the status page's badge)."""
+        reasons = [f"cluster: {problem}" for problem in self._cluster_problems() if problem]
+        return reasons + overview_readiness(view.rows,
+                                            self.runtime.config.delivery.stall_after_ms)
 
     def summary(self) -> str:
         """For the runtime's stop line: subscriptions and what they delivered this run."""
