@@ -23,7 +23,7 @@ import pytest
 
 from runtime.kafka import compat, create_topics
 from runtime.kafka.broker import EmbeddedBroker, free_port
-from tests import tracked
+from tests import tracked, waits
 
 BrokerKind = Literal["external", "container", "embedded"]
 TopicFactory = Callable[..., Awaitable[str]]
@@ -65,6 +65,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unmarked:
         raise pytest.UsageError("test files without their folder's marker (pytestmark = "
                                 f"pytest.mark.<folder>): {', '.join(unmarked)}")
+    for item in items:  # a file's own hang bound stretches like the waits inside it
+        mark = item.get_closest_marker("timeout")
+        if mark is not None and mark.args:
+            item.add_marker(pytest.mark.timeout(mark.args[0] * waits.SLACK), append=False)
 
 
 def _lacks_folder_marker(item: pytest.Item) -> bool:

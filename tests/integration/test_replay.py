@@ -3,7 +3,6 @@ as the original delivery, plus QOH-Replay (real broker, runtime and receiver).""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -186,17 +185,18 @@ async def test_finished_replays_close_their_consumers(
                 done = await _progress(admin, f"{path}/{reply['data']['replayId']}")
                 assert (done["state"], done["delivered"]) == ("done", 3), done
 
+            tree = runtime.service("delivery").tree("rc_g-rc")
+
+            def replays_gone() -> bool:  # a finished replay's actor stops after its answer
+                return not [n for n in tree.children() if n.startswith("replay-")]
+
             await one_replay()  # warm: the first one opens what every later one shares
-            await asyncio.sleep(0.5)
+            await waits.until(replays_gone, what="the warm replay's actor stopped")
             before = _open_files()
             for _ in range(10):
                 await one_replay()
-            for _ in range(50):
-                if _open_files() <= before + 2:
-                    break
-                await asyncio.sleep(0.1)
-            assert _open_files() <= before + 2, (before, _open_files())
-            tree = runtime.service("delivery").tree("rc_g-rc")
-            assert [n for n in tree.children() if n.startswith("replay-")] == []
+            await waits.until(replays_gone, what="every finished replay's actor stopped")
+            await waits.until(lambda: _open_files() <= before + 2,
+                              what=f"open files back to {before} + 2")
     finally:
         await receiver.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import time
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -46,14 +45,13 @@ def test_a_timer_seven_days_out_expires_exactly_then_and_not_a_millisecond_early
     assert wheel.advance(7 * DAY) == ["week"]
 
 
+@pytest.mark.timeout(60)  # a hang bound, not a budget: ticking would take hours
 def test_advancing_days_over_empty_time_jumps_instead_of_ticking() -> None:
     # Ticking 1 ms slots through 30 days would be 2.6e9 steps; jumping is a few dozen.
     wheel = TimerWheel[int]()
     for day in range(1, 31):
         wheel.schedule(day * DAY + 7, day)
-    started = time.perf_counter()
     assert wheel.advance(30 * DAY + 7) == list(range(1, 31))
-    assert time.perf_counter() - started < 1.0
 
 
 def test_cancel_after_expiry_returns_false_and_keeps_the_handle_expired() -> None:
