@@ -196,6 +196,10 @@ class DeliveryConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=T
     that stops heartbeating this long loses its partitions to the others. Apache Kafka
     refuses values below its `group.min.session.timeout.ms` (6 s by default); the embedded
     broker answers a join after about half of it, so each rebalance there takes that."""
+    settle_ms: Annotated[int, Meta(ge=0, le=60_000)] = 300
+    """How long the subscriptions must stop changing before the instance member subscribes
+    to new topics (at most ten times this, or 3 s, after the first change): a burst of
+    subscriptions to new topics costs one rebalance. 0: at once (tests)."""
     max_subscriptions: Annotated[int, Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_SUBSCRIPTIONS
     """Subscriptions on this instance at most; a subscribe past it is refused (429)."""
     max_topics: Annotated[int, Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_TOPICS

@@ -124,7 +124,7 @@ def runtime_config(bootstrap: str, tmp: Path, **extra: Any) -> dict[str, Any]:
                     **extra.pop("journal", {})},
         "runtime": {"shutdown_deadline_ms": 8000},
         # quick rebalances of the instance group (conftest.fast_group_kwargs says why)
-        "delivery": {"session_timeout_ms": 2000, **extra.pop("delivery", {})},
+        "delivery": {"session_timeout_ms": 2000, "settle_ms": 0, **extra.pop("delivery", {})},
         **extra,
     }
 

@@ -460,7 +460,8 @@ class Trees:
         runtime = self.runtime
         return InstanceMemberActor(name, group, list(self.riders.get(name, {}).values()),
                                    wiring, settings, runtime.metrics, runtime.keep_long_lived,
-                                   held=self.restoring or name in self._held)
+                                   held=self.restoring or name in self._held,
+                                   settle_ms=runtime.config.delivery.settle_ms)
 
     async def _start_members(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
         """Start the members `consumers` ride that do not run yet, in parallel; the

@@ -40,7 +40,7 @@ from actors.delivery.path.member.rebalance import Rebalances
 from actors.delivery.path.member.seats import Seats, resolve
 from actors.delivery.path.member.side_reads import SideReads
 from actors.delivery.path.member.starts import Starts
-from actors.delivery.path.member.topics import Topics
+from actors.delivery.path.member.topics import SETTLE_MS, Topics
 from actors.delivery.path.member.writers import Writers, mark
 from actors.delivery.path.roster import Rider, Roster
 from actors.delivery.path.status import MemberStatus
@@ -76,7 +76,7 @@ class InstanceMemberActor(Actor):
     def __init__(self, name: str, group_id: str, riders: list[Rider], wiring: Wiring,
                  settings: ClientSettings, metrics: Registry,
                  long_lived: Callable[[], None] | None = None, *, held: bool = False,
-                 ) -> None:
+                 settle_ms: int = SETTLE_MS) -> None:
         super().__init__(name)
         self.wiring, self.settings = wiring, settings
         self.roster = Roster(group_id)
@@ -92,7 +92,8 @@ class InstanceMemberActor(Actor):
         self.writers = Writers(mark(group_id))
         self.commit_errors: dict[str, str] = {}  # group.id -> why its last commit failed
         self.cursors = Cursors(self, wiring, long_lived)
-        self.topics = Topics(self, self.cursors.noted, self.cursors.route, held=held)
+        self.topics = Topics(self, self.cursors.noted, self.cursors.route, held=held,
+                             settle_ms=settle_ms)
         self.rebalance = Rebalances(self, self.cursors)
         self.cursors.held = self.rebalance.suspended.__contains__
         self.starts = Starts(self, self.cursors, self.rebalance)

@@ -27,12 +27,14 @@ from runtime.kafka import compat
 
 log = logging.getLogger(__name__)
 SETTLE_MS = 300
+"""The default of `[delivery] settle_ms`."""
 SETTLE_MAX_MS = 3000
 
 
 class Topics:
     def __init__(self, member: Member, changed: Callable[[], None],
-                 route: Callable[[], None], *, held: bool) -> None:
+                 route: Callable[[], None], *, held: bool, settle_ms: int = SETTLE_MS,
+                 ) -> None:
         self.member = member
         self.changed = changed
         """Called when the riders changed (the cursors room retunes the fetch)."""
@@ -45,6 +47,7 @@ class Topics:
         self.matcher = TopicMatcher()
         self.listening = False
         self._version = -1  # the roster version applied
+        self.settle_ms = settle_ms
         self._settling: tuple[int, int, int] | None = None  # first change, version, since
         self._patterns: list[str] = []
         self._waiting: frozenset[str] = frozenset()  # missing topics last logged
@@ -92,13 +95,14 @@ class Topics:
 
     def _settled(self, now: int) -> bool:
         """Whether a change of topics may be subscribed now: once the riders stopped
-        changing for `SETTLE_MS` (at most `SETTLE_MAX_MS` after the first change)."""
+        changing for `settle_ms` (at most `SETTLE_MAX_MS` after the first change)."""
         version = self.member.roster.version
         first, seen, since = self._settling or (now, version, now)
         if version != seen:
             seen, since = version, now
         self._settling = (first, seen, since)
-        if now - since >= SETTLE_MS or now - first >= SETTLE_MAX_MS:
+        if now - since >= self.settle_ms or now - first >= min(SETTLE_MAX_MS,
+                                                                10 * self.settle_ms):
             self._settling = None
             return True
         return False
