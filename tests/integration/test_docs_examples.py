@@ -25,6 +25,7 @@ from runtime.host.config import parse_config
 from runtime.kafka import create_topics
 from tests.certs import self_signed
 
+pytestmark = pytest.mark.integration  # some examples start runtimes and brokers
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
@@ -123,7 +124,6 @@ async def run_until_ready(program: Path, cwd: Path,
         stderr=asyncio.subprocess.PIPE)
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("example", library_programs(), ids=ids(library_programs()))
 async def test_a_library_example_runs_as_written_and_stops_cleanly_on_a_signal(
         example: Example, tmp_path: Path) -> None:
@@ -154,7 +154,6 @@ async def test_a_library_example_runs_as_written_and_stops_cleanly_on_a_signal(
     assert " INFO runtime: stopped cleanly" in logged  # logging is on
 
 
-@pytest.mark.integration
 async def test_the_standalone_delay_producer_example_sends(kafka_bootstrap: str,
                                                            tmp_path: Path) -> None:
     example = next(e for e in PYTHON if e.program == "delay_send.py")
