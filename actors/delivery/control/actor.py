@@ -34,6 +34,7 @@ from actors.delivery.control.messages import (
     Gone,
     Listed,
     Marks,
+    MembersLost,
     PauseSubscription,
     Publish,
     Record,
@@ -248,6 +249,8 @@ class ControlActor(Actor):
             return self._tree_exited(message.key, f"its actors crashed: {message.error!r}")
         if isinstance(message, TreesLost):
             return self._trees_lost()
+        if isinstance(message, MembersLost):
+            return await self._members_lost()
         if isinstance(message, Record):
             return await self._on_record(message.key, message.value)
         return await self._answer(message)
@@ -440,6 +443,14 @@ class ControlActor(Actor):
         retry = self.registry.exited(key, reason, self.trees.broker_down(entry.consumer))
         if retry is not None:
             self._schedule(retry, "restarting")
+
+    async def _members_lost(self) -> None:
+        """The members went with their supervisor: each is built again (with the riders
+        the control plane records) for the trees that still run."""
+        for key in list(self.registry):
+            entry = self.registry.get(key)
+            if entry is not None and self.trees.has_tree(key):
+                await self.trees.restore_member(entry.consumer)
 
     def _trees_lost(self) -> None:
         """The `delivery` supervisor went past its budget and is restarted empty: every

@@ -68,6 +68,15 @@ class TreesLost:
 
 
 @dataclass(frozen=True, slots=True)
+class MembersLost:
+    """The `groups` supervisor ended (and is restarted empty): the instance members went
+    while the trees that ride them run on; they are started again (issue 32, found by the
+    seeded chaos run)."""
+
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     """A record of the cluster's subscriptions topic, read by the follower."""
 

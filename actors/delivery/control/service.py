@@ -47,6 +47,7 @@ from actors.delivery.control.actor import ControlActor, Programmed
 from actors.delivery.control.live import has_partitions, live, lives, member_problems, stalls
 from actors.delivery.control.messages import (
     Gone,
+    MembersLost,
     Replay,
     Subscribe,
     TreeExited,
@@ -142,7 +143,8 @@ class DeliveryControl:
         self._groups = await runtime.system.spawn(ChildSpec(
             "groups", lambda: Supervisor("groups", "one_for_one", intensity=10,
                                          period_ms=60_000),
-            shutdown_ms=SUBSCRIPTION_STOP_MS + 500))
+            shutdown_ms=SUBSCRIPTION_STOP_MS + 500,
+            on_exit=lambda error: self._tell(MembersLost(error))))
         wires = Wires(self._delivery, self._groups,
                       gone=lambda key, reason: self._tell(Gone(key, reason)),
                       exited=lambda key, error: self._tell(TreeExited(key, error)))

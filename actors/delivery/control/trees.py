@@ -127,6 +127,8 @@ class Plant(Protocol):
 
     async def start(self, consumer: Consumer) -> None: ...
 
+    async def restore_member(self, consumer: Consumer) -> None: ...
+
     async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]: ...
 
     async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None: ...
@@ -431,6 +433,17 @@ class Trees:
         by default derived from what instances of one deployment have in common: the
         cluster's subscriptions topic, else the persistence folder)."""
         return instance_group(self.runtime.config)
+
+    async def restore_member(self, consumer: Consumer) -> None:
+        """Start `consumer`'s member again if it is gone (its supervisor was restarted
+        empty); a failure is logged, and the next subscription start tries again."""
+        if not rides(consumer):
+            return
+        try:
+            await self._ensure_member(consumer)
+        except (ActorStartError, ActorDeadError) as exc:
+            log.warning("group member %s could not start again: %r",
+                        member_name(consumer), exc)
 
     async def _ensure_member(self, consumer: Consumer) -> None:
         spec = self._member_spec(consumer)
