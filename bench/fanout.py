@@ -96,6 +96,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         "persistence": {"dir": str(workdir / "persist")},
         "journal": {"dir": str(workdir / "journal"), "enabled": True},
         "runtime": {"shutdown_deadline_ms": 30_000},
+        "delivery": {"max_subscriptions": args.subscribers + 1000},
         **({"egress": {"origin_max_connections": args.origin_connections}}
            if args.origin_connections else {}),
     })
