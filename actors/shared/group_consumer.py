@@ -46,7 +46,7 @@ from actors.shared.messages import (
     Record,
     Rewind,
 )
-from actors.shared.rebalance import Assign, RebalanceListener, Revoke
+from actors.shared.rebalance import Assign, RebalanceListener, Revoke, leave
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
 from runtime.kafka import committed_offsets, compat, make_consumer
@@ -182,19 +182,7 @@ class GroupConsumerActor(Actor):
         # the fetch task is already cancelled: drain and commit what is ours, then leave
         kafka, self.kafka = self.kafka, None
         self.wiring.pace.left(self)
-        if kafka is None:
-            self.released.set()
-            return
-        try:
-            try:
-                await self._revoke_with(kafka, set(self.owned))
-            finally:
-                # before the client stops: its stop waits for the listener, which waits
-                # for this
-                self.released.set()
-            await compat.leave_group(kafka)  # so the next member need not wait (quirk 6)
-        finally:
-            await kafka.stop()
+        await leave(kafka, self.released, lambda client: self._revoke_with(client, set(self.owned)))
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> object:

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from runtime.errors import ActorDeadError
+from runtime.kafka import compat
 from runtime.kernel import Ref
 
 log = logging.getLogger(__name__)
@@ -76,3 +78,22 @@ class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]  # aio
             log.warning("rebalance: the consumer failed on %r (%r)", message, exc)
             return False
         return True
+
+
+async def leave(kafka: AIOKafkaConsumer | None, released: asyncio.Event,
+                retire: Callable[[AIOKafkaConsumer], Awaitable[None]]) -> None:
+    """A group consumer's stop: `retire` drains and commits what it owns, then the
+    listener is released (before the client stops: the client's stop waits for the
+    listener, which waits for this), the group is left so the next member need not wait
+    (runtime/kafka/compat.py quirk 6), and the client stops."""
+    if kafka is None:
+        released.set()
+        return
+    try:
+        try:
+            await retire(kafka)
+        finally:
+            released.set()
+        await compat.leave_group(kafka)
+    finally:
+        await kafka.stop()

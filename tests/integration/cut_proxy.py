@@ -21,6 +21,8 @@ class CutProxy:
         self.port = free_port()
         self.target_port = target_port
         self.cuts = 0
+        self.refused = 0
+        """Connections refused while cut (the clients trying again)."""
         self._down = False
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
@@ -60,6 +62,7 @@ class CutProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._down:
+            self.refused += 1
             writer.close()
             return
         try:

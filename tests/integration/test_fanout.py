@@ -27,6 +27,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -203,7 +204,11 @@ async def test_a_subscriber_reset_to_latest_gets_only_records_produced_after_it_
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             body = subscription("new", [{"name": topic}], receiver.url)
             body["properties"]["auto.offset.reset"] = "latest"
+            commits: list[int | None] = []
+            runtime.listen("committed", lambda e: commits.append(e.offset)
+                           if e.subscription == "new_g-new" else None)
             await Admin(runtime).subscribe(body)
+
             async def live() -> bool:
                 shown = await member(runtime).ask(StatusQuery("new_g-new"))
                 return bool(shown.cursors == {f"{topic}-0": "live"})
@@ -211,7 +216,8 @@ async def test_a_subscriber_reset_to_latest_gets_only_records_produced_after_it_
             await eventually(live)
             await produce(kafka_bootstrap, topic, 5, start=20)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 5)
-            await asyncio.sleep(0.5)  # nothing older follows
+            # committed past 24: had it started before 20, 0..19 came first
+            await until(lambda: 25 in commits, what="the commit of 25")
     finally:
         await receiver.stop()
     assert sorted(o for *_, o in receiver.delivered()) == [20, 21, 22, 23, 24]

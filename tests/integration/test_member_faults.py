@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -51,6 +52,26 @@ async def subscribe(api: Admin, ids: list[str], topic: str, url: str,
                             url)
         body["properties"] = properties
         await api.subscribe(body)
+
+
+async def status_of(api: Admin, sub_id: str) -> dict[str, Any]:
+    status, body = await api.call("GET", f"/broker/subscription/{sub_id}/g-{sub_id}")
+    assert status == 200, body
+    found: dict[str, Any] = body["data"]["status"]
+    return found
+
+
+async def member_waits_for(api: Admin, sub_id: str, topic: str) -> bool:
+    member = (await status_of(api, sub_id)).get("member") or {}
+    return topic in member.get("waitingForTopics", [])
+
+
+async def cut_felt(proxy: CutProxy, api: Admin) -> bool:
+    """The clients found the cut (reconnects refused) and a commit round failed."""
+    if proxy.refused < 3:
+        return False
+    member = (await status_of(api, "cut0")).get("member") or {}
+    return bool(member.get("commitError"))
 
 
 def counts(receiver: Receiver, topic: str) -> dict[str, int]:
@@ -159,7 +180,9 @@ async def test_a_topic_created_after_its_subscriptions_is_read(
             await produce(kafka_bootstrap, first, 1)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 1, timeout_s=30)
             await subscribe(api, ["w1"], late, receiver.url)
-            await asyncio.sleep(2)  # the second subscription comes later (the fault's shape)
+            # the second subscription comes once the member looked and found it missing
+            await until(lambda: member_waits_for(api, "w1", late),
+                        what=f"the member waiting for {late}")
             await subscribe(api, ["w2"], late, receiver.url)
             await create_topics(kafka_bootstrap, {late: 2})
             await produce(kafka_bootstrap, late, 20, partitions=2)
@@ -330,7 +353,9 @@ async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(tmp_path: P
                     await receiver.wait_for(lambda: len(receiver.ok) >= total // 2, 60)
                     before = len(revoked)
                     proxy.cut()
-                    await asyncio.sleep(4)  # the cut lasts: nothing observable ends it
+                    # the cut lasts until the clients found it and a commit round failed
+                    await until(lambda: cut_felt(proxy, Admin(runtime)),
+                                what="reconnects refused and a commit round failed")
                     proxy.heal()
                     await produce(bootstrap, topic, total // 2, partitions=2, start=total // 2)
                     await receiver.wait_for(

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Admin, Receiver, make_runtime, produce, subscription
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +26,9 @@ async def test_eleven_consumers_ten_topics_hundred_records_each(
                                    key=lambda i: f"key-{i}".encode()) for t in topics))
     receiver = await Receiver().start()
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+        ends: dict[tuple[str | None, str | None], int] = {}  # (subscription, topic) -> commit
+        runtime.listen("committed", lambda e: ends.__setitem__(
+            (e.subscription, e.topic), max(e.offset or 0, ends.get((e.subscription, e.topic), 0))))
         admin = Admin(runtime)
         for n in range(CONSUMERS):
             await admin.subscribe(subscription(
@@ -32,7 +36,10 @@ async def test_eleven_consumers_ten_topics_hundred_records_each(
                 receiver.url, group=f"group{n}", fast_group=fast_group_kwargs))
         total = CONSUMERS * TOPICS * RECORDS
         await receiver.wait_for(lambda: len(receiver.ok) >= total, timeout_s=120)
-        await asyncio.sleep(0.5)  # anything extra would arrive now
+        # committed to the end: nothing is left in flight that could arrive again
+        await until(lambda: len(ends) == CONSUMERS * TOPICS
+                    and all(o == RECORDS for o in ends.values()),
+                    what="every subscription committed every topic to the end")
     await receiver.stop()
     assert len(receiver.ok) == total
     per_consumer = Counter(p.consumer for p in receiver.ok)

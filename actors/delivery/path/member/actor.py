@@ -60,7 +60,7 @@ from actors.shared.messages import (
     Rewind,
     StatusQuery,
 )
-from actors.shared.rebalance import Assign, RebalanceListener, Revoke
+from actors.shared.rebalance import Assign, RebalanceListener, Revoke, leave
 from runtime.host.journal import Event, EventType
 from runtime.host.metrics import Registry
 from runtime.kafka import compat, make_consumer
@@ -136,18 +136,8 @@ class InstanceMemberActor(Actor):
     async def on_stop(self) -> None:
         kafka, self.kafka = self.kafka, None
         self.wiring.pace.left(self)
-        if kafka is None:
-            self.released.set()
-            return
-        try:
-            try:
-                await self.cursors.retire_now(
-                    [(k, tp) for tp, f in self.fanouts.items() for k in f.cursors])
-            finally:
-                self.released.set()  # before the client stops: its stop waits for it
-            await compat.leave_group(kafka)  # so the next member need not wait (quirk 6)
-        finally:
-            await kafka.stop()
+        await leave(kafka, self.released, lambda _client: self.cursors.retire_now(
+            [(k, tp) for tp, f in self.fanouts.items() for k in f.cursors]))
 
     @property
     def held(self) -> bool:
