@@ -16,6 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
 Labels = tuple[tuple[str, str], ...]
+INDEXED = "subscription"
+"""Series are found by this label's value without a scan: an unsubscribe forgets its
+subscription's series, and a scan of 10,000 subscriptions' series for each took most of
+50 unsubscribes' time (issue 32, item 12)."""
 C = TypeVar("C")
 F = TypeVar("F", bound="Counter | Histogram")
 
@@ -88,18 +92,17 @@ class _Family:
 
 
 class _Labelled(_Family, Generic[C]):
-    """A family of children of type `C`, one per label set, made on first use."""
+    """A family of children of type `C`, one per label set, made on first use. The keys
+    with an `INDEXED` label are also kept by its value, so `forget` finds them without
+    a scan."""
 
     def __init__(self, name: str, help_text: str) -> None:
         super().__init__(name, help_text)
         self.children: dict[Labels, C] = {}
+        self._index: dict[str, set[Labels]] = {}
 
     def labels(self, **labels: str | int) -> C:
-        key = _key(labels)
-        child = self.children.get(key)
-        if child is None:
-            child = self.children[key] = self._new_child()
-        return child
+        return self.child(_key(labels))
 
     def child(self, key: Labels) -> C:
         """The series of a key from `label_key` (made on first use); the family keeps that
@@ -107,19 +110,33 @@ class _Labelled(_Family, Generic[C]):
         child = self.children.get(key)
         if child is None:
             child = self.children[key] = self._new_child()
+            for label, value in key:
+                if label == INDEXED:
+                    self._index.setdefault(value, set()).add(key)
         return child
 
     def remove(self, **labels: str | int) -> None:
-        self.children.pop(_key(labels), None)
+        self.discard(_key(labels))
 
     def discard(self, key: Labels) -> None:
         """Remove the series of a key from `label_key`, if present."""
-        self.children.pop(key, None)
+        if self.children.pop(key, None) is None:
+            return
+        for label, value in key:
+            if label == INDEXED:
+                keys = self._index.get(value, set())
+                keys.discard(key)
+                if not keys:
+                    self._index.pop(value, None)
 
     def forget(self, pairs: set[tuple[str, str]]) -> None:
         """Remove every series whose labels include all of `pairs`."""
-        for key in [k for k in self.children if pairs <= set(k)]:
-            del self.children[key]
+        indexed = [value for label, value in pairs if label == INDEXED]
+        candidates = (list(self._index.get(indexed[0], ())) if indexed
+                      else list(self.children))
+        for key in candidates:
+            if pairs <= set(key):
+                self.discard(key)
 
     def _new_child(self) -> C:
         raise NotImplementedError

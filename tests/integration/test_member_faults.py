@@ -219,6 +219,37 @@ async def test_unsubscribing_the_only_reader_of_a_topic_does_not_crash_the_membe
         await receiver.stop()
 
 
+async def test_unsubscribes_asked_together_mid_stream_lose_nothing_and_double_nothing(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """Six of eight subscriptions leave at once while records flow (their trees stop
+    together: actors/delivery/control/leaving.py): each drains and commits, so when they
+    subscribe again they go on from there, and every subscription ends with every record
+    exactly once."""
+    topic = await topic_factory(partitions=2)
+    ids = [f"un{n}" for n in range(8)]
+    receiver = await Receiver(behaviour=slow).start()
+    total = 400
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe(api, ids, topic, receiver.url)
+            producing = asyncio.create_task(produce(kafka_bootstrap, topic, total,
+                                                    partitions=2))
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 400, timeout_s=60)
+            answers = await asyncio.gather(*(api.call(
+                "POST", "/broker/unsubscribe", {"id": i, "group.id": f"g-{i}"})
+                for i in ids[:6]))
+            assert [status for status, _ in answers] == [200] * 6, answers
+            await producing
+            await subscribe(api, ids[:6], topic, receiver.url)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == total * len(ids),
+                                    timeout_s=90)
+    finally:
+        await receiver.stop()
+    assert counts(receiver, topic) == {f"{i}_g-{i}": total for i in ids}
+    assert receiver.duplicates() == []
+
+
 async def test_a_graceful_stop_mid_stream_delivers_nothing_twice(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
     topic = await topic_factory(partitions=2)

@@ -102,6 +102,9 @@ class Plot:
     own: set[str] = field(default_factory=set)
     forgotten: list[str] = field(default_factory=list)
     replays: set[tuple[str, str]] = field(default_factory=set)  # running: (key, replay id)
+    batches: list[list[str]] = field(default_factory=list)  # trees stopped together
+    gate: asyncio.Event = field(default_factory=lambda: _opened(asyncio.Event()))
+    """Holds those stops while cleared."""
 
     def has_tree(self, key: str) -> bool:
         return key in self.running
@@ -145,6 +148,17 @@ class Plot:
 
     async def stop_all(self, keys: list[str]) -> None:
         self.running.difference_update(keys)
+
+    async def stop_trees(self, keys: list[str]) -> None:
+        self.batches.append(list(keys))
+        await self.gate.wait()
+        self.running.difference_update(keys)
+
+    def unseat(self, consumer: Consumer) -> None:
+        return None
+
+    async def release_member(self, consumer: Consumer) -> None:
+        return None
 
     async def stop_leftovers(self) -> int:
         return 0
@@ -202,6 +216,35 @@ async def started(folder: Path, failing: int = 0, own: frozenset[str] = frozense
 async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
     async for ready in started(tmp_path):
         yield ready
+
+
+async def test_unsubscribes_asked_meanwhile_stop_together_and_later_changes_wait_for_them(
+        plane: Plane) -> None:
+    """The first unsubscribe's tree stops alone; the four asked while it stops are one
+    batch. A change asked of a leaving subscription waits for its leave (a pause then
+    finds it gone, a subscribe starts it anew), as if queued behind it."""
+    keys = []
+    for i in range(5):
+        await ask(plane.control, Subscribe(consumer(f"s{i}", topic=f"t{i}")))
+        keys.append(consumer(f"s{i}").key)
+    plane.plot.gate.clear()
+    leaves = [asyncio.ensure_future(ask(plane.control, Unsubscribe(k))) for k in keys]
+    pause = asyncio.ensure_future(ask(plane.control, PauseSubscription(keys[0])))
+    again = asyncio.ensure_future(ask(plane.control, Subscribe(consumer("s1", topic="t1"))))
+    assert await ask(plane.control, Listed(keys[4]))  # every ask above is handled
+    for _ in range(5):  # and the first batch's task runs (to the gate)
+        await asyncio.sleep(0)
+    assert plane.plot.batches == [keys[:1]] and not any(f.done() for f in leaves)
+    assert {plane.state(k) for k in keys} == {"stopping"}
+    plane.plot.gate.set()
+    assert [c.key for c in await asyncio.gather(*leaves)] == keys
+    assert plane.plot.batches == [keys[:1], keys[1:]]
+    with pytest.raises(SubscriptionNotFound):
+        await pause
+    await again
+    assert list(plane.actor.registry) == [keys[1]] and plane.state(keys[1]) == "running"
+    assert sorted(p.name for p in plane.folder.glob("*.json") if p.name != PAUSED_FILE
+                  and p.name != DISABLED_FILE) == [f"{keys[1]}.json"]
 
 
 async def test_a_subscribe_starts_the_tree_and_keeps_the_file(plane: Plane) -> None:
@@ -284,6 +327,11 @@ async def test_the_lists_of_before_issue_25_name_a_pair_by_its_joined_name(
     (tmp_path / DISABLED_FILE).write_bytes(msgspec.json.encode({"k_a_b": "410"}))
     stored = await LocalFiles(tmp_path).open(_ignore)
     assert (stored.paused, stored.disabled) == ({"k_a%5Fb", "x_y"}, {"k_a%5Fb": "410"})
+
+
+def _opened(event: asyncio.Event) -> asyncio.Event:
+    event.set()
+    return event
 
 
 async def _ignore(key: str, value: bytes | None) -> None:

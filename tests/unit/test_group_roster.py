@@ -110,3 +110,17 @@ async def test_the_member_owns_its_roster_and_takes_joins_holds_and_releases_by_
     assert not member.held
     await member.handle(Hold())
     assert member.held
+
+
+def test_the_roster_knows_a_groups_riders_and_who_joined_since_it_was_asked() -> None:
+    roster = Roster("instances")
+    a, b = rider(consumer("a", {"name": "t1"})), rider(consumer("b", {"name": "t2"}, group="x"))
+    roster.join(a)
+    roster.join(b)
+    assert roster.of_group("team") == {a.settings.key} and roster.topics() == ["t1", "t2"]
+    assert roster.joined() == [a.settings.key, b.settings.key] and roster.joined() == []
+    roster.leave(a.settings.key)
+    assert roster.of_group("team") == set() and roster.topics() == ["t2"]
+    roster.join(a)
+    roster.leave(a.settings.key)
+    assert roster.joined() == []  # joined and left again: nothing to route

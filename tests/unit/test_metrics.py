@@ -129,3 +129,24 @@ def test_families_bound_with_one_label_key_share_the_key_tuple() -> None:
                                                 registry.gauge("b", ""))]
     assert all(k is key for k in stored)
     assert 'b{subscription="s",topic="t",partition="0"} 7' in registry.render()
+
+
+def test_forgetting_a_subscription_finds_its_series_by_label_and_keeps_the_rest() -> None:
+    registry = Registry()
+    lag, delivered = registry.gauge("lag", "l"), registry.counter("d_total", "d")
+    for sub in ("a", "b"):
+        for partition in range(3):
+            lag.child(label_key(subscription=sub, partition=partition)).set(1)
+        delivered.labels(subscription=sub).inc()
+    lag.discard(label_key(subscription="a", partition=0))
+    lag.labels(topic="t").set(2)  # no subscription label: found by a scan
+    registry.forget(subscription="a")
+    assert [dict(k)["subscription"] for k in lag.children if "subscription" in dict(k)] \
+        == ["b"] * 3
+    assert list(delivered.children) == [label_key(subscription="b")]
+    registry.forget(subscription="a", partition="1")  # nothing left of "a"
+    registry.forget(topic="t")
+    assert len(lag.children) == 3
+    lag.child(label_key(subscription="a", partition=0)).set(5)  # made again, found again
+    registry.forget(subscription="a")
+    assert len(lag.children) == 3

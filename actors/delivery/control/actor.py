@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.delivery.cluster.log import RETRY
+from actors.delivery.control.leaving import Leaving
 from actors.delivery.control.messages import (
     Check,
     Gone,
@@ -36,6 +37,7 @@ from actors.delivery.control.messages import (
     Marks,
     MembersLost,
     PauseSubscription,
+    Pending,
     Publish,
     Record,
     Refused,
@@ -44,6 +46,7 @@ from actors.delivery.control.messages import (
     Subscribe,
     TreeExited,
     TreesLost,
+    TreesStopped,
     Unsubscribe,
     Update,
 )
@@ -138,6 +141,7 @@ class ControlActor(Actor):
         self.replays: dict[str, ReplayProgress] = {}
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
+        self.leaving = Leaving(self, trees.stop_trees, self._forget_left)
         trees.handlers = programmed.handlers
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -219,6 +223,7 @@ class ControlActor(Actor):
                 self.registry.move(key, "stopping")
         with contextlib.suppress(ActorDeadError):  # the supervisors went: their children too
             await self.trees.stop_all(list(self.registry))
+        self.leaving.abandon()
 
     # -- messages ------------------------------------------------------------------------
     async def handle(self, message: object) -> object:
@@ -229,12 +234,17 @@ class ControlActor(Actor):
             return Refused(exc)
 
     async def _handle(self, message: object) -> Any:
+        key = _changed_key(message)
+        if key is not None and self.leaving.leaving(key):
+            return self.leaving.after(key, message)  # as if queued behind the leave
         if isinstance(message, Retry):
             return await self._retry(message)
         if isinstance(message, Subscribe):
             return await self._subscribe(message)
         if isinstance(message, Unsubscribe):
-            return await self._unsubscribe(message.key)
+            return self._unsubscribe_soon(message.key)
+        if isinstance(message, TreesStopped):
+            return await self.leaving.stopped()
         if isinstance(message, Update):
             consumer = self._kept(message.key, message.consumer)
             self._refuse_update(message.key, consumer)
@@ -367,10 +377,33 @@ class ControlActor(Actor):
         if message.persist:
             await self.source.save(consumer)
 
+    def _unsubscribe_soon(self, key: str) -> Pending:
+        """Stop the tree with the others asked meanwhile (actors/delivery/control/
+        leaving.py), then forget the subscription; the answer is the consumer it was."""
+        consumer = self.registry.known(key).consumer
+
+        def begin() -> None:
+            if self.trees.has_tree(key):
+                self.registry.move(key, "stopping")
+            self.trees.unseat(consumer)
+
+        return self.leaving.ask(key, begin)
+
+    async def _forget_left(self, key: str) -> Consumer:
+        consumer = self.registry.known(key).consumer
+        await self.trees.release_member(consumer)
+        await self._forget(consumer)
+        return consumer
+
     async def _unsubscribe(self, key: str) -> Consumer:
         """Stop the tree (it drains and commits), then forget the subscription."""
         consumer = self.registry.known(key).consumer
         await self._stop_tree(consumer)
+        await self._forget(consumer)
+        return consumer
+
+    async def _forget(self, consumer: Consumer) -> None:
+        key = consumer.key
         self.trees.forget(key)
         self.registry.remove(key)
         for rid in [rid for rid, p in self.replays.items() if p.subscription == key]:
@@ -383,7 +416,6 @@ class ControlActor(Actor):
             await self._keep_flags()
         self.runtime.metrics.forget(subscription=key)
         log.info("unsubscribed %s", key)
-        return consumer
 
     async def _stop_tree(self, consumer: Consumer, *, keep_member: bool = False) -> None:
         if self.trees.has_tree(consumer.key):
@@ -622,6 +654,15 @@ class ControlActor(Actor):
     def __repr__(self) -> str:
         return (f"<ControlActor {self.path} {self.state} {len(self.registry)} subscriptions "
                 f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>")
+
+
+def _changed_key(message: object) -> str | None:
+    """The subscription a change asked of the mailbox is about (None: not a change)."""
+    if isinstance(message, Subscribe):
+        return message.consumer.key
+    if isinstance(message, Update | PauseSubscription | ResumeSubscription | Replay):
+        return message.key
+    return None
 
 
 def summary(consumer: Consumer) -> str:

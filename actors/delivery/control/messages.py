@@ -3,6 +3,7 @@ change to the subscriptions is one of these, handled one at a time by its mailbo
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,21 @@ class Replay:
 
 
 @dataclass(frozen=True, slots=True)
+class TreesStopped:
+    """These unsubscribes' trees stopped (actors/delivery/control/leaving.py)."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The answer of a change the mailbox does not finish in one turn: its outcome comes
+    in `answer` (a refusal as its exception)."""
+
+    answer: asyncio.Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Refused:
     """The answer when the control actor refuses a change: the error for the asker."""
 
@@ -134,6 +150,8 @@ class Refused:
 async def ask(control: Ref, message: object) -> Any:
     """Ask the control actor; a refusal is raised here, in the asker."""
     answer = await control.ask(message)
+    if isinstance(answer, Pending):
+        answer = await answer.answer
     if isinstance(answer, Refused):
         raise answer.error
     return answer

@@ -135,6 +135,12 @@ class Plant(Protocol):
 
     async def stop_all(self, keys: list[str]) -> None: ...
 
+    async def stop_trees(self, keys: list[str]) -> None: ...
+
+    def unseat(self, consumer: Consumer) -> Rider | None: ...
+
+    async def release_member(self, consumer: Consumer) -> None: ...
+
     async def stop_leftovers(self) -> int: ...
 
     async def start_replay(self, consumer: Consumer, request: ReplayRequest,
@@ -279,11 +285,17 @@ class Trees:
     async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None:
         """Stop `consumer`'s tree (it drains and commits), and the member when nobody
         rides it any more (unless `keep_member`)."""
-        self._unseat(consumer)  # first: a member rebuilt meanwhile does not get it
+        self.unseat(consumer)  # first: a member rebuilt meanwhile does not get it
         if self.has_tree(consumer.key):
             await self.supervisor().stop_child(consumer.key)
         if not keep_member:
             await self.release_member(consumer)
+
+    async def stop_trees(self, keys: list[str]) -> None:
+        """Stop these subscriptions' trees in parallel (each drains and commits); their
+        seats were taken off their members' record first (`unseat`)."""
+        sup = self.supervisor()
+        await sup.stop_children([key for key in keys if sup.has_child(key)])
 
     async def stop_all(self, keys: list[str]) -> None:
         """Shutdown: the shared members first (each drains and commits every partition of
@@ -420,7 +432,7 @@ class Trees:
         seats.pop(key, None)
         seats[key] = rider
 
-    def _unseat(self, consumer: Consumer) -> Rider | None:
+    def unseat(self, consumer: Consumer) -> Rider | None:
         """`consumer` rides no member any more (its tree stops, or did not start): its
         seat, if it had one."""
         if not rides(consumer):
@@ -501,7 +513,7 @@ class Trees:
     async def release_member(self, consumer: Consumer) -> None:
         """`consumer` rides no member now (its tree stopped or did not start): stop its
         member when no subscription rides it any more (it leaves the group)."""
-        seat = self._unseat(consumer)
+        seat = self.unseat(consumer)
         if seat is not None:  # its tree did not start: the member may have the seat
             # still (its rider joined, or the member was rebuilt with it): it leaves too
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

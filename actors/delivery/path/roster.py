@@ -42,6 +42,11 @@ class Roster:
     """Moves on every join or leave: the member re-subscribes when it differs from the
     version it subscribed with."""
     _owners: dict[str, str | None] = field(default_factory=dict)
+    _groups: dict[str, set[str]] = field(default_factory=dict)
+    """The riders of each group.id (usually one; several only through patterns)."""
+    _joined: list[str] = field(default_factory=list)  # since the last `joined()`
+    _topics: list[str] | None = None  # what `topics` and `patterns` found, until a change
+    _patterns: list[str] | None = None
 
     def join(self, rider: Rider) -> None:
         """`rider` joins last (a new seat of the same subscription replaces its old one;
@@ -49,19 +54,40 @@ class Roster:
         key = rider.settings.key
         if self.riders.get(key) is rider:
             return
-        self.riders.pop(key, None)
+        self._drop(key)
         self.riders[key] = rider
+        self._groups.setdefault(rider.settings.group_id, set()).add(key)
+        self._joined.append(key)
         self._changed()
 
     def leave(self, key: str) -> Rider | None:
-        rider = self.riders.pop(key, None)
+        rider = self._drop(key)
         if rider is not None:
             self._changed()
         return rider
 
+    def _drop(self, key: str) -> Rider | None:
+        rider = self.riders.pop(key, None)
+        if rider is not None:
+            keys = self._groups.get(rider.settings.group_id, set())
+            keys.discard(key)
+            if not keys:
+                self._groups.pop(rider.settings.group_id, None)
+        return rider
+
+    def joined(self) -> list[str]:
+        """The riders that joined since the last call (still seated), in order."""
+        keys, self._joined = self._joined, []
+        return [key for key in dict.fromkeys(keys) if key in self.riders]
+
+    def of_group(self, group_id: str) -> set[str]:
+        """The riders whose subscriptions use `group_id`."""
+        return self._groups.get(group_id, set())
+
     def _changed(self) -> None:
         self.version += 1
         self._owners.clear()
+        self._topics = self._patterns = None
 
     def owner_of(self, topic: str) -> Rider | None:
         """The rider whose subscription owns `topic` (None: no one, any more)."""
@@ -82,14 +108,19 @@ class Roster:
 
     def topics(self) -> list[str]:
         """The topics the riders name (the member adds those their patterns match)."""
-        return sorted({name for r in self.riders.values() for name in r.settings.topics})
+        if self._topics is None:
+            self._topics = sorted({t for r in self.riders.values() for t in r.settings.topics})
+        return self._topics
 
     def uses_pattern(self) -> bool:
-        return any(r.settings.patterns for r in self.riders.values())
+        return bool(self.patterns())
 
     def patterns(self) -> list[str]:
         """Every rider's patterns, once each (matched by the member's `TopicMatcher`)."""
-        return sorted({p for r in self.riders.values() for p in r.settings.patterns})
+        if self._patterns is None:
+            self._patterns = sorted({p for r in self.riders.values()
+                                     for p in r.settings.patterns})
+        return self._patterns
 
     def __len__(self) -> int:
         return len(self.riders)

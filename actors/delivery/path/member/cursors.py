@@ -98,7 +98,7 @@ class Cursors:
             return
         self._routed_version = member.roster.version
         riders = member.roster.riders
-        joined = [key for key in riders if key not in self.routed]
+        joined = [key for key in member.roster.joined() if key not in self.routed]
         self.routed.update(joined)
         starts: list[CursorStart] = []
         for tp in member.fanouts:
@@ -115,16 +115,15 @@ class Cursors:
         self._start(self._missing(tp, list(self.member.roster.riders)))
 
     def _missing(self, tp: TopicPartition, keys: list[str]) -> list[CursorStart]:
-        riders, fanout, starts = self.member.roster.riders, self.member.fanouts[tp], []
-        # the groups reading `tp` already, once per call: a burst of thousands of joins
-        # must not scan every cursor of the partition for each of them
-        groups = {riders[k].settings.group_id for k in fanout.cursors if k in riders}
+        roster, fanout = self.member.roster, self.member.fanouts[tp]
+        starts: list[CursorStart] = []
         for key in keys:
-            settings = riders[key].settings
-            if key not in fanout.cursors and settings.group_id not in groups \
-                    and consumes(settings, tp.topic):
-                starts += self._spec(riders[key], tp)
-                groups.add(settings.group_id)
+            settings = roster.riders[key].settings
+            # one cursor per group (the group's riders, not every cursor of `tp`: a
+            # burst of thousands of joins must not scan them all for each)
+            if consumes(settings, tp.topic) and not any(
+                    k in fanout.cursors for k in roster.of_group(settings.group_id)):
+                starts += self._spec(roster.riders[key], tp)
         return starts
 
     def _start(self, starts: list[CursorStart]) -> None:

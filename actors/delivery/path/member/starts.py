@@ -160,7 +160,7 @@ class Starts:
             log.error("%s: %s", member.path, member.writers.reason(group))
 
     def _seats_of(self, group: str, tp: TopicPartition) -> list[Seat]:
-        member = self.member
-        riders, fanout = member.roster.riders, member.fanouts.get(tp)
-        keys = list(fanout.cursors) if fanout is not None else []
-        return [(k, tp) for k in keys if k in riders and riders[k].settings.group_id == group]
+        fanout = self.member.fanouts.get(tp)
+        if fanout is None:
+            return []
+        return [(k, tp) for k in self.member.roster.of_group(group) if k in fanout.cursors]

@@ -1,0 +1,146 @@
+"""Leaving: the control actor's room for unsubscribes under way (issue 32, item 12).
+
+A tree's stop drains and commits (about a second); asked one after another in the control
+actor's mailbox, 50 unsubscribes under load took 40 s. Here an unsubscribe is answered
+with a `Pending` future: the mailbox marks the subscription `stopping` and takes its seat
+off its member's record at once, one owned task stops the trees of every unsubscribe
+asked so far together (the `delivery` supervisor stops them in parallel) and tells the
+mailbox `TreesStopped`, which forgets them and answers; what was asked meanwhile is the
+next batch. Any other change to a subscription that is leaving waits for the leave and is
+then asked again, as if it had queued behind it in the mailbox.
+
+`LeaveBook` holds the decisions (pure); `Leaving` performs them on the actor's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from actors.delivery.control.messages import Pending, TreesStopped, ask
+from actors.delivery.document.subscription import Consumer
+from actors.delivery.errors import DeliveryError
+from runtime.errors import ActorDeadError
+from runtime.kernel.actor import Actor
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class LeaveBook(Generic[T]):
+    """Unsubscribes asked and the answers waiting for them: `queued` wait for the next
+    batch, `stopping` are the batch whose trees stop now (one batch at a time)."""
+
+    queued: dict[str, list[T]] = field(default_factory=dict)
+    stopping: dict[str, list[T]] = field(default_factory=dict)
+
+    def ask(self, key: str, answer: T) -> bool:
+        """Another answer waits for `key`'s leave; True when it is a new leave."""
+        for book in (self.stopping, self.queued):
+            if key in book:
+                book[key].append(answer)
+                return False
+        self.queued[key] = [answer]
+        return True
+
+    def leaving(self, key: str) -> bool:
+        return key in self.stopping or key in self.queued
+
+    def take(self) -> list[str]:
+        """The next batch to stop: every leave queued, unless a batch is stopping."""
+        if self.stopping or not self.queued:
+            return []
+        self.stopping, self.queued = self.queued, {}
+        return list(self.stopping)
+
+    def stopped(self) -> dict[str, list[T]]:
+        """The batch stopped: its leaves and their answers (the book forgets them)."""
+        done, self.stopping = self.stopping, {}
+        return done
+
+    def abandon(self) -> list[T]:
+        """Every answer still waiting (the actor stops before they are done)."""
+        batches = [*self.stopping.values(), *self.queued.values()]
+        self.stopping, self.queued = {}, {}
+        return [answer for batch in batches for answer in batch]
+
+
+class Leaving:
+    def __init__(self, control: Actor, stop: Callable[[list[str]], Awaitable[None]],
+                 forget: Callable[[str], Awaitable[Consumer]]) -> None:
+        self.control = control
+        self._stop = stop  # stops these trees, in parallel (a task, not the mailbox)
+        self._forget = forget  # the mailbox's end of an unsubscribe: the consumer it was
+        self.book: LeaveBook[asyncio.Future[Consumer]] = LeaveBook()
+
+    def ask(self, key: str, begin: Callable[[], None]) -> Pending:
+        """Unsubscribe `key` (`begin` marks it stopping, on a new leave only)."""
+        answer: asyncio.Future[Consumer] = asyncio.get_running_loop().create_future()
+        if self.book.ask(key, answer):
+            begin()
+        self._next()
+        return Pending(answer)
+
+    def leaving(self, key: str) -> bool:
+        return self.book.leaving(key)
+
+    def after(self, key: str, message: object) -> Pending:
+        """`message` changes a subscription that is leaving: asked again once it left."""
+        left: asyncio.Future[Consumer] = asyncio.get_running_loop().create_future()
+        self.book.ask(key, left)
+        answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+        async def again() -> None:
+            with contextlib.suppress(Exception):
+                await left
+            try:
+                answer.set_result(await ask(self.control, message))
+            except Exception as exc:
+                answer.set_exception(exc)
+
+        self.control.spawn(again(), name=f"{self.control.path}:after-leave")
+        return Pending(answer)
+
+    async def stopped(self) -> None:
+        """The mailbox's turn: the batch's trees stopped; each is forgotten and answered
+        (a refusal or failure goes to its askers), then the next batch starts. An
+        unexpected failure crashes the actor once every answer is settled."""
+        unexpected: Exception | None = None
+        for key, answers in self.book.stopped().items():
+            try:
+                consumer = await self._forget(key)
+            except Exception as exc:
+                for answer in answers:
+                    _settle(answer, exc)
+                if not isinstance(exc, DeliveryError):
+                    unexpected = unexpected or exc
+                continue
+            for answer in answers:
+                if not answer.done():
+                    answer.set_result(consumer)
+        if unexpected is not None:
+            self.abandon()
+            raise unexpected
+        self._next()
+
+    def abandon(self) -> None:
+        for answer in self.book.abandon():
+            _settle(answer, ActorDeadError(f"{self.control.path} stopped"))
+
+    def _next(self) -> None:
+        keys = self.book.take()
+        if keys:
+            self.control.spawn(self._stop_batch(keys), name=f"{self.control.path}:leave")
+
+    async def _stop_batch(self, keys: list[str]) -> None:
+        with contextlib.suppress(ActorDeadError):  # the delivery supervisor restarts:
+            await self._stop(keys)  # their trees went with it
+        await self.control.tell(TreesStopped(tuple(keys)))
+
+
+def _settle(answer: asyncio.Future[T], exc: BaseException) -> None:
+    if not answer.done():
+        answer.set_exception(exc)
