@@ -358,6 +358,31 @@ class Actor:
         task.add_done_callback(self._task_done)
         return task
 
+    def spawn_answer(self, coro: Coroutine[object, None, T],
+                     name: str | None = None) -> asyncio.Future[T]:
+        """Run `coro` as an owned task and return a future of its outcome, for a reply
+        that must not be awaited in the mailbox (it needs the mailbox to finish). Its
+        error goes to the future, not to this actor; the actor's end fails the future
+        with `ActorDeadError`."""
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                result = await coro
+            except asyncio.CancelledError:
+                if not done.done():
+                    done.set_exception(ActorDeadError(f"{self.path} stopped"))
+                raise
+            except Exception as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not done.done():
+                done.set_result(result)
+
+        self.spawn(run(), name=name)
+        return done
+
     def _task_done(self, task: asyncio.Task[object]) -> None:
         if self._tasks is not None:
             self._tasks.discard(task)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from actors.delivery.control.actor import restore_summary
+from actors.delivery.control.restore import restore_summary
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Admin, Receiver, make_runtime, subscription
 
 pytestmark = pytest.mark.integration
-LOGGER = "actors.delivery.control.actor"
+LOGGER = "actors.delivery.control"  # the control actor and its restore
 
 
 def test_the_summary_counts_each_outcome_and_names_the_first_few() -> None:
@@ -44,7 +44,7 @@ async def test_a_restart_logs_one_info_line_for_the_restore_and_the_names_at_deb
                 pass
     finally:
         await receiver.stop()
-    mine = [r for r in caplog.records if r.name == LOGGER]
+    mine = [r for r in caplog.records if r.name.startswith(LOGGER)]
     info = [r.getMessage() for r in mine if r.levelno == logging.INFO]
     restore = [line for line in info if line.startswith("restore: ")]
     assert restore == ["restore: 5 subscription(s): 4 started (r0_g-r0, r1_g-r1, r2_g-r2 "

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from actors.delivery.control.actor import RESTORE_BATCH
+from actors.delivery.control.restore import RESTORE_BATCH
 from actors.delivery.path.member import InstanceMemberActor
 from runtime.host.app import Runtime
 from runtime.kafka.broker import free_port

@@ -18,13 +18,7 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from actors.delivery.control.actor import (
-    FINISHED_REPLAYS_KEPT,
-    MAX_REPLAYS,
-    MAX_REPLAYS_PER_SUBSCRIPTION,
-    ControlActor,
-    Programmed,
-)
+from actors.delivery.control.actor import ControlActor, Programmed
 from actors.delivery.control.messages import (
     Gone,
     Listed,
@@ -39,6 +33,11 @@ from actors.delivery.control.messages import (
     ask,
 )
 from actors.delivery.control.registry import Limits
+from actors.delivery.control.replays import (
+    FINISHED_REPLAYS_KEPT,
+    MAX_REPLAYS,
+    MAX_REPLAYS_PER_SUBSCRIPTION,
+)
 from actors.delivery.control.source import (
     DISABLED_FILE,
     PAUSED_FILE,
@@ -567,14 +566,14 @@ async def test_replays_are_bounded_per_subscription_and_per_instance_and_ended_o
         await ask(plane.control, Replay(keys[-1], last))
     plane.plot.replays.discard((keys[0], first[0].replay_id))  # one ended
     await ask(plane.control, Replay(keys[-1], last))
-    assert first[0].replay_id in plane.actor.replays  # its progress is still shown
+    assert first[0].replay_id in plane.actor.desk.replays  # its progress is still shown
     plane.plot.replays.clear()  # all ended: only the newest ended ones are kept
     for _ in range(FINISHED_REPLAYS_KEPT + 1):
         await ask(plane.control, Replay(keys[0], request))
         plane.plot.replays.clear()
-    assert len(plane.actor.replays) == FINISHED_REPLAYS_KEPT
+    assert len(plane.actor.desk.replays) == FINISHED_REPLAYS_KEPT
     await ask(plane.control, Unsubscribe(keys[0]))
-    assert all(p.subscription != keys[0] for p in plane.actor.replays.values())
+    assert all(p.subscription != keys[0] for p in plane.actor.desk.replays.values())
 
 
 def reading(sub_id: str, *topics: dict[str, Any]) -> Consumer:

@@ -20,15 +20,13 @@ in `Programmed`, which the facade owns and every incarnation starts again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import uuid
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.delivery.cluster.log import RETRY
+from actors.delivery.control.admission import Admission
 from actors.delivery.control.leaving import Leaving
 from actors.delivery.control.messages import (
     Check,
@@ -62,19 +60,17 @@ from actors.delivery.control.registry import (
 )
 from actors.delivery.control.registry import Pause as PauseChange
 from actors.delivery.control.registry import Resume as ResumeChange
+from actors.delivery.control.replays import ReplayDesk
+from actors.delivery.control.restore import restore
 from actors.delivery.control.source import SubscriptionSource
-from actors.delivery.control.trees import Plant, check_replay_topic, refuse_own_topics
-from actors.delivery.document.secrets import kept_secrets
+from actors.delivery.control.trees import Plant
 from actors.delivery.document.subscription import Consumer, HandlerMethod, redact_uri
 from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
-    InvalidSubscription,
-    LimitReached,
     SubscriptionStartFailed,
     UnknownBroker,
 )
-from actors.delivery.path.replay import ReplayProgress
 from runtime.errors import ActorDeadError, UsageError
 from runtime.host.journal import Event
 from runtime.kernel.actor import Actor
@@ -82,16 +78,6 @@ from runtime.kernel.backoff import RestartBackoff
 from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
-RESTORE_BATCH = 16
-"""Stored subscriptions started at once on restore."""
-MAX_REPLAYS_PER_SUBSCRIPTION = 4
-MAX_REPLAYS = 32
-"""Replays running at once, per subscription and per instance (each has its own Kafka
-consumer: 300 at once took 700 open files, #34); past them a replay is refused (429)."""
-FINISHED_REPLAYS_KEPT = 100
-"""Ended replays whose progress `GET .../replay/{id}` still shows (the oldest go)."""
-NAMES_SHOWN = 3
-"""Subscriptions named per outcome in the restore summary; the rest are DEBUG lines."""
 
 
 class Journal(Protocol):
@@ -138,7 +124,8 @@ class ControlActor(Actor):
         self.runtime, self.trees, self.source = runtime, trees, source
         self.programmed = programmed
         self.registry = SubscriptionRegistry(runtime.clock, limits)
-        self.replays: dict[str, ReplayProgress] = {}
+        self.admission = Admission(self.registry, trees, source)
+        self.desk = ReplayDesk(self.registry, trees)
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
         self.leaving = Leaving(self, trees.stop_trees, self._forget_left)
@@ -146,7 +133,10 @@ class ControlActor(Actor):
 
     # -- lifecycle -----------------------------------------------------------------------
     async def on_start(self) -> None:
-        await self._stop_leftovers()
+        left = await self.trees.stop_leftovers()  # an earlier incarnation crashed: what
+        if left:  # runs is what the source says, never what the dead actor had
+            log.warning("%s: stopped %d subscription trees an earlier incarnation left",
+                        self.path, left)
         await self._reach()
 
     async def _reach(self) -> None:
@@ -177,37 +167,8 @@ class ControlActor(Actor):
             await self.trees.release_holds()
         self.spawn(self.source.follow(self._follow_one), name=f"{self.path}:follower")
 
-    async def _stop_leftovers(self) -> None:
-        """An earlier incarnation crashed: its trees and members go, then all starts anew
-        from the source (state comes from there, never from the dead actor)."""
-        left = await self.trees.stop_leftovers()
-        if left:
-            log.warning("%s: stopped %d subscription trees an earlier incarnation left",
-                        self.path, left)
-
     async def _restore(self, consumers: list[Consumer]) -> None:
-        """Every stored subscription is listed again, whether or not it can start now.
-        One INFO line says how it went (`restore_summary`); each subscription's own line
-        is DEBUG (10,000 restored made 10,000 INFO lines)."""
-        startable: list[Consumer] = []
-        outcome: dict[str, list[str]] = {}
-        for consumer in consumers:
-            if self.registry.add(consumer, refused=self._refusal(consumer)):
-                startable.append(consumer)
-            else:
-                state = self.registry.state(consumer.key)
-                outcome.setdefault(state, []).append(consumer.key)
-                log.debug("subscription %s restored %s", consumer.key, state)
-        # a few at a time: each new group member's client start is mostly waiting for
-        # the broker (500 separate groups took 18-25 s one by one)
-        for first in range(0, len(startable), RESTORE_BATCH):
-            batch = startable[first:first + RESTORE_BATCH]
-            failed = await self._start_together(batch, "restored", quiet=True)
-            for consumer in batch:
-                outcome.setdefault("failed to start" if consumer.key in failed
-                                   else "started", []).append(consumer.key)
-        if consumers:
-            log.info("%s", restore_summary(outcome))
+        await restore(consumers, self.registry, self.admission.refusal, self._start_together)
 
     async def _restore_programmed(self) -> None:
         for key, consumer in list(self.programmed.consumers.items()):
@@ -246,8 +207,8 @@ class ControlActor(Actor):
         if isinstance(message, TreesStopped):
             return await self.leaving.stopped()
         if isinstance(message, Update):
-            consumer = self._kept(message.key, message.consumer)
-            self._refuse_update(message.key, consumer)
+            consumer = self.admission.kept(message.key, message.consumer)
+            self.admission.refuse_update(message.key, consumer)
             return await self._update(message.key, consumer)
         if isinstance(message, PauseSubscription):
             return await self._pause(message.key, "paused by request")
@@ -267,9 +228,10 @@ class ControlActor(Actor):
 
     async def _answer(self, message: object) -> Any:
         if isinstance(message, Publish):
-            return self._later(self.source.publish(message.records))
+            return self.spawn_answer(self.source.publish(message.records),
+                                     name=f"{self.path}:publish")
         if isinstance(message, Check):
-            return self._check(message)
+            return self.admission.check(message)
         if isinstance(message, _Reach):
             return await self._reach()
         if isinstance(message, Listed):
@@ -279,31 +241,8 @@ class ControlActor(Actor):
             return Marks(message.key, entry.consumer, entry.status.state == "paused",
                          message.key in self.registry.marked_disabled)
         if isinstance(message, Replay):
-            return await self._replay(message)
+            return await self.desk.start(message)
         raise UsageError(f"{self.path}: unknown message {message!r}")
-
-    def _later(self, work: Coroutine[object, None, None]) -> asyncio.Future[None]:
-        """Run `work` as an owned task and answer with a future of its outcome: a write
-        to the subscriptions topic returns once the follower applied it, which takes this
-        mailbox, so it must not be awaited here. Its error goes to the asker, not to us."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def run() -> None:
-            try:
-                await work
-            except asyncio.CancelledError:
-                if not done.done():
-                    done.set_exception(ActorDeadError(f"{self.path} stopped"))
-                raise
-            except Exception as exc:
-                if not done.done():
-                    done.set_exception(exc)
-                return
-            if not done.done():
-                done.set_result(None)
-
-        self.spawn(run(), name=f"{self.path}:publish")
-        return done
 
     async def _follow_one(self, key: str, value: bytes | None) -> None:
         """The follower (an owned task) hands each record to the mailbox."""
@@ -311,55 +250,10 @@ class ControlActor(Actor):
         if isinstance(answer, Refused):
             raise answer.error  # the log names the record it could not apply
 
-    # -- checks --------------------------------------------------------------------------
-    def _refuse_new(self, consumer: Consumer, persist: bool) -> None:
-        """What would fail later, checked before anything starts."""
-        self.registry.refuse_new(consumer)
-        if persist:
-            self.source.check_name(consumer.key)
-        self.trees.bootstrap(consumer)
-        refuse_own_topics(consumer, self.trees.own_topics())
-        self.trees.check_retry_topics(consumer)
-
-    def _refuse_update(self, key: str, consumer: Consumer) -> None:
-        self.registry.refuse_update(key, consumer)
-        self.trees.bootstrap(consumer)
-        refuse_own_topics(consumer, self.trees.own_topics())
-        self.trees.check_retry_topics(consumer)
-
-    def _refusal(self, consumer: Consumer) -> str:
-        """Why a stored document (the files, the subscriptions topic) may not run: it
-        fails a check a subscribe makes now. An earlier version, or another instance of
-        one, accepted it (#34: a dead-letter topic of `hookstream.subscriptions`)."""
-        if self.registry.in_process(consumer.key) or consumer.http is None:
-            return ""  # the embedding program's own: checked when it subscribed
-        # the own topics only: a delay that no longer fits the config's levels fails the
-        # start instead (retried: a config change and a restart may fix it)
-        try:
-            refuse_own_topics(consumer, self.trees.own_topics())
-        except InvalidSubscription as exc:
-            log.error("subscription %s refused: %s: %s; PUT a document that passes, or "
-                      "unsubscribe it", consumer.key, exc.reason, exc.details)
-            return f"{exc.reason}: {exc.details}"
-        return ""
-
-    def _kept(self, key: str, consumer: Consumer) -> Consumer:
-        """A PUT's document with the stored secrets where GET showed `***` (#25)."""
-        return kept_secrets(consumer, self.registry.known(key).consumer)
-
-    def _check(self, check: Check) -> Consumer:
-        """The document to write (an update's keeps the stored secrets), once checked."""
-        if check.update is None:
-            self._refuse_new(check.consumer, persist=False)
-            return check.consumer
-        consumer = self._kept(check.update, check.consumer)
-        self._refuse_update(check.update, consumer)
-        return consumer
-
     # -- subscribe and unsubscribe -------------------------------------------------------
     async def _subscribe(self, message: Subscribe) -> None:
         consumer, key = message.consumer, message.consumer.key
-        self._refuse_new(consumer, message.persist)
+        self.admission.refuse_new(consumer, message.persist)
         in_process = message.handler is not None
         if message.handler is not None:
             self.trees.handlers[key] = message.handler
@@ -406,8 +300,7 @@ class ControlActor(Actor):
         key = consumer.key
         self.trees.forget(key)
         self.registry.remove(key)
-        for rid in [rid for rid, p in self.replays.items() if p.subscription == key]:
-            del self.replays[rid]  # their actors stopped with the tree
+        self.desk.forget(key)
         self.programmed.consumers.pop(key, None)
         if self.trees.handlers.pop(key, None) is None:
             if consumer.http is not None:
@@ -433,15 +326,14 @@ class ControlActor(Actor):
         self._started(consumer, what)
         return True
 
-    async def _start_together(self, consumers: list[Consumer], what: str, *,
-                              quiet: bool = False) -> set[str]:
+    async def _start_together(self, consumers: list[Consumer], what: str) -> set[str]:
         """Start them; the keys of those that failed (a retry is scheduled for each).
-        `quiet`: each start is a DEBUG line (the caller logs a summary)."""
+        Each start is a DEBUG line (the caller logs a summary)."""
         failed = await self.trees.start_together(consumers)
         for consumer in consumers:
             error = failed.get(consumer.key)
             if error is None:
-                self._started(consumer, what, quiet=quiet)
+                self._started(consumer, what, quiet=True)
             else:
                 self._start_failed(consumer, error)
         return set(failed)
@@ -592,13 +484,13 @@ class ControlActor(Actor):
         """A subscription this instance learns of: listed at once, started (or retried
         on a timer), paused when the topic says so, or refused when it fails a check."""
         if self.registry.add(consumer, paused_reason="paused in the cluster",
-                             refused=self._refusal(consumer)):
+                             refused=self.admission.refusal(consumer)):
             await self._try_start(consumer, "started (from the subscriptions topic)")
 
     async def _replace(self, consumer: Consumer) -> None:
         """A new version of a subscription from the topic: applied like a PUT, unless it
         fails a check (then its tree stops and it stays listed, refused)."""
-        refused = self._refusal(consumer)
+        refused = self.admission.refusal(consumer)
         if not refused:
             await self._update(consumer.key, consumer)
             return
@@ -608,48 +500,6 @@ class ControlActor(Actor):
             self.trees.settle_origin(old.http.uri, leaving=consumer.key)
         self.registry.replace(consumer.key, consumer)
         self.registry.move(consumer.key, "refused", refused)
-
-    # -- replay --------------------------------------------------------------------------
-    async def _replay(self, message: Replay) -> ReplayProgress:
-        """Deliver records again through the subscription's egress (actors/delivery/path/
-        replay.py); answers at once with the progress object the replay updates."""
-        key, request = message.key, message.request
-        consumer = self.registry.known(key).consumer
-        dead_letters = consumer.subscriptionMethod.deadLetterTopic
-        if request.source == "deadLetter" and not dead_letters:
-            raise InvalidSubscription("nothing to replay", f"{key} has no deadLetterTopic")
-        if request.source == "deadLetter":  # an earlier version let it be an own topic
-            check_replay_topic(consumer, dead_letters or "", self.trees.own_topics())
-        if request.source == "topic" and (request.topic is None or request.partition is None):
-            raise InvalidSubscription("invalid replay", "source 'topic' needs topic and partition")
-        if request.source == "topic":
-            check_replay_topic(consumer, request.topic or "", self.trees.own_topics())
-        state = self.registry.state(key)
-        if state != "running" or not self.trees.has_tree(key):
-            raise SubscriptionStartFailed("subscription is not running",
-                                          f"{key} is {state}: resume it first")
-        self._refuse_replay(key)
-        rid = uuid.uuid4().hex[:12]
-        progress = self.replays[rid] = ReplayProgress(rid, key, request.source)
-        await self.trees.start_replay(consumer, request, progress)
-        log.info("subscription %s: replay %s of %s started", key, rid, request.source)
-        return progress
-
-    def _refuse_replay(self, key: str) -> None:
-        """Past the bounds on running replays: `LimitReached` (429). Ended replays past
-        `FINISHED_REPLAYS_KEPT` are forgotten first."""
-        running = {k: self.trees.replaying(k) for k in {p.subscription
-                                                        for p in self.replays.values()}}
-        ended = [rid for rid, p in self.replays.items()
-                 if rid not in running.get(p.subscription, set())]
-        for rid in ended[:max(len(ended) - FINISHED_REPLAYS_KEPT + 1, 0)]:
-            del self.replays[rid]  # the oldest first: the dict keeps their order
-        if len(running.get(key, ())) >= MAX_REPLAYS_PER_SUBSCRIPTION:
-            raise LimitReached("too many replays", f"{key} runs {MAX_REPLAYS_PER_SUBSCRIPTION}"
-                               " replays, the most a subscription may: wait for one to end")
-        if sum(map(len, running.values())) >= MAX_REPLAYS:
-            raise LimitReached("too many replays", f"this instance runs {MAX_REPLAYS} "
-                               "replays, the most it may: wait for one to end")
 
     def __repr__(self) -> str:
         return (f"<ControlActor {self.path} {self.state} {len(self.registry)} subscriptions "
@@ -671,16 +521,3 @@ def summary(consumer: Consumer) -> str:
     if isinstance(method, HandlerMethod):
         return f"{topics} -> handler {method.handler}"
     return f"{topics} -> {method.method} {redact_uri(method.uri)}"
-
-
-def restore_summary(outcome: dict[str, list[str]], shown: int = NAMES_SHOWN) -> str:
-    """One line for a restore: how many subscriptions ended how (`started`, `paused`,
-    `failed to start`, ...), each with its first `shown` names."""
-    total = sum(len(keys) for keys in outcome.values())
-    parts = []
-    for what in sorted(outcome, key=lambda w: (w != "started", w)):
-        keys = sorted(outcome[what])
-        names = ", ".join(keys[:shown]) + (f" and {len(keys) - shown} more"
-                                            if len(keys) > shown else "")
-        parts.append(f"{len(keys)} {what} ({names})")
-    return f"restore: {total} subscription(s): " + "; ".join(parts)

@@ -91,18 +91,13 @@ class Leaving:
         """`message` changes a subscription that is leaving: asked again once it left."""
         left: asyncio.Future[Consumer] = asyncio.get_running_loop().create_future()
         self.book.ask(key, left)
-        answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
-        async def again() -> None:
+        async def again() -> object:
             with contextlib.suppress(Exception):
                 await left
-            try:
-                answer.set_result(await ask(self.control, message))
-            except Exception as exc:
-                answer.set_exception(exc)
+            return await ask(self.control, message)
 
-        self.control.spawn(again(), name=f"{self.control.path}:after-leave")
-        return Pending(answer)
+        return Pending(self.control.spawn_answer(again(), name=f"{self.control.path}:after"))
 
     async def stopped(self) -> None:
         """The mailbox's turn: the batch's trees stopped; each is forgotten and answered

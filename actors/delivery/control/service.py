@@ -26,7 +26,6 @@ live.py).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -42,8 +41,9 @@ from actors.delivery.cluster.view import (
     describe_cluster_route,
     snapshot_of,
 )
-from actors.delivery.control import attempts, commits
+from actors.delivery.control import commits
 from actors.delivery.control.actor import ControlActor, Programmed
+from actors.delivery.control.attempts_desk import AttemptsDesk
 from actors.delivery.control.live import has_partitions, live, lives, member_problems, stalls
 from actors.delivery.control.messages import (
     Gone,
@@ -72,14 +72,13 @@ from actors.delivery.control.trees import (
 )
 from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.subscription import Consumer, redacted
-from actors.delivery.egress.attempts import AttemptRing, Coordinates, GiveUp, GiveUpKind
+from actors.delivery.egress.attempts import Coordinates
 from actors.delivery.egress.guard import DEFAULT_DENY, DestinationGuard
 from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.egress.origin import Origins
 from actors.delivery.errors import SubscriptionNotFound
 from actors.delivery.path.replay import ReplayProgress
 from runtime.errors import ActorDeadError, UsageError
-from runtime.host.journal import Event
 from runtime.kernel.supervisor import ChildRef, ChildSpec, Supervisor
 
 if TYPE_CHECKING:
@@ -90,7 +89,6 @@ CONTROL_START_MS = 600_000
 """The control actor restores every stored subscription before it reports ready."""
 CONTROL_STOP_MS = 2 * SUBSCRIPTION_STOP_MS + 1000
 """Its stop: the members drain and commit, then the trees."""
-RECENT_ATTEMPTS = 10  # per subscription in its status (the status page's table)
 OVERVIEW_FRESH_MS = 2000
 """An overview this young is answered again instead of gathered anew: any number of open
 status pages and consoles cost one gathering per period."""
@@ -114,9 +112,8 @@ class DeliveryControl:
         self._control: ChildRef | None = None
         self._delivery: ChildRef | None = None
         self._groups: ChildRef | None = None
-        # by subscription key, for the attempts API: written by the outlets (the trees
-        # set them), kept across restarts of the trees and of the control actor
-        self.attempts: dict[str, AttemptRing] = {}
+        self.desk = AttemptsDesk()
+        self.attempts = self.desk.rings  # written by the outlets (the trees set them)
         self.origins = Origins()  # the trees' own, from start
         self._overview: Overview | None = None
         self._rows = Rows()  # the overview's, each built again when it changed
@@ -125,8 +122,10 @@ class DeliveryControl:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
-        runtime.listen("dead_lettered", self._note_give_up)
-        runtime.listen("retry_scheduled", self._note_give_up)
+        runtime.listen("dead_lettered", self.desk.note_give_up)
+        runtime.listen("retry_scheduled", self.desk.note_give_up)
+        journal = runtime.config.journal
+        self.desk.journal = Path(journal.dir) if journal.enabled else None
         egress, cluster = runtime.config.egress, runtime.config.cluster
         origins = self.origins = Origins(breaker=egress.circuit_breaker,
                                          max_connections=egress.origin_max_connections)
@@ -240,7 +239,7 @@ class DeliveryControl:
     @property
     def replays(self) -> Mapping[str, ReplayProgress]:
         try:
-            return self._actor().replays
+            return self._actor().desk.replays
         except (ActorDeadError, UsageError):
             return {}
 
@@ -316,58 +315,16 @@ class DeliveryControl:
         return progress
 
     # -- attempts (issue 27) -------------------------------------------------------------
-    def _note_give_up(self, event: Event) -> None:
-        """The partition path's give-ups, into the subscription's ring (it owns no other
-        way to tell us: actors/delivery/path is not ours to change)."""
-        ring = self.attempts.get(event.subscription or "")
-        if ring is None or event.topic is None or event.partition is None \
-                or event.offset is None:
-            return
-        kind: GiveUpKind = ("dead_lettered" if event.type == "dead_lettered"
-                            else "retry_scheduled")
-        ring.give_up((event.topic, event.partition, event.offset),
-                     GiveUp(event.ts_ms, kind, event.reason))
-
-    def _scan(self, key: str) -> attempts.Scan:
-        journal = self.runtime.config.journal
-        return attempts.Scan(Path(journal.dir) if journal.enabled else None, key)
-
     async def attempts_of(self, key: str, coordinates: Coordinates | None = None,
                           webhook_id: str | None = None) -> dict[str, object]:
         """What happened to one record, named by coordinates or `webhook-id`."""
         self._known(key)
-        ring, scan = self.attempts.get(key), self._scan(key)
-        stamp: int | None = None
-        if coordinates is None:
-            assert webhook_id is not None
-            coordinates = ring.find(webhook_id) if ring is not None else None
-            if coordinates is None:
-                found = await asyncio.to_thread(attempts.find_webhook_id, scan, webhook_id)
-                if found is None:
-                    return {"record": {"webhookId": webhook_id}, "state": "unknown",
-                            "attempts": [], "reason": "no record with this webhook-id in "
-                            "memory nor in the journal scanned"}
-                coordinates, stamp = found
-        # the ring is read here, on the loop its outlets write it from; the thread only
-        # reads files (#34: a thread reading the ring could mix two attempts)
-        memory = attempts.of_record(self.attempts.get(key), coordinates)
-        return await asyncio.to_thread(attempts.lookup_record, memory, scan, coordinates, stamp)
+        return await self.desk.of_record(key, coordinates, webhook_id)
 
     async def failures_of(self, key: str, limit: int) -> dict[str, object]:
         """The latest `limit` failed attempts across the subscription's records."""
         self._known(key)
-        memory = attempts.of_failures(self.attempts.get(key), limit)  # on the loop (#34)
-        return await asyncio.to_thread(attempts.lookup_failures, memory, self._scan(key), limit)
-
-    def _activity(self, key: str) -> dict[str, object] | None:
-        """The status page's charts and attempts table (actors/delivery/egress/attempts.py)."""
-        ring = self.attempts.get(key)
-        if ring is None:
-            return None
-        recent = [{"record": {"topic": a.topic, "partition": a.partition, "offset": a.offset},
-                   **a.as_dict()} for a in ring.recent(RECENT_ATTEMPTS)]
-        return {"recent_attempts": recent,
-                "series": ring.series.as_dict(self.runtime.clock.wall_ms())}
+        return await self.desk.failures(key, limit)
 
     # -- status --------------------------------------------------------------------------
     async def cluster_view(self, key: str) -> dict[str, object] | None:
@@ -438,7 +395,7 @@ class DeliveryControl:
         consumer, status = self._known(key)
         running = self._running_tree(key) is not None
         return SubscriptionAnswer(consumer={**redacted(consumer)}, status=status.answer(
-            shown, activity=self._activity(key) if running else None))
+            shown, activity=self.desk.activity(key, self.runtime.clock) if running else None))
 
     async def status_of(self, key: str) -> dict[str, object]:
         """`answer(key)` as plain dicts and lists (the library's `status()`)."""
