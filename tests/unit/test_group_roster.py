@@ -124,3 +124,10 @@ def test_the_roster_knows_a_groups_riders_and_who_joined_since_it_was_asked() ->
     roster.join(a)
     roster.leave(a.settings.key)
     assert roster.joined() == []  # joined and left again: nothing to route
+    c = rider(consumer("c", {"name": "t2"}, {"pattern": "t.*"}, group="y"))
+    roster.join(c)
+    assert roster.topics() == ["t2"] and roster.patterns() == ["t.*"]
+    roster.leave(b.settings.key)  # c still names t2
+    assert roster.topics() == ["t2"] and roster.groups() == ["y"]
+    roster.leave(c.settings.key)
+    assert roster.topics() == [] and not roster.uses_pattern() and roster.groups() == []

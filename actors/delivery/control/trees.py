@@ -304,7 +304,8 @@ class Trees:
         groups = self.groups()
         await groups.stop_children(groups.children())
         sup = self.supervisor()
-        await sup.stop_children([n for n in sup.children() if n in keys])
+        wanted = set(keys)
+        await sup.stop_children([n for n in sup.children() if n in wanted])
 
     async def stop_leftovers(self) -> int:
         """Stop every tree and member (what a crashed control actor left); how many

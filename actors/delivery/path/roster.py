@@ -10,6 +10,7 @@ overlap.py).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -45,8 +46,8 @@ class Roster:
     _groups: dict[str, set[str]] = field(default_factory=dict)
     """The riders of each group.id (usually one; several only through patterns)."""
     _joined: list[str] = field(default_factory=list)  # since the last `joined()`
-    _topics: list[str] | None = None  # what `topics` and `patterns` found, until a change
-    _patterns: list[str] | None = None
+    _names: Counter[str] = field(default_factory=Counter)  # topics named, by how many
+    _patterns: Counter[str] = field(default_factory=Counter)  # patterns, by how many
 
     def join(self, rider: Rider) -> None:
         """`rider` joins last (a new seat of the same subscription replaces its old one;
@@ -57,6 +58,8 @@ class Roster:
         self._drop(key)
         self.riders[key] = rider
         self._groups.setdefault(rider.settings.group_id, set()).add(key)
+        self._names.update(rider.settings.topics)
+        self._patterns.update(rider.settings.patterns)
         self._joined.append(key)
         self._changed()
 
@@ -73,12 +76,18 @@ class Roster:
             keys.discard(key)
             if not keys:
                 self._groups.pop(rider.settings.group_id, None)
+            self._names.subtract(rider.settings.topics)
+            self._patterns.subtract(rider.settings.patterns)
         return rider
 
     def joined(self) -> list[str]:
         """The riders that joined since the last call (still seated), in order."""
         keys, self._joined = self._joined, []
         return [key for key in dict.fromkeys(keys) if key in self.riders]
+
+    def groups(self) -> list[str]:
+        """Every group.id a rider uses, in the order they first joined."""
+        return list(self._groups)
 
     def of_group(self, group_id: str) -> set[str]:
         """The riders whose subscriptions use `group_id`."""
@@ -87,7 +96,6 @@ class Roster:
     def _changed(self) -> None:
         self.version += 1
         self._owners.clear()
-        self._topics = self._patterns = None
 
     def owner_of(self, topic: str) -> Rider | None:
         """The rider whose subscription owns `topic` (None: no one, any more)."""
@@ -108,19 +116,14 @@ class Roster:
 
     def topics(self) -> list[str]:
         """The topics the riders name (the member adds those their patterns match)."""
-        if self._topics is None:
-            self._topics = sorted({t for r in self.riders.values() for t in r.settings.topics})
-        return self._topics
+        return sorted(name for name, count in self._names.items() if count > 0)
 
     def uses_pattern(self) -> bool:
         return bool(self.patterns())
 
     def patterns(self) -> list[str]:
         """Every rider's patterns, once each (matched by the member's `TopicMatcher`)."""
-        if self._patterns is None:
-            self._patterns = sorted({p for r in self.riders.values()
-                                     for p in r.settings.patterns})
-        return self._patterns
+        return sorted(pattern for pattern, count in self._patterns.items() if count > 0)
 
     def __len__(self) -> int:
         return len(self.riders)

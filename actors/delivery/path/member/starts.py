@@ -142,15 +142,15 @@ class Starts:
         now = member.context.clock.monotonic_ms()
         if member.offsets is None or not member.writers.due(now):
             return
-        tps: dict[str, set[TopicPartition]] = {}
-        riders = member.roster.riders
-        for key, tp in member.seats.epochs:
-            if key in riders:
-                tps.setdefault(riders[key].settings.group_id, set()).add(tp)
-        picked = member.writers.sample(sorted(tps), now)
-        if picked:
-            member.spawn(io.read_marks(member.offsets, {g: sorted(tps[g]) for g in picked},
-                                     member.context.clock, member), name=f"{member.path}:writers")
+        roster, fanouts = member.roster, member.fanouts
+        tps = {group: found for group in member.writers.sample(roster.groups(), now)
+               if (found := sorted(tp for key in roster.of_group(group)
+                                   for tp, fanout in fanouts.items() if key in fanout.cursors))}
+        if not tps:  # none of them has a cursor yet
+            member.writers.reading = False
+            return
+        member.spawn(io.read_marks(member.offsets, tps, member.context.clock, member),
+                     name=f"{member.path}:writers")
 
     def note_writer(self, group: str, tp: TopicPartition, offset: int | None,
                      metadata: str) -> None:
