@@ -197,12 +197,13 @@ class Plane:
 
 
 async def started(folder: Path, failing: int = 0, own: frozenset[str] = frozenset(),
-                  limits: Limits | None = None) -> AsyncIterator[Plane]:
+                  limits: Limits | None = None,
+                  source: LocalFiles | None = None) -> AsyncIterator[Plane]:
     clock = FakeClock()
     host, plot = Host(clock), Plot(clock, failing=failing, own=set(own))
     system = ActorSystem(clock=clock)
     await system.start()
-    source, programmed = LocalFiles(folder), Programmed()
+    source, programmed = source or LocalFiles(folder), Programmed()
     control = await system.spawn(ChildSpec(
         "control", lambda: ControlActor("control", host, plot, source, programmed, limits)))
     try:
@@ -326,6 +327,39 @@ async def test_the_lists_of_before_issue_25_name_a_pair_by_its_joined_name(
     (tmp_path / DISABLED_FILE).write_bytes(msgspec.json.encode({"k_a_b": "410"}))
     stored = await LocalFiles(tmp_path).open(_ignore)
     assert (stored.paused, stored.disabled) == ({"k_a%5Fb", "x_y"}, {"k_a%5Fb": "410"})
+
+
+class DiskFull(LocalFiles):
+    async def save(self, consumer: Consumer) -> None:
+        raise OSError(28, "No space left on device")
+
+
+async def test_a_subscription_whose_file_cannot_be_written_is_refused_and_stopped(
+        tmp_path: Path) -> None:
+    async for plane in started(tmp_path, source=DiskFull(tmp_path)):
+        with pytest.raises(OSError, match="No space"):
+            await ask(plane.control, Subscribe(consumer()))
+        await until_gone(plane, KEY)
+        assert plane.plot.running == set() and not (tmp_path / f"{KEY}.json").exists()
+        await ask(plane.control, Subscribe(consumer(), persist=False))  # still serving
+        assert plane.state() == "running"
+
+
+async def test_an_unsubscribe_right_after_a_subscribe_leaves_no_file(plane: Plane) -> None:
+    first = asyncio.ensure_future(ask(plane.control, Subscribe(consumer())))
+    await asyncio.sleep(0)  # asked first
+    gone = await ask(plane.control, Unsubscribe(KEY))
+    await first
+    assert gone.key == KEY and not (plane.folder / f"{KEY}.json").exists()
+    assert KEY not in plane.actor.registry
+
+
+async def until_gone(plane: Plane, key: str) -> None:
+    for _ in range(100):
+        if not await ask(plane.control, Listed(key)):
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{key} still listed")
 
 
 def _opened(event: asyncio.Event) -> asyncio.Event:

@@ -20,6 +20,7 @@ in `Programmed`, which the facade owns and every incarnation starts again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from actors.delivery.control.messages import (
     TreeExited,
     TreesLost,
     TreesStopped,
+    Unsaved,
     Unsubscribe,
     Update,
 )
@@ -78,6 +80,8 @@ from runtime.kernel.backoff import RestartBackoff
 from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
+SAVES_TRACKED = 256
+"""Subscribes' file writes remembered before the finished ones are dropped."""
 
 
 class Journal(Protocol):
@@ -129,6 +133,7 @@ class ControlActor(Actor):
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
         self.leaving = Leaving(self, trees.stop_trees, self._forget_left)
+        self.saving: dict[str, asyncio.Future[None]] = {}  # subscribes' files being written
         trees.handlers = programmed.handlers
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -206,6 +211,8 @@ class ControlActor(Actor):
             return self._unsubscribe_soon(message.key)
         if isinstance(message, TreesStopped):
             return await self.leaving.stopped()
+        if isinstance(message, Unsaved):
+            return self._unsaved(message.key)
         if isinstance(message, Update):
             consumer = self.admission.kept(message.key, message.consumer)
             self.admission.refuse_update(message.key, consumer)
@@ -251,7 +258,7 @@ class ControlActor(Actor):
             raise answer.error  # the log names the record it could not apply
 
     # -- subscribe and unsubscribe -------------------------------------------------------
-    async def _subscribe(self, message: Subscribe) -> None:
+    async def _subscribe(self, message: Subscribe) -> Pending | None:
         consumer, key = message.consumer, message.consumer.key
         self.admission.refuse_new(consumer, message.persist)
         in_process = message.handler is not None
@@ -268,8 +275,35 @@ class ControlActor(Actor):
         if in_process:
             self.programmed.consumers[key] = consumer
         log.info("subscribed %s: %s", key, summary(consumer))
-        if message.persist:
-            await self.source.save(consumer)
+        return Pending(self._save(consumer)) if message.persist else None
+
+    def _save(self, consumer: Consumer) -> asyncio.Future[None]:
+        """Write a new subscription's file off the mailbox (an fsync each: 10,000 one
+        after another took 30 s); the asker is answered once it is written. A later write
+        or delete of the file waits for it (`_written`); a failed write stops and forgets
+        the subscription (`Unsaved`)."""
+        if len(self.saving) >= SAVES_TRACKED:
+            self.saving = {k: f for k, f in self.saving.items() if not f.done()}
+        key = consumer.key
+        saved = self.saving[key] = self.spawn_answer(self.source.save(consumer),
+                                                     name=f"{self.path}:save")
+        def failed(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                self.tell_system(Unsaved(key))
+
+        saved.add_done_callback(failed)
+        return saved
+
+    async def _written(self, key: str) -> None:
+        saving = self.saving.pop(key, None)
+        if saving is not None:
+            with contextlib.suppress(Exception):
+                await saving
+
+    def _unsaved(self, key: str) -> None:
+        if key in self.registry and not self.leaving.leaving(key):
+            log.error("subscription %s could not be stored: it stops", key)
+            self._unsubscribe_soon(key)
 
     def _unsubscribe_soon(self, key: str) -> Pending:
         """Stop the tree with the others asked meanwhile (actors/delivery/control/
@@ -298,6 +332,7 @@ class ControlActor(Actor):
 
     async def _forget(self, consumer: Consumer) -> None:
         key = consumer.key
+        await self._written(key)
         self.trees.forget(key)
         self.registry.remove(key)
         self.desk.forget(key)
@@ -444,6 +479,7 @@ class ControlActor(Actor):
             # it may push elsewhere: its new tree joins its origin when it starts
             if old.http is not None:
                 self.trees.settle_origin(old.http.uri, leaving=key)
+            await self._written(key)
             await self.source.save(consumer)
             log.info("subscription %s updated: %s (was %s)", key, summary(consumer),
                      summary(old))

@@ -133,6 +133,13 @@ class TreesStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class Unsaved:
+    """A subscribe's file could not be written: the subscription stops and goes."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """The answer of a change the mailbox does not finish in one turn: its outcome comes
     in `answer` (a refusal as its exception)."""
