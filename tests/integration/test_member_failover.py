@@ -6,8 +6,8 @@ with a window in flight, never between two records). Nothing may be lost (every 
 reaches every subscription), and a record may come twice only where the crash left it
 uncommitted: on a partition the killed instance owned, at or above the position its
 subscription's group had committed before the kill, and pushed before the kill. The
-survivors' partitions (kept through the rebalance, or moved between them after a
-drain) deliver nothing twice."""
+survivors keep the partitions they had (the sticky assignment) and deliver nothing
+twice on them."""
 
 from __future__ import annotations
 
@@ -83,9 +83,9 @@ async def member_of(instance: Instance, sub_id: str) -> dict[str, Any] | None:
 
 
 async def assignment(instances: list[Instance]) -> dict[int, set[str]] | None:
-    """Each instance's partitions when all three agree on one generation and every
-    partition is owned once, by an instance that runs a cursor there for every
-    subscription; None while they do not (a rebalance under way)."""
+    """Each instance's partitions when all agree on one generation and every partition
+    is owned once, by an instance that runs a cursor there for every subscription; None
+    while they do not (a rebalance under way)."""
     owned: dict[int, set[str]] = {}
     generations = set()
     for instance in instances:
@@ -217,12 +217,23 @@ async def test_a_killed_instance_loses_nothing_and_only_its_uncommitted_records_
 
         await waits.until(all_committed, timeout_s=20, poll_s=0.5,
                           what="every group committed the end")
+        survivors = [i for i in instances if i is not victim]
+        after: dict[int, set[str]] = {}
+
+        async def taken_over() -> bool:
+            found = await assignment(survivors)
+            after.update(found or {})
+            return found is not None
+
+        await waits.until(taken_over, timeout_s=10, poll_s=0.3, what="the survivors own all")
     finally:
         released.set()
         for instance in instances:
             await instance.stop()
         await receiver.stop()
     assert streaming_at_kill  # the kill came mid-stream
+    for survivor in survivors:  # sticky: only the dead instance's partitions moved
+        assert spread[survivor.index] <= after[survivor.index], (spread, after)
     pushes = Counter((p.consumer, p.partition, p.offset) for p in receiver.ok)
     repeated = sorted(k for k, n in pushes.items() if n > 1)
     print(f"seed {SEED}: killed instance owned {sorted(killed)}; {len(repeated)} records "
