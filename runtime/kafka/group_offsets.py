@@ -30,11 +30,11 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, for_code
+from aiokafka.protocol.api import Response
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class GroupOffsets:
                                   "uses this group.id; the commit is retried")
         return Refusal(group, f"commit refused: {name}")
 
-    async def _send(self, group: str, request: object) -> Any:
+    async def _send(self, group: str, request: object) -> Response:
         node = await self._coordinator(group)
         try:
             return await self.client.send(node, request)

@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.api import Response
 from aiokafka.protocol.fetch import FetchRequest
 
 from runtime.kafka.compat import PROBE_WAIT_MS
@@ -73,7 +73,7 @@ def _probe(offsets: Mapping[TopicPartition, int]) -> FetchRequest:
                         list(topics.items()))
 
 
-def _highwaters_of(response: Any) -> dict[TopicPartition, int]:
+def _highwaters_of(response: Response) -> dict[TopicPartition, int]:
     """Each partition's high watermark from a fetch response (every version starts a
     partition's answer with its number, error code and high watermark)."""
     found: dict[TopicPartition, int] = {}

@@ -35,11 +35,11 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
-from typing import Any
 
 import aiokafka.client
 from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.protocol.metadata import MetadataRequest
 
 MISSING_TOPIC_RECHECK_MS = 2000
@@ -84,13 +84,15 @@ def forbid(client: AIOKafkaClient) -> None:
     cluster_log = logging.getLogger("aiokafka.cluster")
     if QUIET not in cluster_log.filters:
         cluster_log.addFilter(QUIET)
-    update: Callable[..., Awaitable[Any]] = client._metadata_update
+    update: Callable[[ClusterMetadata, Iterable[str] | None], Awaitable[bool]] = (
+        client._metadata_update)
     max_age_ms = client._metadata_max_age_ms
 
-    async def without_creation(*args: Any) -> Any:
+    async def without_creation(cluster: ClusterMetadata, topics: Iterable[str] | None,
+                               ) -> bool:
         token = _FORBIDDEN.set(True)
         try:
-            return await update(*args)
+            return await update(cluster, topics)
         finally:
             _FORBIDDEN.reset(token)
             waiting = any(not client.cluster.partitions_for_topic(topic)

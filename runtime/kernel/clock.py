@@ -18,7 +18,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 _IDLE_ROUNDS = 1000
@@ -64,7 +64,7 @@ class RealClock:
         return "<RealClock>"
 
 
-async def finished_within(clock: Clock, future: asyncio.Future[Any], timeout_ms: int) -> bool:
+async def finished_within(clock: Clock, future: asyncio.Future[T], timeout_ms: int) -> bool:
     """Wait until `future` is done or `timeout_ms` of `clock` time passed; say which.
     Neither raises the future's error nor cancels it."""
     if isinstance(clock, RealClock):  # the common case: asyncio's own timer, no extra task
@@ -72,14 +72,15 @@ async def finished_within(clock: Clock, future: asyncio.Future[Any], timeout_ms:
         return bool(done)
     timer = asyncio.ensure_future(clock.sleep_ms(timeout_ms))
     try:
-        await asyncio.wait({future, timer}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[T] | asyncio.Future[None]] = {future, timer}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     finally:
         timer.cancel()
         await asyncio.gather(timer, return_exceptions=True)
     return future.done()
 
 
-async def settle_within(clock: Clock, futures: Sequence[asyncio.Future[Any]],
+async def settle_within(clock: Clock, futures: Sequence[asyncio.Future[T]],
                         timeout_ms: int) -> None:
     """Wait until every future is done or `timeout_ms` passed, then cancel those not done
     (also when this wait is cancelled): replies of `Actor.ask_nowait` asked of many
@@ -96,7 +97,7 @@ async def settle_within(clock: Clock, futures: Sequence[asyncio.Future[Any]],
         together.cancel()  # the unanswered ones; nothing when every future is done
 
 
-def _read_outcome(future: asyncio.Future[Any]) -> None:
+def _read_outcome(future: asyncio.Future[T]) -> None:
     """Mark a future's outcome read: asyncio logs an error never retrieved otherwise."""
     if not future.cancelled():
         future.exception()

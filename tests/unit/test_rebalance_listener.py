@@ -14,7 +14,8 @@ from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from actors.shared.group_consumer import GroupConsumerActor, Wiring
+from actors.shared.group_consumer import Wiring
+from actors.shared.rebalance import RebalancingConsumerActor
 from runtime.kernel import ActorSystem, ChildSpec
 
 TP = TopicPartition("orders", 0)
@@ -28,7 +29,7 @@ class StandInClient:
         self.stopped = True
 
 
-class TaskRecorder(GroupConsumerActor):
+class TaskRecorder(RebalancingConsumerActor):
     """Records the task each assignment and revocation runs on; `gate` holds them, and
     so does the revocation of its stop (what it drains and commits)."""
 
@@ -60,7 +61,7 @@ class TaskRecorder(GroupConsumerActor):
             raise RuntimeError("revoke failed")
         self.owned -= tps
 
-    async def _revoke_with(self, kafka: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
+    async def retire(self, kafka: AIOKafkaConsumer, tps: set[TopicPartition]) -> None:
         self.ran.append(("stop", asyncio.current_task()))
         self.entered.set()
         await self.gate.wait()

@@ -3,12 +3,15 @@
 Subscriptions that the group assigns partitions to ride a shared member instead (one per
 group, actors/delivery/path/member/); this actor keeps manual assignment.
 
-The fetch loop, positions, commits and rebalance handling are `GroupConsumerActor`'s;
-this class says how a subscription subscribes and builds its `PartitionActor`s.
+The fetch loop, positions and commits are `GroupConsumerActor`'s; this class assigns
+the subscription's partitions, builds its `PartitionActor`s and tells those of paused
+partitions their high watermark (their lag grows while they wait).
 
-Explicit `partitions[]` in the subscription use manual assignment (no group membership),
-still committing to the group. A pattern cannot pin partitions, so no pattern ever
-reaches this actor's client (the instance member matches patterns itself with RE2).
+Explicit `partitions[]` in the subscription use manual assignment (no group membership:
+no rebalance ever reaches this actor), still committing to the group. A topic named
+without partitions is read on all its partitions. A pattern cannot pin partitions, so
+no pattern ever reaches this actor's client (the instance member matches patterns
+itself with RE2).
 """
 
 from __future__ import annotations
@@ -22,14 +25,18 @@ from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitio
 from actors.delivery.document.settings import CursorsOf, ReaderSettings
 from actors.delivery.path.partition import STALL_AFTER_MS, PartitionActor, PartitionPeers
 from actors.shared.group_consumer import (
+    HIGHWATER_REFRESH_MS,
     ClientSettings,
     GroupConsumerActor,
     Wiring,
     child_name,
     group_client_settings,
 )
+from actors.shared.messages import Highwater
 from runtime.host.metrics import Registry
-from runtime.kernel import Ref
+from runtime.kafka import compat
+from runtime.kafka.highwater import read_highwaters
+from runtime.kernel import Ref, within
 
 PATTERN_METADATA_MAX_AGE_MS = 3000
 METADATA_MAX_AGE_MS = 60_000
@@ -90,25 +97,21 @@ def instance_client_settings(group_id: str, session_timeout_ms: int) -> ClientSe
 class ConsumerActor(GroupConsumerActor):
     def __init__(self, name: str, reader: ReaderSettings, wiring: Wiring,
                  deps: ConsumerDeps) -> None:
-        super().__init__(name, wiring)
+        super().__init__(name, wiring, subscription=reader.subscription)
         self.reader = reader
         self.deps = deps
-
-    def tracks_highwater(self) -> bool:
-        return True
+        self._highwater_due = 0
+        self._told_highwater: dict[TopicPartition, int] = {}
 
     def client_settings(self) -> ClientSettings:
         reader = self.reader
         return subscription_client_settings(reader, f"hookstream-{reader.subscription}")
 
     async def subscribe(self, kafka: AIOKafkaConsumer) -> None:
-        if self.reader.pinned:
-            await kafka.topics()  # metadata, for topics listed without partitions
-            tps = self._explicit_partitions(kafka)
-            kafka.assign(list(tps))
-            await self.assign(tps)
-        else:
-            kafka.subscribe(topics=list(self.reader.topics), listener=self.listener)
+        await kafka.topics()  # metadata, for topics listed without partitions
+        tps = self._explicit_partitions(kafka)
+        kafka.assign(list(tps))
+        await self.assign(tps)
 
     def _explicit_partitions(self, kafka: AIOKafkaConsumer) -> set[TopicPartition]:
         tps: set[TopicPartition] = set()
@@ -129,9 +132,38 @@ class ConsumerActor(GroupConsumerActor):
                               tp.partition, epoch, peers, self.deps.metrics,
                               self.deps.stall_after_ms)
 
-    def reset_to_beginning(self) -> bool:
-        return self.reader.auto_offset_reset == "earliest"
+    # -- the high watermarks of paused partitions --------------------------------------
+    async def apply_requests(self, kafka: AIOKafkaConsumer) -> None:
+        await super().apply_requests(kafka)
+        await self._refresh_paused_highwaters(kafka)
 
-    def journal_subscription(self) -> str | None:
-        return self.reader.subscription
+    async def _refresh_paused_highwaters(self, kafka: AIOKafkaConsumer) -> None:
+        """Every `HIGHWATER_REFRESH_MS`: the high watermark of each paused partition (one
+        request per leader, runtime/kafka/highwater.py), told to its actor when it moved."""
+        now = self.context.clock.monotonic_ms()
+        if now < self._highwater_due:
+            return
+        self._highwater_due = now + HIGHWATER_REFRESH_MS
+        starts = {tp: hw for tp in kafka.paused()
+                  if tp in self.owned and (hw := kafka.highwater(tp)) is not None}
+        for tp, highwater in (await self._read_highwaters(kafka, starts)).items():
+            if tp in self.owned and self._told_highwater.get(tp) != highwater:
+                self._told_highwater[tp] = highwater
+                self.partition_actor(tp).tell_system(Highwater(highwater))
 
+    async def _read_highwaters(self, kafka: AIOKafkaConsumer,
+                               starts: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """The high watermarks of `starts`, within `HIGHWATER_REFRESH_MS` of the fetch
+        loop's time: a broker that does not answer must not hold commits and flow control
+        for a request timeout."""
+        if not starts:
+            return {}
+        try:
+            return await within(self.context.clock,
+                                read_highwaters(compat.client_of(kafka), starts),
+                                HIGHWATER_REFRESH_MS)
+        except TimeoutError:
+            return {}
+
+    def forget(self, tp: TopicPartition) -> None:
+        self._told_highwater.pop(tp, None)  # a later owner's actor hears it anew
