@@ -128,9 +128,8 @@ class Cursors:
 
     def _start(self, starts: list[CursorStart]) -> None:
         if starts:
-            self.member.spawn(io.start_cursors(starts, self.member),
+            self.member.spawn(io.start_cursors(starts, self.member, self.long_lived),
                               name=f"{self.member.path}:start")
-            self.long_lived()
 
     def _spec(self, rider: Rider, tp: TopicPartition) -> list[CursorStart]:
         """The start of `rider`'s cursor on `tp` (none if it has one or its tree stops);

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -176,11 +176,14 @@ async def stop(number: int, cursors: list[tuple[Supervisor, str]], member: Ref) 
     member.tell_system(Retired(number))
 
 
-async def start_cursors(specs: list[tuple[Seat, Supervisor, ChildSpec]], member: Ref) -> None:
+async def start_cursors(specs: list[tuple[Seat, Supervisor, ChildSpec]], member: Ref,
+                        long_lived: Callable[[], None]) -> None:
     """Start cursors (each says itself that it runs: `Rewind`); tell the member of those
-    that could not start."""
+    that could not start. Then `long_lived`: the cursors built live long (out of the
+    collector's full passes, runtime/host/app.py `keep_long_lived`)."""
     for seat, supervisor, spec in specs:
         try:
             await supervisor.start_child(spec)
         except (ActorDeadError, ActorStartError):
             member.tell_system(CursorFailed(seat))
+    long_lived()
