@@ -155,6 +155,16 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     def cursors() -> int:
         return len(runtime.metrics.gauge("hookstream_inflight", "").children)
 
+    health: list[float] = []  # /healthz answer times while subscribing, idle, delivering
+
+    async def probe_health(session: aiohttp.ClientSession) -> None:
+        while True:
+            sent = time.perf_counter()
+            async with session.get(runtime.admin.url + "/healthz") as answer:
+                await answer.read()
+            health.append(time.perf_counter() - sent)
+            await asyncio.sleep(0.2)
+
     async def hanging_endpoint() -> tuple[asyncio.AbstractServer, str]:
         """Accepts connections, reads, never answers."""
         async def never(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -291,6 +301,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 gc.collect()
                 tracemalloc.start()
                 before = tracemalloc.take_snapshot()
+            probing = asyncio.create_task(probe_health(session))
             start = time.perf_counter()
             await subscribe(session, [body(f"s{i}", topics[i % args.topics], args.url)
                                       for i in range(args.subscribers)])
@@ -331,6 +342,10 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["fanout_gc_us"] = (gc_time[0] - g0) / total * 1e6
             result["fanout_load"] = load()
             result["fanout_ratio"] = result["fanout_us"] / result["single_us"]
+            probing.cancel()
+            answered = sorted(health)
+            result["health_p99_ms"] = answered[int(len(answered) * 0.99)] * 1000
+            result["health_max_ms"] = answered[-1] * 1000
             note(args.tree, "fan-out:", result)
             # the same again: workers, connections and series exist now (warm)
             await asyncio.sleep(1)
@@ -486,7 +501,9 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"  {args.records * args.subscribers} deliveries in {r['fanout_s']:.2f} s, "
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']}; of which garbage collection "
-              f"{r['fanout_gc_us']:.0f} us)")
+              f"{r['fanout_gc_us']:.0f} us)\n"
+              f"  /healthz while subscribing, idle and delivering: p99 "
+              f"{r['health_p99_ms']:.0f} ms, max {r['health_max_ms']:.0f} ms")
         print(f"  RSS after delivering: {r['rss_after_kib_per_sub']:.0f} KiB/subscription, "
               f"{r['rss_idle_kib_per_sub']:.0f} after 22 s idle")
         if "python_kib_per_sub" in r:
