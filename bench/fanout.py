@@ -111,6 +111,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             gc_time[0] += time.perf_counter() - gc_time[1]
 
     gc.callbacks.append(on_gc)
+    stalls = Stalls() if args.stalls else None
+    beating = asyncio.create_task(stalls.beat_forever()) if stalls else None
     producer = make_producer(args.bootstrap, acks=1, linger_ms=50)
     await producer.start()
     runtime = Runtime(config, services=[DeliveryService])
@@ -377,6 +379,11 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         if args.restart:
             await restart(topics, want - args.unsubscribes * args.partitions, result)
     finally:
+        if stalls is not None and beating is not None:
+            beating.cancel()
+            result["stalls"] = stalls.stalls
+            for where, count in stalls.report():
+                note(f"  stalled {count * 10:5d} ms in {where}")
         await runtime.stop()
         await producer.stop()
     return result
@@ -399,6 +406,57 @@ def allocations(before: Any, after: Any, subscribers: int,
 
 def _short(filename: str) -> str:
     return filename.split("/site-packages/")[-1].replace(str(HERE.parent) + "/", "")
+
+
+class Stalls:
+    """`--stalls`: a watchdog thread that names what holds the event loop. The loop beats
+    every 10 ms; when a beat is more than `STALL_MS` late, the watchdog samples the loop
+    thread's stack every 10 ms until it beats again, and counts the innermost project frames
+    seen (file:line function), printed at the end."""
+
+    STALL_MS = 100
+
+    def __init__(self) -> None:
+        import collections
+        import threading
+        self.beat = time.perf_counter()
+        self.seen: collections.Counter[str] = collections.Counter()
+        self.stalls = 0
+        self.loop_thread = threading.get_ident()
+        self.done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    async def beat_forever(self) -> None:
+        while True:
+            self.beat = time.perf_counter()
+            await asyncio.sleep(0.01)
+
+    def _watch(self) -> None:
+        stalled = False
+        while not self.done.wait(0.01):
+            late = time.perf_counter() - self.beat > self.STALL_MS / 1000
+            if late and not stalled:
+                self.stalls += 1
+            stalled = late
+            if late:
+                frame = sys._current_frames().get(self.loop_thread)
+                self.seen[_where(frame)] += 1
+
+    def report(self) -> list[tuple[str, int]]:
+        self.done.set()
+        return self.seen.most_common(15)
+
+
+def _where(frame: Any) -> str:
+    """The innermost frames of the project (three), else the innermost frame."""
+    mine, top = [], None
+    while frame is not None:
+        top = top or f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}"
+        name = frame.f_code.co_filename
+        if str(HERE.parent) in name and "/.venv/" not in name:
+            mine.append(f"{_short(name)}:{frame.f_lineno} {frame.f_code.co_name}")
+        frame = frame.f_back
+    return " < ".join(mine[:3]) or str(top)
 
 
 def note(*parts: object) -> None:
@@ -453,6 +511,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     if args.origin_connections:
         command += ["--origin-connections", str(args.origin_connections)]
     command += ["--tracemalloc"] if args.tracemalloc else []
+    command += ["--stalls"] if args.stalls else []
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -557,6 +616,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="gc.set_threshold for the workers, e.g. 10000,20,100")
     parser.add_argument("--origin-connections", type=int, default=0,
                         help="[egress] origin_max_connections (0: the default)")
+    parser.add_argument("--stalls", action="store_true",
+                        help="name what holds the event loop over 100 ms (a watchdog thread)")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="Python allocations per subscription and the top files (slow)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
@@ -44,6 +46,9 @@ NO_MEMBER = ""
 KEEP_FOREVER = -1  # retention_time: the broker's default
 _STALE_COORDINATOR = frozenset({14, 15, 16})  # loading, not available, not coordinator
 _UNKNOWN_PARTITION = 3
+WAVE = 128
+"""Requests of a commit round or an offset read sent at once (`in_waves`)."""
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -72,9 +77,15 @@ class GroupOffsets:
         """Commit every group's positions (one request per group, all at once), each with
         `metadata` (who wrote it); the groups that refused, with why."""
         groups = [g for g, tps in positions.items() if tps]
-        results = await asyncio.gather(*(self._commit_one(g, positions[g], metadata)
-                                         for g in groups))
+        results = await in_waves([partial(self._commit_one, g, positions[g], metadata)
+                                  for g in groups])
         return [r for r in results if r is not None]
+
+    async def fetch_many(self, groups: Mapping[str, list[TopicPartition]],
+                         ) -> list[dict[TopicPartition, tuple[int | None, str]]]:
+        """`fetch_with_metadata` of each group (in `groups`' order), in waves."""
+        return await in_waves([partial(self.fetch_with_metadata, g, tps)
+                               for g, tps in groups.items()])
 
     async def fetch(self, group: str, tps: list[TopicPartition]
                     ) -> dict[TopicPartition, int | None]:
@@ -142,6 +153,15 @@ class GroupOffsets:
             found = await self.client.coordinator_lookup(GROUP_COORDINATOR, group)
             node = self._coordinators[group] = int(found)
         return node
+
+
+async def in_waves(calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Run `calls` `WAVE` at a time (their results in order): a commit round of 4,000
+    groups sent at once held the event loop 0.4 s encoding every request in one turn."""
+    results: list[T] = []
+    for first in range(0, len(calls), WAVE):
+        results += await asyncio.gather(*(call() for call in calls[first:first + WAVE]))
+    return results
 
 
 def _by_topic(positions: Mapping[TopicPartition, int]) -> dict[str, list[tuple[int, int]]]:

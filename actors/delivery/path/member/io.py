@@ -77,8 +77,7 @@ async def _positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets, seats: list
         by_group[groups[seat]].append(seat)
     tps = sorted({tp for _key, tp in seats})
     found, bounds = await asyncio.gather(
-        asyncio.gather(*(offsets.fetch_with_metadata(g, sorted({tp for _k, tp in s}))
-                         for g, s in by_group.items())),
+        offsets.fetch_many({g: sorted({tp for _k, tp in s}) for g, s in by_group.items()}),
         _bounds(kafka, tps, known_ends))
     committed: dict[Seat, tuple[int | None, str]] = {}
     for group_seats, positions in zip(by_group.values(), found, strict=True):
@@ -107,9 +106,7 @@ async def read_marks(offsets: GroupOffsets, groups: dict[str, list[TopicPartitio
     """Each group's commits of its partitions: offset and metadata (its writer)."""
     marks: dict[str, dict[TopicPartition, tuple[int | None, str]]] = {}
     with contextlib.suppress(*FAILURES):
-        found = await within(clock, asyncio.gather(*(
-            offsets.fetch_with_metadata(g, tps) for g, tps in groups.items())),
-            READ_TIMEOUT_MS)
+        found = await within(clock, offsets.fetch_many(groups), READ_TIMEOUT_MS)
         marks = dict(zip(groups, found, strict=True))
     member.tell_system(WritersRead(marks))
 
