@@ -12,7 +12,6 @@ import base64
 import hashlib
 import hmac
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -402,16 +401,17 @@ async def test_a_redirect_is_a_failure_and_is_not_followed(harness: Harness) -> 
 
 async def test_a_slow_endpoint_fails_without_status_within_the_timeout(harness: Harness) -> None:
     egress = await harness.egress("/slow", timeoutMs=200)
-    started = time.perf_counter()
 
     [outcome] = await harness.push(egress, make_record())
 
-    elapsed_ms = (time.perf_counter() - started) * 1000
+    # the endpoint got the request and still holds it (it answers only at teardown): the
+    # failure is the request's timeout, and a timeout never fires early
+    assert [s.path for s in harness.endpoint.seen] == ["/slow"]
+    assert not harness.endpoint.release.is_set()
     assert isinstance(outcome, Failed)
     assert outcome.failure.status is None
     assert "200 ms" in outcome.failure.error
-    assert 150 <= outcome.failure.latency_ms < 1500
-    assert elapsed_ms < 2000
+    assert outcome.failure.latency_ms >= 150
 
 
 async def test_connection_refused_fails_and_the_actor_keeps_working(harness: Harness) -> None:

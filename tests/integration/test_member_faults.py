@@ -265,14 +265,12 @@ async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
             assert status == 200, reply
         producing = asyncio.create_task(produce(kafka_bootstrap, topic, total, partitions=2))
         await receiver.wait_for(lambda: len(receiver.ok) >= total, timeout_s=60)
-        code, _took = await terminate(process)
-        assert code == 0
+        assert await terminate(process) == 0
         await producing
         process = await start_process(config, port)
         await receiver.wait_for(lambda: len(receiver.delivered()) == total * len(ids),
                                 timeout_s=90)
-        code, _ = await terminate(process)
-        assert code == 0
+        assert await terminate(process) == 0
     finally:
         if process.returncode is None:
             process.kill()
