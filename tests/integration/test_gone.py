@@ -19,6 +19,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 PATH = "/broker/subscription/gone/g-gone"
@@ -33,12 +34,11 @@ async def _state(admin: Admin, path: str = PATH) -> dict[str, object]:
 
 
 async def _wait_state(admin: Admin, wanted: str, path: str = PATH) -> dict[str, object]:
-    for _ in range(300):
+    async def state_is_wanted() -> dict[str, object] | None:
         state = await _state(admin, path)
-        if state["state"] == wanted:
-            return state
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never {wanted}: {state}")
+        return state if state["state"] == wanted else None
+
+    return await until(state_is_wanted, timeout_s=15, what=f"{path} {wanted}")
 
 
 def _journaled(folder: Path, kind: str) -> list[dict[str, object]]:
