@@ -5,13 +5,16 @@
 
 A runtime with ten subscriptions (failing, dead-lettering, slow and filtered endpoints)
 under load while a seeded schedule kills random actors anywhere in its tree, pauses,
-resumes and updates subscriptions, for `--minutes`; then the counting receivers, the dead
-letter topics and the commits must agree: 0 lost, 0 unexpected, duplicates only after a
-fault that found them uncommitted, every group committed to the end. Prints the seed
-first (`--seed` replays a run's schedule), the faults and the verdict as Markdown for
-bench/RESULTS.md; exits 1 on a bad verdict.
+resumes and updates subscriptions, cuts every broker connection for a while and
+unsubscribes subscriptions (subscribing them again later), for `--minutes`; then the
+counting receivers, the dead letter topics and the commits must agree: 0 lost, 0
+unexpected, duplicates only after a fault that found them uncommitted, every group
+committed to the end. Prints the seed first (`--seed` replays a run's schedule), the
+faults and the verdict as Markdown for bench/RESULTS.md; exits 1 on a bad verdict.
 
-Starts an embedded broker of its own unless `--bootstrap` names one. Bounded: production
+Starts an embedded broker of its own behind a loopback proxy that the cuts close
+(tests/integration/cut_proxy.py); with `--bootstrap` (a running broker, which advertises
+its own address) there is no proxy, so no cuts and no unsubscribes. Bounded: production
 stops after `--minutes`, the drain has a timeout.
 """
 
@@ -32,6 +35,7 @@ from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
 from tests.chaos.harness import ChaosRun, Shape, Verdict
 from tests.chaos.schedule import seed_from_env
+from tests.integration.cut_proxy import CutProxy
 
 
 async def run(args: argparse.Namespace, seed: int) -> Verdict:
@@ -40,9 +44,13 @@ async def run(args: argparse.Namespace, seed: int) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         if args.bootstrap:
             return await ChaosRun(args.bootstrap, Path(tmp), seed, shape).run()
-        async with EmbeddedBroker() as broker:
-            compat.note_embedded(broker.bootstrap)
-            return await ChaosRun(broker.bootstrap, Path(tmp), seed, shape).run()
+        proxy = CutProxy(0)  # the broker advertises the proxy: every connection can be cut
+        async with EmbeddedBroker(advertised=proxy.address) as broker:
+            proxy.target_port = int(broker.bootstrap.rsplit(":", 1)[1])
+            compat.note_embedded(proxy.address)
+            async with proxy:
+                return await ChaosRun(proxy.address, Path(tmp), seed, shape,
+                                      proxy=proxy).run()
 
 
 def main() -> int:
