@@ -127,15 +127,19 @@ async def last_document(bootstrap: str, topic: str, key: str,
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
-        last: bytes | None = None
-        for _ in range(50):
+        values: list[bytes | None] = [None]  # the last value of `key` read so far
+
+        async def read_to_the_end() -> bool:
             batches = await consumer.getmany(tp, timeout_ms=200)
             for message in batches.get(tp, []):
                 if message.key == key.encode():
-                    last = message.value
+                    values[0] = message.value
             high = consumer.highwater(tp)
-            if high is not None and await consumer.position(tp) >= high:
-                break
+            return high is not None and await consumer.position(tp) >= high
+
+        await waits.until(read_to_the_end, timeout_s=10, poll_s=0,
+                          what=f"{topic} read to its end")
+        last = values[0]
         assert last is not None
         document: dict[str, Any] = msgspec.json.decode(opened_value(last, keys))
         return document
