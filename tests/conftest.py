@@ -69,7 +69,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         mark = item.get_closest_marker("timeout")
         if mark is not None and mark.args:
             item.add_marker(pytest.mark.timeout(mark.args[0] * waits.SLACK), append=False)
-    items.sort(key=_long_first)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order a parallel run hands tests out
+        items.sort(key=_long_first)
 
 
 def _long_first(item: pytest.Item) -> int:
@@ -96,9 +97,10 @@ def _lacks_folder_marker(item: pytest.Item) -> bool:
 # are the Spark tests that start JVMs of their own instead of using the session
 # (`_OWN_UNIT`: the follow job and the standalone cluster run beside the Spark unit, not
 # after it). Units are handed out largest first (the Spark unit starts at once), then in
-# collection order, which `_LONG_FIRST` sorts: the longest tests start early, so none of
-# them is left to run alone at the end while the other workers idle. A hint for the
-# schedule only: no test depends on it.
+# collection order, which `_LONG_FIRST` sorts (in the workers: a serial run keeps the
+# files' order): the longest tests start early, so none of them is left to run alone at
+# the end while the other workers idle. A hint for the schedule only: no test depends on
+# it.
 _ONE_WORKER = ("tests/spark/",)
 _OWN_UNIT = ("tests/spark/test_follow.py::",
              "tests/spark/test_report_end_to_end.py::test_the_standalone_cluster_")
