@@ -69,6 +69,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         mark = item.get_closest_marker("timeout")
         if mark is not None and mark.args:
             item.add_marker(pytest.mark.timeout(mark.args[0] * waits.SLACK), append=False)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order a parallel run hands tests out
+        items.sort(key=_long_first)
+
+
+def _long_first(item: pytest.Item) -> int:
+    """The tests of `_LONG_FIRST` first, in its order; the rest as collected."""
+    nodeid = item.nodeid
+    return next((rank for rank, prefix in enumerate(_LONG_FIRST)
+                 if nodeid.startswith(prefix)), len(_LONG_FIRST))
 
 
 def _lacks_folder_marker(item: pytest.Item) -> bool:
@@ -84,9 +93,32 @@ def _lacks_folder_marker(item: pytest.Item) -> bool:
 # `make test` runs pytest-xdist with `--dist loadgroup`. Its own group scheduler cannot see
 # the `xdist_group` marks under pytest 9 (it renames `item._nodeid`, which pytest 9 no longer
 # reads), so this one groups by path: the Spark tests are one unit of work, run by one
-# worker with one JVM and one SparkSession; every other test is a unit of its own. Units
-# are handed out largest first, so the long Spark unit starts at once.
+# worker with one JVM and one SparkSession; every other test is a unit of its own, and so
+# are the Spark tests that start JVMs of their own instead of using the session
+# (`_OWN_UNIT`: the follow job and the standalone cluster run beside the Spark unit, not
+# after it). Units are handed out largest first (the Spark unit starts at once), then in
+# collection order, which `_LONG_FIRST` sorts (in the workers: a serial run keeps the
+# files' order): the longest tests start early, so none of them is left to run alone at
+# the end while the other workers idle. A hint for the schedule only: no test depends on
+# it.
 _ONE_WORKER = ("tests/spark/",)
+_OWN_UNIT = ("tests/spark/test_follow.py::",
+             "tests/spark/test_report_end_to_end.py::test_the_standalone_cluster_")
+_LONG_FIRST = (  # the longest first, as measured with --durations in a parallel run
+    "tests/spark/test_follow.py::",
+    "tests/spark/test_report_end_to_end.py::test_the_standalone_cluster_",
+    "tests/integration/test_admin_fuzz.py::",
+    "tests/chaos/test_seeded_chaos.py::",
+    "tests/integration/test_fanout_processes.py::",
+    "tests/integration/test_fanout.py::",
+    "tests/integration/test_console.py::",
+    "tests/browser/",
+    "tests/integration/test_cluster_processes.py::",
+    "tests/integration/test_readme_try_it.py::",
+    "tests/integration/test_member_faults.py::",
+    "tests/integration/test_qoh_end_to_end.py::",
+    "tests/chaos/",
+)
 
 try:
     from xdist.scheduler import LoadScopeScheduling
@@ -96,6 +128,8 @@ except ImportError:  # no pytest-xdist: serial runs need none of this
 if LoadScopeScheduling is not None:
     class _SparkOnOneWorker(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(_OWN_UNIT):
+                return nodeid
             for prefix in _ONE_WORKER:
                 if nodeid.startswith(prefix):
                     return prefix

@@ -19,6 +19,8 @@ from typing import Any
 
 import aiohttp
 
+from tests.waits import until
+
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--remote-debugging-port=0", "--window-size=1280,900")
@@ -65,15 +67,17 @@ class Browser:
 
     async def _devtools_port(self, path: Path) -> int:
         """Chromium writes the port it chose into the profile once it listens."""
-        assert self._process is not None
-        for _ in range(START_TIMEOUT_S * 20):
-            port = _read_port(path)
-            if port is not None:
-                return port
-            if self._process.returncode is not None:
-                raise RuntimeError(f"chromium exited with {self._process.returncode}")
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"chromium did not listen within {START_TIMEOUT_S} s")
+        process = self._process
+        assert process is not None
+
+        def port() -> int | None:
+            if process.returncode is not None:
+                raise RuntimeError(f"chromium exited with {process.returncode}")
+            return _read_port(path)
+
+        found: int = await until(port, timeout_s=START_TIMEOUT_S, poll_s=0.05,
+                                 what="chromium's DevTools port")
+        return found
 
     async def send(self, method: str, **params: Any) -> dict[str, Any]:
         assert self._ws is not None
@@ -101,12 +105,8 @@ class Browser:
 
     async def wait_for(self, condition: str, timeout_s: float = 15) -> Any:
         """Poll a JavaScript expression until it is truthy; return its value."""
-        for _ in range(int(timeout_s * 10)):
-            value = await self.evaluate(condition)
-            if value:
-                return value
-            await asyncio.sleep(0.1)
-        raise TimeoutError(f"still false after {timeout_s} s: {condition}")
+        return await until(lambda: self.evaluate(condition), timeout_s=timeout_s, poll_s=0.1,
+                           what=condition)
 
     async def screenshot(self, path: Path) -> bytes:
         shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)

@@ -1,6 +1,8 @@
 """A runtime under load while a seeded schedule (tests/chaos/schedule.py) kills its actors,
-pauses, resumes and updates its subscriptions; then what a counting receiver got, the dead
-letter topics and the commits must agree.
+pauses, resumes and updates its subscriptions, and, given a `CutProxy` in front of the
+broker, also cuts every broker connection for a while and unsubscribes subscriptions (and
+subscribes them again later); then what a counting receiver got, the dead letter topics
+and the commits must agree.
 
 The verdict: every record a subscription should see (its topic's, less what its filter
 leaves out) was answered 2xx or is in its dead letter topic (0 lost); nothing else came
@@ -35,6 +37,7 @@ from runtime.kernel.actor import Actor
 from runtime.kernel.errors import ActorDeadError
 from runtime.kernel.supervisor import Supervisor
 from tests.chaos.schedule import Fault, choose_by_kind, plan
+from tests.integration.cut_proxy import CutProxy
 from tests.integration.delivery_harness import Admin, make_runtime, subscription
 from tests.integration.test_poison_records import dlt_offsets, read_to_end
 from tests.waits import until
@@ -220,10 +223,15 @@ class Snapshot:
 
 class ChaosRun:
     def __init__(self, bootstrap: str, tmp: Path, seed: int, shape: Shape,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, proxy: CutProxy | None = None) -> None:
+        """`proxy`: the broker's connections pass through it (the broker advertises its
+        address); then the schedule also cuts them and unsubscribes (`plan(extra=True)`)."""
         self.bootstrap, self.tmp, self.seed, self.shape = bootstrap, tmp, seed, shape
-        self.log = log
-        self.faults = plan(seed, shape.seconds)
+        self.log, self.proxy = log, proxy
+        self.faults = plan(seed, shape.seconds, extra=proxy is not None)
+        self.paused: Counter[str] = Counter()  # sub id -> pauses not yet resumed
+        self.away: set[str] = set()  # sub ids unsubscribed, to be subscribed again
+        self.cuts_open = 0  # cuts whose hold has not ended: the last one heals
         self.subs: list[Sub] = []
         self.records: dict[Key, str] = {}  # -> its kind header
         self.commits: dict[tuple[str, str, int], int] = {}  # (sub key, topic, p) -> next
@@ -291,21 +299,21 @@ class ChaosRun:
     # -- faults ---------------------------------------------------------------------------
     async def _inject(self, runtime: Runtime, admin: Admin) -> None:
         started = time.monotonic()
-        resumes: list[asyncio.Task[None]] = []
+        ends: list[asyncio.Task[None]] = []  # resumes, heals and subscribes again
         for fault in self.faults:
             delay = fault.at_s - (time.monotonic() - started)
             if delay > 0:
                 await asyncio.sleep(delay)  # the schedule's time, not a wait for an event
             self._snapshot()
-            hit = await self._fire(fault, runtime, admin, resumes)
+            hit = await self._fire(fault, runtime, admin, ends)
             self.verdict.hits.append(f"{fault.at_s:7.2f} s {fault.kind} {hit}")
-        await asyncio.gather(*resumes)
+        await asyncio.gather(*ends)
 
     def _snapshot(self) -> None:
         self.snapshots.append(Snapshot(time.monotonic(), dict(self.commits)))
 
     async def _fire(self, fault: Fault, runtime: Runtime, admin: Admin,
-                    resumes: list[asyncio.Task[None]]) -> str:
+                    ends: list[asyncio.Task[None]]) -> str:
         if fault.kind == "kill":
             actors = {a.path: a for a in _actors(runtime.system.root)}
             if not actors:
@@ -314,10 +322,25 @@ class ChaosRun:
                                     fault.pick)
             actors[victim].kill(f"chaos seed {self.seed}")
             return victim
+        if fault.kind == "cut":
+            assert self.proxy is not None  # planned only with one
+            self.proxy.cut()
+            self.cuts_open += 1
+            ends.append(asyncio.ensure_future(self._heal_later(fault.hold_s)))
+            return f"every broker connection for {fault.hold_s} s"
         sub = self.subs[int(fault.pick * len(self.subs))]
+        if sub.id in self.away or (fault.kind == "unsubscribe" and self.paused[sub.id]):
+            return f"{sub.id} (skipped: unsubscribed or paused)"  # no such target now
         if fault.kind == "pause":
+            self.paused[sub.id] += 1
             await self._admin(admin, "POST", sub.path + "/pause")
-            resumes.append(asyncio.ensure_future(self._resume_later(admin, sub, fault.hold_s)))
+            ends.append(asyncio.ensure_future(self._resume_later(admin, sub, fault.hold_s)))
+            return f"{sub.id} for {fault.hold_s} s"
+        if fault.kind == "unsubscribe":
+            self.away.add(sub.id)
+            await self._admin(admin, "POST", "/broker/unsubscribe", sub.document(),
+                              done=lambda status, _: status in (200, 404))  # 404: a retry
+            ends.append(asyncio.ensure_future(self._subscribe_later(admin, sub, fault.hold_s)))
             return f"{sub.id} for {fault.hold_s} s"
         concurrency = 3 if fault.pick < 0.5 else 8
         await self._admin(admin, "PUT", sub.path, sub.document(concurrency))
@@ -327,14 +350,35 @@ class ChaosRun:
         await asyncio.sleep(hold_s)  # the schedule's pause length
         self._snapshot()
         await self._admin(admin, "POST", sub.path + "/resume")
+        self.paused[sub.id] -= 1
 
-    async def _admin(self, admin: Admin, method: str, path: str, body: Any = None) -> None:
+    async def _subscribe_later(self, admin: Admin, sub: Sub, hold_s: float) -> None:
+        await asyncio.sleep(hold_s)  # the schedule's time away
+        self._snapshot()
+
+        def subscribed(status: int, reply: Any) -> bool:  # exists: an earlier try went in
+            return status == 200 or "already exists" in str(reply)
+
+        await self._admin(admin, "POST", "/broker/subscription", sub.document(),
+                          done=subscribed)
+        self.away.discard(sub.id)
+
+    async def _heal_later(self, hold_s: float) -> None:
+        await asyncio.sleep(hold_s)  # the schedule's cut length
+        assert self.proxy is not None
+        self.cuts_open -= 1
+        if not self.cuts_open:
+            self.proxy.heal()
+
+    async def _admin(self, admin: Admin, method: str, path: str, body: Any = None,
+                     done: Callable[[int, Any], bool] = lambda status, _: status == 200,
+                     ) -> None:
         """A fault's admin call, retried while a killed actor behind it restarts."""
-        async def done() -> bool:
-            status, _ = await admin.call(method, path, body)
-            return status == 200
+        async def answered() -> bool:
+            status, reply = await admin.call(method, path, body)
+            return done(status, reply)
 
-        await until(done, timeout_s=ADMIN_RETRY_S, poll_s=0.2, what=f"{method} {path}")
+        await until(answered, timeout_s=ADMIN_RETRY_S, poll_s=0.2, what=f"{method} {path}")
 
     # -- the end -----------------------------------------------------------------------------
     def _expected(self, sub: Sub) -> set[Key]:

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Final, Literal
 
-FaultKind = Literal["kill", "pause", "update"]
+FaultKind = Literal["kill", "pause", "update", "cut", "unsubscribe"]
 SEED_VARIABLE: Final = "HOOKSTREAM_CHAOS_SEED"
 
 # Most faults kill an actor; the admin API's pause (resumed later) and update (which
@@ -22,6 +22,15 @@ SEED_VARIABLE: Final = "HOOKSTREAM_CHAOS_SEED"
 WEIGHTS: Final[dict[FaultKind, int]] = {"kill": 8, "pause": 1, "update": 1}
 MEAN_GAP_S: Final = 1.5
 PAUSE_S: Final = (0.3, 2.0)
+# The later kinds, drawn from a stream of their own (`extra=True`), so that adding them
+# left every seed's kills, pauses and updates as they were: a cut of every broker
+# connection (healed after `hold_s`) and an unsubscribe (subscribed again after `hold_s`).
+EXTRA_WEIGHTS: Final[dict[FaultKind, int]] = {"cut": 1, "unsubscribe": 1}
+EXTRA_MEAN_GAP_S: Final = 6.0
+EXTRA_HOLD_S: Final[dict[FaultKind, tuple[float, float]]] = {
+    "cut": (0.3, 1.5), "unsubscribe": (0.5, 3.0)}
+HELD: Final = frozenset({"pause", "cut", "unsubscribe"})
+"""The kinds that last `hold_s`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,16 +44,27 @@ class Fault:
     """For a pause: how long until the resume."""
 
 
-def plan(seed: int, seconds: float, mean_gap_s: float = MEAN_GAP_S) -> list[Fault]:
-    """Faults at exponentially spaced times within `seconds`, in time order."""
-    rng = random.Random(seed)
-    kinds = list(WEIGHTS)
-    weights = [WEIGHTS[k] for k in kinds]
+def plan(seed: int, seconds: float, mean_gap_s: float = MEAN_GAP_S, *,
+         extra: bool = False) -> list[Fault]:
+    """Faults at exponentially spaced times within `seconds`, in time order; with `extra`,
+    the cuts and unsubscribes of their own stream besides."""
+    faults = _draw(random.Random(seed), seconds, mean_gap_s, WEIGHTS,
+                   {"pause": PAUSE_S})
+    if extra:
+        faults += _draw(random.Random(f"{seed}:extra"), seconds, EXTRA_MEAN_GAP_S,
+                        EXTRA_WEIGHTS, EXTRA_HOLD_S)
+    return sorted(faults, key=lambda f: f.at_s)
+
+
+def _draw(rng: random.Random, seconds: float, mean_gap_s: float,
+          weights: dict[FaultKind, int],
+          holds: dict[FaultKind, tuple[float, float]]) -> list[Fault]:
+    kinds = list(weights)
     faults: list[Fault] = []
     at = rng.expovariate(1 / mean_gap_s)
     while at < seconds:
-        kind = rng.choices(kinds, weights)[0]
-        hold = rng.uniform(*PAUSE_S) if kind == "pause" else 0.0
+        kind = rng.choices(kinds, [weights[k] for k in kinds])[0]
+        hold = rng.uniform(*holds[kind]) if kind in holds else 0.0
         faults.append(Fault(round(at, 3), kind, rng.random(), round(hold, 3)))
         at += rng.expovariate(1 / mean_gap_s)
     return faults

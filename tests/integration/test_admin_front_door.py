@@ -22,6 +22,7 @@ from runtime.host.frontdoor import HEALTH_RESERVE
 from runtime.host.metrics import Registry
 from tests.certs import self_signed
 from tests.integration.delivery_harness import Admin, make_runtime
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -270,10 +271,7 @@ async def test_slow_or_silent_request_heads_are_cut_off_and_connections_are_boun
             reserve_writer.close()
         for _, held_writer in held:
             held_writer.close()
-        for _ in range(50):  # the server sees them go
-            if not runtime.admin.doors.open:
-                break
-            await asyncio.sleep(0.05)
+        await _until(lambda: not runtime.admin.doors.open)  # the server sees them go
         assert (await Admin(runtime).call("GET", "/healthz"))[0] == 200
 
 
@@ -347,8 +345,5 @@ async def _trickling_until_closed(reader: asyncio.StreamReader, writer: asyncio.
 
 
 async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(100):  # the server's own view of its connections: nothing to await
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("never")
+    # the server's own view of its connections: nothing to await, so polled
+    await until(condition, timeout_s=5, what="the server's open connections")

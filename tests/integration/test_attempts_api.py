@@ -6,7 +6,6 @@ a record the subscription's filter left out `filtered`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.integration.delivery_harness import (
 )
 from tests.integration.test_batching import wait_committed
 from tests.integration.test_filters import produce_typed
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 STAMP_MS = 1_700_000_000_000
@@ -129,12 +129,12 @@ async def test_a_record_given_up_is_dead_lettered_and_its_attempts_are_listed(
             await admin.subscribe(sub)
             await receiver.wait_for(lambda: len(receiver.pushes) == 2)
             query = f"topic={topic}&partition=0&offset=0"
-            for _ in range(200):  # the dead letter is written after the last answer
-                data = (await attempts(admin, query))[1]["data"]
-                if data["state"] == "dead_lettered":
-                    break
-                await asyncio.sleep(0.05)  # the journal event has no waiter to tell
-            assert data["state"] == "dead_lettered", data
+            async def dead_lettered() -> dict[str, Any] | None:
+                # written after the last answer; the journal event has no waiter to tell
+                shown: dict[str, Any] = (await attempts(admin, query))[1]["data"]
+                return shown if shown["state"] == "dead_lettered" else None
+
+            data = await until(dead_lettered, timeout_s=10, what="the record dead-lettered")
             assert [a["status"] for a in data["attempts"]] == [503, 503]
     finally:
         await receiver.stop()

@@ -23,6 +23,7 @@ from aiokafka import TopicPartition
 from runtime.errors import BrokerError, UsageError
 from runtime.kafka import create_topics, make_consumer, make_producer
 from runtime.kafka.broker import EmbeddedBroker, port_accepts
+from tests.waits import SLACK
 
 pytestmark = pytest.mark.integration
 
@@ -97,15 +98,20 @@ async def test_stop_ends_the_process_and_closes_the_port() -> None:
     assert broker.state == "stopped"
 
 
-async def test_stop_is_quick_while_clients_are_still_connected() -> None:
-    # Tansu waits ~5 s for open connections on SIGTERM; stop() must not.
+async def test_stop_ends_the_broker_while_a_client_is_still_connected() -> None:
+    # Tansu drains open connections for ~5 s on SIGTERM; stop() sends SIGINT, on which it
+    # exits at once (how long that takes is bench/broker_stop.py's budget, not a test's).
     broker = EmbeddedBroker()
     await broker.start()
-    host, port = broker.bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port))):
-        started = time.monotonic()
+    pid, (host, port) = broker.pid, broker.bootstrap.rsplit(":", 1)
+    assert pid is not None
+    with socket.create_connection((host, int(port))) as client:
         await broker.stop()
-        assert time.monotonic() - started < 2.0
+
+        assert broker.state == "stopped" and not _alive(pid)
+        assert not port_accepts(host, int(port))
+        client.settimeout(10)
+        assert client.recv(1) == b""  # the broker closed the connection it still held
 
 
 async def test_starts_on_an_explicit_port(unused_port: int) -> None:
@@ -206,7 +212,7 @@ def test_broker_dies_when_its_parent_is_killed() -> None:
 
         parent.kill()
 
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 5 * SLACK  # a hang bound (no loop to await on here)
         while _alive(broker_pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         Path(log_path).unlink()  # the killed parent could not remove its broker's log

@@ -93,15 +93,14 @@ async def test_a_dead_endpoints_records_reach_the_dead_letter_topic_with_few_req
                 deadLetterTopic=f"{topic}.dlt",
                 circuitBreaker={"failureRatio": 0.5, "minRequests": 5, "openMs": 1000}))
             await produce(kafka_bootstrap, topic, records, partitions=2)
-            dead_lettered = 0
-            for _ in range(600):
+            async def all_dead_lettered() -> dict[str, Any] | None:
                 _, one = await admin.call("GET", "/broker/subscription/dl/g-dl")
-                status = one["data"]["status"]
-                dead_lettered = sum(p["dead_lettered"] for p in status["partitions"])
-                if dead_lettered == records:
-                    break
-                await asyncio.sleep(0.1)
-            assert dead_lettered == records
+                shown: dict[str, Any] = one["data"]["status"]
+                done = sum(p["dead_lettered"] for p in shown["partitions"]) == records
+                return shown if done else None
+
+            status = await until(all_dead_lettered, poll_s=0.1,
+                                 what=f"all {records} records dead-lettered")
             origin = status["endpoint"]["origin"]
             assert origin["open_ms"] == 1000 and origin["min_requests"] == 5
             _, metrics = await _metrics(admin)
@@ -267,18 +266,18 @@ async def test_every_time_the_breaker_status_shows_is_epoch_ms(
                 "ep", [{"name": topic, "config": {"concurrencyFactor": 10}}], receiver.url,
                 fast_group=fast_group_kwargs, delayOnErrorMs=20,
                 circuitBreaker={"minRequests": 5, "openMs": 60_000}))
+            before = time.time() * 1000
             await produce(kafka_bootstrap, topic, 10)
-            origin: dict[str, Any] = {}
-            for _ in range(200):
+
+            async def open_origin() -> dict[str, Any] | None:
                 _, one = await admin.call("GET", "/broker/subscription/ep/g-ep")
-                origin = one["data"]["status"]["endpoint"]["origin"]
-                if origin["breaker"] == "open":
-                    break
-                await asyncio.sleep(0.05)
+                shown: dict[str, Any] = one["data"]["status"]["endpoint"]["origin"]
+                return shown if shown["breaker"] == "open" else None
+
+            origin = await until(open_origin, what="the breaker open")
             now = time.time() * 1000
-            assert origin["breaker"] == "open", origin
             opened = origin["transitions"][0]["at"]
-            assert abs(origin["opened_at"] - now) < 10_000, (origin, now)
+            assert before <= origin["opened_at"] <= now, (origin, before, now)  # epoch ms
             assert abs(origin["opened_at"] - opened) < 1_000, origin
             assert origin["probe_at"] == origin["opened_at"] + 60_000
             assert origin["throttled_until"] is None

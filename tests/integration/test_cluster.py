@@ -127,15 +127,19 @@ async def last_document(bootstrap: str, topic: str, key: str,
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
-        last: bytes | None = None
-        for _ in range(50):
+        values: list[bytes | None] = [None]  # the last value of `key` read so far
+
+        async def read_to_the_end() -> bool:
             batches = await consumer.getmany(tp, timeout_ms=200)
             for message in batches.get(tp, []):
                 if message.key == key.encode():
-                    last = message.value
+                    values[0] = message.value
             high = consumer.highwater(tp)
-            if high is not None and await consumer.position(tp) >= high:
-                break
+            return high is not None and await consumer.position(tp) >= high
+
+        await waits.until(read_to_the_end, timeout_s=10, poll_s=0,
+                          what=f"{topic} read to its end")
+        last = values[0]
         assert last is not None
         document: dict[str, Any] = msgspec.json.decode(opened_value(last, keys))
         return document
@@ -343,11 +347,8 @@ async def test_readiness_names_a_subscriptions_record_this_instance_cannot_apply
         async def reasons() -> list[str]:
             return list((await admin.call("GET", "/readyz"))[1]["reasons"])
 
-        for _ in range(100):
-            said = await reasons()
-            if said:
-                break
-            await asyncio.sleep(0.1)  # the follower's next batch: nothing to wait on here
+        # the follower's next batch: nothing to wait on here, so polled
+        said = await waits.until(reasons, timeout_s=10, poll_s=0.1, what="a /readyz reason")
         assert [r for r in said if "'bad_g'" in r and "not applied" in r], said
         assert "hookstream_subscription_records_unapplied_total" in runtime.metrics.render()
 

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from asyncio.subprocess import Process
 from pathlib import Path
@@ -78,16 +77,18 @@ class Instance:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "runtime", str(self.config), cwd=ROOT, env=env,
                 stdout=subprocess.DEVNULL, stderr=err)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.process.returncode is None, self.log.read_text()[-3000:]
+        process = self.process
+
+        async def healthy() -> bool:
+            assert process.returncode is None, self.log.read_text()[-3000:]
             try:
-                if (await self.call("GET", "/healthz"))[0] == 200:
-                    return self
+                return (await self.call("GET", "/healthz"))[0] == 200
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"instance {self.index} did not become healthy")
+                return False  # not listening yet
+
+        await waits.until(healthy, timeout_s=30, what=f"instance {self.index} healthy",
+                          poll_s=0.1)
+        return self
 
     async def call(self, method: str, path: str, body: object = None) -> tuple[int, Any]:
         async with aiohttp.ClientSession() as session, session.request(

@@ -22,6 +22,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 TOKEN = "console-test-token"
@@ -76,12 +77,12 @@ async def test_status_attempts_pause_resume_and_replay_against_a_running_runtime
                               f'token = "{TOKEN}"\n')  # the instance's own config file
             url = ["--url", runtime.admin.url, "--token", TOKEN]
 
-            summary: dict[str, Any] = {}
-            for _ in range(50):  # until the failing one shows (the summary is gathered
-                summary = await as_json("status", "--config", str(config))  # every 2 s)
-                if summary["totals"]["needing_attention"]:
-                    break
-                await asyncio.sleep(0.2)
+            async def failing_shown() -> dict[str, Any] | None:  # the summary is gathered
+                shown = await as_json("status", "--config", str(config))  # every 2 s
+                return shown if shown["totals"]["needing_attention"] else None
+
+            summary = await until(failing_shown, timeout_s=10, poll_s=0.2,
+                                  what="the failing subscription in the status")
             assert summary["totals"]["subscriptions"] == 2
             assert [r["key"] for r in summary["items"]] == ["bad_g-bad", "ok_g-ok"]
             assert summary["items"][0]["attention"] == ["failing"]

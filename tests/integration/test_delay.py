@@ -27,6 +27,7 @@ from runtime.host.app import Runtime
 from runtime.host.config import Config, parse_config
 from runtime.kafka import create_topics, make_consumer, make_producer
 from tests.conftest import TopicFactory
+from tests.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -73,11 +74,7 @@ def _delay(runtime: Runtime) -> DelayService:
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 15) -> None:
     """Poll a condition (bounded): the state lives in actors, which have no events."""
-    for _ in range(int(timeout_s / POLL_S)):
-        if condition():
-            return
-        await asyncio.sleep(POLL_S)
-    raise AssertionError(f"condition not met within {timeout_s}s")
+    await until(condition, timeout_s=timeout_s, poll_s=POLL_S)
 
 
 def _metric(runtime: Runtime, name: str, **labels: str) -> float:
@@ -478,12 +475,12 @@ async def test_the_levels_endpoint_shows_what_waits_and_what_was_forwarded(
         await _until(lambda: len(_delay(runtime).assignment()) == 2)
         for i in range(4):
             await runtime.delay.send(target, _payload(i, _now_ms() + 2500), delay_ms=2500)
-        waiting = await _levels_api(runtime)
-        for _ in range(100):
-            if waiting["300ms"]["waiting"] == 4:
-                break
-            await asyncio.sleep(0.02)
-            waiting = await _levels_api(runtime)
+        async def four_waiting() -> dict[str, Any] | None:
+            levels = await _levels_api(runtime)
+            return levels if levels["300ms"]["waiting"] == 4 else None
+
+        waiting = await until(four_waiting, timeout_s=10,
+                              what="4 records waiting in the 300ms level")
         assert (waiting["300ms"]["waiting"], waiting["300ms"]["forwarded"]) == (4, 0)
         assert waiting["3000ms"]["waiting"] == 0 and waiting["300ms"]["lateness_p99_ms"] is None
         await _read(kafka_bootstrap, target, 4)

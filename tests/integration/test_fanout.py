@@ -124,8 +124,8 @@ async def test_a_hung_subscriber_holds_only_its_own_cursor_and_gets_everything_a
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             api = Admin(runtime)
-            await subscribe_many(api, ["hung", "a", "b"], topic, receiver.url, concurrency=2)
-            # the hung cursor's window (2) and buffer fill; the others go on: 3,000 records
+            await subscribe_many(api, ["hung", "a", "b"], topic, receiver.url, concurrency=20)
+            # the hung cursor's window (20) and buffer fill; the others go on: 3,000 records
             # is more than the shared buffer keeps, so it must read on its own after
             await produce(kafka_bootstrap, topic, 3000)
 
@@ -138,6 +138,10 @@ async def test_a_hung_subscriber_holds_only_its_own_cursor_and_gets_everything_a
             assert hung_so_far == 0
             seen = await member(runtime).ask(StatusQuery("hung_g-hung"))
             assert seen.cursors == {f"{topic}-0": "paused"}
+            fanout = member(runtime).fanouts[TopicPartition(topic, 0)]
+            stopped_at = fanout.cursors["hung_g-hung"].next
+            # the shared buffer no longer holds where it stopped: a read of its own follows
+            assert stopped_at is not None and fanout.ring[0].offset > stopped_at, fanout
             healed.set()
             await receiver.wait_for(lambda: len(receiver.delivered()) == 9000, timeout_s=60)
     finally:

@@ -66,14 +66,14 @@ async def stop_mid_stream_then_restart(
             process.send_signal(signal.SIGKILL)
             await process.wait()
         else:
-            assert (await terminate(process))[0] == 0
+            assert await terminate(process) == 0
         process = await start_process(config, port)
         await receiver.wait_for(lambda: len(receiver.delivered()) == 10_000, timeout_s=90)
         # every record reached the receiver, some from before the stop: the restarted
         # process may still be delivering again what was not committed; its stop now
         # would commit only what it finished
         await until_committed(kafka_bootstrap, topic)
-        assert (await terminate(process))[0] == 0
+        assert await terminate(process) == 0
     finally:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):

@@ -82,12 +82,13 @@ async def test_lag_grows_while_the_endpoint_hangs_and_falls_to_zero_after(
 
 async def until_stalled(admin: Admin) -> dict[str, Any]:
     """`/readyz` once it is 503 naming a stall (the watchdog looks on commit ticks)."""
-    for _ in range(100):
+    async def stall_named() -> dict[str, Any] | None:
         status, ready = await admin.call("GET", "/readyz")
-        if status == 503 and any("stalled" in r for r in ready["reasons"]):
-            return dict(ready)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"/readyz never named a stall: {status} {ready}")
+        stalled = status == 503 and any("stalled" in r for r in ready["reasons"])
+        return dict(ready) if stalled else None
+
+    return await waits.until(stall_named, timeout_s=10, what="/readyz names a stall",
+                             poll_s=0.1)
 
 
 async def test_a_stuck_partition_is_reported_stalled_in_readyz_and_the_journal(

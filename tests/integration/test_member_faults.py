@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
+from actors.shared.messages import StatusQuery
 from runtime.host.app import Runtime
 from runtime.kafka import compat, create_topics, make_admin, make_consumer, make_producer
 from runtime.kafka.broker import EmbeddedBroker, free_port
@@ -26,6 +27,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.integration.test_fanout import member
 from tests.integration.test_process_restart import (
     admin,
     start_process,
@@ -296,14 +298,12 @@ async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
             assert status == 200, reply
         producing = asyncio.create_task(produce(kafka_bootstrap, topic, total, partitions=2))
         await receiver.wait_for(lambda: len(receiver.ok) >= total, timeout_s=60)
-        code, _took = await terminate(process)
-        assert code == 0
+        assert await terminate(process) == 0
         await producing
         process = await start_process(config, port)
         await receiver.wait_for(lambda: len(receiver.delivered()) == total * len(ids),
                                 timeout_s=90)
-        code, _ = await terminate(process)
-        assert code == 0
+        assert await terminate(process) == 0
     finally:
         if process.returncode is None:
             process.kill()
@@ -324,6 +324,16 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
                 make_runtime(kafka_bootstrap, tmp_path / "two") as two:
             for runtime in (one, two):
                 await subscribe(Admin(runtime), ["twice"], topic, receiver.url)
+
+            async def positioned(runtime: Runtime) -> bool:
+                seen = await member(runtime).ask(StatusQuery("twice_g-twice"))
+                return seen is not None and list(seen.cursors.values()) == ["live"] * 2
+
+            # both read from the start before either commits: a busy machine must not let
+            # one deployment start at the other's commits and see nothing
+            for runtime in (one, two):
+                await until(lambda r=runtime: positioned(r),
+                            what="the subscription's cursors live on both partitions")
             await produce(kafka_bootstrap, topic, 20, partitions=2)
             await receiver.wait_for(lambda: len(receiver.ok) >= 40, timeout_s=60)
 

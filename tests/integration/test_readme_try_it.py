@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 
 from runtime.kafka.broker import free_port
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,15 +45,15 @@ def promised_line() -> str:
 
 async def until_answers(url: str) -> None:
     async with aiohttp.ClientSession() as session:
-        for _ in range(START_TIMEOUT_S * 10):
+        async def answers() -> bool:
             try:
                 async with session.get(url) as answer:
-                    if answer.status == 200:
-                        return
+                    return answer.status == 200
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"{url} did not answer within {START_TIMEOUT_S} s")
+                return False  # not listening yet
+
+        await until(answers, timeout_s=START_TIMEOUT_S, what=f"{url} answers 200",
+                    poll_s=0.1)
 
 
 async def test_try_it_delivers_the_record_to_the_receiver(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ with its original coordinates and `webhook-id`; crashes lose nothing."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from tests.integration.delivery_harness import (
     runtime_config,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 LEVEL_MS = 100
@@ -54,11 +54,7 @@ def _delivery(runtime: Runtime) -> DeliveryService:
 
 
 async def _until(predicate: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await until(predicate, timeout_s=timeout_s, what=what)
 
 
 async def test_a_failing_record_moves_aside_lets_the_next_1000_through_and_arrives_later(

@@ -23,6 +23,7 @@ from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.host.sealing import key_id
 from runtime.kafka import create_topics, make_producer
+from tests import waits
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
@@ -68,15 +69,17 @@ async def raw_records(bootstrap: str, topic: str, count: int) -> list[bytes]:
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     values: list[bytes] = []
+
+    async def all_read() -> bool:
+        batch = await consumer.getmany(timeout_ms=500)
+        values.extend(r.value or b"" for rs in batch.values() for r in rs)
+        return len(values) >= count
+
     try:
-        for _ in range(30):
-            batch = await consumer.getmany(timeout_ms=500)
-            values += [r.value or b"" for rs in batch.values() for r in rs]
-            if len(values) >= count:
-                return values
+        await waits.until(all_read, timeout_s=15, poll_s=0, what=f"{count} records in {topic}")
     finally:
         await consumer.stop()
-    raise AssertionError(f"{len(values)} records in {topic}, expected {count}")
+    return values
 
 
 async def test_the_topic_holds_no_secret_and_another_instance_delivers_with_them(

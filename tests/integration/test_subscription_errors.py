@@ -4,6 +4,7 @@ and a subscription the store could not keep is refused before anything starts.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from actors.delivery.errors import (
 )
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Admin, make_runtime, subscription
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -80,37 +82,42 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
     polling = asyncio.create_task(old_member_polls())
     receiver = await Receiver().start()
     try:
-        for _ in range(300):  # the group's member has its partition: nothing to await
-            if old.assignment():
-                break
-            await asyncio.sleep(0.05)
+        # the group's member has its partition: nothing to await, so polled
+        await until(old.assignment, timeout_s=15, what="the old member's assignment")
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             admin = Admin(runtime)
             await admin.subscribe(subscription("up", [{"name": topic}], receiver.url))
             await produce(kafka_bootstrap, topic, 30)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 30)
-            status: dict[str, object] = {}
-            for _ in range(300):  # until the member reports the refusal
-                status = (await admin.call("GET", "/broker/subscription/up/g-up"))[1][
-                    "data"]["status"]
-                if status["member"]["commitError"] and status["refused_commits"]:  # type: ignore[index]
-                    break
-                await asyncio.sleep(0.05)
+
+            async def shown() -> dict[str, Any]:
+                answer = await admin.call("GET", "/broker/subscription/up/g-up")
+                status: dict[str, Any] = answer[1]["data"]["status"]
+                return status
+
+            async def refusal_reported() -> dict[str, Any] | None:
+                status = await shown()
+                refused = status["member"]["commitError"] and status["refused_commits"]
+                return status if refused else None
+
+            status = await until(refusal_reported, timeout_s=15,
+                                 what="the member reports the refused commits")
             assert [(p["partition"], p["committed"]) for p in status["partitions"]] == [
-                (0, None)], status  # type: ignore[attr-defined]
+                (0, None)], status
             assert [(r["partition"], r["position"]) for r in status["refused_commits"]] == [
-                (0, 30)], status  # type: ignore[attr-defined]
+                (0, 30)], status
             polling.cancel()
             await compat.leave_group(old)  # False when its session ended already (load)
             await asyncio.wait_for(old.stop(), 15)
-            for _ in range(300):  # until the member's commit is taken
-                status = (await admin.call("GET", "/broker/subscription/up/g-up"))[1][
-                    "data"]["status"]
-                if not status["member"]["commitError"]:  # type: ignore[index]
-                    break
-                await asyncio.sleep(0.05)
+
+            async def commit_taken() -> dict[str, Any] | None:
+                status = await shown()
+                return None if status["member"]["commitError"] else status
+
+            status = await until(commit_taken, timeout_s=15,
+                                 what="the member's commit taken")
             assert status["refused_commits"] == []
-            assert [p["committed"] for p in status["partitions"]] == [30]  # type: ignore[attr-defined]
+            assert [p["committed"] for p in status["partitions"]] == [30]
     finally:
         polling.cancel()
         with contextlib.suppress(BaseException):

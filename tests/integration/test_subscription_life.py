@@ -27,6 +27,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +144,12 @@ async def test_an_update_changes_uri_and_concurrency_losing_and_skipping_nothing
             body["subscriptionMethod"]["uri"] = second.url
             update = asyncio.ensure_future(admin.call("PUT", "/broker/subscription/up/g-up",
                                                       body))
-            await asyncio.sleep(0.2)
+
+            async def draining() -> bool:
+                _, shown = await admin.call("GET", "/broker/subscription/up/g-up")
+                return bool(shown["data"]["status"]["state"] == "stopping")
+
+            await until(draining, what="the update drains the old tree")
             release.set()  # what was in flight finishes during the drain
             status, answer = await update
             assert status == 200, answer

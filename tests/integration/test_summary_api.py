@@ -4,7 +4,6 @@ breaker opened, a paused one), search and paging, and a 400 for a bad query."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -53,13 +53,13 @@ async def test_the_summary_counts_every_subscription_and_shows_the_failing_ones_
             await bad.wait_for(lambda: len(bad.pushes) >= 2)
             status, _ = await admin.call("POST", "/broker/subscription/gamma/g-gamma/pause")
             assert status == 200
-            first: dict[str, Any] = {}
-            for _ in range(100):  # the overview is gathered anew every 2 s at most
-                first = await summary(admin)
-                if [r["key"] for r in first["items"][:2]] == ["broken_g-broken",
-                                                              "gamma_g-gamma"]:
-                    break
-                await asyncio.sleep(0.2)
+            async def broken_and_paused_first() -> dict[str, Any] | None:
+                shown = await summary(admin)  # gathered anew every 2 s at most
+                keys = [r["key"] for r in shown["items"][:2]]
+                return shown if keys == ["broken_g-broken", "gamma_g-gamma"] else None
+
+            first = await until(broken_and_paused_first, timeout_s=20, poll_s=0.2,
+                                what="the broken and the paused subscription first")
             rows = first["items"]
             assert [r["key"] for r in rows] == ["broken_g-broken", "gamma_g-gamma",
                                                 "alpha_g-alpha", "beta_g-beta"]

@@ -4,7 +4,6 @@ real processes, real receiver)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -109,15 +108,14 @@ shutdown_deadline_ms = 4000
         async with aiohttp.ClientSession() as session, session.post(
                 urls[0] + "/broker/subscription", json=body) as response:
             assert response.status == 200, await response.text()
-        owned: list[int] = [0, 0]
-        for _ in range(300):
+        async def both_own() -> list[int] | None:
             answers = [await get(u + "/broker/subscription/wk/g-wk") for u in urls]
             owned = [len(a[1]["data"]["status"]["partitions"]) if a[0] == 200 else 0
                      for a in answers]
-            if sum(owned) == 4 and min(owned) > 0:
-                break
-            await asyncio.sleep(0.1)
-        assert sum(owned) == 4 and min(owned) > 0, owned
+            return owned if sum(owned) == 4 and min(owned) > 0 else None
+
+        await waits.until(both_own, timeout_s=30, poll_s=0.1,
+                          what="the 4 partitions shared by both workers")
         await produce(bootstrap, topic, 40, partitions=4)
         await receiver.wait_for(lambda: len(receiver.delivered()) == 40)
     finally:
@@ -158,8 +156,8 @@ workers = 2
     parent = start_parent(config, stderr)
     killed: set[int] = set()
     try:
-        delays: list[str] = []
-        for _ in range(400):  # kill -9 each worker 0 as soon as it is started
+        def kill_each_worker_0() -> list[str] | None:
+            """kill -9 each worker 0 as soon as it is started; the restart delays so far"""
             text = stderr.read_text()
             for pid in map(int, re.findall(r"worker 0 started \(pid (\d+)", text)):
                 if pid not in killed:
@@ -167,9 +165,10 @@ workers = 2
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
             delays = re.findall(r"restarting in (\d+) s", text)
-            if len(delays) >= 3:
-                break
-            await asyncio.sleep(0.1)
+            return delays if len(delays) >= 3 else None
+
+        delays = await waits.until(kill_each_worker_0, timeout_s=40, poll_s=0.1,
+                                   what="three restarts of worker 0")
     finally:
         code = stop_parent(parent)
     assert delays[:3] == ["1", "2", "4"], stderr.read_text()[-3000:]

@@ -5,7 +5,6 @@ the exact audit, and writes a final summary on Ctrl-C."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -33,8 +32,9 @@ from tests.integration.delivery_harness import (
 )
 from tests.spark import cluster as standalone
 from tests.spark.conftest import QUICK_JIT, SPARK, java_missing
+from tests.waits import until
 
-pytestmark = SPARK
+pytestmark = [*SPARK, pytest.mark.timeout(240)]  # a hang bound, stretched by SLACK
 WAVE, PARTITIONS = 150, 2
 STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
@@ -63,15 +63,22 @@ class FollowJob:
 
     async def wait_for(self, predicate: Callable[[Summary], bool], what: str,
                        timeout_s: float = STARTUP_TIMEOUT_S) -> Summary:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            summary = self.summary()
+        last: list[Summary | None] = [None]
+
+        def shown() -> Summary | None:
+            summary = last[0] = self.summary()
             if summary is not None and predicate(summary):
                 return summary
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"follow job: no {what} (exit {self.process.poll()}); "
-                                     f"last summary {_totals(summary)}\n{self.tail()}")
-            await asyncio.sleep(0.5)
+            if self.process.poll() is not None:
+                raise AssertionError(f"follow job exited ({self.process.poll()}) before its "
+                                     f"{what}; last summary {_totals(summary)}\n{self.tail()}")
+            return None
+
+        try:
+            return await until(shown, timeout_s=timeout_s, poll_s=0.5, what=what)
+        except AssertionError as failed:
+            raise AssertionError(f"follow job: {failed}; last summary {_totals(last[0])}\n"
+                                 f"{self.tail()}") from None
 
     def tail(self) -> str:
         lines = self.log.read_text(errors="replace").splitlines()

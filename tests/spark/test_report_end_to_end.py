@@ -14,7 +14,6 @@ import random
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections import Counter
@@ -39,6 +38,7 @@ from tests.integration.delivery_harness import (
 )
 from tests.spark import cluster as standalone
 from tests.spark.conftest import QUICK_JIT, SPARK, java_missing
+from tests.waits import until
 
 pytestmark = SPARK
 RECORDS, PARTITIONS, INSTANCES = 450, 3, "abc"  # 150 records and 3 poisoned per partition
@@ -153,11 +153,7 @@ def _dead_lettered(base: Path) -> int:
 
 
 async def _until(predicate: Any, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+    await until(predicate, timeout_s=timeout_s, what=what, poll_s=0.1)
 
 
 def test_the_standalone_cluster_report_of_three_instances_matches_the_receiver(

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.schedule import SEED_VARIABLE, choose, choose_by_kind, plan, seed_from_env
+from tests.chaos.schedule import (
+    HELD,
+    SEED_VARIABLE,
+    choose,
+    choose_by_kind,
+    plan,
+    seed_from_env,
+)
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -14,7 +21,18 @@ def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> Non
     assert [f.at_s for f in first] == sorted(f.at_s for f in first)
     assert all(0 < f.at_s < 60 and 0 <= f.pick < 1 for f in first)
     assert {f.kind for f in first} <= {"kill", "pause", "update"}
-    assert all((f.hold_s > 0) == (f.kind == "pause") for f in first)
+    assert all((f.hold_s > 0) == (f.kind == "pause") for f in first)  # no extra kinds
+
+
+def test_the_extra_faults_come_besides_and_leave_the_seeds_kills_pauses_and_updates_alone(
+) -> None:
+    base, extended = plan(1234, 60), plan(1234, 60, extra=True)
+    assert extended == plan(1234, 60, extra=True)
+    assert [f for f in extended if f.kind in ("kill", "pause", "update")] == base
+    extra = [f for f in extended if f not in base]
+    assert extra and {f.kind for f in extra} <= {"cut", "unsubscribe"}
+    assert [f.at_s for f in extended] == sorted(f.at_s for f in extended)
+    assert all((f.hold_s > 0) == (f.kind in HELD) for f in extended)
 
 
 def test_a_pick_names_the_same_candidate_whatever_the_order_they_come_in() -> None:

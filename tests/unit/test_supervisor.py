@@ -17,6 +17,7 @@ from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import RETRY_CAP_MS, ChildSpec, Strategy, Supervisor
 from runtime.kernel.system import ActorSystem
+from tests.waits import until
 
 
 class Worker(Actor):
@@ -61,14 +62,19 @@ async def run_tree(strategy: Strategy, log: list[str], clock: FakeClock | None =
 
 
 async def crash_and_settle(sup: Supervisor, name: str) -> None:
+    """Crash `name` and return once its supervisor handled the crash: every child the
+    strategy restarts is started again, not only `name`."""
     old = sup.child(name)
     await old.tell("crash")
-    for _ in range(200):
-        if sup.has_child(name) and sup.child(name) is not old and sup.child(name).alive:
-            await sup.child(name).ask("ping")
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{name} was not restarted: {sup!r}")
+
+    def replaced() -> bool:
+        return sup.has_child(name) and sup.child(name) is not old and sup.child(name).alive
+
+    await until(replaced, timeout_s=2, poll_s=0.005, what=f"{name} restarted in {sup!r}")
+    # a barrier through the supervisor's mailbox: answered after the handler of the crash,
+    # which restarts the affected children in order (one_for_all: some after `name`)
+    await sup.stop_children([])
+    await sup.child(name).ask("ping")
 
 
 async def test_children_start_in_order_and_stop_in_reverse() -> None:
@@ -120,10 +126,7 @@ async def test_transient_children_are_not_restarted_after_a_normal_exit() -> Non
     log: list[str] = []
     system, sup = await run_tree("one_for_one", log, restart="transient")
     await sup.child("a").ask("quit")
-    for _ in range(100):
-        if not sup.has_child("a"):
-            break
-        await asyncio.sleep(0.005)
+    await until(lambda: not sup.has_child("a"), timeout_s=2, poll_s=0.005)
     assert not sup.has_child("a")
     await crash_and_settle(sup, "b")  # but a crash is restarted
     await system.stop()
@@ -133,10 +136,7 @@ async def test_temporary_children_are_never_restarted() -> None:
     log: list[str] = []
     system, sup = await run_tree("one_for_one", log, restart="temporary")
     await sup.child("c").tell("crash")
-    for _ in range(100):
-        if not sup.has_child("c"):
-            break
-        await asyncio.sleep(0.005)
+    await until(lambda: not sup.has_child("c"), timeout_s=2, poll_s=0.005)
     assert not sup.has_child("c")
     assert log.count("start c") == 1
     await system.stop()
@@ -152,10 +152,7 @@ async def test_exceeding_the_restart_budget_escalates_to_the_parent() -> None:
     await crash_and_settle(sup, "a")
     clock.advance(100)
     await sup.child("a").tell("crash")  # third restart within 1000 ms: over budget
-    for _ in range(200):
-        if sup.state == "crashed":
-            break
-        await asyncio.sleep(0.005)
+    await until(lambda: sup.state == "crashed", timeout_s=2, poll_s=0.005)
     assert sup.state == "crashed"
     assert any(e.type == "actor_crashed" and "RestartBudgetExceeded" in (e.reason or "")
                for e in events)
@@ -302,10 +299,8 @@ async def test_stopping_a_child_cancels_its_pending_restart() -> None:
 
     await sup.start_child(ChildSpec("x", factory))
     await sup.child("x").tell("crash")
-    for _ in range(200):  # the restart fails and waits for its backoff
-        if built["n"] == 2 and not sup.has_child("x"):
-            break
-        await asyncio.sleep(0.005)
+    # the restart fails and waits for its backoff
+    await until(lambda: built["n"] == 2 and not sup.has_child("x"), timeout_s=2, poll_s=0.005)
     await sup.stop_child("x")  # e.g. the partition was revoked meanwhile
     await clock.advance_settled(RETRY_CAP_MS * 2)
     assert built["n"] == 2 and not sup.has_child("x")
@@ -331,9 +326,6 @@ async def test_on_exit_tells_how_a_child_ended_before_the_restart_decision() -> 
     await sup.start_child(ChildSpec("t", lambda: Worker("t", log), restart="temporary",
                                     on_exit=ended.append))
     await sup.child("t").tell("crash")
-    for _ in range(200):
-        if ended:
-            break
-        await asyncio.sleep(0.005)
+    await until(lambda: ended, timeout_s=2, poll_s=0.005)
     assert len(ended) == 1 and ended[0] is not None and not sup.has_child("t")
     await system.stop()

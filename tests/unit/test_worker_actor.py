@@ -11,6 +11,7 @@ from runtime.host.workers import LISTEN_ENV, RESTART_DELAY_MS, WorkerActor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
+from tests.waits import until
 
 
 async def test_a_worker_that_exits_is_started_again_after_the_restart_delay() -> None:
@@ -48,10 +49,8 @@ async def test_a_worker_that_keeps_dying_quickly_waits_longer_each_time() -> Non
             process = worker.process
             assert process is not None
             await asyncio.wait_for(process.wait(), 30)
-            for _ in range(1000):  # its exit reaches the mailbox
-                if worker.timers_pending():
-                    break
-                await asyncio.sleep(0.01)
+            # its exit reaches the mailbox, which schedules the restart
+            await until(worker.timers_pending, timeout_s=10, poll_s=0.01)
             await clock.advance_settled(delay_ms - 1)
             assert worker.process is process
             await clock.advance_settled(1)
