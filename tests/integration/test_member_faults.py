@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,15 @@ async def commit_everywhere(bootstrap: str, group: str, topic: str, partitions: 
 async def slow(push: Push) -> int:
     await asyncio.sleep(0.02)
     return 200
+
+
+def slow_on(partition: int) -> Callable[[Push], Awaitable[int]]:
+    async def answer(push: Push) -> int:
+        if push.partition == partition:
+            await asyncio.sleep(0.1)
+        return 200
+
+    return answer
 
 
 async def test_a_topic_deleted_and_recreated_under_live_subscriptions_loses_nothing(
@@ -316,14 +326,19 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
     """Issue 32, item 8: two instances with their own folders form two instance groups;
     both read every partition and commit to the subscription's group. That is reported:
-    an ERROR, `/readyz` not ready naming the other instance group, and the status."""
+    an ERROR, `/readyz` not ready naming the other instance group, and the status. Each
+    pushes to an endpoint slow on one partition, a different one: the embedded broker
+    keeps no commit metadata, so only positions that differ show the other writer (each
+    deployment, lagging on one partition, reads the other's commits ahead there), and two
+    deployments in one process would otherwise commit in step."""
     topic = await topic_factory(partitions=2)
-    receiver = await Receiver().start()
+    receiver = await Receiver(behaviour=slow_on(0)).start()
+    lagging = await Receiver(behaviour=slow_on(1)).start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path / "one") as one, \
                 make_runtime(kafka_bootstrap, tmp_path / "two") as two:
-            for runtime in (one, two):
-                await subscribe(Admin(runtime), ["twice"], topic, receiver.url)
+            for runtime, endpoint in ((one, receiver), (two, lagging)):
+                await subscribe(Admin(runtime), ["twice"], topic, endpoint.url)
 
             async def positioned(runtime: Runtime) -> bool:
                 seen = await member(runtime).ask(StatusQuery("twice_g-twice"))
@@ -335,7 +350,8 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
                 await until(lambda r=runtime: positioned(r),
                             what="the subscription's cursors live on both partitions")
             await produce(kafka_bootstrap, topic, 20, partitions=2)
-            await receiver.wait_for(lambda: len(receiver.ok) >= 40, timeout_s=60)
+            for endpoint in (receiver, lagging):
+                await endpoint.wait_for(lambda e=endpoint: len(e.ok) >= 20, timeout_s=60)
 
             async def stream() -> None:  # both commit as records come, each its own
                 producer = make_producer(kafka_bootstrap, acks="all")
@@ -367,6 +383,7 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
             assert "also committed to" in str(body)
     finally:
         await receiver.stop()
+        await lagging.stop()
 
 
 async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(tmp_path: Path) -> None:
