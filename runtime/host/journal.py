@@ -106,6 +106,9 @@ EventType = Literal[
 ]
 RECORD_EVENT_TYPES: Final[tuple[str, ...]] = get_args(RecordEventType)
 EVENT_TYPES: Final[tuple[str, ...]] = get_args(EventType)  # nested Literals flatten
+LEGACY_EVENT_TYPES: Final = ("sent",)
+"""Types no longer written but still read in older journals: `sent` (an event per HTTP
+attempt; issue 35 put its `fetched_ts_ms` on the attempt's `delivered` or `failed`)."""
 
 
 class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
@@ -123,8 +126,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       is absent for timeouts and connection errors (`reason` says which).
     - `record_ts_ms` (the Kafka record timestamp) on `fetched` or `delivered`: end-to-end
       latency is first delivery time minus it.
-    - `fetched_ts_ms` on `sent`: when the record was fetched. The report computes the
-      service's added latency as `ts_ms - fetched_ts_ms` of first attempts (attempt 1), so
+    - `fetched_ts_ms` on a first attempt's `delivered` or `failed` (journals before issue
+      35: on `sent`, an event per attempt no longer written): when the record was
+      fetched. The report computes the service's added latency as the send time
+      (`ts_ms - latency_ms`; a `sent` event's `ts_ms`) minus it, first attempts only, so
       retry delays do not count as overhead.
     - `committed`: `offset` is the committed offset, i.e. the next offset to read (Kafka
       convention), for `subscription`, `topic`, `partition`.
@@ -132,6 +137,14 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       failures, dead letters and drops; `count` is the number of events a
       `journal_dropped` stands for, `gap_from_ms` and `gap_to_ms` the smallest and
       largest `ts_ms` among them; `lateness_ms` on `delay_forwarded`.
+    - `delivered` as a range (issue 35): a cursor's first-attempt deliveries between two
+      of its commits, one event (`DeliveryRanges`): `offsets` as ranges (ascending; an
+      offset delivered twice is named twice), `count`, `offset` the first, and per record,
+      in the order `offsets` names them, `latencies_ms` (the HTTP latencies, 3
+      significant digits) and, where the records differ, `ts_deltas_ms`,
+      `record_ts_deltas_ms` and `fetched_ts_deltas_ms` (each record's `ts_ms`,
+      `record_ts_ms` and `fetched_ts_ms` minus the event's); comma-separated. `expand`
+      gives the per-record events back.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
@@ -159,6 +172,21 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     offsets: str | None = None
     gap_from_ms: int | None = None
     gap_to_ms: int | None = None
+    latencies_ms: str | None = None
+    ts_deltas_ms: str | None = None
+    record_ts_deltas_ms: str | None = None
+    fetched_ts_deltas_ms: str | None = None
+
+
+PER_RECORD_FIELDS: Final = (
+    ("latencies_ms", "latency_ms", False),
+    ("ts_deltas_ms", "ts_ms", True),
+    ("record_ts_deltas_ms", "record_ts_ms", True),
+    ("fetched_ts_deltas_ms", "fetched_ts_ms", True),
+)
+"""A ranged `delivered` event's per-record lists: (list field, the field it gives each
+record, whether the list holds differences from that field's value on the event, else
+the values themselves). Item i belongs to the i-th offset its `offsets` name."""
 
 
 class EventJournal(Protocol):
@@ -195,6 +223,137 @@ def ranges_of(offsets: str) -> list[tuple[int, int]]:
     `[(3, 7), (9, 9)]` (the inverse of `offset_ranges`)."""
     return [(int(a), int(b or a)) for a, _, b in
             (part.partition("-") for part in offsets.split(","))]
+
+
+RANGE_MAX_RECORDS: Final = 1_000
+"""A cursor's held deliveries are journaled at the latest when they are this many."""
+RANGE_MAX_AGE_MS: Final = 5_000
+"""... or this old (checked at every flush): a cursor that stops committing (a replay, a
+record read back from a retry topic under its original coordinates) still gets them out."""
+
+_Cursor = tuple[str | None, str | None, int | None]
+
+
+def coalesces(event: Event) -> bool:
+    """Whether `DeliveryRanges` holds `event`: a plain first-attempt delivery of one record
+    (a skip has a reason, a retry's commit ordering is another cursor's)."""
+    return (event.type == "delivered" and event.attempt == 1 and event.reason is None
+            and event.offsets is None and event.offset is not None
+            and event.latency_ms is not None)
+
+
+class DeliveryRanges:
+    """First-attempt deliveries held per cursor (subscription, topic, partition) until
+    that cursor's next `committed` event, then journaled as one `delivered` event per
+    endpoint and status, offsets as ranges (issue 35: at fan-out a subscription delivers
+    a few records between two commits, and a `delivered` per record was most of the
+    journal's bytes).
+
+    Why until the commit: the audit calls a record below a committed offset with no
+    outcome "lost for good". The held deliveries go into the buffer before the commit's
+    event, so on disk no `committed` precedes the deliveries it passes, even when a crash
+    cuts the journal. Held deliveries are also released at `RANGE_MAX_RECORDS`, after
+    `RANGE_MAX_AGE_MS` and at stop. A pure book: `add`, `release(cursor)`,
+    `release_older(now)`, `release_all()` return the events to buffer."""
+
+    __slots__ = ("_held", "_since")
+
+    def __init__(self) -> None:
+        self._held: dict[_Cursor, list[Event]] = {}
+        self._since: dict[_Cursor, int] = {}  # monotonic ms of the first held; oldest first
+
+    def __len__(self) -> int:
+        return sum(len(events) for events in self._held.values())
+
+    def add(self, event: Event, now_ms: int) -> list[Event]:
+        cursor = (event.subscription, event.topic, event.partition)
+        held = self._held.get(cursor)
+        if held is None:
+            self._held[cursor] = [event]
+            self._since[cursor] = now_ms
+            return []
+        held.append(event)
+        return self.release(cursor) if len(held) >= RANGE_MAX_RECORDS else []
+
+    def release(self, cursor: _Cursor) -> list[Event]:
+        held = self._held.pop(cursor, None)
+        if held is None:
+            return []
+        del self._since[cursor]
+        return ranged(held)
+
+    def release_older(self, now_ms: int, max_age_ms: int = RANGE_MAX_AGE_MS) -> list[Event]:
+        old = []
+        for cursor, since in self._since.items():
+            if now_ms - since < max_age_ms:
+                break  # insertion order is age order
+            old.append(cursor)
+        return [event for cursor in old for event in self.release(cursor)]
+
+    def release_all(self) -> list[Event]:
+        return [event for cursor in list(self._held) for event in self.release(cursor)]
+
+
+def ranged(events: list[Event]) -> list[Event]:
+    """One cursor's deliveries -> one event per endpoint, status and which optional
+    stamps they carry (a single delivery stays as it was: shorter)."""
+    groups: dict[tuple[object, ...], list[Event]] = {}
+    for event in events:
+        key = (event.endpoint, event.status, event.record_ts_ms is None,
+               event.fetched_ts_ms is None)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [event]
+        else:
+            group.append(event)
+    return [group[0] if len(group) == 1 else _one_range(group) for group in groups.values()]
+
+
+def _deltas(values: list[int], base: int) -> str | None:
+    """`values` minus `base`, comma-separated; None when all are `base`."""
+    if all(v == base for v in values):
+        return None
+    return ",".join([str(v - base) for v in values])
+
+
+def _one_range(group: list[Event]) -> Event:
+    group.sort(key=_offset_of)
+    first = group[0]
+    record_ts, fetched_ts = first.record_ts_ms, first.fetched_ts_ms
+    return msgspec.structs.replace(
+        first, latency_ms=None, count=len(group),
+        offsets=offset_ranges([e.offset or 0 for e in group]),
+        latencies_ms=",".join(["%.3g" % (e.latency_ms or 0.0) for e in group]),
+        ts_deltas_ms=_deltas([e.ts_ms for e in group], first.ts_ms),
+        record_ts_deltas_ms=None if record_ts is None else _deltas(
+            [e.record_ts_ms or 0 for e in group], record_ts),
+        fetched_ts_deltas_ms=None if fetched_ts is None else _deltas(
+            [e.fetched_ts_ms or 0 for e in group], fetched_ts))
+
+
+def _offset_of(event: Event) -> int:
+    return event.offset or 0
+
+
+def expand(event: Event) -> list[Event]:
+    """A record event with `offsets` -> one event per offset it names, each with its own
+    values of the per-record lists (`PER_RECORD_FIELDS`); any other event as it is."""
+    if event.offsets is None or event.type not in RECORD_EVENT_TYPES:
+        return [event]
+    offsets = [o for first, last in ranges_of(event.offsets) for o in range(first, last + 1)]
+    lists = {name: (target, relative, getattr(event, name).split(","))
+             for name, target, relative in PER_RECORD_FIELDS
+             if getattr(event, name) is not None}
+    cleared = dict.fromkeys(lists, None)
+    records = []
+    for i, offset in enumerate(offsets):
+        values: dict[str, object] = {}
+        for target, relative, items in lists.values():
+            values[target] = ((getattr(event, target) or 0) + int(items[i]) if relative
+                              else float(items[i]))
+        records.append(msgspec.structs.replace(
+            event, offset=offset, count=None, offsets=None, **cleared, **values))
+    return records
 
 
 def final_name(open_path: Path) -> Path:
@@ -372,6 +531,7 @@ class Journal:
         self._accept = max_buffered
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
+        self._ranges = DeliveryRanges()
         self._written = 0
         self._dropped = 0
         self._unreported: dict[str, _Gap] = {}  # to journal, once it can write again
@@ -387,11 +547,32 @@ class Journal:
 
     def emit(self, event: Event) -> None:
         """Queue one event for the flush task. Never blocks, never raises."""
+        kind = event.type
+        if kind == "delivered" or kind == "committed":
+            self._ranged(event)
+            return
         buffer = self._buffer
         if len(buffer) < self._accept:
             buffer.append(event)
         else:
             self._behind(event)
+
+    def _ranged(self, event: Event) -> None:
+        """A first-attempt delivery is held (`DeliveryRanges`); a commit releases its
+        cursor's held deliveries into the buffer ahead of it."""
+        if event.type == "committed":
+            released = self._ranges.release((event.subscription, event.topic,
+                                             event.partition))
+            released.append(event)
+        elif self._state != "stopped" and coalesces(event):
+            released = self._ranges.add(event, self._clock.monotonic_ms())
+        else:
+            released = [event]
+        for one in released:
+            if len(self._buffer) < self._accept:
+                self._buffer.append(one)
+            else:
+                self._behind(one)
 
     def _behind(self, event: Event) -> None:
         """The buffer is full: keep the event, hold the paced actors, flush now."""
@@ -448,6 +629,7 @@ class Journal:
         self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
             await self._stop_flush_task()
+            self._buffer += self._ranges.release_all()
             await self._flush_locked()
             await self._close_segment()
         catch_up = self._catch_up
@@ -525,6 +707,7 @@ class Journal:
                 raise  # we are being cancelled ourselves
 
     async def _flush_locked(self) -> None:
+        self._buffer += self._ranges.release_older(self._clock.monotonic_ms())
         if self._buffer or self._unreported:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():
