@@ -71,12 +71,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import logging
+import operator
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, Protocol, get_args
+from typing import ClassVar, Final, Literal, Protocol, get_args
 
 import msgspec
 
@@ -140,11 +143,11 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     - `delivered` as a range (issue 35): a cursor's first-attempt deliveries between two
       of its commits, one event (`DeliveryRanges`): `offsets` as ranges (ascending; an
       offset delivered twice is named twice), `count`, `offset` the first, and per record,
-      in the order `offsets` names them, `latencies_ms` (the HTTP latencies, 3
-      significant digits) and, where the records differ, `ts_deltas_ms`,
+      in the order `offsets` names them, `latencies_us` (the HTTP latencies in whole
+      microseconds) and, where the records differ, `ts_deltas_ms`,
       `record_ts_deltas_ms` and `fetched_ts_deltas_ms` (each record's `ts_ms`,
-      `record_ts_ms` and `fetched_ts_ms` minus the event's); comma-separated. `expand`
-      gives the per-record events back.
+      `record_ts_ms` and `fetched_ts_ms` minus the event's); JSON arrays of integers.
+      `expand` gives the per-record events back.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
@@ -172,27 +175,27 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     offsets: str | None = None
     gap_from_ms: int | None = None
     gap_to_ms: int | None = None
-    latencies_ms: str | None = None
-    ts_deltas_ms: str | None = None
-    record_ts_deltas_ms: str | None = None
-    fetched_ts_deltas_ms: str | None = None
+    latencies_us: list[int] | None = None
+    ts_deltas_ms: list[int] | None = None
+    record_ts_deltas_ms: list[int] | None = None
+    fetched_ts_deltas_ms: list[int] | None = None
 
 
 PER_RECORD_FIELDS: Final = (
-    ("latencies_ms", "latency_ms", False),
+    ("latencies_us", "latency_ms", False),
     ("ts_deltas_ms", "ts_ms", True),
     ("record_ts_deltas_ms", "record_ts_ms", True),
     ("fetched_ts_deltas_ms", "fetched_ts_ms", True),
 )
 """A ranged `delivered` event's per-record lists: (list field, the field it gives each
-record, whether the list holds differences from that field's value on the event, else
-the values themselves). Item i belongs to the i-th offset its `offsets` name."""
+record, True: the list holds differences from that field's value on the event; False:
+the values in microseconds). Item i belongs to the i-th offset `offsets` names."""
 
 
 class EventJournal(Protocol):
     """What actors depend on: `Journal` or `NullJournal`."""
 
-    def emit(self, event: Event) -> None: ...
+    def emit(self, event: Event | Delivery) -> None: ...
 
     async def start(self) -> None: ...
 
@@ -205,7 +208,7 @@ class EventJournal(Protocol):
     def written(self) -> int: ...
 
 
-def offset_ranges(offsets: list[int]) -> str:
+def offset_ranges(offsets: Sequence[int]) -> str:
     """Ascending offsets as the `offsets` field of a `filtered` event: `"3-7,9"`."""
     parts: list[str] = []
     start = prev = offsets[0]
@@ -231,15 +234,37 @@ RANGE_MAX_AGE_MS: Final = 5_000
 """... or this old (checked at every flush): a cursor that stops committing (a replay, a
 record read back from a retry topic under its original coordinates) still gets them out."""
 
-_Cursor = tuple[str | None, str | None, int | None]
+
+class Delivery(msgspec.Struct, frozen=True, gc=False):
+    """A plain first-attempt delivery of one record, as the egress emits it instead of a
+    `delivered` `Event` (issue 35): what `DeliveryRanges` keeps of it until its cursor
+    commits. Cheaper to make than an `Event` (ten values, no keywords); `fetched_ms` is
+    monotonic, made wall time when the journal writes it (`event`)."""
+
+    subscription: str
+    endpoint: str | None
+    topic: str
+    partition: int
+    offset: int
+    status: int | None
+    ts_ms: int
+    latency_us: int
+    record_ts_ms: int
+    fetched_ms: int
+    type: ClassVar[str] = "delivered"
+    attempt: ClassVar[int] = 1
+
+    def event(self, wall_minus_mono_ms: int) -> Event:
+        """The per-record `delivered` event this stands for."""
+        return Event(type="delivered", ts_ms=self.ts_ms, subscription=self.subscription,
+                     endpoint=self.endpoint, topic=self.topic, partition=self.partition,
+                     offset=self.offset, attempt=1, status=self.status,
+                     latency_ms=self.latency_us / 1000, record_ts_ms=self.record_ts_ms,
+                     fetched_ts_ms=self.fetched_ms + wall_minus_mono_ms)
 
 
-def coalesces(event: Event) -> bool:
-    """Whether `DeliveryRanges` holds `event`: a plain first-attempt delivery of one record
-    (a skip has a reason, a retry's commit ordering is another cursor's)."""
-    return (event.type == "delivered" and event.attempt == 1 and event.reason is None
-            and event.offsets is None and event.offset is not None
-            and event.latency_ms is not None)
+_Cursor = tuple[str, str, int]
+_Group = tuple[str, str, int, str | None, int | None]  # a cursor, an endpoint, a status
 
 
 class DeliveryRanges:
@@ -247,92 +272,101 @@ class DeliveryRanges:
     that cursor's next `committed` event, then journaled as one `delivered` event per
     endpoint and status, offsets as ranges (issue 35: at fan-out a subscription delivers
     a few records between two commits, and a `delivered` per record was most of the
-    journal's bytes).
+    journal's bytes and of its CPU).
 
     Why until the commit: the audit calls a record below a committed offset with no
     outcome "lost for good". The held deliveries go into the buffer before the commit's
     event, so on disk no `committed` precedes the deliveries it passes, even when a crash
     cuts the journal. Held deliveries are also released at `RANGE_MAX_RECORDS`, after
-    `RANGE_MAX_AGE_MS` and at stop. A pure book: `add`, `release(cursor)`,
-    `release_older(now)`, `release_all()` return the events to buffer."""
+    `RANGE_MAX_AGE_MS` (counted in flushes: no clock read per delivery) and at stop. A
+    pure book: `add` holds, `release(cursor)`, `release_older(ticks)`, `release_all()`
+    return the events to buffer; the caller gives its clock's wall minus monotonic time
+    (`fetched_ms` is monotonic)."""
 
-    __slots__ = ("_held", "_since")
+    __slots__ = ("_cursors", "_since", "_tick", "held")
 
     def __init__(self) -> None:
-        self._held: dict[_Cursor, list[Event]] = {}
-        self._since: dict[_Cursor, int] = {}  # monotonic ms of the first held; oldest first
+        self.held: dict[_Group, list[Delivery]] = {}
+        """Per cursor, endpoint and status; `Journal.emit` appends to a list here itself
+        (a call less per delivery) while it is below `RANGE_MAX_RECORDS` - 1."""
+        self._cursors: dict[_Cursor, list[_Group]] = {}
+        self._since: dict[_Cursor, int] = {}  # the tick of the first held; oldest first
+        self._tick = 0  # flushes so far (`release_older`)
 
     def __len__(self) -> int:
-        return sum(len(events) for events in self._held.values())
+        return sum(len(held) for held in self.held.values())
 
-    def add(self, event: Event, now_ms: int) -> list[Event]:
-        cursor = (event.subscription, event.topic, event.partition)
-        held = self._held.get(cursor)
-        if held is None:
-            self._held[cursor] = [event]
-            self._since[cursor] = now_ms
-            return []
-        held.append(event)
-        return self.release(cursor) if len(held) >= RANGE_MAX_RECORDS else []
+    def add(self, one: Delivery) -> _Cursor | None:
+        """Hold `one`; its cursor when that holds `RANGE_MAX_RECORDS` now (release it)."""
+        group = (one.subscription, one.topic, one.partition, one.endpoint, one.status)
+        held = self.held.get(group)
+        if held is not None:
+            held.append(one)
+            return None if len(held) < RANGE_MAX_RECORDS else group[:3]
+        self.held[group] = [one]
+        cursor: _Cursor = group[:3]
+        groups = self._cursors.get(cursor)
+        if groups is None:
+            self._cursors[cursor] = [group]
+            self._since[cursor] = self._tick
+        else:
+            groups.append(group)
+        return None
 
-    def release(self, cursor: _Cursor) -> list[Event]:
-        held = self._held.pop(cursor, None)
-        if held is None:
+    def holds(self, cursor: _Cursor) -> bool:
+        return cursor in self._cursors
+
+    def release(self, cursor: _Cursor, shift_ms: int) -> list[Event]:
+        groups = self._cursors.pop(cursor, None)
+        if groups is None:
             return []
         del self._since[cursor]
-        return ranged(held)
+        return [ranged(self.held.pop(group), shift_ms) for group in groups]
 
-    def release_older(self, now_ms: int, max_age_ms: int = RANGE_MAX_AGE_MS) -> list[Event]:
+    def release_older(self, ticks: int, shift_ms: int) -> list[Event]:
+        """Called at every flush (a tick): release the cursors held for `ticks` ticks."""
+        self._tick += 1
         old = []
         for cursor, since in self._since.items():
-            if now_ms - since < max_age_ms:
+            if self._tick - since < ticks:
                 break  # insertion order is age order
             old.append(cursor)
-        return [event for cursor in old for event in self.release(cursor)]
+        return [event for cursor in old for event in self.release(cursor, shift_ms)]
 
-    def release_all(self) -> list[Event]:
-        return [event for cursor in list(self._held) for event in self.release(cursor)]
-
-
-def ranged(events: list[Event]) -> list[Event]:
-    """One cursor's deliveries -> one event per endpoint, status and which optional
-    stamps they carry (a single delivery stays as it was: shorter)."""
-    groups: dict[tuple[object, ...], list[Event]] = {}
-    for event in events:
-        key = (event.endpoint, event.status, event.record_ts_ms is None,
-               event.fetched_ts_ms is None)
-        group = groups.get(key)
-        if group is None:
-            groups[key] = [event]
-        else:
-            group.append(event)
-    return [group[0] if len(group) == 1 else _one_range(group) for group in groups.values()]
+    def release_all(self, shift_ms: int) -> list[Event]:
+        return [event for cursor in list(self._cursors)
+                for event in self.release(cursor, shift_ms)]
 
 
-def _deltas(values: list[int], base: int) -> str | None:
-    """`values` minus `base`, comma-separated; None when all are `base`."""
-    if all(v == base for v in values):
+def ranged(held: list[Delivery], shift_ms: int) -> Event:
+    """One cursor's deliveries to one endpoint with one status -> one `delivered` event
+    (a single delivery: the per-record event, shorter). This runs for every delivery,
+    so the per-record work is C's (attrgetter, sort, zip, map, join)."""
+    if len(held) == 1:
+        return held[0].event(shift_ms)
+    offsets, ts, latencies, record_ts, fetched = zip(*sorted(map(_ROW, held)), strict=True)
+    first, count = held[0], len(offsets)
+    contiguous = offsets[-1] - offsets[0] == count - 1 and len(set(offsets)) == count
+    return Event(
+        type="delivered", ts_ms=ts[0], subscription=first.subscription,
+        endpoint=first.endpoint, topic=first.topic, partition=first.partition,
+        offset=offsets[0], attempt=1, status=first.status, record_ts_ms=record_ts[0],
+        fetched_ts_ms=fetched[0] + shift_ms, count=count,
+        offsets=f"{offsets[0]}-{offsets[-1]}" if contiguous else offset_ranges(offsets),
+        latencies_us=latencies, ts_deltas_ms=_deltas(ts),  # type: ignore[arg-type]
+        record_ts_deltas_ms=_deltas(record_ts), fetched_ts_deltas_ms=_deltas(fetched))
+
+
+_ROW: Final = operator.attrgetter("offset", "ts_ms", "latency_us", "record_ts_ms",
+                                  "fetched_ms")
+
+
+def _deltas(values: tuple[int, ...]) -> list[int] | None:
+    """`values` minus the first; None when all are the first."""
+    base = values[0]
+    if values.count(base) == len(values):
         return None
-    return ",".join([str(v - base) for v in values])
-
-
-def _one_range(group: list[Event]) -> Event:
-    group.sort(key=_offset_of)
-    first = group[0]
-    record_ts, fetched_ts = first.record_ts_ms, first.fetched_ts_ms
-    return msgspec.structs.replace(
-        first, latency_ms=None, count=len(group),
-        offsets=offset_ranges([e.offset or 0 for e in group]),
-        latencies_ms=",".join(["%.3g" % (e.latency_ms or 0.0) for e in group]),
-        ts_deltas_ms=_deltas([e.ts_ms for e in group], first.ts_ms),
-        record_ts_deltas_ms=None if record_ts is None else _deltas(
-            [e.record_ts_ms or 0 for e in group], record_ts),
-        fetched_ts_deltas_ms=None if fetched_ts is None else _deltas(
-            [e.fetched_ts_ms or 0 for e in group], fetched_ts))
-
-
-def _offset_of(event: Event) -> int:
-    return event.offset or 0
+    return list(map(operator.sub, values, itertools.repeat(base)))
 
 
 def expand(event: Event) -> list[Event]:
@@ -341,7 +375,7 @@ def expand(event: Event) -> list[Event]:
     if event.offsets is None or event.type not in RECORD_EVENT_TYPES:
         return [event]
     offsets = [o for first, last in ranges_of(event.offsets) for o in range(first, last + 1)]
-    lists = {name: (target, relative, getattr(event, name).split(","))
+    lists = {name: (target, relative, getattr(event, name))
              for name, target, relative in PER_RECORD_FIELDS
              if getattr(event, name) is not None}
     cleared = dict.fromkeys(lists, None)
@@ -350,7 +384,7 @@ def expand(event: Event) -> list[Event]:
         values: dict[str, object] = {}
         for target, relative, items in lists.values():
             values[target] = ((getattr(event, target) or 0) + int(items[i]) if relative
-                              else float(items[i]))
+                              else int(items[i]) / 1000)
         records.append(msgspec.structs.replace(
             event, offset=offset, count=None, offsets=None, **cleared, **values))
     return records
@@ -532,6 +566,7 @@ class Journal:
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
         self._ranges = DeliveryRanges()
+        self._shift = clock.wall_ms() - clock.monotonic_ms()
         self._written = 0
         self._dropped = 0
         self._unreported: dict[str, _Gap] = {}  # to journal, once it can write again
@@ -545,34 +580,58 @@ class Journal:
 
     # -- hot path ---------------------------------------------------------------------
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: Event | Delivery) -> None:
         """Queue one event for the flush task. Never blocks, never raises."""
-        kind = event.type
-        if kind == "delivered" or kind == "committed":
-            self._ranged(event)
+        if type(event) is Delivery:  # DeliveryRanges.add, its common case inlined
+            held = self._ranges.held.get((event.subscription, event.topic, event.partition,
+                                          event.endpoint, event.status))
+            if held is not None and len(held) < RANGE_MAX_RECORDS - 1:
+                held.append(event)
+            else:
+                self._hold(event)
+            return
+        if event.type == "committed":
+            self._commit(event)  # type: ignore[arg-type]
             return
         buffer = self._buffer
         if len(buffer) < self._accept:
-            buffer.append(event)
+            buffer.append(event)  # type: ignore[arg-type]
+        else:
+            self._behind(event)  # type: ignore[arg-type]
+
+    def _shift_ms(self) -> int:
+        """Wall minus monotonic time, read again (at each flush); between flushes the
+        commits use the last reading (`_shift`): no clock read per commit."""
+        self._shift = self._clock.wall_ms() - self._clock.monotonic_ms()
+        return self._shift
+
+    def _hold(self, delivery: Delivery) -> None:
+        """A first-attempt delivery waits for its cursor's commit (`DeliveryRanges`)."""
+        if self._state == "stopped":
+            self._behind(delivery.event(self._shift_ms()))  # dropped, counted
+            return
+        full = self._ranges.add(delivery)
+        if full is not None:
+            self._queue(self._ranges.release(full, self._shift))
+
+    def _commit(self, event: Event) -> None:
+        """A commit releases its cursor's held deliveries into the buffer ahead of it."""
+        cursor = (event.subscription or "", event.topic or "", event.partition or 0)
+        if self._ranges.holds(cursor):
+            released = self._ranges.release(cursor, self._shift)
+            released.append(event)
+            self._queue(released)
+        elif len(self._buffer) < self._accept:
+            self._buffer.append(event)
         else:
             self._behind(event)
 
-    def _ranged(self, event: Event) -> None:
-        """A first-attempt delivery is held (`DeliveryRanges`); a commit releases its
-        cursor's held deliveries into the buffer ahead of it."""
-        if event.type == "committed":
-            released = self._ranges.release((event.subscription, event.topic,
-                                             event.partition))
-            released.append(event)
-        elif self._state != "stopped" and coalesces(event):
-            released = self._ranges.add(event, self._clock.monotonic_ms())
-        else:
-            released = [event]
-        for one in released:
+    def _queue(self, events: list[Event]) -> None:
+        for event in events:
             if len(self._buffer) < self._accept:
-                self._buffer.append(one)
+                self._buffer.append(event)
             else:
-                self._behind(one)
+                self._behind(event)
 
     def _behind(self, event: Event) -> None:
         """The buffer is full: keep the event, hold the paced actors, flush now."""
@@ -629,7 +688,7 @@ class Journal:
         self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
             await self._stop_flush_task()
-            self._buffer += self._ranges.release_all()
+            self._buffer += self._ranges.release_all(self._shift_ms())
             await self._flush_locked()
             await self._close_segment()
         catch_up = self._catch_up
@@ -707,7 +766,8 @@ class Journal:
                 raise  # we are being cancelled ourselves
 
     async def _flush_locked(self) -> None:
-        self._buffer += self._ranges.release_older(self._clock.monotonic_ms())
+        self._buffer += self._ranges.release_older(
+            max(1, RANGE_MAX_AGE_MS // self._interval_ms), self._shift_ms())
         if self._buffer or self._unreported:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():
@@ -868,7 +928,7 @@ class JournalFlusher(Actor):
 class NullJournal:
     """The journal switched off: same interface, does nothing."""
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: Event | Delivery) -> None:
         pass
 
     async def start(self) -> None:

@@ -55,6 +55,7 @@ _SPARK_TYPES: dict[object, T.DataType] = {
     str: T.StringType(),
     int: T.LongType(),
     float: T.DoubleType(),
+    list[int]: T.ArrayType(T.LongType()),
 }
 
 
@@ -63,7 +64,7 @@ def event_schema() -> T.StructType:
     fields = []
     for info in msgspec.structs.fields(Event):
         base = str if info.name == "type" else next(  # `type` is the EventType Literal
-            t for t in (str, int, float) if info.type in (t, t | None))
+            t for t in (str, int, float, list[int]) if info.type in (t, t | None))
         fields.append(T.StructField(info.encode_name, _SPARK_TYPES[base], nullable=True))
     fields.append(T.StructField(CORRUPT, T.StringType(), nullable=True))
     return T.StructType(fields)
@@ -137,22 +138,21 @@ def one_row_per_record(raw: DataFrame) -> DataFrame:
 
     offsets = F.flatten(F.transform(F.split(c("offsets"), ","), span))
     lists = [name for name, _, _ in PER_RECORD_FIELDS if name in raw.columns]
-    split = raw.select("*", *(F.split(c(name), ",").alias(f"_{name}") for name in lists))
-    rows = split.select("*", F.posexplode_outer(F.when(ranged, offsets)).alias(
+    rows = raw.select("*", F.posexplode_outer(F.when(ranged, offsets)).alias(
         "_pos", "_fetched"))
     one = c("_fetched").isNotNull()
     replaced = {
         "offset": F.coalesce(c("_fetched"), c("offset")),
         "count": F.when(one, F.lit(None).cast("long")).otherwise(c("count")),
         "offsets": F.when(one, F.lit(None).cast("string")).otherwise(c("offsets")),
-        **{name: F.when(one, F.lit(None).cast("string")).otherwise(c(name))
+        **{name: F.when(one, F.lit(None)).otherwise(c(name)).cast(raw.schema[name].dataType)
            for name in lists},
     }
     for name, target, relative in PER_RECORD_FIELDS:
         if name not in lists or target not in raw.columns:
             continue
-        item = F.get(c(f"_{name}"), c("_pos"))
-        value = c(target) + item.cast("long") if relative else item.cast("double")
+        item = F.get(c(name), c("_pos"))
+        value = c(target) + item if relative else item / 1000.0
         replaced[target] = F.coalesce(F.when(one, value), c(target)).cast(
             raw.schema[target].dataType)
     return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)

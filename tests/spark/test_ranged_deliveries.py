@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-from runtime.host.journal import Event, Journal, closed_segments, offset_ranges
+from runtime.host.journal import Delivery, Event, Journal, closed_segments, offset_ranges
 from runtime.kernel.clock import FakeClock
 from tests.spark.conftest import SPARK
 
@@ -28,6 +28,7 @@ RECORDS = 20
 LOST = ("a_g", 0, 7)
 TWICE = ("b_g", 1, 3)
 RETRIED = ("c_g", 0, 5)
+SHIFT = FakeClock().wall_ms() - FakeClock().monotonic_ms()  # fetched_ms is monotonic
 
 
 def event(kind: str, sub: str, partition: int, offset: int, ts_ms: int,
@@ -37,18 +38,24 @@ def event(kind: str, sub: str, partition: int, offset: int, ts_ms: int,
 
 
 def outcome(kind: str, sub: str, partition: int, offset: int, ts_ms: int, attempt: int,
-            **more: Any) -> Event:
-    latency = (100 + (offset * 37 + partition * 11) % 400) / 100  # 3 significant digits
+            status: int) -> Event | Delivery:
+    """As the egress emits it: a plain first-attempt delivery as a `Delivery`."""
+    latency_us = 1000 + (offset * 37 + partition * 11) % 4000
+    if kind == "delivered" and attempt == 1:
+        return Delivery(sub, f"{URL}/{sub}", TOPIC, partition, offset, status, ts_ms,
+                        latency_us, T0 - 900 + offset, T0 + partition - SHIFT)
     return event(kind, sub, partition, offset, ts_ms, endpoint=f"{URL}/{sub}",
-                 attempt=attempt, latency_ms=latency, record_ts_ms=T0 - 900 + offset,
-                 fetched_ts_ms=T0 + partition if attempt == 1 else None, **more)
+                 attempt=attempt, latency_ms=latency_us / 1000, status=status,
+                 record_ts_ms=T0 - 900 + offset,
+                 fetched_ts_ms=T0 + partition if attempt == 1 else None)
 
 
-def cursor_events(sub: str, partition: int) -> list[Event]:
+def cursor_events(sub: str, partition: int) -> list[Event | Delivery]:
     """A batch fetched, its records delivered out of order, a commit every five answers."""
-    events = [Event(type="fetched", ts_ms=T0 + partition, subscription=sub, topic=TOPIC,
-                    partition=partition, offset=0, count=RECORDS,
-                    offsets=offset_ranges(list(range(RECORDS))))]
+    events: list[Event | Delivery] = [Event(
+        type="fetched", ts_ms=T0 + partition, subscription=sub, topic=TOPIC,
+        partition=partition, offset=0, count=RECORDS,
+        offsets=offset_ranges(list(range(RECORDS))))]
     order = sorted(range(RECORDS), key=lambda o: (o * 7) % RECORDS)
     for n, offset in enumerate(order):
         at = T0 + 10 + n * 3
@@ -69,9 +76,9 @@ def cursor_events(sub: str, partition: int) -> list[Event]:
     return events
 
 
-def before_issue_35() -> list[Event]:
+def before_issue_35() -> list[Event | Delivery]:
     """An older journal's shape: `sent` per attempt, `delivered` per record."""
-    events = []
+    events: list[Event | Delivery] = []
     for offset in range(5):
         events.append(event("fetched", "old_g", 0, offset, T0, record_ts_ms=T0 - 10))
         events.append(event("sent", "old_g", 0, offset, T0 + 4, endpoint=URL, attempt=1,
@@ -81,17 +88,19 @@ def before_issue_35() -> list[Event]:
     return events
 
 
-def all_events() -> list[Event]:
+def all_events() -> list[Event | Delivery]:
     return [e for sub in SUBS for partition in (0, 1) for e in cursor_events(sub, partition)]
 
 
-def write_raw(directory: Path, events: list[Event]) -> None:
+def write_raw(directory: Path, events: list[Event | Delivery]) -> None:
+    """One event per record, as journals before issue 35 hold them."""
     directory.mkdir(parents=True)
     (directory / "segment-1700000000000-00000000-000000.jsonl").write_bytes(
-        msgspec.json.Encoder().encode_lines(events))
+        msgspec.json.Encoder().encode_lines(
+            [e.event(SHIFT) if isinstance(e, Delivery) else e for e in events]))
 
 
-def write_through_journal(directory: Path, events: list[Event]) -> None:
+def write_through_journal(directory: Path, events: list[Event | Delivery]) -> None:
     async def run() -> None:
         journal = Journal(directory, clock=FakeClock())
         await journal.start()
@@ -121,8 +130,9 @@ def test_a_ranged_journal_reports_what_its_per_record_journal_does(
                        for p in closed_segments(tmp_path / "ranged"))
     assert ranged_lines < len(per_record) / 2
     # the older journal's events next to the ranged ones: one journal, read alike
-    (tmp_path / "ranged" / "segment-1699999999999-00000000-000000.jsonl").write_bytes(
-        msgspec.json.Encoder().encode_lines(before_issue_35()))
+    write_raw(tmp_path / "old", before_issue_35())
+    (tmp_path / "old" / "segment-1700000000000-00000000-000000.jsonl").rename(
+        tmp_path / "ranged" / "segment-1699999999999-00000000-000000.jsonl")
 
     want = report(tmp_path / "per-record", tmp_path / "out-per-record", engine)
     got = report(tmp_path / "ranged", tmp_path / "out-ranged", engine)
