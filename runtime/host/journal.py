@@ -1,7 +1,8 @@
 """The event journal: what the actors did, as newline-delimited JSON segments on disk.
 
-Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, sent,
-delivered, failed, retry_scheduled, dead_lettered, dead_letter_failed, committed), for actor
+Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, delivered,
+failed, retry_scheduled, dead_lettered, dead_letter_failed, committed; a plain first-attempt
+delivery as a `Delivery`, which `DeliveryRanges` holds until its cursor commits), for actor
 lifecycle (actor_started/crashed/restarted/stopped), partition movements
 (partition_assigned/revoked), delay forwards (delay_forwarded, with lateness) and the
 journal's own losses (journal_dropped). `EventType` is the one list of them: emitters,
@@ -119,9 +120,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
 
     Record events (`RecordEventType`: `fetched`, `sent`, `delivered`, `failed`,
     `retry_scheduled`, `dead_lettered`) carry `subscription`, `topic`, `partition` and
-    `offset`, which together name one record of one subscription; `fetched` is one event
-    per record (the audit needs every fetched offset). From dispatch on they also carry
-    `endpoint` (the target URI). Other fields:
+    `offset`, which together name one record of one subscription, or with `offsets` (as
+    ranges) several: one event per offset it names (a batch's `fetched`, a cursor's
+    deliveries; `expand`). From dispatch on they also carry `endpoint` (the target URI).
+    `sent` is no longer written (`LEGACY_EVENT_TYPES`). Other fields:
 
     - `attempt`: 1 for the first HTTP attempt of a record, 2 for the first retry, ...
       (it starts at 1 again when a record is fetched again after a restart).
