@@ -129,3 +129,19 @@ def test_the_book_keeps_cursors_and_statuses_apart_and_releases_the_oldest_first
     assert ranges.release(("s_g", "t", 0), SHIFT) == []
     assert [e.status for e in ranges.release_all(SHIFT)] == [200, 204]
     assert len(ranges) == 0
+
+
+def test_a_delivered_listener_hears_the_event_a_delivery_stands_for(tmp_path: Path) -> None:
+    from runtime.host.app import Runtime
+    from runtime.host.config import parse_config
+
+    runtime = Runtime(parse_config({
+        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
+        "journal": {"dir": str(tmp_path / "journal"), "enabled": False},
+    }), clock=FakeClock())
+    heard: list[Event] = []
+    runtime.listen("delivered", heard.append)
+
+    runtime._emit(delivered(4))  # what the actors' emit sink is
+
+    assert heard == [delivered(4).event(SHIFT)]
