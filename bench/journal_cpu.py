@@ -1,7 +1,7 @@
 """The journal's own CPU per delivery (issue 35): this tree, and another to compare.
 
     .venv/bin/python bench/journal_cpu.py [--cursors 4000] [--records 25]
-        [--commit-every 8] [--flush-every 2000] [--rounds 5] [--compare DIR]
+        [--commit-every 11] [--flush-every 2000] [--rounds 5] [--compare DIR]
 
 What a delivery costs the journal, without the broker, HTTP and the rest of the runtime
 around it: for `--records` records of each of `--cursors` cursors (subscription x
@@ -11,7 +11,8 @@ attempt exactly as its outlet makes them (`_journal_sent` where the tree has it,
 `_journal_outcome`), a `committed` event per cursor every `--commit-every` deliveries
 (as the instance member journals its commit rounds; bench/journal_bytes.py's run says
 how often) and a flush every `--flush-every` deliveries (the flusher's 200 ms tick),
-through a real `Journal` writing to a temporary directory, then its `stop()`. Process
+through the actors' emit sink in a runtime (`Runtime._emit`) to a real `Journal` writing
+to a temporary directory, then its `stop()`. Process
 CPU of that (`time.process_time`: every thread, the writer's too), records and commit
 events made beforehand. Each round is a child process per tree, the trees taking turns;
 the medians over the rounds, the minimum and the ratio per round are printed, with the
@@ -40,6 +41,8 @@ async def one_pass(args: argparse.Namespace, workdir: Path) -> float:
     """CPU seconds of the journal's work for every delivery of one pass."""
     from actors.delivery.egress.outlet import Answer, OutletActor
     from actors.shared.messages import Record
+    from runtime.host.app import Runtime
+    from runtime.host.config import parse_config
     from runtime.host.journal import Event, Journal
     from runtime.host.metrics import Registry
     from runtime.kernel.actor import ActorContext
@@ -52,11 +55,16 @@ async def one_pass(args: argparse.Namespace, workdir: Path) -> float:
     clock = RealClock()
     journal = Journal(workdir / f"j-{time.monotonic_ns()}", clock=clock)
     await journal.open()
+    # the actors' emit sink in a runtime: Runtime._emit (the journal, then listeners)
+    runtime = Runtime(parse_config({"brokers": [{"name": "Kafka",
+                                                 "bootstrap_servers": "127.0.0.1:9"}]}),
+                      clock=clock)
+    runtime.journal = journal
     subs = args.cursors // args.partitions
     outlets = [Instant(f"egress-{n}", f"s{n}_g-s{n}", "http://127.0.0.1:8080/hook", 20,
                        Registry()) for n in range(subs)]
     for outlet in outlets:
-        outlet.context = ActorContext(path=f"/{outlet.name}", clock=clock, emit=journal.emit)
+        outlet.context = ActorContext(path=f"/{outlet.name}", clock=clock, emit=runtime._emit)
     now = clock.monotonic_ms()
     work = []  # (outlet, record, commit after it) in the order answers come back
     for offset in range(args.records):
@@ -73,7 +81,7 @@ async def one_pass(args: argparse.Namespace, workdir: Path) -> float:
     # since issue 35 the outlet reads the wall clock once per answer (health, journal and
     # attempts ring share it) and hands it to `_journal_outcome`: read here the same
     shares_clock = "now_wall" in inspect.signature(OutletActor._journal_outcome).parameters
-    emit = journal.emit
+    emit = runtime._emit
     start = time.process_time()
     if args.skip_journal:  # everything but the measured work (`--instructions`)
         work = []
@@ -120,7 +128,7 @@ def main() -> None:
     parser.add_argument("--cursors", type=int, default=4000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--records", type=int, default=25)
-    parser.add_argument("--commit-every", type=int, default=8)
+    parser.add_argument("--commit-every", type=int, default=11)
     parser.add_argument("--flush-every", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--compare", type=Path)

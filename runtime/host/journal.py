@@ -266,15 +266,14 @@ class Delivery(msgspec.Struct, frozen=True, gc=False):
 
 
 _Cursor = tuple[str, str, int]
-_Group = tuple[str, str, int, str | None, int | None]  # a cursor, an endpoint, a status
 
 
 class DeliveryRanges:
     """First-attempt deliveries held per cursor (subscription, topic, partition) until
-    that cursor's next `committed` event, then journaled as one `delivered` event per
-    endpoint and status, offsets as ranges (issue 35: at fan-out a subscription delivers
-    a few records between two commits, and a `delivered` per record was most of the
-    journal's bytes and of its CPU).
+    that cursor's next `committed` event, then journaled as one `delivered` event (one per
+    endpoint and status, when they differ), offsets as ranges (issue 35: at fan-out a
+    subscription delivers a few records between two commits, and a `delivered` per record
+    was most of the journal's bytes).
 
     Why until the commit: the audit calls a record below a committed offset with no
     outcome "lost for good". The held deliveries go into the buffer before the commit's
@@ -285,13 +284,12 @@ class DeliveryRanges:
     return the events to buffer; the caller gives its clock's wall minus monotonic time
     (`fetched_ms` is monotonic)."""
 
-    __slots__ = ("_cursors", "_since", "_tick", "held")
+    __slots__ = ("_since", "_tick", "held")
 
     def __init__(self) -> None:
-        self.held: dict[_Group, list[Delivery]] = {}
-        """Per cursor, endpoint and status; `Journal.emit` appends to a list here itself
-        (a call less per delivery) while it is below `RANGE_MAX_RECORDS` - 1."""
-        self._cursors: dict[_Cursor, list[_Group]] = {}
+        self.held: dict[_Cursor, list[Delivery]] = {}
+        """`Journal.emit` appends to a cursor's list here itself while it is below
+        `RANGE_MAX_RECORDS` - 1 (a call less per delivery)."""
         self._since: dict[_Cursor, int] = {}  # the tick of the first held; oldest first
         self._tick = 0  # flushes so far (`release_older`)
 
@@ -300,30 +298,21 @@ class DeliveryRanges:
 
     def add(self, one: Delivery) -> _Cursor | None:
         """Hold `one`; its cursor when that holds `RANGE_MAX_RECORDS` now (release it)."""
-        group = (one.subscription, one.topic, one.partition, one.endpoint, one.status)
-        held = self.held.get(group)
-        if held is not None:
-            held.append(one)
-            return None if len(held) < RANGE_MAX_RECORDS else group[:3]
-        self.held[group] = [one]
-        cursor: _Cursor = group[:3]
-        groups = self._cursors.get(cursor)
-        if groups is None:
-            self._cursors[cursor] = [group]
+        cursor = (one.subscription, one.topic, one.partition)
+        held = self.held.get(cursor)
+        if held is None:
+            self.held[cursor] = [one]
             self._since[cursor] = self._tick
-        else:
-            groups.append(group)
-        return None
-
-    def holds(self, cursor: _Cursor) -> bool:
-        return cursor in self._cursors
+            return None
+        held.append(one)
+        return None if len(held) < RANGE_MAX_RECORDS else cursor
 
     def release(self, cursor: _Cursor, shift_ms: int) -> list[Event]:
-        groups = self._cursors.pop(cursor, None)
-        if groups is None:
+        held = self.held.pop(cursor, None)
+        if held is None:
             return []
         del self._since[cursor]
-        return [ranged(self.held.pop(group), shift_ms) for group in groups]
+        return ranged(held, shift_ms)
 
     def release_older(self, ticks: int, shift_ms: int) -> list[Event]:
         """Called at every flush (a tick): release the cursors held for `ticks` ticks."""
@@ -336,39 +325,48 @@ class DeliveryRanges:
         return [event for cursor in old for event in self.release(cursor, shift_ms)]
 
     def release_all(self, shift_ms: int) -> list[Event]:
-        return [event for cursor in list(self._cursors)
+        return [event for cursor in list(self.held)
                 for event in self.release(cursor, shift_ms)]
 
 
-def ranged(held: list[Delivery], shift_ms: int) -> Event:
-    """One cursor's deliveries to one endpoint with one status -> one `delivered` event
-    (a single delivery: the per-record event, shorter). This runs for every delivery,
-    so the per-record work is C's (attrgetter, sort, zip, map, join)."""
+def ranged(held: list[Delivery], shift_ms: int) -> list[Event]:
+    """One cursor's deliveries -> one `delivered` event per endpoint and status (a single
+    delivery: the per-record event, shorter)."""
     if len(held) == 1:
-        return held[0].event(shift_ms)
+        return [held[0].event(shift_ms)]
+    if len(set(map(_KIND, held))) == 1:
+        return [_one_range(held, shift_ms)]
+    kinds: dict[tuple[str | None, int | None], list[Delivery]] = {}
+    for one in held:  # rare: an endpoint answering 200 and 204
+        kinds.setdefault(_KIND(one), []).append(one)
+    return [_one_range(group, shift_ms) if len(group) > 1 else group[0].event(shift_ms)
+            for group in kinds.values()]
+
+
+def _one_range(held: list[Delivery], shift_ms: int) -> Event:
+    """This runs for every few deliveries: the per-record work is C's (attrgetter, sort,
+    zip, map), the event is made positionally (`Event`'s field order), and the
+    differences from the first record (None when all are equal) are inlined."""
     offsets, ts, latencies, record_ts, fetched = zip(*sorted(map(_ROW, held)), strict=True)
-    first, count = held[0], len(offsets)
+    first, count, sub, repeat = held[0], len(offsets), operator.sub, itertools.repeat
     contiguous = offsets[-1] - offsets[0] == count - 1 and len(set(offsets)) == count
+    ts0, record_ts0, fetched0 = ts[0], record_ts[0], fetched[0]
     return Event(
-        type="delivered", ts_ms=ts[0], subscription=first.subscription,
-        endpoint=first.endpoint, topic=first.topic, partition=first.partition,
-        offset=offsets[0], attempt=1, status=first.status, record_ts_ms=record_ts[0],
-        fetched_ts_ms=fetched[0] + shift_ms, count=count,
-        offsets=f"{offsets[0]}-{offsets[-1]}" if contiguous else offset_ranges(offsets),
-        latencies_us=latencies, ts_deltas_ms=_deltas(ts),  # type: ignore[arg-type]
-        record_ts_deltas_ms=_deltas(record_ts), fetched_ts_deltas_ms=_deltas(fetched))
+        "delivered", ts0, first.subscription, first.endpoint, first.topic,
+        first.partition, offsets[0], 1, first.status, None, record_ts0,
+        fetched0 + shift_ms, None, None, None, count,
+        f"{offsets[0]}-{offsets[-1]}" if contiguous else offset_ranges(offsets), None, None,
+        latencies,  # type: ignore[arg-type]  # a tuple encodes as the same array
+        None if ts.count(ts0) == count else list(map(sub, ts, repeat(ts0))),
+        None if record_ts.count(record_ts0) == count else
+        list(map(sub, record_ts, repeat(record_ts0))),
+        None if fetched.count(fetched0) == count else
+        list(map(sub, fetched, repeat(fetched0))))
 
 
 _ROW: Final = operator.attrgetter("offset", "ts_ms", "latency_us", "record_ts_ms",
                                   "fetched_ms")
-
-
-def _deltas(values: tuple[int, ...]) -> list[int] | None:
-    """`values` minus the first; None when all are the first."""
-    base = values[0]
-    if values.count(base) == len(values):
-        return None
-    return list(map(operator.sub, values, itertools.repeat(base)))
+_KIND: Final = operator.attrgetter("endpoint", "status")
 
 
 def expand(event: Event) -> list[Event]:
@@ -585,8 +583,7 @@ class Journal:
     def emit(self, event: Event | Delivery) -> None:
         """Queue one event for the flush task. Never blocks, never raises."""
         if type(event) is Delivery:  # DeliveryRanges.add, its common case inlined
-            held = self._ranges.held.get((event.subscription, event.topic, event.partition,
-                                          event.endpoint, event.status))
+            held = self._ranges.held.get((event.subscription, event.topic, event.partition))
             if held is not None and len(held) < RANGE_MAX_RECORDS - 1:
                 held.append(event)
             else:
@@ -619,10 +616,13 @@ class Journal:
     def _commit(self, event: Event) -> None:
         """A commit releases its cursor's held deliveries into the buffer ahead of it."""
         cursor = (event.subscription or "", event.topic or "", event.partition or 0)
-        if self._ranges.holds(cursor):
+        if cursor in self._ranges.held:
             released = self._ranges.release(cursor, self._shift)
             released.append(event)
-            self._queue(released)
+            if len(self._buffer) + len(released) <= self._accept:
+                self._buffer += released
+            else:
+                self._queue(released)
         elif len(self._buffer) < self._accept:
             self._buffer.append(event)
         else:
