@@ -3,8 +3,9 @@ at once, with a journal buffer far smaller than the burst. The journal used to d
 did not fit (14% of a 300-subscriber burst at the defaults, then reported as lost); now
 it holds the actors instead. Scaled down for the suite with the ratio kept: 60
 subscriptions x 500 records (30,000 deliveries) against a 200-event buffer, where the
-issue had 300 x 1,000 against 100,000 (and 2.2 journal lines per delivery, now 0.3). The journal drops nothing, it did fall behind
-(`held`: where the old journal dropped), and the report counts every delivery, 0 lost.
+issue had 300 x 1,000 against 100,000 (and 2.2 journal lines per delivery, now 0.3). The
+journal drops nothing, it did fall behind (`held`: where the old journal dropped), and
+the report counts every delivery, 0 lost.
 
 `HOOKSTREAM_BURST=full` runs the issue's own scale at the journal's defaults (300 x 1,000
 against 100,000; minutes on 2 cores, not for the suite): the cursors' batch `fetched`
