@@ -37,10 +37,11 @@ has 2 cores and this process is CPU-bound, so records/s follows its CPU per reco
 Added latency. A new topic and a subscription with the journal on; after a warm-up
 record per partition, a producer in a separate process (so that its work does not run
 on the runtime's event loop) sends `--rate` records/s for `--duration-s` seconds, in
-1 ms steps. The added latency is read from the journal: for each first attempt, the
-`sent` event's `ts_ms - fetched_ts_ms`, i.e. from the moment `getmany` handed the record
-to the consumer actor to the moment the egress worker starts the HTTP request. Both come
-from one monotonic clock in whole milliseconds, so each value is exact to +-1 ms.
+1 ms steps. The added latency is read from the journal: for each first attempt, its
+send time minus `fetched_ts_ms` (the send time: a `sent` event's `ts_ms` in journals
+before issue 35, since then the outcome's `ts_ms - latency_ms`), i.e. from the moment
+`getmany` handed the record over to the moment the egress worker starts the HTTP
+request, in whole milliseconds (+-1 ms).
 End-to-end (Kafka record timestamp to 2xx received) is printed too, for context.
 
 `fetch.max.wait.ms` (`--fetch-max-wait-ms`, default 10). Tansu holds every fetch for the
@@ -93,7 +94,7 @@ from actors.delivery.egress import transport
 from actors.delivery.service import DeliveryService
 from runtime.host.app import Runtime
 from runtime.host.config import parse_config
-from runtime.host.journal import Event, closed_segments
+from runtime.host.journal import Event, closed_segments, expand
 from runtime.kafka import create_topics, make_producer
 from runtime.kafka.broker import EmbeddedBroker, free_port, port_accepts
 
@@ -514,18 +515,24 @@ def latency_from_journal(directory: Path, since_wall_ms: int, dropped: int) -> L
     added: list[float] = []
     e2e: list[float] = []
     sent_ts: list[int] = []
-    for segment in closed_segments(directory):
-        for line in segment.read_bytes().splitlines():
-            event = decoder.decode(line)
-            if event.ts_ms < since_wall_ms or event.attempt != 1:
-                continue
-            if event.type == "sent" and event.fetched_ts_ms is not None:
-                added.append(event.ts_ms - event.fetched_ts_ms)
-                sent_ts.append(event.ts_ms)
-            elif event.type == "delivered" and event.record_ts_ms is not None:
-                e2e.append(event.ts_ms - event.record_ts_ms)
+    events = (one for segment in closed_segments(directory)
+              for line in segment.read_bytes().splitlines()
+              for one in expand(decoder.decode(line)))  # a cursor's ranged deliveries
+    for event in events:
+        if event.ts_ms < since_wall_ms or event.attempt != 1:
+            continue
+        if event.type == "sent" and event.fetched_ts_ms is not None:  # before issue 35
+            added.append(event.ts_ms - event.fetched_ts_ms)
+            sent_ts.append(event.ts_ms)
+        elif event.type in ("delivered", "failed") and event.fetched_ts_ms is not None \
+                and event.latency_ms is not None:  # since: the send time is ts - latency
+            sent_at = event.ts_ms - round(event.latency_ms)
+            added.append(sent_at - event.fetched_ts_ms)
+            sent_ts.append(sent_at)
+        if event.type == "delivered" and event.record_ts_ms is not None:
+            e2e.append(event.ts_ms - event.record_ts_ms)
     if not added:
-        raise RuntimeError(f"no `sent` events in the journal at {directory}")
+        raise RuntimeError(f"no attempts in the journal at {directory}")
     span_s = max((max(sent_ts) - min(sent_ts)) / 1000, 1e-3)
     return Latency(len(added), percentile(added, 50), percentile(added, 99), max(added),
                    percentile(e2e, 50) if e2e else -1, percentile(e2e, 99) if e2e else -1,
@@ -630,7 +637,7 @@ def print_summary(args: argparse.Namespace, results: dict[str, list[RunResult]],
             ratio_on = ratio
     if latency is not None:
         print()
-        print(f"added latency (fetch -> HTTP send), journal `sent` events, first attempts, "
+        print(f"added latency (fetch -> HTTP send), journal, first attempts, "
               f"{latency.samples} records at {latency.achieved_rate:.0f} records/s:")
         print(f"  p50 {latency.p50_ms:.0f} ms   p99 {latency.p99_ms:.0f} ms   "
               f"max {latency.max_ms:.0f} ms   (end to end: p50 {latency.e2e_p50_ms:.0f} ms, "

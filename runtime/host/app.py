@@ -25,6 +25,7 @@ from runtime.errors import ConfigError, UsageError
 from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
 from runtime.host.journal import (
+    Delivery,
     Event,
     EventJournal,
     EventType,
@@ -167,13 +168,16 @@ class Runtime:
         is logged, never raised into the actor)."""
         self._listeners.setdefault(event_type, []).append(listener)
 
-    def _emit(self, event: Event) -> None:
+    def _emit(self, event: Event | Delivery) -> None:
         self.journal.emit(event)
         listeners = self._listeners.get(event.type)
         if listeners:
+            clock = self.clock  # a listener gets the Event a Delivery stands for
+            heard = event.event(clock.wall_ms() - clock.monotonic_ms()) \
+                if isinstance(event, Delivery) else event
             for listener in listeners:
                 try:
-                    listener(event)
+                    listener(heard)
                 except Exception:
                     log.exception("event listener %r failed on %s", listener, event.type)
 

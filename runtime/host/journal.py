@@ -1,7 +1,8 @@
 """The event journal: what the actors did, as newline-delimited JSON segments on disk.
 
-Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, sent,
-delivered, failed, retry_scheduled, dead_lettered, dead_letter_failed, committed), for actor
+Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, delivered,
+failed, retry_scheduled, dead_lettered, dead_letter_failed, committed; a plain first-attempt
+delivery as a `Delivery`, which `DeliveryRanges` holds until its cursor commits), for actor
 lifecycle (actor_started/crashed/restarted/stopped), partition movements
 (partition_assigned/revoked), delay forwards (delay_forwarded, with lateness) and the
 journal's own losses (journal_dropped). `EventType` is the one list of them: emitters,
@@ -71,12 +72,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import logging
+import operator
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, Protocol, get_args
+from typing import ClassVar, Final, Literal, Protocol, get_args
 
 import msgspec
 
@@ -106,6 +110,9 @@ EventType = Literal[
 ]
 RECORD_EVENT_TYPES: Final[tuple[str, ...]] = get_args(RecordEventType)
 EVENT_TYPES: Final[tuple[str, ...]] = get_args(EventType)  # nested Literals flatten
+LEGACY_EVENT_TYPES: Final = ("sent",)
+"""Types no longer written but still read in older journals: `sent` (an event per HTTP
+attempt; issue 35 put its `fetched_ts_ms` on the attempt's `delivered` or `failed`)."""
 
 
 class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
@@ -113,9 +120,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
 
     Record events (`RecordEventType`: `fetched`, `sent`, `delivered`, `failed`,
     `retry_scheduled`, `dead_lettered`) carry `subscription`, `topic`, `partition` and
-    `offset`, which together name one record of one subscription; `fetched` is one event
-    per record (the audit needs every fetched offset). From dispatch on they also carry
-    `endpoint` (the target URI). Other fields:
+    `offset`, which together name one record of one subscription, or with `offsets` (as
+    ranges) several: one event per offset it names (a batch's `fetched`, a cursor's
+    deliveries; `expand`). From dispatch on they also carry `endpoint` (the target URI).
+    `sent` is no longer written (`LEGACY_EVENT_TYPES`). Other fields:
 
     - `attempt`: 1 for the first HTTP attempt of a record, 2 for the first retry, ...
       (it starts at 1 again when a record is fetched again after a restart).
@@ -123,8 +131,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       is absent for timeouts and connection errors (`reason` says which).
     - `record_ts_ms` (the Kafka record timestamp) on `fetched` or `delivered`: end-to-end
       latency is first delivery time minus it.
-    - `fetched_ts_ms` on `sent`: when the record was fetched. The report computes the
-      service's added latency as `ts_ms - fetched_ts_ms` of first attempts (attempt 1), so
+    - `fetched_ts_ms` on a first attempt's `delivered` or `failed` (journals before issue
+      35: on `sent`, an event per attempt no longer written): when the record was
+      fetched. The report computes the service's added latency as the send time
+      (`ts_ms - latency_ms`; a `sent` event's `ts_ms`) minus it, first attempts only, so
       retry delays do not count as overhead.
     - `committed`: `offset` is the committed offset, i.e. the next offset to read (Kafka
       convention), for `subscription`, `topic`, `partition`.
@@ -132,6 +142,14 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       failures, dead letters and drops; `count` is the number of events a
       `journal_dropped` stands for, `gap_from_ms` and `gap_to_ms` the smallest and
       largest `ts_ms` among them; `lateness_ms` on `delay_forwarded`.
+    - `delivered` as a range (issue 35): a cursor's first-attempt deliveries between two
+      of its commits, one event (`DeliveryRanges`): `offsets` as ranges (ascending; an
+      offset delivered twice is named twice), `count`, `offset` the first, and per record,
+      in the order `offsets` names them, `latencies_us` (the HTTP latencies in whole
+      microseconds) and, where the records differ, `ts_deltas_ms`,
+      `record_ts_deltas_ms` and `fetched_ts_deltas_ms` (each record's `ts_ms`,
+      `record_ts_ms` and `fetched_ts_ms` minus the event's); JSON arrays of integers.
+      `expand` gives the per-record events back.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
@@ -159,12 +177,27 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     offsets: str | None = None
     gap_from_ms: int | None = None
     gap_to_ms: int | None = None
+    latencies_us: list[int] | None = None
+    ts_deltas_ms: list[int] | None = None
+    record_ts_deltas_ms: list[int] | None = None
+    fetched_ts_deltas_ms: list[int] | None = None
+
+
+PER_RECORD_FIELDS: Final = (
+    ("latencies_us", "latency_ms", False),
+    ("ts_deltas_ms", "ts_ms", True),
+    ("record_ts_deltas_ms", "record_ts_ms", True),
+    ("fetched_ts_deltas_ms", "fetched_ts_ms", True),
+)
+"""A ranged `delivered` event's per-record lists: (list field, the field it gives each
+record, True: the list holds differences from that field's value on the event; False:
+the values in microseconds). Item i belongs to the i-th offset `offsets` names."""
 
 
 class EventJournal(Protocol):
     """What actors depend on: `Journal` or `NullJournal`."""
 
-    def emit(self, event: Event) -> None: ...
+    def emit(self, event: Event | Delivery) -> None: ...
 
     async def start(self) -> None: ...
 
@@ -177,7 +210,7 @@ class EventJournal(Protocol):
     def written(self) -> int: ...
 
 
-def offset_ranges(offsets: list[int]) -> str:
+def offset_ranges(offsets: Sequence[int]) -> str:
     """Ascending offsets as the `offsets` field of a `filtered` event: `"3-7,9"`."""
     parts: list[str] = []
     start = prev = offsets[0]
@@ -195,6 +228,166 @@ def ranges_of(offsets: str) -> list[tuple[int, int]]:
     `[(3, 7), (9, 9)]` (the inverse of `offset_ranges`)."""
     return [(int(a), int(b or a)) for a, _, b in
             (part.partition("-") for part in offsets.split(","))]
+
+
+RANGE_MAX_RECORDS: Final = 1_000
+"""A cursor's held deliveries are journaled at the latest when they are this many."""
+RANGE_MAX_AGE_MS: Final = 5_000
+"""... or this old (checked at every flush): a cursor that stops committing (a replay, a
+record read back from a retry topic under its original coordinates) still gets them out."""
+
+
+class Delivery(msgspec.Struct, frozen=True, gc=False):
+    """A plain first-attempt delivery of one record, as the egress emits it instead of a
+    `delivered` `Event` (issue 35): what `DeliveryRanges` keeps of it until its cursor
+    commits. Cheaper to make than an `Event` (ten values, no keywords); `fetched_ms` is
+    monotonic, made wall time when the journal writes it (`event`)."""
+
+    subscription: str
+    endpoint: str | None
+    topic: str
+    partition: int
+    offset: int
+    status: int | None
+    ts_ms: int
+    latency_us: int
+    record_ts_ms: int
+    fetched_ms: int
+    type: ClassVar[str] = "delivered"
+    attempt: ClassVar[int] = 1
+
+    def event(self, wall_minus_mono_ms: int) -> Event:
+        """The per-record `delivered` event this stands for."""
+        return Event(type="delivered", ts_ms=self.ts_ms, subscription=self.subscription,
+                     endpoint=self.endpoint, topic=self.topic, partition=self.partition,
+                     offset=self.offset, attempt=1, status=self.status,
+                     latency_ms=self.latency_us / 1000, record_ts_ms=self.record_ts_ms,
+                     fetched_ts_ms=self.fetched_ms + wall_minus_mono_ms)
+
+
+_Cursor = tuple[str, str, int]
+
+
+class DeliveryRanges:
+    """First-attempt deliveries held per cursor (subscription, topic, partition) until
+    that cursor's next `committed` event, then journaled as one `delivered` event (one per
+    endpoint and status, when they differ), offsets as ranges (issue 35: at fan-out a
+    subscription delivers a few records between two commits, and a `delivered` per record
+    was most of the journal's bytes).
+
+    Why until the commit: the audit calls a record below a committed offset with no
+    outcome "lost for good". The held deliveries go into the buffer before the commit's
+    event, so on disk no `committed` precedes the deliveries it passes, even when a crash
+    cuts the journal. Held deliveries are also released at `RANGE_MAX_RECORDS`, after
+    `RANGE_MAX_AGE_MS` (counted in flushes: no clock read per delivery) and at stop. A
+    pure book: `add` holds, `release(cursor)`, `release_older(ticks)`, `release_all()`
+    return the events to buffer; the caller gives its clock's wall minus monotonic time
+    (`fetched_ms` is monotonic)."""
+
+    __slots__ = ("_since", "_tick", "held")
+
+    def __init__(self) -> None:
+        self.held: dict[_Cursor, list[Delivery]] = {}
+        """`Journal.emit` appends to a cursor's list here itself while it is below
+        `RANGE_MAX_RECORDS` - 1 (a call less per delivery)."""
+        self._since: dict[_Cursor, int] = {}  # the tick of the first held; oldest first
+        self._tick = 0  # flushes so far (`release_older`)
+
+    def __len__(self) -> int:
+        return sum(len(held) for held in self.held.values())
+
+    def add(self, one: Delivery) -> _Cursor | None:
+        """Hold `one`; its cursor when that holds `RANGE_MAX_RECORDS` now (release it)."""
+        cursor = (one.subscription, one.topic, one.partition)
+        held = self.held.get(cursor)
+        if held is None:
+            self.held[cursor] = [one]
+            self._since[cursor] = self._tick
+            return None
+        held.append(one)
+        return None if len(held) < RANGE_MAX_RECORDS else cursor
+
+    def release(self, cursor: _Cursor, shift_ms: int) -> list[Event]:
+        held = self.held.pop(cursor, None)
+        if held is None:
+            return []
+        del self._since[cursor]
+        return ranged(held, shift_ms)
+
+    def release_older(self, ticks: int, shift_ms: int) -> list[Event]:
+        """Called at every flush (a tick): release the cursors held for `ticks` ticks."""
+        self._tick += 1
+        old = []
+        for cursor, since in self._since.items():
+            if self._tick - since < ticks:
+                break  # insertion order is age order
+            old.append(cursor)
+        return [event for cursor in old for event in self.release(cursor, shift_ms)]
+
+    def release_all(self, shift_ms: int) -> list[Event]:
+        return [event for cursor in list(self.held)
+                for event in self.release(cursor, shift_ms)]
+
+
+def ranged(held: list[Delivery], shift_ms: int) -> list[Event]:
+    """One cursor's deliveries -> one `delivered` event per endpoint and status (a single
+    delivery: the per-record event, shorter)."""
+    if len(held) == 1:
+        return [held[0].event(shift_ms)]
+    if len(set(map(_KIND, held))) == 1:
+        return [_one_range(held, shift_ms)]
+    kinds: dict[tuple[str | None, int | None], list[Delivery]] = {}
+    for one in held:  # rare: an endpoint answering 200 and 204
+        kinds.setdefault(_KIND(one), []).append(one)
+    return [_one_range(group, shift_ms) if len(group) > 1 else group[0].event(shift_ms)
+            for group in kinds.values()]
+
+
+def _one_range(held: list[Delivery], shift_ms: int) -> Event:
+    """This runs for every few deliveries: the per-record work is C's (attrgetter, sort,
+    zip, map), the event is made positionally (`Event`'s field order), and the
+    differences from the first record (None when all are equal) are inlined."""
+    offsets, ts, latencies, record_ts, fetched = zip(*sorted(map(_ROW, held)), strict=True)
+    first, count, sub, repeat = held[0], len(offsets), operator.sub, itertools.repeat
+    contiguous = offsets[-1] - offsets[0] == count - 1 and len(set(offsets)) == count
+    ts0, record_ts0, fetched0 = ts[0], record_ts[0], fetched[0]
+    return Event(
+        "delivered", ts0, first.subscription, first.endpoint, first.topic,
+        first.partition, offsets[0], 1, first.status, None, record_ts0,
+        fetched0 + shift_ms, None, None, None, count,
+        f"{offsets[0]}-{offsets[-1]}" if contiguous else offset_ranges(offsets), None, None,
+        latencies,  # type: ignore[arg-type]  # a tuple encodes as the same array
+        None if ts.count(ts0) == count else list(map(sub, ts, repeat(ts0))),
+        None if record_ts.count(record_ts0) == count else
+        list(map(sub, record_ts, repeat(record_ts0))),
+        None if fetched.count(fetched0) == count else
+        list(map(sub, fetched, repeat(fetched0))))
+
+
+_ROW: Final = operator.attrgetter("offset", "ts_ms", "latency_us", "record_ts_ms",
+                                  "fetched_ms")
+_KIND: Final = operator.attrgetter("endpoint", "status")
+
+
+def expand(event: Event) -> list[Event]:
+    """A record event with `offsets` -> one event per offset it names, each with its own
+    values of the per-record lists (`PER_RECORD_FIELDS`); any other event as it is."""
+    if event.offsets is None or event.type not in RECORD_EVENT_TYPES:
+        return [event]
+    offsets = [o for first, last in ranges_of(event.offsets) for o in range(first, last + 1)]
+    lists = {name: (target, relative, getattr(event, name))
+             for name, target, relative in PER_RECORD_FIELDS
+             if getattr(event, name) is not None}
+    cleared = dict.fromkeys(lists, None)
+    records = []
+    for i, offset in enumerate(offsets):
+        values: dict[str, object] = {}
+        for target, relative, items in lists.values():
+            values[target] = ((getattr(event, target) or 0) + int(items[i]) if relative
+                              else int(items[i]) / 1000)
+        records.append(msgspec.structs.replace(
+            event, offset=offset, count=None, offsets=None, **cleared, **values))
+    return records
 
 
 def final_name(open_path: Path) -> Path:
@@ -372,6 +565,8 @@ class Journal:
         self._accept = max_buffered
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
+        self._ranges = DeliveryRanges()
+        self._shift = clock.wall_ms() - clock.monotonic_ms()
         self._written = 0
         self._dropped = 0
         self._unreported: dict[str, _Gap] = {}  # to journal, once it can write again
@@ -385,13 +580,60 @@ class Journal:
 
     # -- hot path ---------------------------------------------------------------------
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: Event | Delivery) -> None:
         """Queue one event for the flush task. Never blocks, never raises."""
+        if type(event) is Delivery:  # DeliveryRanges.add, its common case inlined
+            held = self._ranges.held.get((event.subscription, event.topic, event.partition))
+            if held is not None and len(held) < RANGE_MAX_RECORDS - 1:
+                held.append(event)
+            else:
+                self._hold(event)
+            return
+        if event.type == "committed":
+            self._commit(event)  # type: ignore[arg-type]
+            return
         buffer = self._buffer
         if len(buffer) < self._accept:
-            buffer.append(event)
+            buffer.append(event)  # type: ignore[arg-type]
+        else:
+            self._behind(event)  # type: ignore[arg-type]
+
+    def _shift_ms(self) -> int:
+        """Wall minus monotonic time, read again (at each flush); between flushes the
+        commits use the last reading (`_shift`): no clock read per commit."""
+        self._shift = self._clock.wall_ms() - self._clock.monotonic_ms()
+        return self._shift
+
+    def _hold(self, delivery: Delivery) -> None:
+        """A first-attempt delivery waits for its cursor's commit (`DeliveryRanges`)."""
+        if self._state == "stopped":
+            self._behind(delivery.event(self._shift_ms()))  # dropped, counted
+            return
+        full = self._ranges.add(delivery)
+        if full is not None:
+            self._queue(self._ranges.release(full, self._shift))
+
+    def _commit(self, event: Event) -> None:
+        """A commit releases its cursor's held deliveries into the buffer ahead of it."""
+        cursor = (event.subscription or "", event.topic or "", event.partition or 0)
+        if cursor in self._ranges.held:
+            released = self._ranges.release(cursor, self._shift)
+            released.append(event)
+            if len(self._buffer) + len(released) <= self._accept:
+                self._buffer += released
+            else:
+                self._queue(released)
+        elif len(self._buffer) < self._accept:
+            self._buffer.append(event)
         else:
             self._behind(event)
+
+    def _queue(self, events: list[Event]) -> None:
+        for event in events:
+            if len(self._buffer) < self._accept:
+                self._buffer.append(event)
+            else:
+                self._behind(event)
 
     def _behind(self, event: Event) -> None:
         """The buffer is full: keep the event, hold the paced actors, flush now."""
@@ -448,6 +690,7 @@ class Journal:
         self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
             await self._stop_flush_task()
+            self._buffer += self._ranges.release_all(self._shift_ms())
             await self._flush_locked()
             await self._close_segment()
         catch_up = self._catch_up
@@ -525,6 +768,8 @@ class Journal:
                 raise  # we are being cancelled ourselves
 
     async def _flush_locked(self) -> None:
+        self._buffer += self._ranges.release_older(
+            max(1, RANGE_MAX_AGE_MS // self._interval_ms), self._shift_ms())
         if self._buffer or self._unreported:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():
@@ -685,7 +930,7 @@ class JournalFlusher(Actor):
 class NullJournal:
     """The journal switched off: same interface, does nothing."""
 
-    def emit(self, event: Event) -> None:
+    def emit(self, event: Event | Delivery) -> None:
         pass
 
     async def start(self) -> None:

@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from runtime.host.journal import RECORD_EVENT_TYPES, Event
+from runtime.host.journal import PER_RECORD_FIELDS, RECORD_EVENT_TYPES, Event
 from runtime.report.gaps import JournalGap, split_lost
 from runtime.report.tables import INSTANCE_TYPES, UNKNOWN
 
@@ -55,6 +55,7 @@ _SPARK_TYPES: dict[object, T.DataType] = {
     str: T.StringType(),
     int: T.LongType(),
     float: T.DoubleType(),
+    list[int]: T.ArrayType(T.LongType()),
 }
 
 
@@ -63,7 +64,7 @@ def event_schema() -> T.StructType:
     fields = []
     for info in msgspec.structs.fields(Event):
         base = str if info.name == "type" else next(  # `type` is the EventType Literal
-            t for t in (str, int, float) if info.type in (t, t | None))
+            t for t in (str, int, float, list[int]) if info.type in (t, t | None))
         fields.append(T.StructField(info.encode_name, _SPARK_TYPES[base], nullable=True))
     fields.append(T.StructField(CORRUPT, T.StringType(), nullable=True))
     return T.StructType(fields)
@@ -119,11 +120,14 @@ def is_valid_event() -> Column:
 
 def one_row_per_record(raw: DataFrame) -> DataFrame:
     """A record event for several records (`offsets` as ranges "3-7,9", `offset` the
-    first, `count` of them: issue 35; the partition actor journals a batch's `fetched` so)
-    -> one row per offset with the same fields, as journals before issue 35 have them, so
-    every definition here reads one event per record. Other rows (and `filtered`, which
-    `filtered_ranges` reads as ranges) pass as they are. Applied where the journal is read
-    (`job.read_raw`, the store, the follow stream)."""
+    first, `count` of them: issue 35; the partition actor journals a batch's `fetched` so,
+    the journal a cursor's deliveries between two commits) -> one row per offset with the
+    same fields, as journals before issue 35 have them, so every definition here reads one
+    event per record. A ranged `delivered` also carries per-record lists
+    (`PER_RECORD_FIELDS`: item i is the i-th offset's latency, or its `ts_ms`,
+    `record_ts_ms`, `fetched_ts_ms` minus the event's): each row gets its own. Other rows
+    (and `filtered`, which `filtered_ranges` reads as ranges) pass as they are. Applied
+    where the journal is read (`job.read_raw`, the store, the follow stream)."""
     c = F.col
     ranged = c("type").isin(RECORD_EVENTS) & c("offsets").isNotNull()
 
@@ -133,13 +137,24 @@ def one_row_per_record(raw: DataFrame) -> DataFrame:
         return F.sequence(first, F.coalesce(F.get(bounds, 1).cast("long"), first))
 
     offsets = F.flatten(F.transform(F.split(c("offsets"), ","), span))
-    rows = raw.select("*", F.explode_outer(F.when(ranged, offsets)).alias("_fetched"))
+    lists = [name for name, _, _ in PER_RECORD_FIELDS if name in raw.columns]
+    rows = raw.select("*", F.posexplode_outer(F.when(ranged, offsets)).alias(
+        "_pos", "_fetched"))
     one = c("_fetched").isNotNull()
     replaced = {
         "offset": F.coalesce(c("_fetched"), c("offset")),
         "count": F.when(one, F.lit(None).cast("long")).otherwise(c("count")),
         "offsets": F.when(one, F.lit(None).cast("string")).otherwise(c("offsets")),
+        **{name: F.when(one, F.lit(None)).otherwise(c(name)).cast(raw.schema[name].dataType)
+           for name in lists},
     }
+    for name, target, relative in PER_RECORD_FIELDS:
+        if name not in lists or target not in raw.columns:
+            continue
+        item = F.get(c(name), c("_pos"))
+        value = c(target) + item if relative else item / 1000.0
+        replaced[target] = F.coalesce(F.when(one, value), c(target)).cast(
+            raw.schema[target].dataType)
     return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)
                          for name in raw.columns))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from runtime.host.journal import RECORD_EVENT_TYPES
 from runtime.kafka import create_topics
 from tests.integration.delivery_harness import (
     Admin,
@@ -126,12 +127,14 @@ def follow_jobs(tmp_path: Path) -> Any:
 
 
 def event_rows(segment: Path) -> int:
-    """The events a report counts in a segment: a line each, a batch's `fetched` once per
-    offset it names (as journals before issue 35 wrote it)."""
+    """The events a report counts in a segment: a line each, a record event with offset
+    ranges (a batch's `fetched`, a cursor's ranged `delivered`) once per offset it names
+    (as journals before issue 35 wrote them)."""
     rows = 0
     for line in segment.read_bytes().splitlines():
         event = json.loads(line)
-        rows += event["count"] if event["type"] == "fetched" and "offsets" in event else 1
+        ranged = event["type"] in RECORD_EVENT_TYPES and "offsets" in event
+        rows += event["count"] if ranged else 1
     return rows
 
 

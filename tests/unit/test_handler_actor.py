@@ -103,7 +103,7 @@ async def test_the_handler_gets_the_record_with_its_stable_id_and_returning_deli
     assert seen == [ConsumedRecord("orders", 3, 7, b"user-7", b"hello", (("trace", b"t1"),),
                                    1_699_999_000_000, 2)]
     assert seen[0].id == webhook_id("orders", 3, 7, 1_699_999_000_000)
-    assert [e.type for e in harness.events if isinstance(e, Event)] == ["sent", "delivered"]
+    assert [e.type for e in harness.events if isinstance(e, Event)] == ["delivered"]
     assert outlet.counters() == {"delivered": 1, "failed_attempts": 0}
 
 

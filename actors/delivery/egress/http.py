@@ -301,8 +301,6 @@ class EgressActor(OutletActor):
     async def _attempt_batch(self, batch: list[Queued]) -> None:
         """One request for the batch; its answer is every record's outcome."""
         records = [queued[0] for queued in batch]
-        for record in records:
-            self._journal_sent(record)
         answer, latency_ms = await self._timed(self.push(records))
         self._account(records, answer, latency_ms)
         self._reply(batch, answer, latency_ms)

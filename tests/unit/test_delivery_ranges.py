@@ -1,0 +1,147 @@
+"""A cursor's first-attempt deliveries journaled as one ranged `delivered` event (issue 35):
+held until that cursor's commit, written ahead of it, and read back record by record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from runtime.host.journal import (
+    RANGE_MAX_AGE_MS,
+    RANGE_MAX_RECORDS,
+    Delivery,
+    DeliveryRanges,
+    Event,
+    Journal,
+    closed_segments,
+    expand,
+)
+from runtime.kernel.clock import FakeClock
+
+T0 = 1_700_000_000_000
+URL = "http://127.0.0.1:9/hook"
+SHIFT = FakeClock().wall_ms() - FakeClock().monotonic_ms()
+decoder = msgspec.json.Decoder(Event)
+
+
+def delivered(offset: int, *, sub: str = "s_g", partition: int = 0, status: int = 200,
+              after_ms: int = 0) -> Delivery:
+    """As the egress emits a plain first-attempt delivery (`fetched_ms` monotonic)."""
+    return Delivery(sub, URL, "t", partition, offset, status, T0 + after_ms,
+                    1250 + 10 * offset, T0 - 500 + offset, T0 - 40 - SHIFT)
+
+
+def retried(offset: int) -> Event:
+    return Event(type="delivered", ts_ms=T0, subscription="s_g", endpoint=URL, topic="t",
+                 partition=0, offset=offset, attempt=2, status=200, latency_ms=1.0)
+
+
+def committed(offset: int, *, sub: str = "s_g", partition: int = 0) -> Event:
+    return Event(type="committed", ts_ms=T0 + 100, subscription=sub, topic="t",
+                 partition=partition, offset=offset)
+
+
+def lines(directory: Path) -> list[Event]:
+    return [decoder.decode(line) for path in closed_segments(directory)
+            for line in path.read_bytes().splitlines()]
+
+
+async def test_deliveries_are_held_until_their_cursor_commits_then_written_ahead_of_it(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.start()
+    for offset in (2, 0, 1, 5, 3):  # answers come back out of order
+        journal.emit(delivered(offset, after_ms=offset))
+    journal.emit(delivered(0, sub="other_g"))  # another cursor: still held
+    journal.emit(committed(6))
+    assert journal.buffered == 2
+    await journal.stop()
+
+    ranged, commit, other = lines(tmp_path)
+    assert (commit.type, other.subscription) == ("committed", "other_g")
+    assert (ranged.offset, ranged.count, ranged.offsets) == (0, 5, "0-3,5")
+    assert ranged.latency_ms is None and ranged.fetched_ts_deltas_ms is None  # one fetch
+    assert (ranged.ts_deltas_ms, ranged.fetched_ts_ms) == ([0, 1, 2, 3, 5], T0 - 40)
+    assert ranged.latencies_us == [1250, 1260, 1270, 1280, 1300]
+
+
+async def test_a_ranged_delivery_expands_to_the_per_record_events_it_stands_for(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.start()
+    events = [delivered(offset, after_ms=7 * offset) for offset in (10, 11, 11, 14)]
+    for event in events:  # 11 twice: a redelivery stays a duplicate
+        journal.emit(event)
+    await journal.stop()
+
+    (ranged,) = lines(tmp_path)
+    assert ranged.offsets == "10-11,11,14"
+    assert expand(ranged) == [event.event(SHIFT) for event in events]
+
+
+async def test_events_other_than_a_delivery_are_written_as_they_came(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.start()
+    kept = [retried(1), Event(type="delivered", ts_ms=T0, subscription="s_g", topic="t",
+                              partition=0, offset=2, attempt=1, reason="skipped: dup"),
+            Event(type="failed", ts_ms=T0, subscription="s_g", topic="t", partition=0,
+                  offset=3, attempt=1, status=500, latency_ms=2.0, fetched_ts_ms=T0 - 40)]
+    for event in kept:
+        journal.emit(event)
+    assert journal.buffered == 3
+    await journal.stop()
+
+    assert lines(tmp_path) == kept
+
+
+async def test_held_deliveries_go_out_when_many_old_or_at_stop(tmp_path: Path) -> None:
+    clock = FakeClock()
+    journal = Journal(tmp_path, clock=clock)
+    await journal.start()
+    for offset in range(RANGE_MAX_RECORDS):
+        journal.emit(delivered(offset))
+    assert journal.buffered == 1  # the cursor's thousand, as one event
+
+    journal.emit(delivered(0, partition=1))
+    for _ in range(RANGE_MAX_AGE_MS // journal.flush_interval_ms - 1):
+        await journal.flush()
+    assert journal.written == 1
+    await journal.flush()
+    assert journal.written == 2  # held for RANGE_MAX_AGE_MS worth of flushes: out
+
+    journal.emit(delivered(0, partition=2))
+    await journal.stop()
+    assert journal.written == 3
+    assert sorted(e.partition or 0 for e in lines(tmp_path)) == [0, 1, 2]
+
+
+def test_the_book_keeps_cursors_and_statuses_apart_and_releases_the_oldest_first() -> None:
+    ranges = DeliveryRanges()
+    assert ranges.add(delivered(0, partition=0)) is None
+    assert ranges.release_older(ticks=2, shift_ms=SHIFT) == []  # one tick old
+    assert ranges.add(delivered(0, partition=1)) is None
+    assert ranges.add(delivered(1, partition=1, status=204)) is None
+    assert len(ranges) == 3
+
+    assert [e.partition for e in ranges.release_older(ticks=2, shift_ms=SHIFT)] == [0]
+    assert ranges.release(("s_g", "t", 0), SHIFT) == []
+    assert [e.status for e in ranges.release_all(SHIFT)] == [200, 204]
+    assert len(ranges) == 0
+
+
+def test_a_delivered_listener_hears_the_event_a_delivery_stands_for(tmp_path: Path) -> None:
+    from runtime.host.app import Runtime
+    from runtime.host.config import parse_config
+
+    runtime = Runtime(parse_config({
+        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
+        "journal": {"dir": str(tmp_path / "journal"), "enabled": False},
+    }), clock=FakeClock())
+    heard: list[Event] = []
+    runtime.listen("delivered", heard.append)
+
+    runtime._emit(delivered(4))  # what the actors' emit sink is
+
+    assert heard == [delivered(4).event(SHIFT)]
