@@ -46,7 +46,7 @@ NO_MEMBER = ""
 KEEP_FOREVER = -1  # retention_time: the broker's default
 _STALE_COORDINATOR = frozenset({14, 15, 16})  # loading, not available, not coordinator
 _UNKNOWN_PARTITION = 3
-WAVE = 128
+WAVE = 512
 """Requests of a commit round or an offset read sent at once (`in_waves`)."""
 T = TypeVar("T")
 

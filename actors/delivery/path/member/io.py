@@ -37,6 +37,8 @@ from runtime.kernel import Actor, ChildSpec, Clock, Ref, Supervisor, within
 log = logging.getLogger(__name__)
 READ_TIMEOUT_MS = 10_000
 """How long a read of positions or topics may take before it counts as failed."""
+PART_GROUPS = 512
+"""Groups whose positions one part of a read asks for (`read_positions`)."""
 FAILURES = (Exception,)
 """What a cut, a closed transport or a broker error raise here: never `CancelledError`."""
 
@@ -56,16 +58,32 @@ async def read_positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets,
                          known_ends: dict[TopicPartition, int], clock: Clock,
                          member: Ref) -> None:
     """The committed offsets of the seats' groups (one request per group) and the bounds
-    of their partitions' logs."""
-    try:
-        found, bounds = await within(
-            clock, _positions(kafka, offsets, list(asked), groups, known_ends),
-            READ_TIMEOUT_MS)
-        read = PositionsRead(asked, {s: o for s, (o, _m) in found.items()},
-                             {s: m for s, (_o, m) in found.items()}, bounds)
-    except FAILURES as exc:
-        read = PositionsRead(asked, failed=repr(exc))
-    member.tell_system(read)
+    of their partitions' logs, told a part at a time (`PART_GROUPS` groups, each part
+    with its own deadline): 10,000 groups read as one, in waves, ran past the deadline
+    and were read again and again; in parts the first cursors start at once."""
+    parts = _parts(asked, groups)
+    for n, part in enumerate(parts):
+        last = n == len(parts) - 1
+        try:
+            found, bounds = await within(
+                clock, _positions(kafka, offsets, list(part), groups, known_ends),
+                READ_TIMEOUT_MS)
+            read = PositionsRead(part, {s: o for s, (o, _m) in found.items()},
+                                 {s: m for s, (_o, m) in found.items()}, bounds, last=last)
+        except FAILURES as exc:
+            read = PositionsRead(part, failed=repr(exc), last=last)
+        member.tell_system(read)
+
+
+def _parts(asked: dict[Seat, int], groups: dict[Seat, str]) -> list[dict[Seat, int]]:
+    """`asked` in parts of at most `PART_GROUPS` groups (a group's seats stay together)."""
+    by_group: dict[str, dict[Seat, int]] = defaultdict(dict)
+    for seat, epoch in asked.items():
+        by_group[groups[seat]][seat] = epoch
+    chunks = list(by_group.values())
+    parts = [{s: e for chunk in chunks[first:first + PART_GROUPS] for s, e in chunk.items()}
+             for first in range(0, len(chunks), PART_GROUPS)]
+    return parts or [{}]
 
 
 async def _positions(kafka: AIOKafkaConsumer, offsets: GroupOffsets, seats: list[Seat],

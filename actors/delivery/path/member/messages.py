@@ -104,6 +104,8 @@ class PositionsRead:
     """Who wrote each committed offset (its metadata)."""
     bounds: dict[TopicPartition, Bounds] = field(default_factory=dict)
     failed: str | None = None
+    last: bool = True
+    """The last part of the read (`io.read_positions` tells a read in parts)."""
 
 
 @dataclass(slots=True)

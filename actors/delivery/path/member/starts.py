@@ -72,7 +72,7 @@ class Starts:
 
     def positions(self, read: PositionsRead) -> None:
         member = self.member
-        self._reading = False
+        self._reading = not read.last
         current = {s: e for s, e in read.asked.items()
                    if member.seats.current(s, e) and s[0] in member.roster.riders}
         held = {s: e for s, e in current.items() if s[1] in self.rebalance.suspended}
