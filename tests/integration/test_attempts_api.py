@@ -167,8 +167,42 @@ async def test_a_record_the_receiver_skipped_is_skipped_and_one_the_filter_left_
             await wait_committed(kafka_bootstrap, "g-att", topic, {0: 4})
             assert (await states(Admin(runtime)))[:2] == ["skipped", "delivered"]  # memory
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:  # the journal
-            assert await states(Admin(runtime)) == [
-                "skipped", "delivered", "filtered", "filtered"]
+            admin = Admin(runtime)
+            assert await states(admin) == ["skipped", "delivered", "filtered", "filtered"]
+            # offset 1 went at its first attempt: journaled in a cursor's ranged event
+            _, reply, _ = await attempts(admin, f"topic={topic}&partition=0&offset=1")
+            tried = reply["data"]["attempts"]
+            assert [(a["attempt"], a["status"]) for a in tried] == [(1, 200)]
+            wid = reply["data"]["record"]["webhookId"]
+            _, by_id, _ = await attempts(admin, f"webhookId={wid}")
+            assert by_id["data"]["record"]["offset"] == 1
+    finally:
+        await receiver.stop()
+
+
+async def test_first_attempt_deliveries_journaled_as_ranges_are_found_after_a_restart(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """Issue 35: a cursor journals its first-attempt deliveries as one ranged event; the
+    attempts API reads each record out of it when memory is empty."""
+    topic = await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, topic, 6)
+    receiver = await Receiver().start()
+    sub = subscription("att", [{"name": topic}], receiver.url, fast_group=fast_group_kwargs)
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await Admin(runtime).subscribe(sub)
+            await receiver.wait_for(lambda: len(receiver.ok) == 6)
+            await wait_committed(kafka_bootstrap, "g-att", topic, {0: 6})
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:  # memory is empty
+            admin = Admin(runtime)
+            for offset in (0, 3, 5):
+                _, reply, _ = await attempts(admin, f"topic={topic}&partition=0&offset={offset}")
+                found = reply["data"]
+                assert found["state"] == "delivered", found
+                assert [(a["attempt"], a["status"]) for a in found["attempts"]] == [(1, 200)]
+                _, by_id, _ = await attempts(admin, f"webhookId={found['record']['webhookId']}")
+                assert by_id["data"]["record"]["offset"] == offset
     finally:
         await receiver.stop()
 
