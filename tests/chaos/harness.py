@@ -391,6 +391,21 @@ class ChaosRun:
                 return False
         return True
 
+    def _owed(self) -> dict[str, dict[int, str]]:
+        """Per subscription and partition: how many records are owed, from which offset,
+        and the group's last commit seen (what a failing drain prints)."""
+        owed: dict[str, dict[int, str]] = {}
+        for sub in self.subs:
+            dead = {k for s, k in self.dead_seen if s == sub.key}
+            for topic, partition, offset in sorted(
+                    self._expected(sub) - set(sub.receiver.ok) - dead):
+                row = owed.setdefault(sub.key, {})
+                count, first = (int(row[partition].split()[0]), row[partition].split()[2]) \
+                    if partition in row else (0, str(offset))
+                committed = self.commits.get((sub.key, topic, partition), 0)
+                row[partition] = f"{count + 1} from {first} (committed {committed})"
+        return owed
+
     def _ends(self) -> dict[tuple[str, str, int], int]:
         ends: dict[tuple[str, int], int] = {}
         for topic, partition, offset in self.records:
@@ -411,8 +426,11 @@ class ChaosRun:
                     await admin.subscribe(sub.document())
                 await asyncio.gather(self._produce(), self._inject(runtime, admin))
                 self.log(f"chaos seed {self.seed}: load and faults over, draining")
-                await until(self._settled, timeout_s=self.shape.drain_s,
-                            what=f"every record delivered or dead-lettered (seed {self.seed})")
+                try:
+                    await until(self._settled, timeout_s=self.shape.drain_s,
+                                what=f"every record delivered or dead-lettered (seed {self.seed})")
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}; owed: {self._owed()}") from None
                 with contextlib.suppress(AssertionError):  # judged below, with the rest
                     await until(self._committed_to_end, timeout_s=self.shape.drain_s,
                                 what="every group committed to the end")

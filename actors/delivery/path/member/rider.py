@@ -6,6 +6,7 @@ its cursors first), and relays the member's status for its subscription."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from actors.delivery.path.member.messages import Join, Leave
 from actors.delivery.path.roster import Rider
@@ -30,8 +31,13 @@ class RiderActor(Actor):
 
     async def on_start(self) -> None:
         # told, not asked: the member may be busy with a rebalance (its Assign starts
-        # thousands of cursors); the join is in its mailbox before any later Leave
-        await self.member.tell(Join(self.rider))
+        # thousands of cursors); the join is in its mailbox before any later Leave. A
+        # member that is being built again (its supervisor restarted it, or was itself
+        # restarted) is not there to tell: it starts with the riders the control plane
+        # records, this one among them (failing here made the tree's restarts run out
+        # while the member was away: chaos seed 1560064320)
+        with contextlib.suppress(ActorDeadError):
+            await self.member.tell(Join(self.rider))
 
     async def on_stop(self) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
