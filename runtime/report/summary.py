@@ -258,8 +258,9 @@ def _skipped_lines(s: Mapping[str, Any]) -> list[str]:
         named = "; ".join(f"{Path(seg['path']).name}, {_size(seg['bytes'])}"
                           for seg in live[:NAMES_SHOWN])
         more = f"; {len(live) - NAMES_SHOWN} more" if len(live) > NAMES_SHOWN else ""
+        closes = "it closes" if len(live) == 1 else "they close"
         lines.append(f"skipped: {_plural(len(live), 'segment')} being written ({named}{more});"
-                     " run again after it closes, or use --follow")
+                     f" run again after {closes}, or use --follow")
     if s.get("malformed_lines"):
         lines.append(f"skipped: {_plural(s['malformed_lines'], 'unreadable line')} (torn, "
                      "not JSON, or without type or ts_ms)")
