@@ -124,6 +124,8 @@ class Failure:
     retried nor finished (it is delivered again after the operator resumes)."""
     local: bool = False
     """Not sent: the origin's circuit breaker was open. Counts as an attempt."""
+    response: str | None = None
+    """The start of the answer's body, secrets redacted: journaled with a dead letter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +173,8 @@ class DeadLettered:
     record: Record
     epoch: int
     reason: str = ""
+    status: int | None = None  # the last attempt's, journaled with the dead letter
+    response: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

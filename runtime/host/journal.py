@@ -154,6 +154,12 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
       and subscription, not one per record).
+    - `status` and `response` on `dead_lettered` (issue 36, optional: older journals
+      have neither, and `status` only when no dead-letter topic was configured): the last
+      attempt's HTTP status and the first 256 bytes of its answer body as text
+      (`JOURNAL_RESPONSE_BYTES`, actors/delivery/egress/attempts.py), the subscription's
+      own secrets already replaced by `***` (actors/delivery/egress/redaction.py), so the
+      report can say what the receiver said.
 
     Frozen and not tracked by the GC: an emitted event is shared with the writer thread.
     """
@@ -181,6 +187,7 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     ts_deltas_ms: list[int] | None = None
     record_ts_deltas_ms: list[int] | None = None
     fetched_ts_deltas_ms: list[int] | None = None
+    response: str | None = None
 
 
 PER_RECORD_FIELDS: Final = (

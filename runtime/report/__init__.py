@@ -140,6 +140,10 @@ def main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from runtime.report.summary import console_lines
+
     print(f"delivered {result['delivered']:,}, lost {result['lost']:,}, duplicates "
           f"{result['duplicates']:,}, dead-lettered {result['dead_lettered']:,}")
+    for line in console_lines(result, str(args.out)):
+        print(line)
     return 0

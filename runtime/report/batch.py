@@ -157,7 +157,8 @@ def run_report(
     drawn = output.write_charts(out_dir, report, chart_note)
     result = output.summary_of(
         report, journal=files.label, segments=files.counts(), bucket_ms=agg.bucket_ms,
-        outputs={"tables": [t.name for t in report.tables], "charts": drawn})
+        outputs={"tables": [t.name for t in report.tables], "charts": drawn},
+        skipped_segments=files.skipped())
     output.write_summary(out_dir, result)
     steps.done(f"charts and summary ... {out_dir / 'summary.md'}")
     return result

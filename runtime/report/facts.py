@@ -57,6 +57,17 @@ def _is(*types: str) -> Column:
     return F.col("type").isin(*types)
 
 
+def detail_reason() -> Column:
+    """A `dead_lettered` event's reason with its `status` and `response` (issue 36), as
+    JSON (`tables.dead_letter_detail` reads it back); the plain reason when it has neither
+    (journals before issue 36). One string, so the facts' key (`KEY`, kept by the follow
+    job's checkpoints) keeps its shape."""
+    c = F.col
+    packed = F.to_json(F.struct(c("reason"), c("status"), c("response")))
+    return F.when(_is("dead_lettered") & (c("status").isNotNull() | c("response").isNotNull()),
+                  packed).otherwise(c("reason"))
+
+
 def _count_if(condition: Column) -> Column:
     return F.count(F.when(condition, 1))
 
@@ -138,7 +149,8 @@ def tick_facts(raw: DataFrame) -> DataFrame:
         F.when(valid, c("endpoint")).alias("endpoint"),
         F.when(valid, F.floor(c("ts_ms") / TICK_MS) * TICK_MS).alias("second"),
         F.when(valid, c("topic")).alias("topic"),
-        *(F.when(rare, c(name)).alias(name) for name in ("partition", "actor", "reason")),
+        *(F.when(rare, c(name)).alias(name) for name in ("partition", "actor")),
+        F.when(rare, detail_reason()).alias("reason"),
         F.when(detailed, c("offset")).alias("record_offset"),
         F.when(detailed, c("attempt")).alias("attempt"),
         instance.alias("instance"),
@@ -411,7 +423,7 @@ def _key_rows() -> list[Column]:
         F.when(_is("committed") & c("offset").isNotNull(), _row(
             "commit", s1=c("subscription"), s2=c("topic"), n1=c("partition"))),
         *(F.when(_is(type_) & c("offset").isNotNull(), _row(
-            kind, s1=c("subscription"), s2=c("topic"), s3=c("reason"), n1=c("partition"),
+            kind, s1=c("subscription"), s2=c("topic"), s3=detail_reason(), n1=c("partition"),
             n2=c("offset"), v=c("attempt")))
           for type_, kind in (("dead_lettered", "dead_letter"), ("replayed", "replay"))),
         F.when(_is("filtered") & c("offsets").isNotNull() & c("subscription").isNotNull()

@@ -110,7 +110,11 @@ class _Output:
     def _csv(self, name: str, df: DataFrame) -> None:
         staging = self.dir / "csv" / f".{name}.staging"
         flat = _csv_ready(df)
-        flat.coalesce(1).write.mode("overwrite").option("header", True).csv(str(staging))
+        # RFC 4180 quoting, as the fast path's csv module writes it: Spark's default
+        # escapes a quote with a backslash, which CSV readers take apart (answer snippets
+        # are often JSON, issue 36)
+        flat.coalesce(1).write.mode("overwrite").option("header", True) \
+            .option("escape", '"').csv(str(staging))
         target = self.dir / "csv" / f"{name}.csv"
         parts = sorted(staging.glob("part-*.csv"))
         if parts:
@@ -183,7 +187,8 @@ def run_report(
     result = summary.build_summary(
         journal=files.label, segments=files.counts(), events=stats["events"],
         malformed_lines=malformed, time_range=(stats["first"], stats["last"]),
-        outputs={"tables": out.tables, "charts": out.charts}, **facts,
+        outputs={"tables": out.tables, "charts": out.charts},
+        skipped_segments=files.skipped(), **facts,
     )
     (out_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     (out_dir / "summary.md").write_text(summary.render_markdown(result))

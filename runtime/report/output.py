@@ -94,7 +94,8 @@ def write_charts(out_dir: Path, report: Report, note: str) -> list[str]:
 
 
 def summary_of(report: Report, *, journal: str, segments: Mapping[str, int], bucket_ms: int,
-               outputs: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+               outputs: Mapping[str, Sequence[str]],
+               skipped_segments: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """summary.json's content (runtime/report/summary.py), plus `report.extra`."""
     result = summary.build_summary(
         journal=journal, segments=segments, events=report.events,
@@ -103,6 +104,7 @@ def summary_of(report: Report, *, journal: str, segments: Mapping[str, int], buc
         subscriptions=report.subscriptions, audit_rows=report.audit_rows, outputs=outputs,
         dead_letters=report.table("dead_letters").rows, replays=report.table("replays").rows,
         instances=report.table("instances").rows, gap=report.gap,
+        skipped_segments=skipped_segments,
     )
     return result | report.extra
 

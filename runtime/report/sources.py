@@ -25,6 +25,7 @@ import glob
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runtime.errors import UsageError
 from runtime.host.journal import closed_segments, is_held_by_writer, open_segments
@@ -51,9 +52,20 @@ class JournalFiles:
     def paths(self) -> list[Path]:
         return self.closed + self.recovered_tails
 
+    def skipped(self) -> list[dict[str, Any]]:
+        """The segments a live writer held: `path` and `bytes` (None if it closed since)."""
+        return [{"path": str(path), "bytes": _size(path)} for path in self.skipped_live]
+
     def counts(self) -> dict[str, int]:
         return {"closed": len(self.closed), "recovered_tails": len(self.recovered_tails),
                 "skipped_live": len(self.skipped_live)}
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:  # renamed when its writer closed it meanwhile
+        return None
 
 
 GLOB_CHARACTERS = frozenset("*?[")

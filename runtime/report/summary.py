@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 AUDIT_OFFSETS_SHOWN = 100  # per partition and problem in summary.json; tables list all
 MARKDOWN_OFFSETS_SHOWN = 20
 DEAD_LETTERS_SHOWN = 100  # in summary.json; the dead_letters table lists all
 MARKDOWN_DEAD_LETTERS_SHOWN = 20
+CONSOLE_DEAD_LETTERS_SHOWN = 10
+SNIPPET_CHARS = 120  # of an answer, in summary.md and on stdout; the tables keep it whole
+NAMES_SHOWN = 3  # skipped segments named on stdout
 
 
 def _iso(ms: int | None) -> str:
@@ -44,10 +48,12 @@ def build_summary(
     replays: Sequence[Mapping[str, Any]] = (),
     instances: Sequence[Mapping[str, Any]] = (),
     gap: Mapping[str, int] | None = None,
+    skipped_segments: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Assemble summary.json. `event_counts` maps type -> (events, sum of `count`);
     `dead_letters` and `replays` are the rows of those tables (runtime/report/tables.py);
-    `gap` the journal's gaps (runtime/report/gaps.py: `dropped`, `from_ms`, `to_ms`)."""
+    `gap` the journal's gaps (runtime/report/gaps.py: `dropped`, `from_ms`, `to_ms`);
+    `skipped_segments` the segments a live writer held (`path`, `bytes`)."""
     first, last = time_range
     problems = [_audit_entry(row) for row in audit_rows
                 if row["lost"] or row["duplicates"] or row.get("unknown")]
@@ -57,6 +63,7 @@ def build_summary(
         "segments": dict(segments),
         "events": events,
         "malformed_lines": malformed_lines,
+        "skipped_segments": [dict(row) for row in skipped_segments],
         "first_event": _iso(first),
         "last_event": _iso(last),
         "span_s": (last - first) / 1000 if first is not None and last is not None else 0.0,
@@ -214,17 +221,78 @@ def _dead_letters_section(s: Mapping[str, Any]) -> str:
     rows = s.get("dead_letters", [])
     if not rows:
         return ""
-    columns = ["subscription", "topic-partition", "offset", "reason", "attempts",
-               "replayed"]
+    columns = ["subscription", "topic-partition", "offset", "reason", "status",
+               "receiver's answer", "attempts", "replayed"]
     body = [
         f"| {r['subscription']} | {r['topic']}-{r['partition']} | {r['offset']} | "
-        f"{_cell(r['reason'])} | {_fmt(r['attempts'])} | {_fmt(r['replayed'])} |"
+        f"{_cell(r['reason'])} | {_fmt(r.get('status'))} | "
+        f"{_cell(short_snippet(r.get('response')))} | {_fmt(r['attempts'])} | "
+        f"{_fmt(r['replayed'])} |"
         for r in rows[:MARKDOWN_DEAD_LETTERS_SHOWN]
     ]
     more = s["dead_lettered"] - len(body)
-    note = (f"{more:,} more: " if more > 0 else "") + "table `dead_letters` lists them all; " \
-        "`replayed` counts deliveries by a replay since (`POST .../replay`)."
-    return "## Dead letters\n\n" + _table(columns, "l l r l r r", body) + "\n\n" + note
+    note = (f"{more:,} more: " if more > 0 else "") + "table `dead_letters` lists them all " \
+        "(with the whole answer snippet); `replayed` counts deliveries by a replay since " \
+        "(`POST .../replay`)."
+    return "## Dead letters\n\n" + _table(columns, "l l r l r l r r", body) + "\n\n" + note
+
+
+def short_snippet(text: str | None) -> str | None:
+    """An answer snippet on one line, cut at SNIPPET_CHARS."""
+    if text is None:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= SNIPPET_CHARS else line[:SNIPPET_CHARS - 3] + "..."
+
+
+def console_lines(s: Mapping[str, Any], out_dir: str) -> list[str]:
+    """What `hookstream report` prints after its totals: what it skipped (nothing when
+    nothing was), then the first dead letters with the receiver's answer."""
+    return _skipped_lines(s) + _dead_letter_lines(s, out_dir)
+
+
+def _skipped_lines(s: Mapping[str, Any]) -> list[str]:
+    lines = []
+    live = s.get("skipped_segments") or []
+    if live:
+        named = "; ".join(f"{Path(seg['path']).name}, {_size(seg['bytes'])}"
+                          for seg in live[:NAMES_SHOWN])
+        more = f"; {len(live) - NAMES_SHOWN} more" if len(live) > NAMES_SHOWN else ""
+        closes = "it closes" if len(live) == 1 else "they close"
+        lines.append(f"skipped: {_plural(len(live), 'segment')} being written ({named}{more});"
+                     f" run again after {closes}, or use --follow")
+    if s.get("malformed_lines"):
+        lines.append(f"skipped: {_plural(s['malformed_lines'], 'unreadable line')} (torn, "
+                     "not JSON, or without type or ts_ms)")
+    return lines
+
+
+def _dead_letter_lines(s: Mapping[str, Any], out_dir: str) -> list[str]:
+    rows = s.get("dead_letters") or []
+    if not rows:
+        return []
+    shown = rows[:CONSOLE_DEAD_LETTERS_SHOWN]
+    lines = [f"dead letters ({len(shown)} of {s['dead_lettered']:,}; all in "
+             f"{Path(out_dir) / 'csv' / 'dead_letters.csv'}):"]
+    for r in shown:
+        status = f"HTTP {r['status']}" if r.get("status") is not None else "status -"
+        answer = short_snippet(r.get("response"))
+        lines.append(f"  {r['subscription']} {r['topic']}/{r['partition']}/{r['offset']}: "
+                     f"{r['reason'] or '-'}; last {status}; answer: "
+                     f"{'-' if answer is None else repr(answer)}")
+    return lines
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "size unknown"
+    if size < 1_000_000:
+        return f"{size / 1000:.1f} kB"
+    return f"{size / 1_000_000:.1f} MB"
 
 
 def _replays_section(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -118,7 +118,8 @@ class SyntheticJournal:
             sent, attempt = max(sent + 200, retry_ms), 2
         if doomed:
             yield self._event("dead_lettered", sent, rec, endpoint=endpoint, attempt=2,
-                              reason="retries exhausted")
+                              reason="retries exhausted", status=500,
+                              response='{"error": "ledger locked"}')
             return
         yield self._event("sent", sent, rec, endpoint=endpoint, attempt=attempt,
                           fetched_ts_ms=t)

@@ -14,6 +14,7 @@ to Parquet. Sorting follows Spark's: ascending with nulls first, descending with
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -313,8 +314,9 @@ def audit_offsets(groups: Sequence[Row], commits: Mapping[PartitionKey, int]) ->
 
 DEAD_LETTERS = (
     ("subscription", "string"), ("topic", "string"), ("partition", "long"),
-    ("offset", "long"), ("reason", "string"), ("attempts", "long"),
-    ("dead_lettered", "long"), ("last_ms", "long"), ("replayed", "long"),
+    ("offset", "long"), ("reason", "string"), ("status", "long"), ("response", "string"),
+    ("attempts", "long"), ("dead_lettered", "long"), ("last_ms", "long"),
+    ("replayed", "long"),
 )
 REPLAYS = (
     ("replay_id", "string"), ("subscription", "string"), ("records", "long"),
@@ -337,9 +339,31 @@ def _record_key(fact: Row) -> RecordKey:
     return (fact["s1"], fact["s2"], fact["n1"], fact["n2"])
 
 
+Detail = tuple[str | None, int | None, str | None]  # reason, status, response
+
+
+def dead_letter_detail(packed: str | None) -> Detail:
+    """A dead letter fact's reason, status and response (`facts.detail_reason` packs them
+    as JSON; a plain reason has neither: journals before issue 36)."""
+    if packed is None or not packed.startswith("{"):
+        return packed, None, None
+    try:
+        detail = json.loads(packed)
+    except ValueError:
+        return packed, None, None
+    return detail.get("reason"), detail.get("status"), detail.get("response")
+
+
+def _latest(detail: Detail) -> tuple[tuple[bool, Any], ...]:
+    """The reference's tie-break among dead letters of one millisecond: `max` of the
+    struct (reason, status, response), nulls first."""
+    return tuple(_asc(value) for value in detail)
+
+
 def dead_letters(small: Sequence[Row]) -> Table:
-    """One row per dead-lettered record: the last reason, the most attempts, how often it
-    was dead-lettered and how often a replay delivered it since."""
+    """One row per dead-lettered record: the last reason, HTTP status and answer snippet,
+    the most attempts, how often it was dead-lettered and how often a replay delivered
+    it since."""
     replayed: dict[RecordKey, int] = defaultdict(int)
     for fact in _of_kind(small, "replay"):
         if replay_delivered(fact["s3"]):
@@ -349,12 +373,14 @@ def dead_letters(small: Sequence[Row]) -> Table:
         key = _record_key(fact)
         row = rows.setdefault(key, {
             "subscription": key[0], "topic": key[1], "partition": key[2], "offset": key[3],
-            "reason": None, "attempts": None, "dead_lettered": 0, "last_ms": None,
-            "replayed": replayed.get(key, 0)})
+            "reason": None, "status": None, "response": None, "attempts": None,
+            "dead_lettered": 0, "last_ms": None, "replayed": replayed.get(key, 0)})
         row["dead_lettered"] += fact["n"]
-        if row["last_ms"] is None or _asc_pair((fact["last_ms"], fact["s3"])) > _asc_pair(
-                (row["last_ms"], row["reason"])):
-            row["last_ms"], row["reason"] = fact["last_ms"], fact["s3"]
+        detail = dead_letter_detail(fact["s3"])
+        if row["last_ms"] is None or (fact["last_ms"], _latest(detail)) > (
+                row["last_ms"], _latest((row["reason"], row["status"], row["response"]))):
+            row["last_ms"] = fact["last_ms"]
+            row["reason"], row["status"], row["response"] = detail
         if fact["v"] is not None:
             row["attempts"] = max(int(fact["v"]), row["attempts"] or 0)
     ordered = _sorted(rows.values(), lambda r: tuple(

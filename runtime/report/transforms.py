@@ -372,12 +372,13 @@ def audit_offsets(records: DataFrame, commits: DataFrame) -> DataFrame:
 
 
 def dead_letters(events: DataFrame) -> DataFrame:
-    """One row per dead-lettered record: the reason of its last dead letter, its most
+    """One row per dead-lettered record: the reason, HTTP status and answer snippet
+    (`response`) of its last dead letter, its most
     attempts, how often it was dead-lettered, and how often a replay delivered it since
     (`replayed` events whose reason ends "delivered again", actors/delivery/path/replay.py)."""
     dead = events.filter(_is("dead_lettered") & F.col("offset").isNotNull())
     per_record = dead.groupBy(*RECORD_KEY).agg(
-        F.max(F.struct("ts_ms", "reason")).alias("_last"),
+        F.max(F.struct("ts_ms", "reason", "status", "response")).alias("_last"),
         F.max("attempt").alias("attempts"),
         F.count(F.lit(1)).alias("dead_lettered"),
     )
@@ -385,7 +386,9 @@ def dead_letters(events: DataFrame) -> DataFrame:
                           & _replay_delivered()).groupBy(*RECORD_KEY).agg(
         F.count(F.lit(1)).alias("_replayed"))
     return per_record.join(again, RECORD_KEY, "left").select(
-        *RECORD_KEY, F.col("_last.reason").alias("reason"), "attempts", "dead_lettered",
+        *RECORD_KEY, F.col("_last.reason").alias("reason"),
+        F.col("_last.status").alias("status"), F.col("_last.response").alias("response"),
+        "attempts", "dead_lettered",
         F.col("_last.ts_ms").alias("last_ms"),
         F.coalesce(F.col("_replayed"), F.lit(0)).cast("long").alias("replayed"),
     ).orderBy(*RECORD_KEY)

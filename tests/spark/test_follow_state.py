@@ -190,8 +190,8 @@ def test_dead_letters_and_replays_survive_the_stored_state_and_reach_their_table
     report = tables.build(FollowState.decode(state.encode()).aggregates(0, 1_000))
     assert report.table("dead_letters").rows == [{
         "subscription": SUB, "topic": TOPIC, "partition": 0, "offset": 7,
-        "reason": "gave up after 3 attempts: 500", "attempts": 3, "dead_lettered": 1,
-        "last_ms": 2_000, "replayed": 1}]
+        "reason": "gave up after 3 attempts: 500", "status": None, "response": None,
+        "attempts": 3, "dead_lettered": 1, "last_ms": 2_000, "replayed": 1}]
     assert report.table("replays").rows == [{
         "replay_id": "r-1", "subscription": SUB, "records": 1, "delivered": 1, "failed": 0,
         "first_ms": 9_000, "last_ms": 9_000}]

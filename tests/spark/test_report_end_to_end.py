@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import fcntl
 import json
 import random
 import shutil
@@ -45,6 +46,10 @@ pytestmark = SPARK
 RECORDS, PARTITIONS, INSTANCES = 450, 3, "abc"  # 150 records and 3 poisoned per partition
 TREE = "rep_g-rep"
 REPORT_TIMEOUT_S = 300
+# sent with every push; the receiver reflects it in its error answers, which the journal
+# keeps (the start of) with each dead letter: it must show as *** there (issue 36)
+API_KEY = "e2e-key-5f3c9a"
+JOURNAL_RESPONSE_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,31 @@ class RealRun:
         assert summary["duplicates"] == sum(self.ok.values()) - len(self.ok)
         assert summary["lost"] == 0
         assert summary["dead_lettered"] == self.dead_lettered
+
+    def check_dead_letters(self, out: Path, stdout: str) -> None:
+        """Each dead letter's row carries the receiver's last answer (its start, the key
+        it reflected redacted), and stdout lists them; nothing was skipped."""
+        rows = list(csv.DictReader((out / "csv" / "dead_letters.csv").open()))
+        assert len(rows) == self.dead_lettered
+        for row in rows:
+            assert row["status"] == "500"
+            assert row["response"].startswith('{"error": "ledger locked", "echo": "***"')
+            assert len(row["response"].encode()) == JOURNAL_RESPONSE_BYTES  # cut there
+        assert API_KEY not in (out / "csv" / "dead_letters.csv").read_text()
+        assert API_KEY not in (out / "summary.json").read_text() + stdout
+        assert f"dead letters (9 of {self.dead_lettered}; all in " in stdout
+        listed = [line for line in stdout.splitlines() if "; last HTTP 500; answer: " in line]
+        assert len(listed) == 9 and all('ledger locked", "echo": "***"' in line
+                                        for line in listed)
+        assert "skipped:" not in stdout  # every segment was closed, every line readable
+
+
+def answer(push: Push, status: int) -> bytes:
+    """An error answer that reflects the request's key and runs past what the journal keeps."""
+    if status < 300:
+        return b"ok"
+    return json.dumps({"error": "ledger locked", "echo": push.headers.get("X-Api-Key"),
+                       "detail": "x" * 400}).encode()
 
 
 def poisoned(push: Push) -> bool:
@@ -105,10 +135,11 @@ async def _deliver(bootstrap: str, fast_group: dict[str, int], base: Path) -> Re
             return 500
         return 200
 
-    receiver = await Receiver(flaky).start()
+    receiver = await Receiver(flaky, answer_body=answer).start()
     body = subscription("rep", [{"name": topic, "config": {"concurrencyFactor": 8}}],
                         receiver.url, fast_group=fast_group, retryBeforeCommit=2,
-                        deadLetterTopic=dlt, delayOnErrorMs=5)
+                        deadLetterTopic=dlt, delayOnErrorMs=5,
+                        additionalHeaders={"X-Api-Key": API_KEY})
     # three instances of one deployment: one instance group (their folders differ, so
     # the default would make them three deployments, each reading everything)
     shared = {"instance_group": f"e2e-{uuid.uuid4().hex[:8]}"}
@@ -170,13 +201,14 @@ def test_the_standalone_cluster_report_of_three_instances_matches_the_receiver(
     assert done.returncode == 0, done.stderr[-4000:]
     assert f"starting Spark ({spark_cluster.master_url})" in done.stdout
     real_run.check(json.loads((out / "summary.json").read_text()))
+    real_run.check_dead_letters(out, done.stdout)
     with urllib.request.urlopen(f"{spark_cluster.web_url}/json/", timeout=5) as reply:
         apps = json.load(reply)["completedapps"]
     assert [app["name"] for app in apps] == ["hookstream-report"]  # it ran on the cluster
 
 
 def test_the_local_report_of_three_instances_matches_the_receiver(
-    spark: Any, real_run: RealRun, tmp_path: Path
+    spark: Any, real_run: RealRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from runtime.report import main
 
@@ -186,6 +218,7 @@ def test_the_local_report_of_three_instances_matches_the_receiver(
     assert main([*map(str, real_run.journals), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     real_run.check(summary)
+    real_run.check_dead_letters(out, capsys.readouterr().out)
     assert summary["journal"] == ", ".join(str(j) for j in real_run.journals)
     assert (out / "summary.md").exists()
     assert list((out / "charts").glob("*.png"))
@@ -232,7 +265,7 @@ def _move_line(event: dict[str, Any], source: Path) -> None:
 
 
 def test_three_journals_with_planted_faults_give_the_exact_audit(
-    spark: Any, real_run: RealRun, tmp_path: Path
+    spark: Any, real_run: RealRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from runtime.report import main
 
@@ -250,9 +283,21 @@ def test_three_journals_with_planted_faults_give_the_exact_audit(
     never = one | {"offset": 10 * RECORDS, "ts_ms": fetched["ts_ms"] + 1}
     (third / PLANTED).write_text(json.dumps(doubled) + "\n" + json.dumps(never) + "\n")
 
+    # a segment its writer still holds (a live instance): skipped, and stdout says so
+    being_written = third / "segment-9999999999999-feed0001-000000.jsonl.open"
+    being_written.write_text(json.dumps(never | {"offset": 11 * RECORDS}) + "\n")
     out = tmp_path / "report"
-    assert main([str(tmp_path / "instances" / "*" / "journal"), "--out", str(out)]) == 0
+    with being_written.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as runtime/host/journal.py's writer holds it
+        assert main([str(tmp_path / "instances" / "*" / "journal"), "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    size = being_written.stat().st_size / 1000
+    assert f"skipped: 1 segment being written ({being_written.name}, {size:.1f} kB); run " \
+        "again after it closes, or use --follow" in stdout.splitlines()
+    assert "unreadable" not in stdout
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["skipped_segments"] == [{"path": str(being_written),
+                                            "bytes": being_written.stat().st_size}]
     dups = {k for k, n in real_run.ok.items() if n > 1} | set(_named(doubled))
     assert summary["journal"] == ", ".join(str(c) for c in copies)  # the pattern, expanded
     assert summary["delivered"] == len(real_run.ok)  # the crossed records too

@@ -130,8 +130,9 @@ def test_dead_letters_are_listed_with_reason_attempts_and_replays(run: Run) -> N
     assert {(r["subscription"], int(r["partition"]), int(r["offset"])) for r in rows} == {
         (sub, p, o) for sub in ("orders-hook", "audit-hook") for p in range(4)
         for o in (7, 27, 47)}
-    assert {(r["reason"], r["attempts"], r["dead_lettered"]) for r in rows} == {
-        ("retries exhausted", "2", "1")}
+    assert {(r["reason"], r["status"], r["response"], r["attempts"], r["dead_lettered"])
+            for r in rows} == {("retries exhausted", "500", '{"error": "ledger locked"}', "2",
+                                "1")}
     replayed = {(r["subscription"], int(r["partition"]), int(r["offset"]))
                 for r in rows if r["replayed"] != "0"}
     assert replayed == {REPLAYED}  # the failed replay delivered nothing
@@ -140,7 +141,8 @@ def test_dead_letters_are_listed_with_reason_attempts_and_replays(run: Run) -> N
         ("r-0001", "audit-hook", "0", "1"), ("r-0001", "orders-hook", "1", "0")]
     markdown = (run.out / "summary.md").read_text()
     assert "## Dead letters" in markdown and "## Replays" in markdown
-    assert "| orders-hook | orders-0 | 7 | retries exhausted | 2 | 1 |" in markdown
+    assert ('| orders-hook | orders-0 | 7 | retries exhausted | 500 | {"error": "ledger locked"}'
+            " | 2 | 1 |") in markdown
     assert "4 more: table `dead_letters` lists them all" in markdown  # 20 of 24 shown
     assert len(run.result["dead_letters"]) == 24
 
@@ -411,3 +413,16 @@ def test_a_quoted_pattern_names_every_matching_journal_directory(
         (tmp_path / name / "journal").resolve() for name in "abc")
     assert main([str(tmp_path / "*" / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "no journal directory matches" in capsys.readouterr().err
+
+
+def test_stdout_names_the_unreadable_line_and_lists_dead_letters_with_the_answer(
+        run: Run) -> None:
+    from runtime.report.summary import console_lines
+
+    lines = console_lines(run.result, str(run.out))
+    assert lines[0] == "skipped: 1 unreadable line (torn, not JSON, or without type or ts_ms)"
+    assert not any("being written" in line for line in lines)  # no live writer held one
+    assert lines[1] == f"dead letters (10 of 24; all in {run.out / 'csv' / 'dead_letters.csv'}):"
+    assert lines[2] == ("  audit-hook orders/0/7: retries exhausted; last HTTP 500; answer: "
+                        "'{\"error\": \"ledger locked\"}'")
+    assert len(lines) == 2 + 10

@@ -43,6 +43,9 @@ from actors.delivery.document.signing import webhook_id
 RING_CAPACITY: Final = 1000
 RESPONSES_KEPT: Final = 100
 RESPONSE_BYTES: Final = 1024
+# what a dead letter's journal event keeps of the last answer: enough for an error
+# message, small enough that a flood of give-ups does not bloat the journal (issue 36)
+JOURNAL_RESPONSE_BYTES: Final = 256
 Outcome = Literal["delivered", "failed", "skipped"]
 OUTCOMES: Final[tuple[Outcome, ...]] = ("delivered", "failed", "skipped")
 NAN: Final = float("nan")
@@ -98,11 +101,11 @@ class GiveUp:
     reason: str | None
 
 
-def snippet(body: bytes | None) -> str | None:
-    """The first RESPONSE_BYTES of an answer body as text; None when there was none."""
+def snippet(body: bytes | None, limit: int = RESPONSE_BYTES) -> str | None:
+    """The first `limit` bytes of an answer body as text; None when there was none."""
     if not body:
         return None
-    return body[:RESPONSE_BYTES].decode("utf-8", errors="replace")
+    return body[:limit].decode("utf-8", errors="replace")
 
 
 def state_of(attempts: list[Attempt], given_up: GiveUp | None) -> State:

@@ -23,7 +23,12 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from actors.delivery.egress.attempts import AttemptRing, Outcome, snippet
+from actors.delivery.egress.attempts import (
+    JOURNAL_RESPONSE_BYTES,
+    AttemptRing,
+    Outcome,
+    snippet,
+)
 from actors.delivery.egress.status import (
     EndpointStatus,
     OriginStatus,
@@ -151,9 +156,11 @@ def failure_of(answer: Answer, latency_ms: float) -> Failure | None:
     or the receiver said skip)."""
     if answer.error is None or answer.action == "skip":
         return None
+    # answer.response is redacted already (http.py): cutting it cannot leak a secret's start
     return Failure(answer.status, answer.error, latency_ms, answer.retry_after_ms,
                    give_up=answer.action == "dead-letter",
-                   disable=answer.action == "disable", local=answer.local)
+                   disable=answer.action == "disable", local=answer.local,
+                   response=snippet(answer.response, JOURNAL_RESPONSE_BYTES))
 
 
 def outcome_of(record: Record, epoch: int, answer: Answer,

@@ -59,6 +59,7 @@ class WriteDeadLetter:
     status: int | None
     epoch: int
     reply_to: Ref  # the partition actor
+    response: str | None = None  # the last answer's start, redacted: for the journal
 
     def headers(self, *, value_dropped: bool = False) -> list[tuple[str, bytes]]:
         """The record's headers plus the `dlt-*` ones (actors/shared/deadletter.py)."""
@@ -93,7 +94,8 @@ class DeadLetterActor(SideTopicActor[WriteDeadLetter]):
             await self._producer.stop()
 
     def answer(self, message: WriteDeadLetter) -> DeadLettered:
-        return DeadLettered(message.record, message.epoch, message.reason)
+        return DeadLettered(message.record, message.epoch, message.reason, message.status,
+                            message.response)
 
     async def write(self, message: WriteDeadLetter) -> None:
         record = message.record

@@ -347,12 +347,13 @@ class PartitionActor(Actor):
         if self.peers.deadletter is None:
             self._log_give_up(record, "skipped (no deadLetterTopic)", reason)
             self._journal("dead_lettered", record, status=outcome.status,
-                          reason=f"{reason}; no deadLetterTopic configured")
+                          reason=f"{reason}; no deadLetterTopic configured",
+                          response=outcome.response)
             self.m_dead.inc()
             await self._finish(record)
             return
         await self.peers.deadletter.tell(WriteDeadLetter(record, reason, outcome.status,
-                                                         self.epoch, self))
+                                                         self.epoch, self, outcome.response))
 
     async def _on_dead_lettered(self, message: DeadLettered) -> None:
         if message.epoch != self.epoch:
@@ -360,8 +361,8 @@ class PartitionActor(Actor):
         topic = self.settings.dead_letter_topic
         self._log_give_up(message.record, "dead-lettered to", str(topic))
         self.m_dead.inc()
-        self._journal("dead_lettered", message.record,
-                      reason=f"{message.reason} (to {topic})")
+        self._journal("dead_lettered", message.record, status=message.status,
+                      reason=f"{message.reason} (to {topic})", response=message.response)
         await self._finish(message.record)
 
     async def _on_moved_aside(self, message: MovedAside) -> None:
@@ -450,12 +451,13 @@ class PartitionActor(Actor):
             stalled_for_ms=None if stalled is None else now - stalled)
 
     def _journal(self, kind: EventType, record: Record, *, reason: str | None,
-                 status: int | None = None, latency_ms: float | None = None) -> None:
+                 status: int | None = None, latency_ms: float | None = None,
+                 response: str | None = None) -> None:
         topic, partition, offset = record.coordinates()  # a retry: its original ones
         self.context.emit(Event(
             type=kind, ts_ms=self.context.clock.wall_ms(), subscription=self.sub_key,
-            topic=topic, partition=partition, offset=offset,
-            attempt=record.attempt, status=status, latency_ms=latency_ms, reason=reason))
+            topic=topic, partition=partition, offset=offset, attempt=record.attempt,
+            status=status, latency_ms=latency_ms, reason=reason, response=response))
 
     def __repr__(self) -> str:
         book = self.book
