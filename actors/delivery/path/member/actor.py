@@ -98,6 +98,7 @@ class InstanceMemberActor(Actor):
         self.cursors.held = self.rebalance.suspended.__contains__
         self.starts = Starts(self, self.cursors, self.rebalance)
         self.cursors.retired = self.starts.forget
+        self.cursors.reopened = self.starts.reopened
         self.side = SideReads(self, self.cursors, self.rebalance)
         self._quiet = False
         self._client_wait_ms = DEFAULT_FETCH_WAIT_MS

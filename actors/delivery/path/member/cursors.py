@@ -57,6 +57,9 @@ class Cursors:
         """Whether a rebalance holds `tp` (no cursor starts there meanwhile)."""
         self.retired: Callable[[list[Seat]], None] = lambda seats: None
         """Told the seats retired (where they first started is forgotten)."""
+        self.reopened: Callable[[dict[Seat, int | None]], None] = lambda seats: None
+        """Told the seats whose retirement ended, with the epoch retired (a newer cursor
+        there may start)."""
         self._routed_version = -1
 
     # -- lookups -----------------------------------------------------------------------
@@ -287,6 +290,7 @@ class Cursors:
             self.closing.discard(seat)
             self.member.seats.end(seat, retirement.epochs.get(seat))
         retirement.done()
+        self.reopened({seat: retirement.epochs.get(seat) for seat in retirement.riders})
 
     # -- the member's own start and stop -----------------------------------------------
     async def stop_leftovers(self, riders: Iterable[Rider]) -> None:

@@ -6,7 +6,7 @@ its cursors first), and relays the member's status for its subscription."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from dataclasses import dataclass
 
 from actors.delivery.path.member.messages import Join, Leave
 from actors.delivery.path.roster import Rider
@@ -16,8 +16,15 @@ from actors.shared.messages import StatusQuery
 from runtime.errors import ActorDeadError
 from runtime.kernel import Actor, ChildRef, settle_within, within
 
+REJOIN_MS = 250
+"""How soon a rider tries its join again while its member is away."""
 LEAVE_GRACE_MS = 2000
 """How long a rider waits for its member beyond the drain deadline before leaving alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejoin:
+    """Timer: try the join again (the member was away)."""
 
 
 class RiderActor(Actor):
@@ -30,14 +37,19 @@ class RiderActor(Actor):
         self.leave_ms = leave_ms
 
     async def on_start(self) -> None:
-        # told, not asked: the member may be busy with a rebalance (its Assign starts
-        # thousands of cursors); the join is in its mailbox before any later Leave. A
-        # member that is being built again (its supervisor restarted it, or was itself
-        # restarted) is not there to tell: it starts with the riders the control plane
-        # records, this one among them (failing here made the tree's restarts run out
-        # while the member was away: chaos seed 1560064320)
-        with contextlib.suppress(ActorDeadError):
+        await self._join()
+
+    async def _join(self) -> None:
+        """Told, not asked: the member may be busy with a rebalance (its Assign starts
+        thousands of cursors); the join is in its mailbox before any later Leave. A
+        member being built again (its supervisor restarted it) is not there to tell: the
+        join is tried again on a timer until it is (a join it already has changes
+        nothing). Failing the start instead ran the tree's restart budget out while the
+        member was away (chaos seed 1560064320)."""
+        try:
             await self.member.tell(Join(self.rider))
+        except ActorDeadError:
+            self.schedule(self.context.clock.monotonic_ms() + REJOIN_MS, _Rejoin())
 
     async def on_stop(self) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -50,6 +62,9 @@ class RiderActor(Actor):
             pass
 
     async def handle(self, message: object) -> MemberStatus | None:
+        if isinstance(message, _Rejoin):
+            await self._join()
+            return None
         if isinstance(message, StatusQuery):
             return await self._member_status()
         raise UnexpectedMessage(self.path, message)

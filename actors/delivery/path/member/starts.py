@@ -33,6 +33,10 @@ class Starts:
         self.rebalance = rebalance
         self._rewinds: dict[Seat, int] = {}  # new cursors waiting for their positions
         self._reading = False  # a read of positions is under way
+        self._parked: dict[Seat, Rewind] = {}
+        """Newer cursors of seats still retiring: they wait for the retirement's end (a
+        tree restarted as a whole rejoins before its old cursors stopped; dropping their
+        rewind left them without a position for good: chaos seed 1560064320)."""
         self._first: dict[Seat, int] = {}
         """Where a seat with nothing committed started (`latest` is the log's end when
         it first started; a restart of its cursor before any commit goes back there,
@@ -49,12 +53,23 @@ class Starts:
         seat = seat_of(rewind)
         key, tp = seat
         fanout = member.fanouts.get(tp)
-        if fanout is None or key not in member.roster.riders or seat in self.cursors.closing:
+        if seat in self.cursors.closing:
+            self._parked[seat] = rewind
+            return
+        if fanout is None or key not in member.roster.riders:
             return
         if member.seats.started(seat, rewind.epoch):
             fanout.add(key)  # a restart waits for its position again
             member.cancel_read(seat)
             self._rewinds[seat] = rewind.epoch
+
+    def reopened(self, retired: dict[Seat, int | None]) -> None:
+        """These seats' retirement ended (the epochs it retired): a newer cursor parked
+        there starts now."""
+        for seat, epoch in retired.items():
+            parked = self._parked.pop(seat, None)
+            if parked is not None and (epoch is None or parked.epoch > epoch):
+                self.rewind(parked)
 
     def read(self) -> None:
         member = self.member
