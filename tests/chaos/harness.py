@@ -397,13 +397,13 @@ class ChaosRun:
         owed: dict[str, dict[int, str]] = {}
         for sub in self.subs:
             dead = {k for s, k in self.dead_seen if s == sub.key}
-            for topic, partition, offset in sorted(
-                    self._expected(sub) - set(sub.receiver.ok) - dead):
-                row = owed.setdefault(sub.key, {})
-                count, first = (int(row[partition].split()[0]), row[partition].split()[2]) \
-                    if partition in row else (0, str(offset))
-                committed = self.commits.get((sub.key, topic, partition), 0)
-                row[partition] = f"{count + 1} from {first} (committed {committed})"
+            missing: dict[tuple[str, int], list[int]] = {}
+            for topic, partition, offset in self._expected(sub) - set(sub.receiver.ok) - dead:
+                missing.setdefault((topic, partition), []).append(offset)
+            if missing:
+                owed[sub.key] = {p: f"{len(o)} from {min(o)} (committed "
+                                    f"{self.commits.get((sub.key, t, p), 0)})"
+                                 for (t, p), o in sorted(missing.items())}
         return owed
 
     def _ends(self) -> dict[tuple[str, str, int], int]:
