@@ -88,7 +88,7 @@ def generation_seconds(spec: SyntheticJournal) -> tuple[int, float]:
 
 async def write_journal(directory: Path, spec: SyntheticJournal) -> tuple[Journal, float]:
     journal = Journal(directory, clock=RealClock())
-    await journal.start()
+    await journal.open()
     started = time.perf_counter()
     for i, event in enumerate(spec.events(), start=1):
         journal.emit(event)

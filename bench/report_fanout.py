@@ -45,7 +45,7 @@ async def write(directory: Path, args: argparse.Namespace) -> tuple[int, int]:
     """The journal; returns (deliveries, lines)."""
     clock = FakeClock(start_ms=0, wall_offset_ms=T0)
     journal = Journal(directory, clock=clock, max_buffered=1_000_000)
-    await journal.start()
+    await journal.open()
     per_partition = args.records // args.partitions
     shuffle = random.Random(35)
     deliveries = 0

@@ -37,7 +37,7 @@ SEGMENT_BYTES = 200_000
 
 async def write_journal(directory: Path) -> int:
     journal = Journal(directory, clock=FakeClock(), max_segment_bytes=SEGMENT_BYTES)
-    await journal.start()
+    await journal.open()
     count = 0
     for count, event in enumerate(SyntheticJournal(records_per_partition=250).events(), 1):
         journal.emit(event)

@@ -34,7 +34,7 @@ is `max_segment_age_ms` old (checked on every flush tick, so a quiet journal sti
 its segment), and on `stop()`. The writer id is random per Journal, so several processes may
 share one directory without name clashes.
 
-Crash recovery. The writer holds an exclusive `flock` on its open segment. `start()` looks
+Crash recovery. The writer holds an exclusive `flock` on its open segment. `open()` looks
 for `*.jsonl.open` files that nobody holds (leftovers of a crashed process), keeps their
 complete lines (a torn last line is truncated), fsyncs and renames them final; empty
 leftovers are deleted. A segment held by a live writer is left alone. (A leftover that a
@@ -60,11 +60,12 @@ tries again. A failed close leaves the `.open` file for the next start to recove
 Lifecycle. `open()` creates the directory and recovers leftovers (in a thread). In a
 `Runtime` the flushes then come from `JournalFlusher`, an actor under the root supervisor
 woken by a timer message every `flush_interval_ms` (a crash of it is logged and restarted
-like any actor's; its stop is a message, so a flush in progress finishes). Standalone,
-`start()` opens the journal and runs the same flushes in a task that `stop()` owns.
-`stop()` takes the flush lock (so no batch is half written), cancels that task if any,
-flushes the rest and closes the segment. `stop()` is idempotent. Events emitted before
-`open()` wait in the buffer.
+like any actor's; its stop is a message, so a flush in progress finishes). A full buffer
+closes the gate the paced actors wait on and tells the flusher (`attach`), which flushes
+until it is below its limit again (`catch_up()`); no task of the journal's own. Without a
+flusher (a test, a script) the caller calls `flush()`. `stop()` takes the flush lock (so
+no batch is half written), flushes the rest and closes the segment. `stop()` is
+idempotent. Events emitted before `open()` wait in the buffer.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final, Literal, Protocol, get_args
@@ -206,7 +207,7 @@ class EventJournal(Protocol):
 
     def emit(self, event: Event | Delivery) -> None: ...
 
-    async def start(self) -> None: ...
+    async def open(self) -> None: ...
 
     async def stop(self) -> None: ...
 
@@ -581,8 +582,8 @@ class Journal:
         self._last_warning_ms: int | None = None
         self._last_error: str | None = None
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._catch_up: asyncio.Task[None] | None = None  # a flush started by the gate
+        self._wake: Callable[[], None] | None = None  # the owner's: the buffer is full
+        self._woken = False  # told once per fall behind, until a catch-up starts
         self._state = "new"
 
     # -- hot path ---------------------------------------------------------------------
@@ -649,14 +650,20 @@ class Journal:
             return
         self._buffer.append(event)
         self.gate.close()
-        if self._state == "running" and self._catch_up is None:
-            self._start_catch_up()
+        if self._wake is not None and not self._woken:
+            self._woken = True
+            self._wake()
 
-    def _start_catch_up(self) -> None:
-        self._catch_up = asyncio.get_running_loop().create_task(
-            self._flush_behind(), name=f"journal:{self._dir}:catch-up")
+    def attach(self, wake: Callable[[], None]) -> None:
+        """The owner of the flushes (`JournalFlusher`) asks to be told, by `wake`, when
+        the buffer is full: it then calls `catch_up()`. Told at once if it is full now
+        (filled before the owner started, or while a crashed owner restarted)."""
+        self._wake, self._woken = wake, False
+        if not self.gate.open:
+            self._woken = True
+            wake()
 
-    async def _flush_behind(self) -> None:
+    async def catch_up(self) -> None:
         """Flush until the buffer is below the limit again (it refills while a batch is
         written); the gate opens as each flush takes the buffer."""
         try:
@@ -664,13 +671,13 @@ class Journal:
                 async with self._lock:
                     await self._flush_locked()
         finally:
-            self._catch_up = None
+            self._woken = False
 
     # -- lifecycle --------------------------------------------------------------------
 
     async def open(self) -> None:
         """Create the directory and recover crash leftovers; flushes are the caller's
-        (`JournalFlusher`, or `start()`)."""
+        (`JournalFlusher` in a runtime, `flush()` calls in a test)."""
         if self._state != "new":
             raise UsageError(f"Journal.open() called on a {self._state} journal; open it once")
         recovered = await asyncio.to_thread(self._prepare_directory)
@@ -678,16 +685,6 @@ class Journal:
             log.warning("journal: recovered %d segment(s) left open by a crash: %s",
                         len(recovered), ", ".join(p.name for p in recovered))
         self._state = "running"
-        if not self.gate.open:  # filled up before open(): catch up now
-            self._start_catch_up()
-
-    async def start(self) -> None:
-        """`open()`, then flush every interval in a task `stop()` owns (standalone)."""
-        if self._state != "new":
-            raise UsageError(f"Journal.start() called on a {self._state} journal; start it once")
-        await self.open()
-        first_tick_ms = self._clock.monotonic_ms() + self._interval_ms
-        self._task = asyncio.create_task(self._run(first_tick_ms), name=f"journal:{self._dir}")
 
     async def stop(self) -> None:
         """Flush everything, close the segment. Idempotent; later emits are dropped."""
@@ -696,13 +693,9 @@ class Journal:
         self._state, self._accept = "stopped", 0
         self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
-            await self._stop_flush_task()
             self._buffer += self._ranges.release_all(self._shift_ms())
             await self._flush_locked()
             await self._close_segment()
-        catch_up = self._catch_up
-        if catch_up is not None:
-            await catch_up  # it sees "stopped" and ends
         self._log_drops(force=True)
 
     async def flush(self) -> None:
@@ -751,28 +744,6 @@ class Journal:
     def _prepare_directory(self) -> list[Path]:
         self._dir.mkdir(parents=True, exist_ok=True)
         return recover_segments(self._dir)
-
-    async def _run(self, tick_ms: int) -> None:
-        # Ticks are anchored to start(), not to when this task first runs; a slow write
-        # makes the next tick come at once rather than piling up.
-        while True:
-            await self._clock.sleep_ms(tick_ms - self._clock.monotonic_ms())
-            async with self._lock:
-                await self._flush_locked()
-            tick_ms = max(tick_ms + self._interval_ms, self._clock.monotonic_ms())
-
-    async def _stop_flush_task(self) -> None:
-        """Cancel the flush task, which holds no batch (we hold the lock), and await it."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # we are being cancelled ourselves
 
     async def _flush_locked(self) -> None:
         self._buffer += self._ranges.release_older(
@@ -887,6 +858,11 @@ class _Flush:
     due_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class _CatchUp:
+    """The journal's buffer is full: flush until it is below its limit again."""
+
+
 JOURNAL_SERIES: Final = (
     ("hookstream_journal_events_written_total", "Journal lines written"),
     ("hookstream_journal_events_dropped_total",
@@ -913,11 +889,15 @@ class JournalFlusher(Actor):
 
     async def on_start(self) -> None:
         self._next(self.context.clock.monotonic_ms() + self.journal.flush_interval_ms)
+        self.journal.attach(lambda: self.tell_system(_CatchUp()))
 
     def _next(self, due_ms: int) -> None:
         self.schedule(due_ms, _Flush(due_ms))
 
     async def handle(self, message: object) -> None:
+        if isinstance(message, _CatchUp):
+            await self.journal.catch_up()
+            return
         if not isinstance(message, _Flush):
             raise UsageError(f"{self.path}: unknown message {message!r}")
         await self.journal.flush()
@@ -940,7 +920,7 @@ class NullJournal:
     def emit(self, event: Event | Delivery) -> None:
         pass
 
-    async def start(self) -> None:
+    async def open(self) -> None:
         pass
 
     async def stop(self) -> None:

@@ -100,14 +100,23 @@ RETRY_CAP_MS = RESTART_BACKOFF.cap_ms
 
 @dataclass(slots=True)
 class ChildRef:
-    """A stable handle on a supervised child: it follows restarts."""
+    """A stable handle on a supervised child: it follows restarts. Its supervisor given
+    as a `ChildRef` too, it follows that supervisor's restarts as well (a supervisor
+    restarted by its parent is a new actor: a handle on the old one found no child)."""
 
-    supervisor: Supervisor
+    supervisor: Supervisor | ChildRef
     name: str
+
+    def parent(self) -> Supervisor:
+        """The supervisor's current incarnation (`ActorDeadError`: none runs)."""
+        supervisor = self.supervisor
+        if isinstance(supervisor, ChildRef):
+            return supervisor.actor_as(Supervisor)
+        return supervisor
 
     @property
     def actor(self) -> Actor:
-        return self.supervisor.child(self.name)
+        return self.parent().child(self.name)
 
     def actor_as(self, kind: type[A]) -> A:
         """The current incarnation, checked to be a `kind` (typed access to its state)."""
@@ -124,8 +133,11 @@ class ChildRef:
 
     def tell_system(self, message: object) -> None:
         """Bypass the mailbox bound; dropped when no incarnation runs (as for an actor)."""
-        if self.supervisor.has_child(self.name):
-            self.actor.tell_system(message)
+        try:
+            actor = self.actor
+        except ActorDeadError:
+            return
+        actor.tell_system(message)
 
     async def ask(self, message: object, timeout_s: float | None = None) -> Any:
         return await self.actor.ask(message, timeout_s)

@@ -406,6 +406,14 @@ class ChaosRun:
                                  for (t, p), o in sorted(missing.items())}
         return owed
 
+    def _explain(self, runtime: Runtime) -> str:
+        """What a failing drain shows besides what is owed: the faults fired, in order,
+        and every actor of an owing subscription as it is now."""
+        owing = set(self._owed())
+        actors = [f"  {a!r}" for a in _actors(runtime.system.root)
+                  if any(key in a.path for key in owing)]
+        return "\n".join([*(f"  fault {hit}" for hit in self.verdict.hits), *actors])
+
     def _ends(self) -> dict[tuple[str, str, int], int]:
         ends: dict[tuple[str, int], int] = {}
         for topic, partition, offset in self.records:
@@ -430,7 +438,8 @@ class ChaosRun:
                     await until(self._settled, timeout_s=self.shape.drain_s,
                                 what=f"every record delivered or dead-lettered (seed {self.seed})")
                 except AssertionError as exc:
-                    raise AssertionError(f"{exc}; owed: {self._owed()}") from None
+                    raise AssertionError(
+                        f"{exc}; owed: {self._owed()}\n{self._explain(runtime)}") from None
                 with contextlib.suppress(AssertionError):  # judged below, with the rest
                     await until(self._committed_to_end, timeout_s=self.shape.drain_s,
                                 what="every group committed to the end")

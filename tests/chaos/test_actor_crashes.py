@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,3 +106,63 @@ async def test_with_reset_latest_a_crash_before_the_first_commit_loses_nothing(
         await runtime.stop()
         await receiver.stop()
     assert await committed(kafka_bootstrap, "g-late", topic, 1) == {0: 300}
+
+
+async def test_a_tree_restarted_after_its_member_supervisor_was_rebuilt_still_delivers(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """Chaos seed 1560064320: the `groups` supervisor killed (its member rebuilt under a
+    new incarnation of it), then a subscription's tree restarted by its own supervisor,
+    and later updated. Its rider told its leave and join to the old `groups`, which
+    had no member: the member never heard, kept feeding the cursors that had stopped
+    with the tree, and did not start the new tree's. Two subscriptions stopped at their
+    committed offsets for good."""
+    topic = await topic_factory(partitions=2)
+    receiver = await Receiver(slow_ok).start()
+    runtime = make_runtime(kafka_bootstrap, tmp_path)
+    await runtime.start()
+    sent = 0
+
+    async def produce_and_deliver(count: int) -> None:
+        nonlocal sent
+        await produce(kafka_bootstrap, topic, count, partitions=2, start=sent)
+        sent += count
+        await receiver.wait_for(lambda: len(receiver.delivered()) == sent, timeout_s=60)
+
+    try:
+        await Admin(runtime).subscribe(document(topic, receiver.url, 5, fast_group_kwargs))
+        await produce_and_deliver(100)
+        groups = runtime.system.root.child("groups")
+        groups.kill("chaos test")
+        await until(lambda: _member_runs(runtime, groups), timeout_s=15,
+                    what="the groups supervisor rebuilt with its member")
+        await produce_and_deliver(100)  # the rebuilt member's cursors run
+        egress = runtime.service("delivery").tree("again_g-again").child("egress")
+        egress.kill("chaos test")  # one_for_all: the whole tree, its rider and cursors
+        await receiver.wait_for(lambda: egress.state == "crashed", timeout_s=5)
+        await produce_and_deliver(100)
+        status, reply = await Admin(runtime).call(  # a new tree, a new rider
+            "PUT", "/broker/subscription/again/g-again", document(topic, receiver.url, 3,
+                                                                  fast_group_kwargs))
+        assert status == 200, reply
+        await produce_and_deliver(100)
+    finally:
+        await runtime.stop()
+        await receiver.stop()
+    assert await committed(kafka_bootstrap, "g-again", topic, 2) == {0: 200, 1: 200}
+
+
+def document(topic: str, url: str, concurrency: int,
+             fast_group: dict[str, int]) -> dict[str, Any]:
+    return subscription("again", [{"name": topic, "config": {
+        "concurrencyFactor": concurrency, "autoCommitPeriodMs": 100}}], url,
+        fast_group=fast_group)
+
+
+def _member_runs(runtime: Runtime, old_groups: Actor) -> bool:
+    root = runtime.system.root
+    if not root.has_child("groups") or root.child("groups") is old_groups:
+        return False
+    groups = root.child("groups")
+    assert isinstance(groups, Supervisor)
+    return groups.has_child("instance:Kafka") and groups.child("instance:Kafka").alive

@@ -83,7 +83,7 @@ def write_journal(
 
     async def run() -> Journal:
         journal = Journal(directory, clock=fake, **options)
-        await journal.start()
+        await journal.open()
         for i, event in enumerate(events, start=1):
             journal.emit(event)
             if i % flush_every == 0:

@@ -43,7 +43,7 @@ def disk_full(fd: int, data: bytes, offset: int) -> None:
 
 async def write_with_a_gap(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Journal:
     journal = Journal(directory, clock=FakeClock())
-    await journal.start()
+    await journal.open()
     journal.emit(fetched_batch(list(range(30)), T0))  # one event for offsets 0-29
     for offset in range(10):
         journal.emit(record("delivered", offset, T0 + 10 + offset))

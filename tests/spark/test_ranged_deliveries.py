@@ -103,7 +103,7 @@ def write_raw(directory: Path, events: list[Event | Delivery]) -> None:
 def write_through_journal(directory: Path, events: list[Event | Delivery]) -> None:
     async def run() -> None:
         journal = Journal(directory, clock=FakeClock())
-        await journal.start()
+        await journal.open()
         for one in events:
             journal.emit(one)
         await journal.stop()

@@ -177,7 +177,7 @@ def test_a_segment_held_by_a_live_writer_is_not_read(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         journal = Journal(tmp_path, clock=FakeClock())
-        await journal.start()
+        await journal.open()
         journal.emit(LEFTOVER_EVENTS[0])
         await journal.flush()
         with pytest.raises(UsageError, match="1 segment\\(s\\) still being written"):

@@ -14,7 +14,7 @@ SUB = "s_g"
 
 async def test_a_batch_fetched_event_counts_for_every_offset_it_names(tmp_path: Path) -> None:
     journal = Journal(tmp_path, clock=FakeClock())
-    await journal.start()
+    await journal.open()
     offsets = [3, 4, 5, 9]
     journal.emit(Event(type="fetched", ts_ms=1, subscription=SUB, topic="t", partition=0,
                        offset=3, count=4, offsets=offset_ranges(offsets)))

@@ -50,7 +50,7 @@ def lines(directory: Path) -> list[Event]:
 async def test_deliveries_are_held_until_their_cursor_commits_then_written_ahead_of_it(
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, clock=FakeClock())
-    await journal.start()
+    await journal.open()
     for offset in (2, 0, 1, 5, 3):  # answers come back out of order
         journal.emit(delivered(offset, after_ms=offset))
     journal.emit(delivered(0, sub="other_g"))  # another cursor: still held
@@ -69,7 +69,7 @@ async def test_deliveries_are_held_until_their_cursor_commits_then_written_ahead
 async def test_a_ranged_delivery_expands_to_the_per_record_events_it_stands_for(
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, clock=FakeClock())
-    await journal.start()
+    await journal.open()
     events = [delivered(offset, after_ms=7 * offset) for offset in (10, 11, 11, 14)]
     for event in events:  # 11 twice: a redelivery stays a duplicate
         journal.emit(event)
@@ -83,7 +83,7 @@ async def test_a_ranged_delivery_expands_to_the_per_record_events_it_stands_for(
 async def test_events_other_than_a_delivery_are_written_as_they_came(
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, clock=FakeClock())
-    await journal.start()
+    await journal.open()
     kept = [retried(1), Event(type="delivered", ts_ms=T0, subscription="s_g", topic="t",
                               partition=0, offset=2, attempt=1, reason="skipped: dup"),
             Event(type="failed", ts_ms=T0, subscription="s_g", topic="t", partition=0,
@@ -99,7 +99,7 @@ async def test_events_other_than_a_delivery_are_written_as_they_came(
 async def test_held_deliveries_go_out_when_many_old_or_at_stop(tmp_path: Path) -> None:
     clock = FakeClock()
     journal = Journal(tmp_path, clock=clock)
-    await journal.start()
+    await journal.open()
     for offset in range(RANGE_MAX_RECORDS):
         journal.emit(delivered(offset))
     assert journal.buffered == 1  # the cursor's thousand, as one event

@@ -65,7 +65,7 @@ def make_journal(
 @pytest.fixture
 async def journal(make_journal: Callable[..., Journal]) -> AsyncIterator[Journal]:
     j = make_journal()
-    await j.start()
+    await j.open()
     yield j
     await j.stop()
 
@@ -91,32 +91,11 @@ async def test_lines_hold_only_the_fields_that_are_set(journal: Journal) -> None
     )
 
 
-async def test_flush_task_writes_every_interval_of_the_clock(
-    make_journal: Callable[..., Journal], clock: FakeClock
-) -> None:
-    journal = make_journal(flush_interval_ms=200)
-    await journal.start()
-    journal.emit(fetched(1))
-    clock.advance(199)
-    await asyncio.sleep(0)
-    assert journal.buffered == 1
-
-    clock.advance(1)
-    for _ in range(10):  # let the flush task wake up and take the batch
-        await asyncio.sleep(0)
-        if journal.buffered == 0:
-            break
-    assert journal.buffered == 0
-    await journal.flush()  # waits for the flush task's write (it holds the lock)
-    assert journal.written == 1
-    await journal.stop()
-
-
 async def test_segment_is_rotated_when_it_reaches_max_bytes(
     make_journal: Callable[..., Journal],
 ) -> None:
     journal = make_journal(max_segment_bytes=1_000)
-    await journal.start()
+    await journal.open()
     events = [fetched(i) for i in range(60)]
     for batch in range(6):
         for event in events[batch * 10:(batch + 1) * 10]:
@@ -135,7 +114,7 @@ async def test_segment_is_rotated_by_age_even_when_idle(
     make_journal: Callable[..., Journal], clock: FakeClock
 ) -> None:
     journal = make_journal(max_segment_age_ms=60_000)
-    await journal.start()
+    await journal.open()
     journal.emit(fetched(1))
     await journal.flush()
     assert len(open_segments(journal.directory)) == 1
@@ -166,7 +145,7 @@ async def test_start_recovers_the_complete_lines_of_a_torn_leftover(
     empty.write_bytes(b'{"type":"no newline"')
 
     journal = Journal(directory, clock=clock)
-    await journal.start()
+    await journal.open()
     await journal.stop()
 
     assert not torn.exists() and not empty.exists()
@@ -179,13 +158,13 @@ async def test_start_leaves_a_segment_held_by_a_live_writer_alone(
 ) -> None:
     directory = tmp_path / "journal"
     live = Journal(directory, clock=clock)
-    await live.start()
+    await live.open()
     live.emit(fetched(1))
     await live.flush()
     (live_segment,) = open_segments(directory)
 
     other = Journal(directory, clock=clock)
-    await other.start()
+    await other.open()
     assert open_segments(directory) == [live_segment]
 
     live.emit(fetched(2))
@@ -206,20 +185,28 @@ def test_recovery_skips_a_locked_file(tmp_path: Path) -> None:
     assert recover_segments(tmp_path) == [tmp_path / held.name.removesuffix(".open")]
 
 
-async def test_a_full_buffer_keeps_every_event_holds_the_gate_and_flushes_at_once(
-    make_journal: Callable[..., Journal]
-) -> None:
-    journal = make_journal(max_buffered=10)
-    await journal.start()
-    for i in range(15):
+async def test_a_full_buffer_keeps_every_event_and_wakes_its_flusher_without_a_tick(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """Full before its flusher starts (or while a crashed one restarts): the flusher
+    catches up as it starts; full again while it runs: it is told at once. The clock
+    never moves, so no timer flush does it."""
+    journal = Journal(tmp_path, clock=clock, max_buffered=10)
+    await journal.open()
+    for i in range(12):
         journal.emit(fetched(i))
-    assert (journal.dropped, journal.buffered, journal.gate.open) == (0, 15, False)
-
-    await journal.gate.wait()  # opened by a flush the full buffer started (no clock tick)
-    await journal.flush()  # the write of that batch is done once we hold the lock
-    assert (journal.written, journal.dropped, journal.held) == (15, 0, 1)
+    assert (journal.dropped, journal.buffered, journal.gate.open) == (0, 12, False)
+    system = ActorSystem(clock=clock)
+    await system.start()
+    await system.spawn(ChildSpec("journal", lambda: JournalFlusher("journal", journal)))
+    await journal.gate.wait()
+    for i in range(12, 25):
+        journal.emit(fetched(i))
+    assert not journal.gate.open
+    await journal.gate.wait()
+    await system.stop()
     await journal.stop()
-    assert read_events(journal.directory) == [fetched(i) for i in range(15)]
+    assert (journal.written, journal.dropped, journal.held) == (25, 0, 2)
+    assert read_events(tmp_path) == [fetched(i) for i in range(25)]
 
 
 async def test_paced_actors_wait_for_a_journal_behind_and_lose_nothing(
@@ -282,7 +269,7 @@ async def test_a_write_error_counts_the_batch_and_the_journal_keeps_running(
     make_journal: Callable[..., Journal], caplog: pytest.LogCaptureFixture
 ) -> None:
     journal = make_journal()
-    await journal.start()
+    await journal.open()
     shutil.rmtree(journal.directory)  # the next segment cannot be created
     journal.emit(fetched(1))
     journal.emit(fetched(2))
@@ -336,7 +323,7 @@ async def test_every_drop_is_logged_with_its_count_one_line_per_interval_at_most
     """Issue 35: "1 dropped in total", then "50801 dropped in total" with no line for the
     50,800 between. Each line now counts what it did not say before."""
     journal = make_journal()
-    await journal.start()
+    await journal.open()
     shutil.rmtree(journal.directory)
     with caplog.at_level(logging.WARNING, logger="runtime.host.journal"):
         for batch in ([1], [2, 3], [4, 5, 6]):
@@ -371,17 +358,17 @@ async def test_emit_after_stop_is_counted_and_harmless(journal: Journal) -> None
     assert open_segments(journal.directory) == []
 
 
-async def test_starting_twice_says_what_to_do(journal: Journal) -> None:
-    with pytest.raises(UsageError, match="start it once"):
-        await journal.start()
+async def test_opening_twice_says_what_to_do(journal: Journal) -> None:
+    with pytest.raises(UsageError, match="open it once"):
+        await journal.open()
 
 
-async def test_events_emitted_before_start_are_kept(
+async def test_events_emitted_before_open_are_kept(
     make_journal: Callable[..., Journal],
 ) -> None:
     journal = make_journal()
     journal.emit(fetched(1))
-    await journal.start()
+    await journal.open()
     await journal.stop()
     assert read_events(journal.directory) == [fetched(1)]
 
@@ -395,7 +382,7 @@ async def test_repr_shows_state(journal: Journal) -> None:
 
 async def test_null_journal_does_nothing() -> None:
     journal = NullJournal()
-    await journal.start()
+    await journal.open()
     journal.emit(fetched(1))
     await journal.stop()
     assert (journal.written, journal.dropped, repr(journal)) == (0, 0, "<NullJournal>")

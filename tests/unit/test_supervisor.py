@@ -15,7 +15,7 @@ from runtime.errors import (
 )
 from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
-from runtime.kernel.supervisor import RETRY_CAP_MS, ChildSpec, Strategy, Supervisor
+from runtime.kernel.supervisor import RETRY_CAP_MS, ChildRef, ChildSpec, Strategy, Supervisor
 from runtime.kernel.system import ActorSystem
 from tests.waits import until
 
@@ -328,4 +328,28 @@ async def test_on_exit_tells_how_a_child_ended_before_the_restart_decision() -> 
     await sup.child("t").tell("crash")
     await until(lambda: ended, timeout_s=2, poll_s=0.005)
     assert len(ended) == 1 and ended[0] is not None and not sup.has_child("t")
+    await system.stop()
+
+
+async def test_a_ref_through_its_supervisors_ref_follows_that_supervisors_restart() -> None:
+    """A supervisor restarted by its parent is a new actor: a ref holding the old one
+    finds no child (riders of the instance member lost their member that way when the
+    `groups` supervisor was killed: chaos seed 1560064320); a ref through the
+    supervisor's own ref finds the new incarnation's child."""
+    log: list[str] = []
+    system = ActorSystem(clock=FakeClock())
+    await system.start()
+    inner = await system.spawn(ChildSpec("inner", lambda: Supervisor(
+        "inner", "one_for_one", children=specs(log, "a"))))
+    followed, fixed = ChildRef(inner, "a"), ChildRef(inner.actor_as(Supervisor), "a")
+    old, old_inner = followed.actor, inner.actor
+
+    old_inner.kill("test")
+    await until(lambda: system.root.has_child("inner") and inner.actor is not old_inner
+                and inner.actor_as(Supervisor).has_child("a"), timeout_s=2, poll_s=0.005,
+                what="inner restarted with its child")
+    assert followed.actor is not old and await followed.ask("ping") == "a"
+    with pytest.raises(ActorDeadError):
+        fixed.tell_nowait("dropped")  # the old incarnation has no child any more
+    fixed.tell_system("dropped")  # no incarnation runs there: dropped, not raised
     await system.stop()

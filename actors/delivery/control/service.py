@@ -177,10 +177,10 @@ class DeliveryControl:
         """Stop the control actor: every subscription drains and commits."""
         cluster, self._cluster = self._cluster, None
         if cluster is not None:  # publishes `stopped`: the others stop counting on us
-            await cluster.supervisor.stop_child(cluster.name)
+            await cluster.parent().stop_child(cluster.name)
         control, self._control = self._control, None
         if control is not None:
-            await control.supervisor.stop_child(control.name)
+            await control.parent().stop_child(control.name)
 
     @property
     def runtime(self) -> Runtime:

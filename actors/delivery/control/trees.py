@@ -420,7 +420,7 @@ class Trees:
                                                                deps),
                              shutdown_ms=CONSUMER_STOP_MS, start_timeout_ms=15_000)
         name = member_name(consumer)
-        member = ChildRef(self.groups(), name)
+        member = ChildRef(self.wires.groups, name)  # follows the groups supervisor too
         rider = Rider(rider_settings(consumer), wiring.partitions, deps)
         self._seat(name, rider)
         return ChildSpec("consumer", lambda: RiderActor("consumer", rider, member, DRAIN_MS),
@@ -472,7 +472,7 @@ class Trees:
         self.riders.setdefault(name, {})
         runtime, group = self.runtime, self.instance_group()
         wiring = self._member_wirings.setdefault(name, Wiring(
-            ChildRef(groups, name), self.bootstrap(consumer), DRAIN_MS,
+            ChildRef(self.wires.groups, name), self.bootstrap(consumer), DRAIN_MS,
             fetch_size(largest_buffer(consumer)),
             runtime.consumer_settings(consumer.broker), pace=self.wires.pace))
         settings = instance_client_settings(group, runtime.config.delivery.session_timeout_ms)
