@@ -33,7 +33,7 @@ from runtime.host.config import Config
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.actor import Actor
 from runtime.kernel.backoff import Backoff
-from runtime.kernel.clock import finished_within
+from runtime.kernel.clock import within
 from runtime.kernel.errors import UsageError
 from runtime.kernel.supervisor import ChildSpec, Supervisor
 from runtime.kernel.system import ActorSystem
@@ -117,12 +117,13 @@ class WorkerActor(Actor):
             return
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
-        waiting = asyncio.ensure_future(process.wait())
-        if not await finished_within(self.context.clock, waiting, self.stop_ms):
+        try:
+            await within(self.context.clock, process.wait(), self.stop_ms)
+        except TimeoutError:
             log.error("worker pid %d ignored SIGTERM: killing it", process.pid)
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
-        await waiting
+            await process.wait()
 
     def __repr__(self) -> str:
         pid = self.process.pid if self.process is not None else None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
+from pathlib import Path
 
 from runtime.host.workers import LISTEN_ENV, RESTART_DELAY_MS, WorkerActor
 from runtime.kernel.clock import FakeClock
@@ -58,3 +60,22 @@ async def test_a_worker_that_keeps_dying_quickly_waits_longer_each_time() -> Non
         assert worker.deaths == 3
     finally:
         await system.stop()
+
+
+async def test_a_worker_that_ignores_sigterm_is_killed_after_its_stop_deadline(
+        tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    command = [sys.executable, "-c",
+               "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, "
+               "signal.SIG_IGN); pathlib.Path(sys.argv[1]).touch(); time.sleep(60)",
+               str(ready)]
+    env = {**os.environ, LISTEN_ENV: "127.0.0.1:0"}
+    system = ActorSystem()  # the stop deadline on the real clock: 200 ms
+    await system.start()
+    ref = await system.spawn(ChildSpec("w", lambda: WorkerActor("w", 0, command, env, 200)))
+    worker = ref.actor_as(WorkerActor)
+    process = worker.process
+    assert process is not None
+    await until(ready.exists, timeout_s=30, poll_s=0.02, what="SIGTERM ignored")
+    await system.stop()
+    assert process.returncode == -signal.SIGKILL
