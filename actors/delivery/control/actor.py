@@ -20,7 +20,6 @@ in `Programmed`, which the facade owns and every incarnation starts again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -64,6 +63,7 @@ from actors.delivery.control.registry import Pause as PauseChange
 from actors.delivery.control.registry import Resume as ResumeChange
 from actors.delivery.control.replays import ReplayDesk
 from actors.delivery.control.restore import restore
+from actors.delivery.control.saves import Saves
 from actors.delivery.control.source import SubscriptionSource
 from actors.delivery.control.trees import Plant
 from actors.delivery.document.subscription import Consumer, HandlerMethod, redact_uri
@@ -80,8 +80,6 @@ from runtime.kernel.backoff import RestartBackoff
 from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
-SAVES_TRACKED = 256
-"""Subscribes' file writes remembered before the finished ones are dropped."""
 
 
 class Journal(Protocol):
@@ -133,7 +131,7 @@ class ControlActor(Actor):
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
         self.leaving = Leaving(self, trees.stop_trees, self._forget_left)
-        self.saving: dict[str, asyncio.Future[None]] = {}  # subscribes' files being written
+        self.saves = Saves(self, source.save)  # subscribes' files, written off the mailbox
         trees.handlers = programmed.handlers
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -244,9 +242,7 @@ class ControlActor(Actor):
         if isinstance(message, Listed):
             return message.key in self.registry
         if isinstance(message, Marks):
-            entry = self.registry.known(message.key)
-            return Marks(message.key, entry.consumer, entry.status.state == "paused",
-                         message.key in self.registry.marked_disabled)
+            return self.registry.marks(message.key)
         if isinstance(message, Replay):
             return await self.desk.start(message)
         raise UsageError(f"{self.path}: unknown message {message!r}")
@@ -275,30 +271,7 @@ class ControlActor(Actor):
         if in_process:
             self.programmed.consumers[key] = consumer
         log.info("subscribed %s: %s", key, summary(consumer))
-        return Pending(self._save(consumer)) if message.persist else None
-
-    def _save(self, consumer: Consumer) -> asyncio.Future[None]:
-        """Write a new subscription's file off the mailbox (an fsync each: 10,000 one
-        after another took 30 s); the asker is answered once it is written. A later write
-        or delete of the file waits for it (`_written`); a failed write stops and forgets
-        the subscription (`Unsaved`)."""
-        if len(self.saving) >= SAVES_TRACKED:
-            self.saving = {k: f for k, f in self.saving.items() if not f.done()}
-        key = consumer.key
-        saved = self.saving[key] = self.spawn_answer(self.source.save(consumer),
-                                                     name=f"{self.path}:save")
-        def failed(done: asyncio.Future[None]) -> None:
-            if not done.cancelled() and done.exception() is not None:
-                self.tell_system(Unsaved(key))
-
-        saved.add_done_callback(failed)
-        return saved
-
-    async def _written(self, key: str) -> None:
-        saving = self.saving.pop(key, None)
-        if saving is not None:
-            with contextlib.suppress(Exception):
-                await saving
+        return Pending(self.saves.save(consumer)) if message.persist else None
 
     def _unsaved(self, key: str) -> None:
         if key in self.registry and not self.leaving.leaving(key):
@@ -332,7 +305,7 @@ class ControlActor(Actor):
 
     async def _forget(self, consumer: Consumer) -> None:
         key = consumer.key
-        await self._written(key)
+        await self.saves.written(key)
         self.trees.forget(key)
         self.registry.remove(key)
         self.desk.forget(key)
@@ -479,7 +452,7 @@ class ControlActor(Actor):
             # it may push elsewhere: its new tree joins its origin when it starts
             if old.http is not None:
                 self.trees.settle_origin(old.http.uri, leaving=key)
-            await self._written(key)
+            await self.saves.written(key)
             await self.source.save(consumer)
             log.info("subscription %s updated: %s (was %s)", key, summary(consumer),
                      summary(old))

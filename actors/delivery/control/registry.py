@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from actors.delivery.cluster.log import DISABLED_PREFIX, PAUSED_PREFIX
+from actors.delivery.control.messages import Marks
 from actors.delivery.control.status import RETRYING, STOPPED, State, SubscriptionStatus
 from actors.delivery.document.overlap import conflict
 from actors.delivery.document.subscription import Consumer, decode_consumer
@@ -161,6 +162,12 @@ class SubscriptionRegistry:
 
     def get(self, key: str) -> Entry | None:
         return self._entries.get(key)
+
+    def marks(self, key: str) -> Marks:
+        """The subscription and whether it is paused or marked disabled."""
+        entry = self.known(key)
+        return Marks(key, entry.consumer, entry.status.state == "paused",
+                     key in self.marked_disabled)
 
     @property
     def consumers(self) -> Mapping[str, Consumer]:

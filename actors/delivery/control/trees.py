@@ -378,8 +378,7 @@ class Trees:
                 delay.partitions, runtime.metrics), start_timeout_ms=15_000))
         specs.append(ChildSpec("partitions", lambda: Supervisor(
             "partitions", "one_for_one", intensity=10, period_ms=10_000),
-            shutdown_ms=CONSUMER_STOP_MS))  # drained by then: they only stop (at 10,000
-        # subscriptions stopping together that took over the 500 ms it had)
+            shutdown_ms=CONSUMER_STOP_MS))  # drained by then; 500 ms was short at scale
         specs.append(self._consumer_spec(reads, wiring, deps))
         return specs
 
