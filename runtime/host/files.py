@@ -36,6 +36,13 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     writers never share one; a process killed mid-write leaves it behind, and nothing
     that globs for `*<suffix of path>` picks it up.
     """
+    replace_synced(path, data, mode)
+    fsync_directory(path.parent)
+
+
+def replace_synced(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
+    """`atomic_write` but for the fsync of the directory, which the caller owes (once
+    for several files of one directory: `SubscriptionStore`'s batches)."""
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
         _write_synced(temp, data, mode)
@@ -43,7 +50,6 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    fsync_directory(path.parent)
 
 
 def _write_synced(path: Path, data: bytes, mode: int) -> None:

@@ -123,6 +123,20 @@ async def test_saves_of_different_subscriptions_may_run_at_once(tmp_path: Path) 
     assert len(os.listdir(tmp_path)) == 8
 
 
+async def test_saves_asked_together_are_written_in_one_batch_each_answered_alone(
+        tmp_path: Path) -> None:
+    """A group commit: the first save's batch is written while the next 19 queue, and
+    those go together. A file that cannot be written fails its own save only."""
+    (tmp_path / "bad_g.json").mkdir()  # a rename onto a directory fails
+    (tmp_path / "bad_g.json" / "inside").touch()
+    store = SubscriptionStore(tmp_path)
+    saves = [store.save(consumer(f"s{i}")) for i in range(19)] + [store.save(consumer("bad"))]
+    outcomes = await asyncio.gather(*saves, return_exceptions=True)
+    assert [type(o).__name__ for o in outcomes] == ["NoneType"] * 19 + ["IsADirectoryError"]
+    assert store.batches == 2
+    assert {c.id for c in (await store.load_all())[0]} == {f"s{i}" for i in range(19)}
+
+
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
