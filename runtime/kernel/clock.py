@@ -67,9 +67,10 @@ class RealClock:
 async def finished_within(clock: Clock, future: asyncio.Future[T], timeout_ms: int) -> bool:
     """Wait until `future` is done or `timeout_ms` of `clock` time passed; say which.
     Neither raises the future's error nor cancels it."""
+    if future.done():
+        return True
     if isinstance(clock, RealClock):  # the common case: asyncio's own timer, no extra task
-        done, _ = await asyncio.wait({future}, timeout=max(timeout_ms, 0) / 1000)
-        return bool(done)
+        return await _done_within(future, max(timeout_ms, 0) / 1000)
     timer = asyncio.ensure_future(clock.sleep_ms(timeout_ms))
     try:
         either: set[asyncio.Future[T] | asyncio.Future[None]] = {future, timer}
@@ -77,6 +78,26 @@ async def finished_within(clock: Clock, future: asyncio.Future[T], timeout_ms: i
     finally:
         timer.cancel()
         await asyncio.gather(timer, return_exceptions=True)
+    return future.done()
+
+
+async def _done_within(future: asyncio.Future[T], timeout_s: float) -> bool:
+    """`asyncio.wait` of one future, without its sets and its second future: one waiter,
+    one timer (every actor start and stop waits like this)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(timeout_s, wake)
+    future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
     return future.done()
 
 

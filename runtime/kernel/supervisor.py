@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 from runtime.kernel.actor import Actor, ActorContext, Lifecycle, LifecycleKind
 from runtime.kernel.backoff import RESTART_BACKOFF
 from runtime.kernel.budget import RestartBudget
-from runtime.kernel.clock import Clock, finished_within, within
+from runtime.kernel.clock import Clock, finished_within
 from runtime.kernel.errors import ActorDeadError, ActorStartError, RestartBudgetExceeded, UsageError
 
 log = logging.getLogger(__name__)
@@ -268,14 +268,16 @@ class Supervisor(Actor):
         task = asyncio.get_running_loop().create_task(actor.run(ready), name=actor.path)
         child = self._children[spec.name] = _Child(spec, actor, task, self, restarts)
         task.add_done_callback(child.exited)
-        try:
-            await within(ctx.clock, asyncio.shield(ready), spec.start_timeout_ms)
+        try:  # `ready` is waited for, never cancelled: no shield, no task
+            if not await finished_within(ctx.clock, ready, spec.start_timeout_ms):
+                raise TimeoutError(f"not ready within {spec.start_timeout_ms} ms")
+            ready.result()  # its start's error, if any
         except Exception as exc:
             self._children.pop(spec.name, None)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            if isinstance(exc, TimeoutError):
-                exc = TimeoutError(f"not ready within {spec.start_timeout_ms} ms")
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # read: the cancel's error is not logged as unread
             raise ActorStartError(f"{actor.path} failed to start: {exc!r}") from exc
         self._journal("actor_restarted" if restarts else "actor_started", actor.path)
 
