@@ -91,9 +91,14 @@ def main() -> int:
                         "embedded one started here)")
     parser.add_argument("--no-audit", action="store_true",
                         help="skip the Spark audit of the run's journal")
+    parser.add_argument("--log", default="", help="write the runtime's log (INFO and up, "
+                        "timestamped) to this file instead of its errors to stderr")
     args = parser.parse_args()
-    # a dead letter or a killed actor is logged each time: thousands of lines in 30 min
-    logging.disable(logging.WARNING)
+    if args.log:  # what a failing run did, and when: the faults print their times too
+        logging.basicConfig(filename=args.log, level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    else:  # a dead letter or a killed actor is logged each time: thousands of lines
+        logging.disable(logging.WARNING)
     seed = args.seed if args.seed is not None else seed_from_env()
     print(f"chaos seed {seed}, {args.minutes:g} min, load average {os.getloadavg()}",
           flush=True)

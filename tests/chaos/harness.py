@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
+from actors.delivery.path.member.actor import InstanceMemberActor
 from runtime.host.app import Runtime
 from runtime.host.journal import Event
 from runtime.kafka import create_topics, make_producer
@@ -408,10 +409,11 @@ class ChaosRun:
 
     def _explain(self, runtime: Runtime) -> str:
         """What a failing drain shows besides what is owed: the faults fired, in order,
-        and every actor of an owing subscription as it is now."""
+        the members, and every actor of an owing subscription as they are now."""
         owing = set(self._owed())
-        actors = [f"  {a!r}" for a in _actors(runtime.system.root)
-                  if any(key in a.path for key in owing)]
+        actors = [f"  {a.describe() if isinstance(a, InstanceMemberActor) else repr(a)}"
+                  for a in _actors(runtime.system.root)
+                  if a.path.startswith("/hookstream/groups") or any(k in a.path for k in owing)]
         return "\n".join([*(f"  fault {hit}" for hit in self.verdict.hits), *actors])
 
     def _ends(self) -> dict[tuple[str, str, int], int]:

@@ -352,6 +352,16 @@ class InstanceMemberActor(Actor):
                                 partition=tp.partition, offset=offset, reason=reason,
                                 actor=actor))
 
+    def describe(self) -> str:
+        """Its state for a person reading a failure: the repr, then what its fetching
+        depends on (held, listening, suspended and paused partitions, each fanout)."""
+        kafka = self.kafka
+        paused = sorted(map(child_name, kafka.paused())) if kafka is not None else None
+        fanouts = {child_name(tp): repr(f) for tp, f in sorted(self.fanouts.items())}
+        return (f"{self!r} held={self.held} listening={self.listening} "
+                f"suspended={sorted(map(child_name, self.rebalance.suspended))} "
+                f"paused={paused} fanouts={fanouts}")
+
     def __repr__(self) -> str:
         return (f"<InstanceMemberActor {self.path} riders={len(self.roster)} "
                 f"owned={len(self.owned)} reads={len(self.side.reads)} {self.commits!r} "
