@@ -423,3 +423,32 @@ async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(tmp_path: P
             finally:
                 await receiver.stop()
     assert receiver.duplicates() == []
+
+
+async def test_members_lost_while_the_broker_is_away_start_again_once_it_is_back(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The `groups` supervisor killed during a broker cut: its member cannot start (no
+    bootstrap). It is tried again on a timer, and once the cut heals every subscription
+    delivers again; before, nothing started it until some subscription started (the
+    30-minute chaos run, seed 835427710, ended with every cursor idle at its commit)."""
+    proxy = CutProxy(0)
+    async with EmbeddedBroker(advertised=proxy.address) as broker:
+        proxy.target_port = int(broker.bootstrap.rsplit(":", 1)[1])
+        async with proxy:
+            bootstrap, topic, ids = proxy.address, "lost", ["lost0", "lost1"]
+            await create_topics(bootstrap, {topic: 2})
+            receiver = await Receiver().start()
+            try:
+                async with make_runtime(bootstrap, tmp_path) as runtime:
+                    await subscribe(Admin(runtime), ids, topic, receiver.url)
+                    await produce(bootstrap, topic, 50, partitions=2)
+                    await receiver.wait_for(lambda: len(receiver.delivered()) == 100, 60)
+                    proxy.cut()
+                    runtime.system.root.child("groups").kill("test")
+                    await until(lambda: "could not start again" in caplog.text, timeout_s=60,
+                                what="the member's start refused while the broker is away")
+                    proxy.heal()
+                    await produce(bootstrap, topic, 50, partitions=2, start=50)
+                    await receiver.wait_for(lambda: len(receiver.delivered()) == 200, 90)
+            finally:
+                await receiver.stop()

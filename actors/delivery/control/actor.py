@@ -80,6 +80,8 @@ from runtime.kernel.backoff import RestartBackoff
 from runtime.kernel.clock import Clock
 
 log = logging.getLogger(__name__)
+MEMBER_RETRY_MS = 1000
+"""How soon members that could not be started again are tried again."""
 
 
 class Journal(Protocol):
@@ -378,11 +380,12 @@ class ControlActor(Actor):
 
     async def _members_lost(self) -> None:
         """The members went with their supervisor: each is built again (with the riders
-        the control plane records) for the trees that still run."""
-        for key in list(self.registry):
-            entry = self.registry.get(key)
-            if entry is not None and self.trees.has_tree(key):
-                await self.trees.restore_member(entry.consumer)
+        the control plane records) for the trees that still run; if one cannot start now
+        (the broker away), all are tried again on a timer: nothing else may come to."""
+        started = [await self.trees.restore_member(entry.consumer) for key in list(self.registry)
+                   if (entry := self.registry.get(key)) is not None and self.trees.has_tree(key)]
+        if not all(started):
+            self.schedule(self.runtime.clock.monotonic_ms() + MEMBER_RETRY_MS, MembersLost(None))
 
     def _trees_lost(self) -> None:
         """The `delivery` supervisor went past its budget and is restarted empty: every

@@ -127,7 +127,7 @@ class Plant(Protocol):
 
     async def start(self, consumer: Consumer) -> None: ...
 
-    async def restore_member(self, consumer: Consumer) -> None: ...
+    async def restore_member(self, consumer: Consumer) -> bool: ...
 
     async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]: ...
 
@@ -447,16 +447,17 @@ class Trees:
         cluster's subscriptions topic, else the persistence folder)."""
         return instance_group(self.runtime.config)
 
-    async def restore_member(self, consumer: Consumer) -> None:
+    async def restore_member(self, consumer: Consumer) -> bool:
         """Start `consumer`'s member again if it is gone (its supervisor was restarted
-        empty); a failure is logged, and the next subscription start tries again."""
+        empty); False (and a warning) when it could not start."""
         if not rides(consumer):
-            return
+            return True
         try:
             await self._ensure_member(consumer)
         except (ActorStartError, ActorDeadError) as exc:
-            log.warning("group member %s could not start again: %r",
-                        member_name(consumer), exc)
+            log.warning("group member %s could not start again: %r", member_name(consumer), exc)
+            return False
+        return True
 
     async def _ensure_member(self, consumer: Consumer) -> None:
         spec = self._member_spec(consumer)
