@@ -58,9 +58,9 @@ async def produce_raw(bootstrap: str, topic: str,
         await producer.stop()
 
 
-async def read_to_end(bootstrap: str, topic: str) -> list[Any]:
-    """Every record of partition 0, up to the high watermark of the fetch responses."""
-    tp = TopicPartition(topic, 0)
+async def read_to_end(bootstrap: str, topic: str, partition: int = 0) -> list[Any]:
+    """Every record of `partition`, up to the high watermark of the fetch responses."""
+    tp = TopicPartition(topic, partition)
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                               max_partition_fetch_bytes=8 << 20)
     await reader.start()
