@@ -20,8 +20,6 @@ definitions in runtime/report/transforms.py), computed with fewer passes
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,27 +28,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from runtime.errors import UsageError
 from runtime.report import facts, gaps, output, tables, transforms
-from runtime.report.job import choose_bucket_ms, read_raw
+from runtime.report.job import Progress, Steps, choose_bucket_ms, read_raw
 from runtime.report.sources import JournalFiles
 from runtime.report.store import Store, compact, read_events
 
-Progress = Callable[[str], None]
 STEPS = 5
-
-
-class _Steps:
-    """`[2/5] what ... result (1.2 s)` progress lines."""
-
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-        self._done = 0
-        self._since = time.perf_counter()
-
-    def done(self, line: str) -> None:
-        now = time.perf_counter()
-        self._done += 1
-        self._progress(f"[{self._done}/{STEPS}] {line} ({now - self._since:.1f} s)")
-        self._since = now
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +86,7 @@ def record_groups(records: DataFrame, events: DataFrame,
         raise UsageError(str(exc)) from exc
 
 
-def aggregates(raw: DataFrame, label: str, steps: _Steps) -> tables.Aggregates:
+def aggregates(raw: DataFrame, label: str, steps: Steps) -> tables.Aggregates:
     """Run the Spark side; everything returned is small."""
     events = transforms.valid_events(raw)
     ticks = facts.tick_facts(raw).cache()
@@ -141,7 +123,7 @@ def run_report(
     chart_note: str = "",
 ) -> dict[str, Any]:
     """Run the fast report; return summary.json's content. UsageError without events."""
-    steps = _Steps(progress)
+    steps = Steps(progress, STEPS)
     source = read_input(spark, files, store)
     raw = source.raw if source.source == "store" else source.raw.cache()
     try:

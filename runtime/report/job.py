@@ -136,18 +136,19 @@ def _csv_ready(df: DataFrame) -> DataFrame:
     })
 
 
-class _Steps:
-    """Numbered progress lines with the time each step took: `[2/6] what ... result (1.2 s)`."""
+class Steps:
+    """Numbered progress lines with the time each step took: `[2/6] what ... result (1.2 s)`
+    (the report's steps, and the batch job's)."""
 
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
+    def __init__(self, progress: Progress, total: int) -> None:
+        self._progress, self._total = progress, total
         self._done = 0
         self._since = time.perf_counter()
 
     def done(self, line: str) -> None:
         now = time.perf_counter()
         self._done += 1
-        self._progress(f"[{self._done}/{STEPS}] {line} ({now - self._since:.1f} s)")
+        self._progress(f"[{self._done}/{self._total}] {line} ({now - self._since:.1f} s)")
         self._since = now
 
 
@@ -164,7 +165,7 @@ def run_report(
     chart_note: str = "",
 ) -> dict[str, Any]:
     """Run every step; return summary.json's content. UsageError if there are no events."""
-    steps, cache = _Steps(progress), _Cache()
+    steps, cache = Steps(progress, STEPS), _Cache()
     try:
         raw = cache.keep(read_raw(spark, files))
         ok = transforms.is_valid_event()
@@ -197,7 +198,7 @@ def run_report(
 
 
 def _steps(
-    out: _Output, events: DataFrame, time_range: tuple[int, int], steps: _Steps, note: str,
+    out: _Output, events: DataFrame, time_range: tuple[int, int], steps: Steps, note: str,
 ) -> dict[str, Any]:
     gap = gaps.journal_gap(events)
     records = out.cache.keep(transforms.record_outcomes(events, gap))
