@@ -31,7 +31,8 @@ import base64
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from functools import partial
 from ssl import SSLContext
 from typing import Final, Literal, Protocol, cast
 from urllib.parse import quote, urlencode
@@ -55,9 +56,29 @@ this module default: #34)."""
 SocketFactory = Callable[[AddrInfoType], socket.socket]
 
 
+Done = Callable[[Reply | None, BaseException | None], None]
+"""Told once how a request started with `Transport.start` ended: its reply, or the error.
+Never told after the request was cancelled."""
+
+
+class Exchange(Protocol):
+    """A request under way (`Transport.start`)."""
+
+    def cancel(self) -> object:
+        """Give it up: `done` is not told, its connection is not reused."""
+
+
 class Transport(Protocol):
+    def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
+              params: Mapping[str, str] | None, done: Done) -> Exchange:
+        """Send a request and return at once; `done` is told its outcome (issue 37: a push
+        costs no task on the lean transport). The caller bounds how many run at once."""
+        ...
+
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
-                   params: Mapping[str, str] | None) -> Reply: ...
+                   params: Mapping[str, str] | None) -> Reply:
+        """`start` and wait for its outcome, at most `pool` at once (waiters in order)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -106,6 +127,26 @@ class AiohttpTransport:
             cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
             auto_decompress=False,  # bodies are discarded
         )
+        self._tasks: set[asyncio.Task[None]] = set()  # requests of `start`; awaited on close
+
+    def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
+              params: Mapping[str, str] | None, done: Done) -> Exchange:
+        """A task per request: aiohttp's own request needs one (https is ~100 us a push:
+        the task is small beside it)."""
+        task = asyncio.get_running_loop().create_task(
+            self._run(self.send(method, headers, body, params), done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @staticmethod
+    async def _run(request: Awaitable[Reply], done: Done) -> None:
+        try:
+            reply = await request
+        except Exception as exc:  # CancelledError is not an Exception: never told
+            done(None, exc)
+            return
+        done(reply, None)
 
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
                    params: Mapping[str, str] | None) -> Reply:
@@ -117,6 +158,10 @@ class AiohttpTransport:
             return status, answer.get("Retry-After"), answer.get("QOH-Action"), kept
 
     async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._session.close()
 
     @property
@@ -146,17 +191,20 @@ class ConnectionLost(ConnectionError):
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection; one request at a time."""
+    """One keep-alive HTTP/1.1 connection; one request at a time, its outcome told to
+    the request's `Done` once the parser is through the bytes that completed it (so the
+    next request, which `done` may start on this very connection, begins with a clean
+    parser turn)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.made: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.idle_since = time.monotonic()
         self._parser = httptools.HttpResponseParser(self)
-        self._done: asyncio.Future[Reply] | None = None
+        self._done: Done | None = None
+        self._ready: Reply | None = None  # complete, told after the parser's turn
         self._retry_after: str | None = None
         self._action: str | None = None
-        self._header: bytes = b""
         self._body_bytes = 0
         self._snippet = b""
         self._keep = False  # a non-2xx answer: its first SNIPPET_BYTES are kept
@@ -170,15 +218,12 @@ class _Connection(asyncio.Protocol):
             self.made.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.reusable = False
         self.transport = None
-        done = self._done
-        if done is not None and not done.done():
-            done.set_exception(ConnectionLost("the endpoint closed the connection")
-                               if exc is None else exc)
+        self._fail(ConnectionLost("the endpoint closed the connection") if exc is None
+                   else exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._done is None or self._done.done():
+        if self._done is None:
             self.reusable = False  # bytes nobody asked for: never reuse this connection
             return
         try:
@@ -187,8 +232,15 @@ class _Connection(asyncio.Protocol):
             self._fail(ConnectionLost("the endpoint switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(ConnectionLost(f"bad HTTP response: {exc}"))
+        else:
+            if self._ready is not None:
+                self._tell(self._ready, None)
 
     # parser callbacks
+    def on_message_begin(self) -> None:
+        if self._ready is not None:
+            self.reusable = False  # a second answer to one request
+
     def on_header(self, name: bytes, value: bytes) -> None:
         lowered = name.lower()
         if lowered == b"retry-after":
@@ -216,22 +268,27 @@ class _Connection(asyncio.Protocol):
         self._complete()
 
     # requests
-    def request(self, data: bytes, head: bool = False) -> asyncio.Future[Reply]:
+    def request(self, data: bytes, head: bool, done: Done) -> None:
+        """Write a request; `done` is told its outcome. Raises ConnectionLost when the
+        connection is gone already."""
         if self.transport is None:
             raise ConnectionLost("the endpoint closed the connection")
         self._head = head
-        self._done = asyncio.get_running_loop().create_future()
-        self._retry_after = self._action = None
+        self._done = done
+        self._ready = self._retry_after = self._action = None
         self._body_bytes = 0
         self._snippet = b""
         self.transport.write(data)
-        return self._done
 
     def _complete(self) -> None:
-        done = self._done
-        if done is not None and not done.done():
-            done.set_result((self._parser.get_status_code(), self._retry_after, self._action,
-                             self._snippet))
+        if self._done is not None and self._ready is None:
+            self._ready = (self._parser.get_status_code(), self._retry_after, self._action,
+                           self._snippet)
+
+    def _tell(self, reply: Reply | None, exc: BaseException | None) -> None:
+        done, self._done, self._ready = self._done, None, None
+        if done is not None:
+            done(reply, exc)
 
     def expire(self) -> None:
         """The total timeout passed: fail the answer (TimeoutError, no text, like
@@ -239,11 +296,18 @@ class _Connection(asyncio.Protocol):
         self._fail(TimeoutError())
         self.close()
 
-    def _fail(self, exc: Exception) -> None:
+    def _fail(self, exc: BaseException) -> None:
+        """The connection cannot go on; an answer complete already is still told."""
         self.reusable = False
-        done = self._done
-        if done is not None and not done.done():
-            done.set_exception(exc)
+        if self._ready is not None:
+            self._tell(self._ready, None)
+        else:
+            self._tell(None, exc)
+
+    def abandon(self) -> None:
+        """Its request was given up: tell nobody, close."""
+        self._done = self._ready = None
+        self.close()
 
     def close(self) -> None:
         self.reusable = False
@@ -315,41 +379,59 @@ class LeanTransport:
         self._busy = 0
         self._waiting: deque[asyncio.Future[None]] | None = None  # made on first wait
         self._using: set[_Connection] = set()  # connections with a request of ours
+        self._tasks: set[asyncio.Task[None]] = set()  # connecting; awaited on close
         self._addresses: list[AddrInfoType] = []
         self._resolved_at = 0.0
         self._closed = False
 
+    def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
+              params: Mapping[str, str] | None, done: Done) -> Exchange:
+        exchange = _Exchange(self, self._encode(method, headers, body, params),
+                             method == "HEAD", done)
+        connection = self._shelf.take()
+        if connection is not None:
+            exchange.send_on(connection)
+        else:  # rare once warm: a new connection, the one step that needs a task
+            exchange.task = self._spawn(self._connect_for(exchange))
+        return exchange
+
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
                    params: Mapping[str, str] | None) -> Reply:
-        data = self._encode(method, headers, body, params)
         await self._take_slot()
         try:
-            return await self._exchange(data, method == "HEAD")
+            answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            exchange = self.start(method, headers, body, params, partial(_settle, answer))
+            try:
+                return await answer
+            except asyncio.CancelledError:
+                exchange.cancel()
+                raise
         finally:
             self._give_slot()
 
-    async def _exchange(self, data: bytes, head: bool) -> Reply:
-        """Send on a pooled or new connection within `total_s` (a timer handle that
-        fails the answer, not `asyncio.timeout`: a third of this client's CPU)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.total_s
-        connection = self._shelf.take()
-        if connection is None:
-            async with asyncio.timeout_at(deadline):  # rare: a new connection
-                connection = await self._connect()
-        self._using.add(connection)
-        answer = connection.request(data, head)
-        timer = loop.call_at(deadline, connection.expire)
+    def _spawn(self, coro: Coroutine[object, None, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _connect_for(self, exchange: _Exchange) -> None:
+        """Connect within the request's total timeout (and `connect_s`), then send."""
         try:
-            reply = await answer
-        except BaseException:
-            connection.close()  # a half-read answer makes it unusable
+            async with asyncio.timeout_at(exchange.deadline):
+                connection = await self._connect()
+        except asyncio.CancelledError:
+            exchange.fail(ConnectionLost("the transport closed"))  # told unless given up
             raise
-        finally:
-            timer.cancel()
-            self._using.discard(connection)
-        self._release(connection)
-        return reply
+        except Exception as exc:
+            exchange.fail(exc)
+            return
+        exchange.task = None
+        if exchange.given_up or self._closed:
+            self._release(connection)  # still a good connection for the next request
+            exchange.fail(ConnectionLost("the transport closed"))
+            return
+        exchange.send_on(connection)
 
     async def _take_slot(self) -> None:
         """At most `pool` requests (connections) at once; waiters in arrival order."""
@@ -396,6 +478,19 @@ class LeanTransport:
         length = "" if body is None else f"Content-Length: {len(body)}\r\n"
         head = f"{method} {target} HTTP/1.1\r\n{block}{length}\r\n".encode()
         return head + body if body else head
+
+    @property
+    def total_s(self) -> float:
+        return self._settings.total_s
+
+    def using(self, connection: _Connection) -> None:
+        """`connection` carries a request of ours (closed if this transport closes)."""
+        self._using.add(connection)
+
+    def release(self, connection: _Connection) -> None:
+        """Its request is over: back on the shelf, or closed when not reusable."""
+        self._using.discard(connection)
+        self._release(connection)
 
     def _release(self, connection: _Connection) -> None:
         if connection.reusable and not self._closed:
@@ -450,3 +545,76 @@ class LeanTransport:
             connection.close()  # its request fails, as any request in flight at close
         self._using.clear()
         self._shelf.leave()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()  # a request still connecting fails with ConnectionLost
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Exchange:
+    """One request of a `LeanTransport`, by callbacks: written on a connection, its
+    total timeout a loop timer (not `asyncio.timeout`: a third of this client's CPU), its
+    answer told to `done` by the connection's parser callbacks."""
+
+    __slots__ = ("_connection", "_data", "_done", "_head", "_owner", "_timer", "deadline",
+                 "task")
+
+    def __init__(self, owner: LeanTransport, data: bytes, head: bool, done: Done) -> None:
+        self._owner, self._data, self._head = owner, data, head
+        self._done: Done | None = done
+        self.deadline = asyncio.get_running_loop().time() + owner.total_s
+        self._connection: _Connection | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None  # while connecting
+
+    @property
+    def given_up(self) -> bool:
+        return self._done is None
+
+    def send_on(self, connection: _Connection) -> None:
+        self._connection = connection
+        self._owner.using(connection)
+        self._timer = asyncio.get_running_loop().call_at(self.deadline, connection.expire)
+        try:
+            connection.request(self._data, self._head, self._answered)
+        except ConnectionLost as exc:
+            self._answered(None, exc)
+
+    def _answered(self, reply: Reply | None, exc: BaseException | None) -> None:
+        connection, self._connection = self._connection, None
+        if self._timer is not None:
+            self._timer.cancel()
+        if connection is not None:
+            if exc is not None:
+                connection.close()  # a half-read answer makes it unusable
+            self._owner.release(connection)
+        self.tell(reply, exc)
+
+    def fail(self, exc: BaseException) -> None:
+        self.tell(None, exc)
+
+    def tell(self, reply: Reply | None, exc: BaseException | None) -> None:
+        done, self._done = self._done, None
+        if done is not None:
+            done(reply, exc)
+
+    def cancel(self) -> None:
+        self._done = None
+        if self.task is not None:
+            self.task.cancel()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            if self._timer is not None:
+                self._timer.cancel()
+            connection.abandon()
+            self._owner.release(connection)
+
+
+def _settle(answer: asyncio.Future[Reply], reply: Reply | None,
+            exc: BaseException | None) -> None:
+    if answer.done():
+        return
+    if exc is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(cast(Reply, reply))
