@@ -60,6 +60,8 @@ import base64
 import contextlib
 import dataclasses
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Final
 
@@ -85,9 +87,13 @@ from actors.delivery.egress.outlet import (
     failure_of,
     outcome_of,
 )
+from actors.delivery.egress.push import Push
 from actors.delivery.egress.redaction import Redactor, sent_secrets
 from actors.delivery.egress.status import OriginStatus, OutletStatus
 from actors.delivery.egress.transport import (
+    Done,
+    Exchange,
+    Reply,
     Transport,
     TransportName,
     TransportSettings,
@@ -177,6 +183,15 @@ def receiver_action(status: int, action: str) -> Answer | None:
     return None
 
 
+class _PushCrashed:
+    """A push's callback raised: the egress crashes in its own turn (push.py)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 GoneCallback = Callable[[str, str], None]
 """Told (subscription key, reason) when the endpoint answers 410 Gone."""
 
@@ -186,8 +201,9 @@ class EgressActor(OutletActor):
 
     __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_gone", "_has_body",
                  "_headers", "_keys", "_linger_ms", "_m_breaker", "_m_transitions",
-                 "_method", "_query_key", "_redact", "_session", "_timeout_ms", "_url", "guard",
-                 "on_gone", "origin", "settings", "transport_name")
+                 "_method", "_pushes", "_query_key", "_redact", "_session", "_starting",
+                 "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
+                 "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
@@ -221,6 +237,8 @@ class EgressActor(OutletActor):
         self._batch_size = settings.batch_size
         self._linger_ms = settings.batch_linger_ms
         self._batches: PartitionQueues[Queued] = PartitionQueues()
+        self._pushes: set[Push] = set()  # under way: at most `pool` (egress/push.py)
+        self._starting = False  # `_start_pending` is running (a push may end inside it)
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
         name = self.origin.name
@@ -251,10 +269,105 @@ class EgressActor(OutletActor):
             settings.connect_timeout_ms / 1000, self.guard.socket_factory, ssl_setting),
             self.transport_name, self.origin.shelf)
 
-    # -- batches (batchSize > 1) ------------------------------------------------------
     async def handle(self, message: object) -> OutletStatus | None:
         if self._batch_size == 1:
+            if isinstance(message, Deliver):  # the hot path
+                self._accept(message)
+                return None
+            if isinstance(message, _PushCrashed):
+                raise message.error
             return await super().handle(message)
+        return await self._handle_batched(message)
+
+    # -- single records: pushes by callback (actors/delivery/egress/push.py) ------------
+    @property
+    def subscription(self) -> str:
+        return self._subscription
+
+    def _accept(self, deliver: Deliver) -> None:
+        """Push now if fewer than `pool` are under way, else after one of them ended."""
+        if self._pending is None:
+            self._pending = deque()
+        self._pending.append((deliver, deliver.reply_to))
+        if not self._starting:
+            self._start_pending()
+
+    def _start_pending(self) -> None:
+        """Start what the pool has room for; a push that ends at once (its breaker is
+        open) makes room in this loop, never in a call nested inside it."""
+        pending, pushes = self._pending, self._pushes
+        self._starting = True
+        try:
+            while pending and len(pushes) < self.pool:
+                push = Push(self, pending.popleft()[0])
+                pushes.add(push)
+                self._inflight += 1
+                self._inflight_gauge.inc()
+                push.begin()
+        finally:
+            self._starting = False
+
+    def may_go(self, record: Record) -> int | Answer | None:
+        """One look at the origin for `record`: None to go now, ms to look again after, or
+        the failed answer of a breaker that is open while retries are bounded (see
+        `_wait_for_origin`)."""
+        held = self.origin.hold(self.context.clock.monotonic_ms())
+        self._report_transitions()
+        if held is None:
+            return None
+        if held.breaker and self._fail_fast and record.replay is None:
+            return self._breaker_answer()
+        return held.ms
+
+    def _breaker_answer(self) -> Answer:
+        return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
+                      local=True)
+
+    def start_request(self, record: Record, done: Done) -> Exchange:
+        if self._session is None:
+            raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
+        headers, body, params = self._build(record)
+        return self._session.start(self._method, headers, body, params, done)
+
+    def answer_of(self, reply: Reply) -> Answer:
+        """What an answered request means, told to the origin."""
+        answer = self._answer(*reply)
+        self._settle_origin(answer)
+        return answer
+
+    def error_answer(self, exc: BaseException) -> Answer:
+        """A request that got no answer (timeout, connection error), told to the origin."""
+        self._origin_answered(False)
+        return Answer(None, self.describe(exc))
+
+    def pushed(self, push: Push, answer: Answer) -> None:
+        """`push` ended with `answer`: counted, journaled, told to its cursor; the next
+        record the pool has room for starts."""
+        latency_ms = (time.perf_counter() - push.started) * 1000
+        self._pushes.discard(push)
+        self._inflight -= 1
+        self._inflight_gauge.inc(-1)
+        self._duration.observe(latency_ms)
+        deliver = push.deliver
+        self._account((deliver.record,), answer, latency_ms)
+        deliver.reply_to.tell_system(outcome_of(deliver.record, deliver.epoch, answer,
+                                                latency_ms))
+        if self._pending and not self._starting:
+            self._start_pending()
+
+    def push_crashed(self, error: Exception) -> None:
+        """A push's step raised in a callback: crash the egress in its own turn."""
+        self.tell_system(_PushCrashed(error))
+
+    def _abandon_pushes(self) -> None:
+        pushes, self._pushes = self._pushes, set()
+        for push in pushes:
+            push.abandon()
+        self._inflight -= len(pushes)
+        self._inflight_gauge.inc(-len(pushes))
+
+    # -- batches (batchSize > 1) ------------------------------------------------------
+    async def _handle_batched(self, message: object) -> OutletStatus | None:
         if isinstance(message, DeliverMany):
             self._queue(message.records, message.epoch, message.reply_to, False)
         elif isinstance(message, Deliver):  # a retry, or a replay
@@ -320,6 +433,7 @@ class EgressActor(OutletActor):
             reply_to.tell_system(BatchOutcome(records, epoch, failure))
 
     async def on_stop(self) -> None:
+        self._abandon_pushes()  # before the session: a closed connection tells nobody
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -330,29 +444,36 @@ class EgressActor(OutletActor):
         # a replay is pressed once, after an outage: its pushes wait for the probe like
         # records retried forever instead of failing at the breaker still open (#25)
         if not await self._wait_for_origin(self._fail_fast and first.replay is None):
-            return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
-                          local=True)
+            return self._breaker_answer()
         # `hold` just let us go: in half-open state that makes this request the probe
         probe = self.origin.breaker.probing
+        slots = self.origin.slots  # the origin's connection limit
         try:
-            async with self.origin.slots:  # the origin's connection limit
-                try:
-                    answer = await self._push(record)
-                except Exception:
-                    self._origin_answered(False)
-                    raise
+            await slots.acquire(self._subscription)
+            try:
+                answer = self._answer(*await self._request(record))
+            except Exception:
+                self._origin_answered(False)
+                raise
+            finally:
+                slots.give()
         except asyncio.CancelledError:  # no answer: the next request may probe (#34)
             self.origin.unanswered(probe)
             raise
+        self._settle_origin(answer)
+        return answer
+
+    def _settle_origin(self, answer: Answer) -> None:
+        """Tell the origin what an answer means for it: its breaker's count, a "slow
+        down", a 410's disable."""
         self._origin_answered(answer.error is None or answer.action == "skip")
         if answer.status in (429, 503) and answer.retry_after_ms is not None:
             self.origin.throttle(self.context.clock.monotonic_ms() + answer.retry_after_ms)
         if answer.action == "disable":
             self._disable()
-        return answer
 
-    async def _push(self, record: Record | list[Record]) -> Answer:
-        status, retry_after, action, body = await self._request(record)
+    def _answer(self, status: int, retry_after: str | None, action: str | None,
+                body: bytes) -> Answer:
         answer = self._decide(status, retry_after, action)
         # a receiver that reflects its request must not show our secrets to readers of
         # the attempts API (#34)
