@@ -25,16 +25,36 @@ crashes the egress (it tells itself the error), as an error in an owned task doe
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from actors.delivery.egress.origin import Ticket
+from actors.delivery.egress.origin import Origin, Ticket
 from actors.delivery.egress.outlet import Answer
-from actors.delivery.egress.transport import Exchange, Reply
-from actors.shared.messages import Deliver
+from actors.delivery.egress.transport import Done, Exchange, Reply
+from actors.shared.messages import Deliver, Record
+from runtime.kernel.actor import ActorContext
 from runtime.kernel.clock import Alarm
 
-if TYPE_CHECKING:
-    from actors.delivery.egress.http import EgressActor
+
+class Owner(Protocol):
+    """What a push needs of its egress (`EgressActor`, actors/delivery/egress/http.py)."""
+
+    context: ActorContext
+    origin: Origin
+
+    @property
+    def subscription(self) -> str: ...
+
+    def may_go(self, record: Record) -> int | Answer | None: ...
+
+    def start_request(self, record: Record, done: Done) -> Exchange: ...
+
+    def answer_of(self, reply: Reply) -> Answer: ...
+
+    def error_answer(self, exc: BaseException) -> Answer: ...
+
+    def pushed(self, push: Push, answer: Answer) -> None: ...
+
+    def push_crashed(self, error: Exception) -> None: ...
 
 
 class Push:
@@ -45,7 +65,7 @@ class Push:
     __slots__ = ("_alarm", "_exchange", "_holding", "_owner", "_probe", "_ticket", "deliver",
                  "started")
 
-    def __init__(self, owner: EgressActor, deliver: Deliver) -> None:
+    def __init__(self, owner: Owner, deliver: Deliver) -> None:
         self._owner = owner
         self.deliver = deliver
         self.started = time.perf_counter()
