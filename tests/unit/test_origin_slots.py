@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.delivery.egress.origin import Slots
+from actors.delivery.egress.origin import TURN, Slots
 
 
 async def turn() -> None:
@@ -22,14 +22,15 @@ async def test_a_free_slot_is_taken_at_once_without_a_ticket() -> None:
 async def test_waiting_subscriptions_take_turns_each_in_its_own_arrival_order() -> None:
     slots, served = Slots(1), []
     assert slots.take("first", lambda: None) is None
-    for n in range(4):  # the first subscription queues four before the second comes
+    for n in range(TURN + 4):  # the first subscription queues more than a turn
         slots.take("big", lambda n=n: served.append(f"big{n}"))
     for n in range(2):
         slots.take("small", lambda n=n: served.append(f"small{n}"))
-    for _ in range(6):
+    for _ in range(TURN + 6):
         slots.give()
         await turn()
-    assert served == ["big0", "small0", "big1", "small1", "big2", "big3"]
+    big = [f"big{n}" for n in range(TURN + 4)]
+    assert served == [*big[:TURN], "small0", "small1", *big[TURN:]]
     assert slots.waiting == 0
 
 
