@@ -1,8 +1,9 @@
 """The egress actor: one per endpoint, pushes records over HTTP and reports each outcome.
 
-The worker pool, journal and metrics are `OutletActor`'s (actors/delivery/egress/outlet.py);
-this module builds and sends the request. `Delivered` is a 2xx; `Failed` any other
-status, a timeout, a connection error, a bad URL...
+The journal and metrics are `OutletActor`'s (actors/delivery/egress/outlet.py); this
+module builds and sends the request. A single record's push runs by callbacks, without a
+task (actors/delivery/egress/push.py); batches keep the outlet's workers. `Delivered` is
+a 2xx; `Failed` any other status, a timeout, a connection error, a bad URL...
 
 The request (contract in DESIGN.md, "Pushed request"); choices made here:
 
@@ -38,9 +39,11 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
 Pool and timeouts. The pool is `maxConnections`, or `4 x window` clamped to 10..1000:
 the egress serves every partition of its subscription and the partition count is not
 known when it starts, so four full windows is a guess that a one-partition subscription
-never exceeds, and 1000 bounds the file descriptors. There are at most as many workers
-as pooled connections, so `timeoutMs` (aiohttp's `total`, which would otherwise include
-waiting for a pooled connection) measures the endpoint, not our queue.
+never exceeds, and 1000 bounds the file descriptors. At most `pool` pushes (or batch
+workers) are under way at once, no more than pooled connections, so `timeoutMs`
+(aiohttp's `total`, which would otherwise include waiting for a pooled connection)
+measures the endpoint, not our queue. The origin's connection limit is shared by its
+subscriptions, which take turns (actors/delivery/egress/origin.py, `Slots`).
 
 How a request is sent is the transport's (actors/delivery/egress/transport.py: aiohttp, or the
 lean HTTP/1.1 client, the default for `http://`); both keep what this docstring says.

@@ -22,6 +22,13 @@ destination guard's socket factory. A response with `Connection: close`, a timeo
 anything unexpected closes its connection, never reuses it.
 
 `https://` endpoints use aiohttp (its TLS options), whatever the default says.
+
+Two ways to send (issue 37). `start` returns at once and tells a `Done` callback the
+outcome: the lean transport writes on a shelved connection and its parser callbacks
+complete the request, so a push on a warm connection costs no task and no future (a new
+connection is the one step that runs a task, owned by the transport and awaited when it
+closes); aiohttp runs a task per request (it needs one). `send` is `start` and a future,
+for callers that await.
 """
 
 from __future__ import annotations
