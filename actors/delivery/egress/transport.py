@@ -387,6 +387,7 @@ class LeanTransport:
         self._waiting: deque[asyncio.Future[None]] | None = None  # made on first wait
         self._using: set[_Connection] = set()  # connections with a request of ours
         self._tasks: set[asyncio.Task[None]] = set()  # connecting; awaited on close
+        self.deadlines = _Deadlines(4 * settings.pool + 64)
         self._addresses: list[AddrInfoType] = []
         self._resolved_at = 0.0
         self._closed = False
@@ -395,6 +396,7 @@ class LeanTransport:
               params: Mapping[str, str] | None, done: Done) -> Exchange:
         exchange = _Exchange(self, self._encode(method, headers, body, params),
                              method == "HEAD", done)
+        self.deadlines.add(exchange)
         connection = self._shelf.take()
         if connection is not None:
             exchange.send_on(connection)
@@ -434,7 +436,7 @@ class LeanTransport:
             exchange.fail(exc)
             return
         exchange.task = None
-        if exchange.given_up or self._closed:
+        if exchange.over or self._closed:
             self._release(connection)  # still a good connection for the next request
             exchange.fail(ConnectionLost("the transport closed"))
             return
@@ -526,8 +528,11 @@ class LeanTransport:
                 except BaseException:
                     sock.close()
                     raise
-                # uvloop calls connection_made after create_connection returned
-                await connection.made
+                try:  # uvloop calls connection_made after create_connection returned
+                    await connection.made
+                except BaseException:
+                    connection.close()  # cancelled (timed out) here: not left open
+                    raise
                 return connection
         raise last or OSError(f"cannot connect to {self._host}:{self._port}")
 
@@ -552,6 +557,7 @@ class LeanTransport:
             connection.close()  # its request fails, as any request in flight at close
         self._using.clear()
         self._shelf.leave()
+        self.deadlines.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()  # a request still connecting fails with ConnectionLost
@@ -560,28 +566,26 @@ class LeanTransport:
 
 class _Exchange:
     """One request of a `LeanTransport`, by callbacks: written on a connection, its
-    total timeout a loop timer (not `asyncio.timeout`: a third of this client's CPU), its
-    answer told to `done` by the connection's parser callbacks."""
+    answer told to `done` by the connection's parser callbacks, its total timeout kept
+    by the transport's `_Deadlines`."""
 
-    __slots__ = ("_connection", "_data", "_done", "_head", "_owner", "_timer", "deadline",
-                 "task")
+    __slots__ = ("_connection", "_data", "_done", "_head", "_owner", "deadline", "task")
 
     def __init__(self, owner: LeanTransport, data: bytes, head: bool, done: Done) -> None:
         self._owner, self._data, self._head = owner, data, head
         self._done: Done | None = done
         self.deadline = asyncio.get_running_loop().time() + owner.total_s
         self._connection: _Connection | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None  # while connecting
 
     @property
-    def given_up(self) -> bool:
+    def over(self) -> bool:
+        """Told, given up or expired: nothing more happens to it."""
         return self._done is None
 
     def send_on(self, connection: _Connection) -> None:
         self._connection = connection
         self._owner.using(connection)
-        self._timer = asyncio.get_running_loop().call_at(self.deadline, connection.expire)
         try:
             connection.request(self._data, self._head, self._answered)
         except ConnectionLost as exc:
@@ -589,8 +593,6 @@ class _Exchange:
 
     def _answered(self, reply: Reply | None, exc: BaseException | None) -> None:
         connection, self._connection = self._connection, None
-        if self._timer is not None:
-            self._timer.cancel()
         if connection is not None:
             if exc is not None:
                 connection.close()  # a half-read answer makes it unusable
@@ -603,18 +605,84 @@ class _Exchange:
     def tell(self, reply: Reply | None, exc: BaseException | None) -> None:
         done, self._done = self._done, None
         if done is not None:
+            self._data = b""  # `_Deadlines` may keep this object a while: not its bytes
+            self._owner.deadlines.drop_over()
             done(reply, exc)
+
+    def expire(self) -> None:
+        """The total timeout passed: fail with TimeoutError (no text, like aiohttp's)."""
+        if self._done is None:
+            return
+        if self._connection is not None:
+            self._connection.expire()  # tells us through `_answered`, closed
+            return
+        task = self.task
+        self.fail(TimeoutError())
+        if task is not None:
+            task.cancel()  # still connecting
 
     def cancel(self) -> None:
         self._done = None
+        self._data = b""
         if self.task is not None:
             self.task.cancel()
         connection, self._connection = self._connection, None
         if connection is not None:
-            if self._timer is not None:
-                self._timer.cancel()
             connection.abandon()
             self._owner.release(connection)
+        self._owner.deadlines.drop_over()
+
+
+class _Deadlines:
+    """The total timeouts of one transport's requests, on one loop timer (issue 37: a
+    timer handle per request, made and cancelled, was 2-4 us of a push on uvloop). Its
+    requests share one timeout, so their deadlines come in start order: one timer armed
+    for the oldest one still under way is enough. Requests that are over leave from the
+    front as they end; a long-running one at the front keeps those behind it until the
+    queue passes `limit`, when they are swept out in place."""
+
+    __slots__ = ("_entries", "_limit", "_timer")
+
+    def __init__(self, limit: int) -> None:
+        self._entries: deque[_Exchange] = deque()
+        self._limit = limit
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, exchange: _Exchange) -> None:
+        entries = self._entries
+        entries.append(exchange)
+        if self._timer is None:
+            self._arm(exchange.deadline)
+        elif len(entries) > self._limit:
+            live = [entry for entry in entries if not entry.over]
+            entries.clear()  # in place: `_expire` may be iterating it (a request it
+            entries.extend(live)  # expired started the next one)
+
+    def drop_over(self) -> None:
+        entries = self._entries
+        while entries and entries[0].over:
+            entries.popleft()
+
+    def _arm(self, deadline: float) -> None:
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        entries = self._entries
+        now = asyncio.get_running_loop().time()
+        while entries and (entries[0].over or entries[0].deadline <= now):
+            entries.popleft().expire()
+        if entries and self._timer is None:
+            self._arm(entries[0].deadline)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def _settle(answer: asyncio.Future[Reply], reply: Reply | None,
