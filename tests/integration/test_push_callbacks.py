@@ -1,8 +1,9 @@
 """Pushes by callback (issue 37, actors/delivery/egress/push.py), against real aiohttp
 servers on loopback under a real ActorSystem: no task per push once connections are warm,
 the subscription's concurrency a count, the origin's holds as clock alarms (FakeClock:
-exact virtual times), a stop that tells nothing, connections of one origin shared, kept
-warm between bursts and taken in turns by its subscriptions."""
+exact virtual times), a stop that tells nothing, a burst's deliveries told together,
+connections of one origin shared, kept warm between bursts and taken in turns by its
+subscriptions."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from aiohttp import web
 from actors.delivery.document.settings import egress_settings
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.origin import CircuitBreaker, Origin
-from actors.shared.messages import Deliver, Delivered, Failed
+from actors.shared.messages import BatchOutcome, Deliver, Delivered, Failed, Record
 from runtime.host.metrics import Registry
+from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
-from tests.integration.test_egress import Collector, make_consumer, make_record
+from tests.integration.test_egress import make_consumer, make_record
 
 pytestmark = pytest.mark.integration
 
@@ -82,12 +84,54 @@ class Endpoint:
                 await self.changed.wait()
 
 
+@dataclass(frozen=True)
+class Told:
+    """What the cursor was told of one record: `delivered`, or the failure."""
+
+    record: Record
+    failure: Failed | None = None
+
+    @property
+    def delivered(self) -> bool:
+        return self.failure is None
+
+
+class Cursor(Actor):
+    """Stands where the partition actor stands: keeps what it is told of each record (a
+    burst's deliveries may come as one `BatchOutcome`) and how many messages it took."""
+
+    def __init__(self) -> None:
+        super().__init__("cursor")
+        self.outcomes: list[Told] = []
+        self.messages = 0
+        self._changed = asyncio.Event()
+
+    async def handle(self, message: object) -> None:
+        self.messages += 1
+        if isinstance(message, BatchOutcome):
+            assert message.failure is None  # failures come one by one
+            self.outcomes += [Told(record) for record in message.records]
+        elif isinstance(message, Delivered):
+            self.outcomes.append(Told(message.record))
+        else:
+            assert isinstance(message, Failed)
+            self.outcomes.append(Told(message.record, message))
+        self._changed.set()
+
+    async def wait_for(self, count: int) -> list[Told]:
+        async with asyncio.timeout(WAIT_S):
+            while len(self.outcomes) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.outcomes
+
+
 @dataclass
 class Harness:
     system: ActorSystem
     clock: FakeClock
     endpoint: Endpoint
-    collector: Collector
+    collector: Cursor
     metrics: Registry = field(default_factory=Registry)
 
     async def egress(self, path: str = "/ok", name: str = "egress",
@@ -109,7 +153,7 @@ async def harness() -> AsyncIterator[Harness]:
     clock = FakeClock(START_MS)
     system = ActorSystem(clock=clock)
     await system.start()
-    collector = Collector()
+    collector = Cursor()
     await system.spawn(ChildSpec("collector", lambda: collector))
     try:
         yield Harness(system, clock, endpoint, collector)
@@ -151,7 +195,7 @@ async def test_a_warm_egress_pushes_a_burst_without_a_task_per_push(harness: Har
     assert len(harness.endpoint.peers) == 20  # on the connections of the first burst
     harness.endpoint.release.set()
     outcomes = await harness.collector.wait_for(40)
-    assert [type(o) for o in outcomes] == [Delivered] * 40
+    assert all(o.delivered for o in outcomes) and len(outcomes) == 40
 
 
 async def test_a_subscriptions_concurrency_is_its_pool_and_the_rest_wait_in_order(
@@ -183,10 +227,10 @@ async def test_a_push_held_by_an_open_breaker_goes_as_the_probe_when_the_clock_s
     harness.clock.advance(1)  # 500 ms after it opened: one probe, the other still held
     await harness.endpoint.until(1)
     first = (await harness.collector.wait_for(1))[0]
-    assert isinstance(first, Delivered) and origin.state == "closed"
+    assert first.delivered and origin.state == "closed"
     await harness.clock.advance_settled(100)  # the held one looks again and goes
     outcomes = await harness.collector.wait_for(2)
-    assert [type(o) for o in outcomes] == [Delivered, Delivered]
+    assert [o.delivered for o in outcomes] == [True, True]
     assert harness.endpoint.requests == 2
 
 
@@ -197,7 +241,7 @@ async def test_with_bounded_retries_an_open_breaker_fails_each_push_at_once_unse
     for offset in range(50):  # past the pool: each fails in the loop that starts the next
         harness.deliver(egress, offset)
     outcomes = await harness.collector.wait_for(50)
-    assert all(isinstance(o, Failed) and o.failure.local for o in outcomes)
+    assert all(o.failure is not None and o.failure.failure.local for o in outcomes)
     assert harness.endpoint.requests == 0
 
 
@@ -209,8 +253,7 @@ async def test_a_503_with_retry_after_holds_the_next_push_until_then(harness: Ha
     await harness.clock.advance_settled(1999)
     assert harness.endpoint.requests == 0
     harness.clock.advance(1)
-    outcome = (await harness.collector.wait_for(1))[0]
-    assert isinstance(outcome, Delivered)
+    assert (await harness.collector.wait_for(1))[0].delivered
 
 
 async def test_stopping_gives_up_held_waiting_and_sent_pushes_telling_nobody(
@@ -233,7 +276,7 @@ async def test_stopping_gives_up_held_waiting_and_sent_pushes_telling_nobody(
     harness.endpoint.release.set()
     third = await harness.egress("/ok", name="third", origin=origin)
     harness.deliver(third, 3)
-    assert isinstance((await harness.collector.wait_for(1))[0], Delivered)
+    assert (await harness.collector.wait_for(1))[0].delivered
 
 
 async def test_stopping_while_held_by_the_breaker_leaves_no_alarm_and_no_probe(
@@ -274,3 +317,16 @@ async def test_subscriptions_of_one_origin_share_warm_connections_and_take_turns
         harness.deliver(small, offset)
     await harness.collector.wait_for(54)
     assert harness.endpoint.peers == peers
+
+
+async def test_a_bursts_deliveries_reach_their_cursor_in_fewer_messages(
+        harness: Harness) -> None:
+    egress = await harness.egress("/held", maxConnections=50)
+    for offset in range(50):
+        harness.deliver(egress, offset)
+    await harness.endpoint.until(50)
+    harness.endpoint.release.set()  # fifty answers at once
+    outcomes = await harness.collector.wait_for(50)
+    assert sorted(o.record.offset for o in outcomes) == list(range(50))  # each once
+    assert all(o.delivered for o in outcomes)
+    assert harness.collector.messages < 50

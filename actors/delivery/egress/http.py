@@ -105,6 +105,7 @@ from actors.delivery.egress.transport import (
 from actors.shared.messages import (
     BatchOutcome,
     Deliver,
+    Delivered,
     DeliverMany,
     Record,
 )
@@ -202,10 +203,10 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
-    __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_gone", "_has_body",
-                 "_headers", "_keys", "_linger_ms", "_m_breaker", "_m_transitions",
-                 "_method", "_pushes", "_query_key", "_redact", "_session", "_starting",
-                 "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
+    __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_finished", "_gone",
+                 "_has_body", "_headers", "_keys", "_linger_ms", "_m_breaker",
+                 "_m_transitions", "_method", "_pushes", "_query_key", "_redact", "_session",
+                 "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
                  "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
@@ -242,6 +243,9 @@ class EgressActor(OutletActor):
         self._batches: PartitionQueues[Queued] = PartitionQueues()
         self._pushes: set[Push] = set()  # under way: at most `pool` (egress/push.py)
         self._starting = False  # `_start_pending` is running (a push may end inside it)
+        # records delivered in this turn of the loop, per cursor incarnation, told at its
+        # end in one message (made on first use)
+        self._finished: dict[tuple[int, int], tuple[Ref, list[Delivered]]] | None = None
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
         name = self.origin.name
@@ -352,11 +356,41 @@ class EgressActor(OutletActor):
         self._inflight_gauge.inc(-1)
         self._duration.observe(latency_ms)
         deliver = push.deliver
-        self._account((deliver.record,), answer, latency_ms)
-        deliver.reply_to.tell_system(outcome_of(deliver.record, deliver.epoch, answer,
-                                                latency_ms))
+        record = deliver.record
+        self._account((record,), answer, latency_ms)
+        outcome = outcome_of(record, deliver.epoch, answer, latency_ms)
+        if record.replay is None and isinstance(outcome, Delivered):
+            self._finish_soon(deliver.reply_to, outcome)
+        else:
+            deliver.reply_to.tell_system(outcome)
         if self._pending and not self._starting:
             self._start_pending()
+
+    def _finish_soon(self, reply_to: Ref, delivered: Delivered) -> None:
+        """Gather the records delivered in this turn of the loop for their cursor (issue
+        37, outcomes in bursts): uvloop hands over every socket that is ready in one turn,
+        so a burst's answers arrive together, and the cursor finishes them in one turn of
+        its own and dispatches once, as for a batched request's answer (`BatchOutcome`
+        with no failure: each record finished as if it came alone; a replay's pushes are
+        answered one by one, as its actor expects). A record delivered alone in its turn
+        goes as its `Delivered`. Failures go at once, each its own."""
+        finished = self._finished
+        if finished is None:
+            finished = self._finished = {}
+        if not finished:
+            asyncio.get_running_loop().call_soon(self._tell_finished)
+        key = (id(reply_to), delivered.epoch)
+        found = finished.get(key)
+        if found is None:
+            finished[key] = (reply_to, [delivered])
+        else:
+            found[1].append(delivered)
+
+    def _tell_finished(self) -> None:
+        finished, self._finished = self._finished, None
+        for reply_to, outcomes in (finished or {}).values():
+            reply_to.tell_system(outcomes[0] if len(outcomes) == 1 else BatchOutcome(
+                [outcome.record for outcome in outcomes], outcomes[0].epoch, None))
 
     def push_crashed(self, error: Exception) -> None:
         """A push's step raised in a callback: crash the egress in its own turn."""
@@ -436,6 +470,7 @@ class EgressActor(OutletActor):
             reply_to.tell_system(BatchOutcome(records, epoch, failure))
 
     async def on_stop(self) -> None:
+        self._tell_finished()  # what was delivered is told, even on the way out
         self._abandon_pushes()  # before the session: a closed connection tells nobody
         session, self._session = self._session, None
         if session is not None:
