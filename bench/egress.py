@@ -154,11 +154,15 @@ class Feeder(Actor):
         self.egress.tell_nowait(Deliver(record, epoch=1, reply_to=self))
 
     async def handle(self, message: object) -> None:
-        self.answered += 1
-        self.failed += type(message).__name__ != "Delivered"
-        if self.sent < self.count:
+        # a burst's deliveries may come as one BatchOutcome (trees since issue 37)
+        records = getattr(message, "records", None)
+        answered = 1 if records is None else len(records)
+        self.answered += answered
+        self.failed += type(message).__name__ == "Failed" or (
+            records is not None and getattr(message, "failure", None) is not None)
+        for _ in range(min(answered, self.count - self.sent)):
             self._send()
-        elif self.answered == self.count and not self.finished.done():
+        if self.answered == self.count and not self.finished.done():
             self.finished.set_result(None)
 
 
