@@ -241,7 +241,8 @@ class EgressActor(OutletActor):
         self._batch_size = settings.batch_size
         self._linger_ms = settings.batch_linger_ms
         self._batches: PartitionQueues[Queued] = PartitionQueues()
-        self._pushes: set[Push] = set()  # under way: at most `pool` (egress/push.py)
+        self._pushes: set[Push] | None = None  # under way, at most `pool` (push.py);
+        # made on first use, as the outlet's queues (issue 24)
         self._starting = False  # `_start_pending` is running (a push may end inside it)
         # records delivered in this turn of the loop, per cursor incarnation, told at its
         # end in one message (made on first use)
@@ -303,6 +304,8 @@ class EgressActor(OutletActor):
         """Start what the pool has room for; a push that ends at once (its breaker is
         open) makes room in this loop, never in a call nested inside it."""
         pending, pushes = self._pending, self._pushes
+        if pushes is None:
+            pushes = self._pushes = set()
         self._starting = True
         try:
             while pending and len(pushes) < self.pool:
@@ -351,7 +354,8 @@ class EgressActor(OutletActor):
         """`push` ended with `answer`: counted, journaled, told to its cursor; the next
         record the pool has room for starts."""
         latency_ms = (time.perf_counter() - push.started) * 1000
-        self._pushes.discard(push)
+        if self._pushes is not None:
+            self._pushes.discard(push)
         self._inflight -= 1
         self._inflight_gauge.inc(-1)
         self._duration.observe(latency_ms)
@@ -397,7 +401,7 @@ class EgressActor(OutletActor):
         self.tell_system(_PushCrashed(error))
 
     def _abandon_pushes(self) -> None:
-        pushes, self._pushes = self._pushes, set()
+        pushes, self._pushes = self._pushes or set(), None
         for push in pushes:
             push.abandon()
         self._inflight -= len(pushes)

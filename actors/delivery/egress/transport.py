@@ -386,7 +386,9 @@ class LeanTransport:
         self._busy = 0
         self._waiting: deque[asyncio.Future[None]] | None = None  # made on first wait
         self._using: set[_Connection] = set()  # connections with a request of ours
-        self._tasks: set[asyncio.Task[None]] = set()  # connecting; awaited on close
+        # connecting, awaited on close; made on first use (an empty set is 216 bytes, a
+        # deque 760: ten thousand subscriptions, issue 24)
+        self._tasks: set[asyncio.Task[None]] | None = None
         self.deadlines = _Deadlines(4 * settings.pool + 64)
         self._addresses: list[AddrInfoType] = []
         self._resolved_at = 0.0
@@ -420,6 +422,8 @@ class LeanTransport:
 
     def _spawn(self, coro: Coroutine[object, None, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
+        if self._tasks is None:
+            self._tasks = set()
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -558,7 +562,7 @@ class LeanTransport:
         self._using.clear()
         self._shelf.leave()
         self.deadlines.close()
-        tasks = list(self._tasks)
+        tasks = list(self._tasks or ())
         for task in tasks:
             task.cancel()  # a request still connecting fails with ConnectionLost
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -644,12 +648,14 @@ class _Deadlines:
     __slots__ = ("_entries", "_limit", "_timer")
 
     def __init__(self, limit: int) -> None:
-        self._entries: deque[_Exchange] = deque()
+        self._entries: deque[_Exchange] | None = None  # made on first use
         self._limit = limit
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, exchange: _Exchange) -> None:
         entries = self._entries
+        if entries is None:
+            entries = self._entries = deque()
         entries.append(exchange)
         if self._timer is None:
             self._arm(exchange.deadline)
@@ -679,10 +685,10 @@ class _Deadlines:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._entries.clear()
+        self._entries = None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries or ())
 
 
 def _settle(answer: asyncio.Future[Reply], reply: Reply | None,
