@@ -296,10 +296,12 @@ class Slots:
 
     async def acquire(self, who: object = None) -> None:
         """Wait for a slot (give it back with `give`)."""
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
         taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ticket = self.take(who, partial(_resolve, taken))
-        if ticket is None:
-            return
+        assert ticket is not None  # none free: it waits
         try:
             await taken
         except BaseException:
