@@ -330,3 +330,70 @@ async def test_a_bursts_deliveries_reach_their_cursor_in_fewer_messages(
     assert sorted(o.record.offset for o in outcomes) == list(range(50))  # each once
     assert all(o.delivered for o in outcomes)
     assert harness.collector.messages < 50
+
+
+class Unruly(asyncio.Protocol):
+    """A loopback server's connection that answers the n-th request of the server as
+    `plan(n)` says: 'ok' (200), 'drop' (close without an answer), 'mute' (never answer),
+    'split' (the answer in two writes), 'close' (200 with `Connection: close`)."""
+
+    served = 0
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            head, _, rest = self.buffer.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
+            Unruly.served += 1
+            self.answer(self.plan(Unruly.served))
+
+    def answer(self, how: str) -> None:
+        assert self.transport is not None
+        ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        if how == "drop":
+            self.transport.close()
+        elif how == "split":
+            self.transport.write(ok[:17])
+            asyncio.get_running_loop().call_later(0.005, self.transport.write, ok[17:])
+        elif how == "close":
+            self.transport.write(ok.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+            self.transport.close()
+        elif how == "ok":
+            self.transport.write(ok)
+
+
+async def test_every_push_is_answered_once_whatever_the_endpoint_does(
+        harness: Harness) -> None:
+    kinds = ("ok", "drop", "ok", "split", "mute", "close", "ok")
+    Unruly.served = 0
+    server = await asyncio.get_running_loop().create_server(
+        lambda: Unruly(lambda n: kinds[n % len(kinds)]), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    harness.endpoint.url = f"http://127.0.0.1:{port}"
+    try:
+        egress = await harness.egress("/", maxConnections=20, timeoutMs=300,
+                                      retryBeforeCommit=1)
+        for offset in range(140):
+            harness.deliver(egress, offset)
+        outcomes = await harness.collector.wait_for(140)
+        await asyncio.sleep(0.05)  # nothing more comes
+    finally:
+        server.close()
+    assert sorted(o.record.offset for o in harness.collector.outcomes) == list(range(140))
+    errors = {o.failure.failure.error.split(":")[0] for o in outcomes if o.failure}
+    assert {"ConnectionLost", "TimeoutError"} <= errors <= {
+        "ConnectionLost", "TimeoutError", "ConnectionResetError"}, errors
+    assert sum(o.delivered for o in outcomes) >= 140 * 4 // 7 - 5
+    assert "inflight=0/20 waiting=0" in repr(egress)
