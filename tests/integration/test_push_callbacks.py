@@ -19,7 +19,14 @@ from aiohttp import web
 from actors.delivery.document.settings import egress_settings
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.origin import CircuitBreaker, Origin
-from actors.shared.messages import BatchOutcome, Deliver, Delivered, Failed, Record
+from actors.shared.messages import (
+    BatchOutcome,
+    Deliver,
+    Delivered,
+    DeliverMany,
+    Failed,
+    Record,
+)
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
@@ -43,6 +50,7 @@ class Endpoint:
     now: int = 0
     most: int = 0
     peers: set[tuple[str, int]] = field(default_factory=set)
+    batch_sizes: list[str] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     runner: web.AppRunner | None = None
     url: str = ""
@@ -59,6 +67,7 @@ class Endpoint:
     def _arrived(self, request: web.Request) -> None:
         assert request.transport is not None
         self.peers.add(request.transport.get_extra_info("peername"))
+        self.batch_sizes.append(request.headers.get("QOH-Batch-Size", ""))
         self.requests += 1
         self.now += 1
         self.most = max(self.most, self.now)
@@ -397,3 +406,23 @@ async def test_every_push_is_answered_once_whatever_the_endpoint_does(
         "ConnectionLost", "TimeoutError", "ConnectionResetError"}, errors
     assert sum(o.delivered for o in outcomes) >= 140 * 4 // 7 - 5
     assert "inflight=0/20 waiting=0" in repr(egress)
+
+
+async def test_a_short_batch_lingers_on_the_clock_and_takes_what_came_meanwhile(
+        harness: Harness) -> None:
+    # one connection: what comes during the linger waits for it (with more, another
+    # push would start a batch of its own, as another worker did)
+    egress = await harness.egress(batchSize=10, batchLingerMs=50, maxConnections=1)
+    first = [make_record(offset) for offset in range(3)]
+    egress.tell_nowait(DeliverMany(first, epoch=3, reply_to=harness.collector))
+    await harness.clock.advance_settled(30)
+    more = [make_record(offset) for offset in range(3, 5)]
+    egress.tell_nowait(DeliverMany(more, epoch=3, reply_to=harness.collector))
+    await harness.clock.advance_settled(19)
+    assert harness.endpoint.requests == 0  # still lingering: 49 of its 50 ms
+
+    harness.clock.advance(1)
+    outcomes = await harness.collector.wait_for(5)
+    assert harness.endpoint.batch_sizes == ["5"]  # one request with all five
+    assert sorted(o.record.offset for o in outcomes) == list(range(5))
+    assert harness.collector.messages == 1

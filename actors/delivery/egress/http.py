@@ -1,9 +1,9 @@
 """The egress actor: one per endpoint, pushes records over HTTP and reports each outcome.
 
 The journal and metrics are `OutletActor`'s (actors/delivery/egress/outlet.py); this
-module builds and sends the request. A single record's push runs by callbacks, without a
-task (actors/delivery/egress/push.py); batches keep the outlet's workers. `Delivered` is
-a 2xx; `Failed` any other status, a timeout, a connection error, a bad URL...
+module builds and sends the request. A push (one record, or a batch) runs by callbacks,
+without a task (actors/delivery/egress/push.py). `Delivered` is a 2xx; `Failed` any other
+status, a timeout, a connection error, a bad URL...
 
 The request (contract in DESIGN.md, "Pushed request"); choices made here:
 
@@ -39,8 +39,8 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
 Pool and timeouts. The pool is `maxConnections`, or `4 x window` clamped to 10..1000:
 the egress serves every partition of its subscription and the partition count is not
 known when it starts, so four full windows is a guess that a one-partition subscription
-never exceeds, and 1000 bounds the file descriptors. At most `pool` pushes (or batch
-workers) are under way at once, no more than pooled connections, so `timeoutMs`
+never exceeds, and 1000 bounds the file descriptors. At most `pool` pushes are under way
+at once (a batch's linger included), no more than pooled connections, so `timeoutMs`
 (aiohttp's `total`, which would otherwise include waiting for a pooled connection)
 measures the endpoint, not our queue. The origin's connection limit is shared by its
 subscriptions, which take turns (actors/delivery/egress/origin.py, `Slots`).
@@ -80,7 +80,12 @@ from actors.delivery.document.subscription import (
     reserved_header,
 )
 from actors.delivery.document.tls import files_context
-from actors.delivery.egress.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
+from actors.delivery.egress.batching import (
+    BATCH_CONTENT_TYPE,
+    PartitionQueues,
+    Queued,
+    batch_body,
+)
 from actors.delivery.egress.guard import DestinationDenied, DestinationGuard
 from actors.delivery.egress.origin import STATE_VALUES, Origin, origin_of
 from actors.delivery.egress.outlet import (
@@ -90,7 +95,7 @@ from actors.delivery.egress.outlet import (
     failure_of,
     outcome_of,
 )
-from actors.delivery.egress.push import Push
+from actors.delivery.egress.push import Job, Push
 from actors.delivery.egress.redaction import Redactor, sent_secrets
 from actors.delivery.egress.status import OriginStatus, OutletStatus
 from actors.delivery.egress.transport import (
@@ -115,9 +120,6 @@ from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
 
 log = logging.getLogger(__name__)
-Queued = tuple[Record, int, Ref, bool]
-"""A record waiting for its batch: its epoch, who to answer, and whether it came alone
-(a `Deliver`: a retry, or a replay, answered `Delivered`/`Failed` as it expects)."""
 USER_AGENT: Final = "hookstream/0.1"
 
 
@@ -278,14 +280,17 @@ class EgressActor(OutletActor):
             self.transport_name, self.origin.shelf)
 
     async def handle(self, message: object) -> OutletStatus | None:
-        if self._batch_size == 1:
-            if isinstance(message, Deliver):  # the hot path
-                self._accept(message)
-                return None
-            if isinstance(message, _PushCrashed):
-                raise message.error
-            return await super().handle(message)
-        return await self._handle_batched(message)
+        if isinstance(message, Deliver) and self._batch_size == 1:  # the hot path
+            self._accept(message)
+        elif isinstance(message, DeliverMany):
+            self._queue(message.records, message.epoch, message.reply_to, False)
+        elif isinstance(message, Deliver):  # batching: a retry, or a replay
+            self._queue([message.record], message.epoch, message.reply_to, True)
+        elif isinstance(message, _PushCrashed):
+            raise message.error
+        else:
+            return await super().handle(message)  # a status query; refuses the rest
+        return None
 
     # -- single records: pushes by callback (actors/delivery/egress/push.py) ------------
     @property
@@ -303,29 +308,55 @@ class EgressActor(OutletActor):
     def _start_pending(self) -> None:
         """Start what the pool has room for; a push that ends at once (its breaker is
         open) makes room in this loop, never in a call nested inside it."""
-        pending, pushes = self._pending, self._pushes
+        pushes = self._pushes
         if pushes is None:
             pushes = self._pushes = set()
         self._starting = True
         try:
-            while pending and len(pushes) < self.pool:
-                push = Push(self, pending.popleft()[0])
+            while len(pushes) < self.pool:
+                job, linger_ms = self._next_job()
+                if job is None:
+                    return
+                push = Push(self, job)
                 pushes.add(push)
                 self._inflight += 1
                 self._inflight_gauge.inc()
-                push.begin()
+                push.begin(linger_ms)
         finally:
             self._starting = False
 
-    def may_go(self, record: Record) -> int | Answer | None:
-        """One look at the origin for `record`: None to go now, ms to look again after, or
-        the failed answer of a breaker that is open while retries are bounded (see
-        `_wait_for_origin`)."""
+    def _next_job(self) -> tuple[Job | None, int]:
+        """The next record, or batch (with how long a short one lingers for more)."""
+        if self._batch_size == 1:
+            pending = self._pending
+            return (pending.popleft()[0] if pending else None), 0
+        batch = self._batches.take(self._batch_size)
+        if not batch:
+            return None, 0
+        return batch, self._linger_ms if len(batch) < self._batch_size else 0
+
+    def _has_jobs(self) -> bool:
+        return bool(self._pending) or bool(self._batches)
+
+    def top_up(self, batch: list[Queued]) -> None:
+        """A short batch lingered: more of its partition's records, up to `batchSize`."""
+        record = batch[0][0]
+        batch += self._batches.take_more((record.topic, record.partition),
+                                         self._batch_size - len(batch))
+
+    def may_go(self, job: Job) -> int | Answer | None:
+        """One look at the origin: None to go now, ms to look again after, or the failed
+        answer of a breaker that is open while retries are bounded. The records wait,
+        the partitions' windows fill and fetching pauses; nothing is retried in a hot
+        loop and no attempt is spent (actors/delivery/egress/origin.py says why). A
+        replay is pressed once, after an outage: its pushes wait for the probe like
+        records retried forever instead of failing at the breaker still open (#25)."""
         held = self.origin.hold(self.context.clock.monotonic_ms())
         self._report_transitions()
         if held is None:
             return None
-        if held.breaker and self._fail_fast and record.replay is None:
+        first = job.record if isinstance(job, Deliver) else job[0][0]
+        if held.breaker and self._fail_fast and first.replay is None:
             return self._breaker_answer()
         return held.ms
 
@@ -333,10 +364,11 @@ class EgressActor(OutletActor):
         return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
                       local=True)
 
-    def start_request(self, record: Record, done: Done) -> Exchange:
+    def start_request(self, job: Job, done: Done) -> Exchange:
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
-        headers, body, params = self._build(record)
+        headers, body, params = (self._build(job.record) if isinstance(job, Deliver) else
+                                 self._build_batch([queued[0] for queued in job]))
         return self._session.start(self._method, headers, body, params, done)
 
     def answer_of(self, reply: Reply) -> Answer:
@@ -359,7 +391,17 @@ class EgressActor(OutletActor):
         self._inflight -= 1
         self._inflight_gauge.inc(-1)
         self._duration.observe(latency_ms)
-        deliver = push.deliver
+        job = push.job
+        if isinstance(job, Deliver):
+            self._told(job, answer, latency_ms)
+        else:
+            records = [queued[0] for queued in job]
+            self._account(records, answer, latency_ms)
+            self._reply(job, answer, latency_ms)
+        if not self._starting and self._has_jobs():
+            self._start_pending()
+
+    def _told(self, deliver: Deliver, answer: Answer, latency_ms: float) -> None:
         record = deliver.record
         self._account((record,), answer, latency_ms)
         outcome = outcome_of(record, deliver.epoch, answer, latency_ms)
@@ -367,8 +409,6 @@ class EgressActor(OutletActor):
             self._finish_soon(deliver.reply_to, outcome)
         else:
             deliver.reply_to.tell_system(outcome)
-        if self._pending and not self._starting:
-            self._start_pending()
 
     def _finish_soon(self, reply_to: Ref, delivered: Delivered) -> None:
         """Gather the records delivered in this turn of the loop for their cursor (issue
@@ -407,57 +447,17 @@ class EgressActor(OutletActor):
         self._inflight -= len(pushes)
         self._inflight_gauge.inc(-len(pushes))
 
-    # -- batches (batchSize > 1) ------------------------------------------------------
-    async def _handle_batched(self, message: object) -> OutletStatus | None:
-        if isinstance(message, DeliverMany):
-            self._queue(message.records, message.epoch, message.reply_to, False)
-        elif isinstance(message, Deliver):  # a retry, or a replay
-            self._queue([message.record], message.epoch, message.reply_to, True)
-        else:
-            return await super().handle(message)  # a status query; refuses the rest
-        return None
-
     def _origin_status(self) -> OriginStatus:
         clock = self.context.clock
         return self.origin.status(clock.monotonic_ms(), clock.wall_ms())
 
+    # -- batches (batchSize > 1) ------------------------------------------------------
     def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
         batches = self._batches
-        self._handled += len(records)  # records taken: the idle trim sees them
         for record in records:
             batches.append((record.topic, record.partition), (record, epoch, reply_to, alone))
-        for _ in range(min(len(records) // self._batch_size + 1, self.pool)):
-            self._wake_or_grow()
-
-    async def _worker(self) -> None:
-        if self._batch_size == 1:
-            await super()._worker()
-            return
-        loop, batches = asyncio.get_running_loop(), self._batches
-        while True:
-            if not batches:
-                if not await self.park(loop):
-                    return  # idle for WORKER_IDLE_MS: ended
-                continue
-            await self._attempt_batch(await self._next_batch())
-
-    async def _next_batch(self) -> list[Queued]:
-        """Up to `batchSize` records of one partition; a short batch waits `batchLingerMs`
-        for more of its partition."""
-        batch = self._batches.take(self._batch_size)
-        if len(batch) < self._batch_size and self._linger_ms:
-            await self.context.clock.sleep_ms(self._linger_ms)
-            record = batch[0][0]
-            batch += self._batches.take_more((record.topic, record.partition),
-                                             self._batch_size - len(batch))
-        return batch
-
-    async def _attempt_batch(self, batch: list[Queued]) -> None:
-        """One request for the batch; its answer is every record's outcome."""
-        records = [queued[0] for queued in batch]
-        answer, latency_ms = await self._timed(self.push(records))
-        self._account(records, answer, latency_ms)
-        self._reply(batch, answer, latency_ms)
+        if not self._starting:
+            self._start_pending()
 
     @staticmethod
     def _reply(batch: list[Queued], answer: Answer, latency_ms: float) -> None:
@@ -479,31 +479,6 @@ class EgressActor(OutletActor):
         session, self._session = self._session, None
         if session is not None:
             await session.close()
-
-    async def push(self, record: Record | list[Record]) -> Answer:
-        """One record, or a batch of one partition's records (`batchSize` > 1)."""
-        first = record[0] if isinstance(record, list) else record
-        # a replay is pressed once, after an outage: its pushes wait for the probe like
-        # records retried forever instead of failing at the breaker still open (#25)
-        if not await self._wait_for_origin(self._fail_fast and first.replay is None):
-            return self._breaker_answer()
-        # `hold` just let us go: in half-open state that makes this request the probe
-        probe = self.origin.breaker.probing
-        slots = self.origin.slots  # the origin's connection limit
-        try:
-            await slots.acquire(self._subscription)
-            try:
-                answer = self._answer(*await self._request(record))
-            except Exception:
-                self._origin_answered(False)
-                raise
-            finally:
-                slots.give()
-        except asyncio.CancelledError:  # no answer: the next request may probe (#34)
-            self.origin.unanswered(probe)
-            raise
-        self._settle_origin(answer)
-        return answer
 
     def _settle_origin(self, answer: Answer) -> None:
         """Tell the origin what an answer means for it: its breaker's count, a "slow
@@ -540,21 +515,6 @@ class EgressActor(OutletActor):
             self._gone = True
             self.on_gone(self.settings.subscription, f"{self.endpoint} answered 410 Gone")
 
-    async def _wait_for_origin(self, fail_fast: bool) -> bool:
-        """Hold this worker while the origin says no (throttled by its Retry-After, rate
-        used up, breaker open): its records wait here, the partitions' windows fill and
-        fetching pauses; nothing is retried in a hot loop and no attempt is spent. False:
-        the breaker says no and this subscription's retries are bounded: fail at once
-        (actors/delivery/egress/origin.py says why)."""
-        clock, origin = self.context.clock, self.origin
-        while (held := origin.hold(clock.monotonic_ms())) is not None:
-            self._report_transitions()
-            if held.breaker and fail_fast:
-                return False
-            await clock.sleep_ms(held.ms)
-        self._report_transitions()
-        return True
-
     def _origin_answered(self, ok: bool) -> None:
         self.origin.answered(ok, self.context.clock.monotonic_ms())
         self._report_transitions()
@@ -579,14 +539,6 @@ class EgressActor(OutletActor):
     def describe(self, exc: BaseException) -> str:
         """An error's text may quote what the receiver answered (#34)."""
         return describe(exc, self._timeout_ms, self._redact)
-
-    async def _request(self, record: Record | list[Record],
-                       ) -> tuple[int, str | None, str | None, bytes]:
-        if self._session is None:
-            raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
-        headers, body, params = (self._build_batch(record) if isinstance(record, list) else
-                                 self._build(record))
-        return await self._session.send(self._method, headers, body, params)
 
     def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
         """The per-record headers (the static ones are the session's defaults), body, query."""

@@ -4,7 +4,7 @@ A worker task per push in flight, parked between records, woken by a future per 
 was most of what a delivery cost beyond the request itself at fan-out: a thousand
 subscriptions each woke a worker for every two or three records (bench/RESULTS.md,
 "Fan-out, third session"). A `Push` is a small object instead, moved on by whatever its
-step waits for:
+step waits for (a batch's `Push` may first linger on an alarm for more records):
 
     begin -> the origin says go            (else a clock alarm tries again, or the
           |                                 breaker fails it at once: bounded retries)
@@ -27,12 +27,16 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from actors.delivery.egress.batching import Queued
 from actors.delivery.egress.origin import Origin, Ticket
 from actors.delivery.egress.outlet import Answer
 from actors.delivery.egress.transport import Done, Exchange, Reply
-from actors.shared.messages import Deliver, Record
+from actors.shared.messages import Deliver
 from runtime.kernel.actor import ActorContext
 from runtime.kernel.clock import Alarm
+
+Job = Deliver | list[Queued]
+"""What one request carries: a record, or a batch of one partition's records."""
 
 
 class Owner(Protocol):
@@ -44,9 +48,11 @@ class Owner(Protocol):
     @property
     def subscription(self) -> str: ...
 
-    def may_go(self, record: Record) -> int | Answer | None: ...
+    def may_go(self, job: Job) -> int | Answer | None: ...
 
-    def start_request(self, record: Record, done: Done) -> Exchange: ...
+    def top_up(self, batch: list[Queued]) -> None: ...
+
+    def start_request(self, job: Job, done: Done) -> Exchange: ...
 
     def answer_of(self, reply: Reply) -> Answer: ...
 
@@ -62,12 +68,12 @@ class Push:
     latency is measured from there, as a worker's `_timed` did (the origin's hold and
     slot wait included, the wait for the subscription's own pool not)."""
 
-    __slots__ = ("_alarm", "_exchange", "_holding", "_owner", "_probe", "_ticket", "deliver",
+    __slots__ = ("_alarm", "_exchange", "_holding", "_owner", "_probe", "_ticket", "job",
                  "started")
 
-    def __init__(self, owner: Owner, deliver: Deliver) -> None:
+    def __init__(self, owner: Owner, job: Job) -> None:
         self._owner = owner
-        self.deliver = deliver
+        self.job = job
         self.started = time.perf_counter()
         self._alarm: Alarm | None = None
         self._ticket: Ticket | None = None
@@ -75,7 +81,22 @@ class Push:
         self._holding = False  # an origin slot is ours
         self._probe = False  # the origin's half-open probe is ours
 
-    def begin(self) -> None:
+    def begin(self, linger_ms: int = 0) -> None:
+        """Go now, or first wait `linger_ms` for more records of a short batch."""
+        if linger_ms:
+            clock = self._owner.context.clock
+            self._alarm = clock.call_at(clock.monotonic_ms() + linger_ms, self._lingered)
+        else:
+            self._go()
+
+    def _lingered(self) -> None:
+        assert isinstance(self.job, list)  # only batches linger
+        try:
+            self._owner.top_up(self.job)
+        except Exception as exc:
+            self._owner.push_crashed(exc)
+            return
+        self.started = time.perf_counter()  # the linger is not the request's time
         self._go()
 
     def _go(self) -> None:
@@ -83,7 +104,7 @@ class Push:
         self._alarm = None
         owner = self._owner
         try:
-            verdict = owner.may_go(self.deliver.record)
+            verdict = owner.may_go(self.job)
             if isinstance(verdict, Answer):
                 owner.pushed(self, verdict)
             elif verdict is not None:
@@ -104,7 +125,7 @@ class Push:
         owner = self._owner
         try:
             try:
-                self._exchange = owner.start_request(self.deliver.record, self._answered)
+                self._exchange = owner.start_request(self.job, self._answered)
             except Exception as exc:  # no session, a request that cannot be built
                 self._answered(None, exc)
         except Exception as exc:
@@ -140,7 +161,9 @@ class Push:
         self._owner.origin.unanswered(self._probe)  # no answer: the next may probe (#34)
 
     def __repr__(self) -> str:
-        record = self.deliver.record
+        job = self.job
+        record = job.record if isinstance(job, Deliver) else job[0][0]
+        size = "" if isinstance(job, Deliver) else f" +{len(job) - 1}"
         step = ("held" if self._alarm else "waiting for a slot" if self._ticket else
                 "sent" if self._holding else "starting")
-        return f"<Push {record.topic}-{record.partition}@{record.offset} {step}>"
+        return f"<Push {record.topic}-{record.partition}@{record.offset}{size} {step}>"
