@@ -3,6 +3,9 @@ request semantics are in test_egress.py, which runs on every transport)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -30,13 +33,16 @@ class Server:
 
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_route("*", "/keep", self._keep)
-        app.router.add_route("*", "/close", self._close)
-        app.router.add_route("*", "/fail", self._fail)
+        self.routes(app.router)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", 0).start()
         self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+    def routes(self, router: web.UrlDispatcher) -> None:
+        router.add_route("*", "/keep", self._keep)
+        router.add_route("*", "/close", self._close)
+        router.add_route("*", "/fail", self._fail)
 
     def _peer(self, request: web.Request) -> None:
         assert request.transport is not None
@@ -143,3 +149,85 @@ async def test_a_failed_answer_keeps_the_first_kib_of_its_body(
     finally:
         await transport.close()
     assert replies == [(502, None, None, b"e" * SNIPPET_BYTES)] * 2  # the next one too
+
+
+class Held(Server):
+    """`/held` answers only when `release` is set (or the client gives up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.first = asyncio.Event()  # `/once` holds its first request only
+
+    def routes(self, router: web.UrlDispatcher) -> None:
+        super().routes(router)
+        router.add_route("*", "/held", self._held)
+        router.add_route("*", "/once", self._once)
+
+    async def _held(self, request: web.Request) -> web.Response:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.release.wait(), 10)
+        return web.Response(text="late")
+
+    async def _once(self, request: web.Request) -> web.Response:
+        if self.first.is_set():
+            return web.Response(text="ok")
+        self.first.set()
+        return await self._held(request)
+
+
+def lean_with_timeout(url: str, total_s: float, pool: int = 2,
+                      shelf: Shelf | None = None) -> LeanTransport:
+    settings = TransportSettings(URL(url), {}, pool, total_s, 5.0,
+                                 DestinationGuard().socket_factory)
+    transport = make_transport(settings, "lean", shelf)
+    assert isinstance(transport, LeanTransport)
+    return transport
+
+
+async def test_one_timer_expires_a_held_request_while_fast_ones_pass_it() -> None:
+    server = Held()
+    await server.start()
+    shelf = Shelf()
+    held = lean_with_timeout(server.url + "/held", 0.3, shelf=shelf)
+    fast = lean_with_timeout(server.url + "/keep", 0.3, pool=1, shelf=shelf)
+    try:
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(held.send("POST", {}, b"x", None))
+        replies = [await fast.send("POST", {}, b"x", None) for _ in range(50)]
+        with pytest.raises(TimeoutError):
+            await waiting
+        took = time.monotonic() - started
+    finally:
+        server.release.set()
+        await held.close()
+        await fast.close()
+        assert server.runner is not None
+        await server.runner.cleanup()
+    assert [r[0] for r in replies] == [200] * 50
+    assert 0.3 <= took < 1.5
+    assert len(fast.deadlines) == 0 and len(held.deadlines) == 0  # nothing kept
+
+
+async def test_requests_that_ended_behind_a_held_one_are_swept_out() -> None:
+    # the first request is held: the fast ones after it end but stay behind it in
+    # start order, until the queue passes its limit (4 x pool + 64) and is swept
+    server = Held()
+    await server.start()
+    transport = lean_with_timeout(server.url + "/once", 30.0, pool=2)
+    try:
+        waiting = asyncio.ensure_future(transport.send("POST", {}, b"x", None))
+        await server.first.wait()
+        most = 0
+        for _ in range(300):
+            assert (await transport.send("POST", {}, b"x", None))[0] == 200
+            most = max(most, len(transport.deadlines))
+        assert 1 < most <= 4 * 2 + 64 + 1
+        server.release.set()
+        assert (await waiting)[0] == 200
+        assert len(transport.deadlines) == 0
+    finally:
+        server.release.set()
+        await transport.close()
+        assert server.runner is not None
+        await server.runner.cleanup()

@@ -30,8 +30,12 @@ from typing import Generic, TypeVar
 import msgspec
 
 from actors.shared.messages import Record
+from runtime.kernel.actor import Ref
 
 BATCH_CONTENT_TYPE = "application/json"
+Queued = tuple[Record, int, Ref, bool]
+"""A record waiting for its batch: its epoch, who to answer, and whether it came alone
+(a `Deliver`: a retry, or a replay, answered `Delivered`/`Failed` as it expects)."""
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 

@@ -1,7 +1,8 @@
 """The egress actor: one per endpoint, pushes records over HTTP and reports each outcome.
 
-The worker pool, journal and metrics are `OutletActor`'s (actors/delivery/egress/outlet.py);
-this module builds and sends the request. `Delivered` is a 2xx; `Failed` any other
+The journal and metrics are `OutletActor`'s (actors/delivery/egress/outlet.py); this
+module builds and sends the request. A push (one record, or a batch) runs by callbacks,
+without a task (actors/delivery/egress/push.py). `Delivered` is a 2xx; `Failed` any other
 status, a timeout, a connection error, a bad URL...
 
 The request (contract in DESIGN.md, "Pushed request"); choices made here:
@@ -38,9 +39,11 @@ The request (contract in DESIGN.md, "Pushed request"); choices made here:
 Pool and timeouts. The pool is `maxConnections`, or `4 x window` clamped to 10..1000:
 the egress serves every partition of its subscription and the partition count is not
 known when it starts, so four full windows is a guess that a one-partition subscription
-never exceeds, and 1000 bounds the file descriptors. There are at most as many workers
-as pooled connections, so `timeoutMs` (aiohttp's `total`, which would otherwise include
-waiting for a pooled connection) measures the endpoint, not our queue.
+never exceeds, and 1000 bounds the file descriptors. At most `pool` pushes are under way
+at once (a batch's linger included), no more than pooled connections, so `timeoutMs`
+(aiohttp's `total`, which would otherwise include waiting for a pooled connection)
+measures the endpoint, not our queue. The origin's connection limit is shared by its
+subscriptions, which take turns (actors/delivery/egress/origin.py, `Slots`).
 
 How a request is sent is the transport's (actors/delivery/egress/transport.py: aiohttp, or the
 lean HTTP/1.1 client, the default for `http://`); both keep what this docstring says.
@@ -60,6 +63,8 @@ import base64
 import contextlib
 import dataclasses
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Final
 
@@ -75,7 +80,12 @@ from actors.delivery.document.subscription import (
     reserved_header,
 )
 from actors.delivery.document.tls import files_context
-from actors.delivery.egress.batching import BATCH_CONTENT_TYPE, PartitionQueues, batch_body
+from actors.delivery.egress.batching import (
+    BATCH_CONTENT_TYPE,
+    PartitionQueues,
+    Queued,
+    batch_body,
+)
 from actors.delivery.egress.guard import DestinationDenied, DestinationGuard
 from actors.delivery.egress.origin import STATE_VALUES, Origin, origin_of
 from actors.delivery.egress.outlet import (
@@ -85,9 +95,13 @@ from actors.delivery.egress.outlet import (
     failure_of,
     outcome_of,
 )
+from actors.delivery.egress.push import Job, Push
 from actors.delivery.egress.redaction import Redactor, sent_secrets
 from actors.delivery.egress.status import OriginStatus, OutletStatus
 from actors.delivery.egress.transport import (
+    Done,
+    Exchange,
+    Reply,
     Transport,
     TransportName,
     TransportSettings,
@@ -96,6 +110,7 @@ from actors.delivery.egress.transport import (
 from actors.shared.messages import (
     BatchOutcome,
     Deliver,
+    Delivered,
     DeliverMany,
     Record,
 )
@@ -105,9 +120,6 @@ from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
 
 log = logging.getLogger(__name__)
-Queued = tuple[Record, int, Ref, bool]
-"""A record waiting for its batch: its epoch, who to answer, and whether it came alone
-(a `Deliver`: a retry, or a replay, answered `Delivered`/`Failed` as it expects)."""
 USER_AGENT: Final = "hookstream/0.1"
 
 
@@ -177,6 +189,15 @@ def receiver_action(status: int, action: str) -> Answer | None:
     return None
 
 
+class _PushCrashed:
+    """A push's callback raised: the egress crashes in its own turn (push.py)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 GoneCallback = Callable[[str, str], None]
 """Told (subscription key, reason) when the endpoint answers 410 Gone."""
 
@@ -184,10 +205,11 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
-    __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_gone", "_has_body",
-                 "_headers", "_keys", "_linger_ms", "_m_breaker", "_m_transitions",
-                 "_method", "_query_key", "_redact", "_session", "_timeout_ms", "_url", "guard",
-                 "on_gone", "origin", "settings", "transport_name")
+    __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_finished", "_gone",
+                 "_has_body", "_headers", "_keys", "_linger_ms", "_m_breaker",
+                 "_m_transitions", "_method", "_pushes", "_query_key", "_redact", "_session",
+                 "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
+                 "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
@@ -221,6 +243,12 @@ class EgressActor(OutletActor):
         self._batch_size = settings.batch_size
         self._linger_ms = settings.batch_linger_ms
         self._batches: PartitionQueues[Queued] = PartitionQueues()
+        self._pushes: set[Push] | None = None  # under way, at most `pool` (push.py);
+        # made on first use, as the outlet's queues (issue 24)
+        self._starting = False  # `_start_pending` is running (a push may end inside it)
+        # records delivered in this turn of the loop, per cursor incarnation, told at its
+        # end in one message (made on first use)
+        self._finished: dict[tuple[int, int], tuple[Ref, list[Delivered]]] | None = None
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
         name = self.origin.name
@@ -251,59 +279,185 @@ class EgressActor(OutletActor):
             settings.connect_timeout_ms / 1000, self.guard.socket_factory, ssl_setting),
             self.transport_name, self.origin.shelf)
 
-    # -- batches (batchSize > 1) ------------------------------------------------------
     async def handle(self, message: object) -> OutletStatus | None:
-        if self._batch_size == 1:
-            return await super().handle(message)
-        if isinstance(message, DeliverMany):
+        if isinstance(message, Deliver) and self._batch_size == 1:  # the hot path
+            self._accept(message)
+        elif isinstance(message, DeliverMany):
             self._queue(message.records, message.epoch, message.reply_to, False)
-        elif isinstance(message, Deliver):  # a retry, or a replay
+        elif isinstance(message, Deliver):  # batching: a retry, or a replay
             self._queue([message.record], message.epoch, message.reply_to, True)
+        elif isinstance(message, _PushCrashed):
+            raise message.error
         else:
             return await super().handle(message)  # a status query; refuses the rest
         return None
+
+    # -- single records: pushes by callback (actors/delivery/egress/push.py) ------------
+    @property
+    def subscription(self) -> str:
+        return self._subscription
+
+    def _accept(self, deliver: Deliver) -> None:
+        """Push now if fewer than `pool` are under way, else after one of them ended."""
+        if self._pending is None:
+            self._pending = deque()
+        self._pending.append((deliver, deliver.reply_to))
+        if not self._starting:
+            self._start_pending()
+
+    def _start_pending(self) -> None:
+        """Start what the pool has room for; a push that ends at once (its breaker is
+        open) makes room in this loop, never in a call nested inside it."""
+        pushes = self._pushes
+        if pushes is None:
+            pushes = self._pushes = set()
+        self._starting = True
+        try:
+            while len(pushes) < self.pool:
+                job, linger_ms = self._next_job()
+                if job is None:
+                    return
+                push = Push(self, job)
+                pushes.add(push)
+                self._inflight += 1
+                self._inflight_gauge.inc()
+                push.begin(linger_ms)
+        finally:
+            self._starting = False
+
+    def _next_job(self) -> tuple[Job | None, int]:
+        """The next record, or batch (with how long a short one lingers for more)."""
+        if self._batch_size == 1:
+            pending = self._pending
+            return (pending.popleft()[0] if pending else None), 0
+        batch = self._batches.take(self._batch_size)
+        if not batch:
+            return None, 0
+        return batch, self._linger_ms if len(batch) < self._batch_size else 0
+
+    def _has_jobs(self) -> bool:
+        return bool(self._pending) or bool(self._batches)
+
+    def top_up(self, batch: list[Queued]) -> None:
+        """A short batch lingered: more of its partition's records, up to `batchSize`."""
+        record = batch[0][0]
+        batch += self._batches.take_more((record.topic, record.partition),
+                                         self._batch_size - len(batch))
+
+    def may_go(self, job: Job) -> int | Answer | None:
+        """One look at the origin: None to go now, ms to look again after, or the failed
+        answer of a breaker that is open while retries are bounded. The records wait,
+        the partitions' windows fill and fetching pauses; nothing is retried in a hot
+        loop and no attempt is spent (actors/delivery/egress/origin.py says why). A
+        replay is pressed once, after an outage: its pushes wait for the probe like
+        records retried forever instead of failing at the breaker still open (#25)."""
+        held = self.origin.hold(self.context.clock.monotonic_ms())
+        self._report_transitions()
+        if held is None:
+            return None
+        first = job.record if isinstance(job, Deliver) else job[0][0]
+        if held.breaker and self._fail_fast and first.replay is None:
+            return self._breaker_answer()
+        return held.ms
+
+    def _breaker_answer(self) -> Answer:
+        return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
+                      local=True)
+
+    def start_request(self, job: Job, done: Done) -> Exchange:
+        if self._session is None:
+            raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
+        headers, body, params = (self._build(job.record) if isinstance(job, Deliver) else
+                                 self._build_batch([queued[0] for queued in job]))
+        return self._session.start(self._method, headers, body, params, done)
+
+    def answer_of(self, reply: Reply) -> Answer:
+        """What an answered request means, told to the origin."""
+        answer = self._answer(*reply)
+        self._settle_origin(answer)
+        return answer
+
+    def error_answer(self, exc: BaseException) -> Answer:
+        """A request that got no answer (timeout, connection error), told to the origin."""
+        self._origin_answered(False)
+        return Answer(None, self.describe(exc))
+
+    def pushed(self, push: Push, answer: Answer) -> None:
+        """`push` ended with `answer`: counted, journaled, told to its cursor; the next
+        record the pool has room for starts."""
+        latency_ms = (time.perf_counter() - push.started) * 1000
+        if self._pushes is not None:
+            self._pushes.discard(push)
+        self._inflight -= 1
+        self._inflight_gauge.inc(-1)
+        self._duration.observe(latency_ms)
+        job = push.job
+        if isinstance(job, Deliver):
+            self._told(job, answer, latency_ms)
+        else:
+            records = [queued[0] for queued in job]
+            self._account(records, answer, latency_ms)
+            self._reply(job, answer, latency_ms)
+        if not self._starting and self._has_jobs():
+            self._start_pending()
+
+    def _told(self, deliver: Deliver, answer: Answer, latency_ms: float) -> None:
+        record = deliver.record
+        self._account((record,), answer, latency_ms)
+        outcome = outcome_of(record, deliver.epoch, answer, latency_ms)
+        if record.replay is None and isinstance(outcome, Delivered):
+            self._finish_soon(deliver.reply_to, outcome)
+        else:
+            deliver.reply_to.tell_system(outcome)
+
+    def _finish_soon(self, reply_to: Ref, delivered: Delivered) -> None:
+        """Gather the records delivered in this turn of the loop for their cursor (issue
+        37, outcomes in bursts): uvloop hands over every socket that is ready in one turn,
+        so a burst's answers arrive together, and the cursor finishes them in one turn of
+        its own and dispatches once, as for a batched request's answer (`BatchOutcome`
+        with no failure: each record finished as if it came alone; a replay's pushes are
+        answered one by one, as its actor expects). A record delivered alone in its turn
+        goes as its `Delivered`. Failures go at once, each its own."""
+        finished = self._finished
+        if finished is None:
+            finished = self._finished = {}
+        if not finished:
+            asyncio.get_running_loop().call_soon(self._tell_finished)
+        key = (id(reply_to), delivered.epoch)
+        found = finished.get(key)
+        if found is None:
+            finished[key] = (reply_to, [delivered])
+        else:
+            found[1].append(delivered)
+
+    def _tell_finished(self) -> None:
+        finished, self._finished = self._finished, None
+        for reply_to, outcomes in (finished or {}).values():
+            reply_to.tell_system(outcomes[0] if len(outcomes) == 1 else BatchOutcome(
+                [outcome.record for outcome in outcomes], outcomes[0].epoch, None))
+
+    def push_crashed(self, error: Exception) -> None:
+        """A push's step raised in a callback: crash the egress in its own turn."""
+        self.tell_system(_PushCrashed(error))
+
+    def _abandon_pushes(self) -> None:
+        pushes, self._pushes = self._pushes or set(), None
+        for push in pushes:
+            push.abandon()
+        self._inflight -= len(pushes)
+        self._inflight_gauge.inc(-len(pushes))
 
     def _origin_status(self) -> OriginStatus:
         clock = self.context.clock
         return self.origin.status(clock.monotonic_ms(), clock.wall_ms())
 
+    # -- batches (batchSize > 1) ------------------------------------------------------
     def _queue(self, records: list[Record], epoch: int, reply_to: Ref, alone: bool) -> None:
         batches = self._batches
-        self._handled += len(records)  # records taken: the idle trim sees them
         for record in records:
             batches.append((record.topic, record.partition), (record, epoch, reply_to, alone))
-        for _ in range(min(len(records) // self._batch_size + 1, self.pool)):
-            self._wake_or_grow()
-
-    async def _worker(self) -> None:
-        if self._batch_size == 1:
-            await super()._worker()
-            return
-        loop, batches = asyncio.get_running_loop(), self._batches
-        while True:
-            if not batches:
-                if not await self.park(loop):
-                    return  # idle for WORKER_IDLE_MS: ended
-                continue
-            await self._attempt_batch(await self._next_batch())
-
-    async def _next_batch(self) -> list[Queued]:
-        """Up to `batchSize` records of one partition; a short batch waits `batchLingerMs`
-        for more of its partition."""
-        batch = self._batches.take(self._batch_size)
-        if len(batch) < self._batch_size and self._linger_ms:
-            await self.context.clock.sleep_ms(self._linger_ms)
-            record = batch[0][0]
-            batch += self._batches.take_more((record.topic, record.partition),
-                                             self._batch_size - len(batch))
-        return batch
-
-    async def _attempt_batch(self, batch: list[Queued]) -> None:
-        """One request for the batch; its answer is every record's outcome."""
-        records = [queued[0] for queued in batch]
-        answer, latency_ms = await self._timed(self.push(records))
-        self._account(records, answer, latency_ms)
-        self._reply(batch, answer, latency_ms)
+        if not self._starting:
+            self._start_pending()
 
     @staticmethod
     def _reply(batch: list[Queued], answer: Answer, latency_ms: float) -> None:
@@ -320,39 +474,23 @@ class EgressActor(OutletActor):
             reply_to.tell_system(BatchOutcome(records, epoch, failure))
 
     async def on_stop(self) -> None:
+        self._tell_finished()  # what was delivered is told, even on the way out
+        self._abandon_pushes()  # before the session: a closed connection tells nobody
         session, self._session = self._session, None
         if session is not None:
             await session.close()
 
-    async def push(self, record: Record | list[Record]) -> Answer:
-        """One record, or a batch of one partition's records (`batchSize` > 1)."""
-        first = record[0] if isinstance(record, list) else record
-        # a replay is pressed once, after an outage: its pushes wait for the probe like
-        # records retried forever instead of failing at the breaker still open (#25)
-        if not await self._wait_for_origin(self._fail_fast and first.replay is None):
-            return Answer(None, f"circuit breaker open for {self.origin.name}: not sent",
-                          local=True)
-        # `hold` just let us go: in half-open state that makes this request the probe
-        probe = self.origin.breaker.probing
-        try:
-            async with self.origin.slots:  # the origin's connection limit
-                try:
-                    answer = await self._push(record)
-                except Exception:
-                    self._origin_answered(False)
-                    raise
-        except asyncio.CancelledError:  # no answer: the next request may probe (#34)
-            self.origin.unanswered(probe)
-            raise
+    def _settle_origin(self, answer: Answer) -> None:
+        """Tell the origin what an answer means for it: its breaker's count, a "slow
+        down", a 410's disable."""
         self._origin_answered(answer.error is None or answer.action == "skip")
         if answer.status in (429, 503) and answer.retry_after_ms is not None:
             self.origin.throttle(self.context.clock.monotonic_ms() + answer.retry_after_ms)
         if answer.action == "disable":
             self._disable()
-        return answer
 
-    async def _push(self, record: Record | list[Record]) -> Answer:
-        status, retry_after, action, body = await self._request(record)
+    def _answer(self, status: int, retry_after: str | None, action: str | None,
+                body: bytes) -> Answer:
         answer = self._decide(status, retry_after, action)
         # a receiver that reflects its request must not show our secrets to readers of
         # the attempts API (#34)
@@ -376,21 +514,6 @@ class EgressActor(OutletActor):
         if not self._gone and self.on_gone is not None:
             self._gone = True
             self.on_gone(self.settings.subscription, f"{self.endpoint} answered 410 Gone")
-
-    async def _wait_for_origin(self, fail_fast: bool) -> bool:
-        """Hold this worker while the origin says no (throttled by its Retry-After, rate
-        used up, breaker open): its records wait here, the partitions' windows fill and
-        fetching pauses; nothing is retried in a hot loop and no attempt is spent. False:
-        the breaker says no and this subscription's retries are bounded: fail at once
-        (actors/delivery/egress/origin.py says why)."""
-        clock, origin = self.context.clock, self.origin
-        while (held := origin.hold(clock.monotonic_ms())) is not None:
-            self._report_transitions()
-            if held.breaker and fail_fast:
-                return False
-            await clock.sleep_ms(held.ms)
-        self._report_transitions()
-        return True
 
     def _origin_answered(self, ok: bool) -> None:
         self.origin.answered(ok, self.context.clock.monotonic_ms())
@@ -416,14 +539,6 @@ class EgressActor(OutletActor):
     def describe(self, exc: BaseException) -> str:
         """An error's text may quote what the receiver answered (#34)."""
         return describe(exc, self._timeout_ms, self._redact)
-
-    async def _request(self, record: Record | list[Record],
-                       ) -> tuple[int, str | None, str | None, bytes]:
-        if self._session is None:
-            raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
-        headers, body, params = (self._build_batch(record) if isinstance(record, list) else
-                                 self._build(record))
-        return await self._session.send(self._method, headers, body, params)
 
     def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
         """The per-record headers (the static ones are the session's defaults), body, query."""

@@ -9,10 +9,10 @@ is not an actor on purpose: every push asks it whether it may go and tells it th
 answer, and a message hop there would make each delivery wait for another actor's turn.
 Its callers share one event loop and no method awaits, so each call runs whole and the
 invariants (window counts, the single half-open probe, the history) stay inside it. The
-connection limit is the one wait: `async with origin.slots`, the origin's own `Slots`
-(first come, first served). The alternative, an owner actor that egress actors tell of
-transitions, would add a task and a mailbox per origin to report what `take_transitions`
-already hands out exactly once.
+connection limit is the one wait: `origin.slots`, the origin's own `Slots` (its
+subscriptions take turns, each one's requests in arrival order). The alternative, an
+owner actor that egress actors tell of transitions, would add a task and a mailbox per
+origin to report what `take_transitions` already hands out exactly once.
 
 Circuit breaker (on by default). Closed: requests go; every answer is recorded in a
 sliding window of `window_ms`. When at least `min_requests` answers are in the window and
@@ -48,8 +48,9 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -65,6 +66,8 @@ HALF_OPEN_POLL_MS: Final = 100
 """How often a held request looks again while the probe is out (its answer may take up
 to the subscription's `timeoutMs`)."""
 HISTORY: Final = 10
+TURN: Final = 16
+"""Slots an origin hands to one subscription's waiters before the next one's turn."""
 STATE_VALUES: Final[dict[str, int]] = {"closed": 0, "half_open": 1, "open": 2}
 
 
@@ -227,47 +230,135 @@ class Hold:
     breaker: bool = False
 
 
+class Ticket:
+    """A place in `Slots`' queue. When a slot is handed to it, `callback` runs soon (a
+    loop turn later, so a chain of hand-overs never nests); `cancel` takes it out (or
+    passes on a slot handed to it that it did not use yet)."""
+
+    __slots__ = ("_slots", "callback", "granted")
+
+    def __init__(self, slots: Slots, callback: Callable[[], object]) -> None:
+        self._slots = slots
+        self.callback: Callable[[], object] | None = callback
+        self.granted = False
+
+    def run(self) -> None:
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
+
+    def cancel(self) -> None:
+        if self.callback is None:
+            return  # ran already (its holder gives the slot back) or cancelled
+        self.callback = None
+        if self.granted:
+            self._slots.give()  # handed over, not used: pass it on
+        else:
+            self._slots.forget()
+
+
 class Slots:
-    """A first-come, first-served counting limit with O(1) take and give. An
+    """A counting limit with O(1) take and give, fair between its users. An
     `asyncio.Semaphore` scans its waiters on every release and removes each woken one from
     the middle of a deque: with a thousand subscriptions of one origin waiting, that was
-    the largest cost of a fan-out push (bench/RESULTS.md, "Fan-out")."""
+    the largest cost of a fan-out push (bench/RESULTS.md, "Fan-out").
 
-    __slots__ = ("_free", "_waiting")
+    Waiters queue per user (`who`: a subscription) and the users take turns of up to
+    `TURN` slots, one user's waiters in arrival order (issue 37: a subscription with a
+    big pool that came first no longer holds every slot of a burst while the others
+    wait). A turn of one slot cost a third more CPU per delivery at 1,000 subscribers
+    than arrival order: each cursor then got its outcomes one at a time, a turn of its
+    own for each; sixteen keep most of a burst's outcomes of a cursor together."""
+
+    __slots__ = ("_free", "_queues", "_served", "_turns", "_waiting")
 
     def __init__(self, limit: int) -> None:
         self._free = limit
-        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._queues: dict[object, deque[Ticket]] = {}
+        self._turns: deque[object] = deque()  # users with waiters, the current turn first
+        self._served = 0  # slots handed to the current turn's user
+        self._waiting = 0
 
-    async def __aenter__(self) -> None:
+    def take(self, who: object, callback: Callable[[], object]) -> Ticket | None:
+        """None: a slot is taken now. Else the ticket whose `callback` runs when one is
+        handed over (the holder gives it back with `give`)."""
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return None
+        ticket = Ticket(self, callback)
+        queue = self._queues.get(who)
+        if queue is None:
+            queue = self._queues[who] = deque()
+            self._turns.append(who)
+        queue.append(ticket)
+        self._waiting += 1
+        return ticket
+
+    async def acquire(self, who: object = None) -> None:
+        """Wait for a slot (give it back with `give`)."""
         if self._free > 0 and not self._waiting:
             self._free -= 1
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
+        taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ticket = self.take(who, partial(_resolve, taken))
+        assert ticket is not None  # none free: it waits
         try:
-            await waiter  # `give` hands its slot over: `_free` unchanged
+            await taken
         except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self._give()  # handed over, then cancelled: pass it on
-            elif waiter in self._waiting:  # `_give` may have dropped it already
-                self._waiting.remove(waiter)
+            if taken.done() and not taken.cancelled():
+                self.give()  # handed over, then cancelled: pass it on
+            else:
+                ticket.cancel()
             raise
 
-    async def __aexit__(self, *exc: object) -> None:
-        self._give()
+    def give(self) -> None:
+        """A holder is done: the slot goes to the next user's turn, else back free."""
+        ticket = self._next()
+        if ticket is None:
+            self._free += 1
+            return
+        ticket.granted = True
+        self._waiting -= 1
+        asyncio.get_running_loop().call_soon(ticket.run)
 
-    def _give(self) -> None:
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
+    def _next(self) -> Ticket | None:
+        turns, queues = self._turns, self._queues
+        while turns:
+            who = turns[0]
+            queue = queues[who]
+            ticket = queue.popleft()
+            while ticket.callback is None and queue:  # cancelled ones are skipped
+                ticket = queue.popleft()
+            self._served += 1
+            if not queue:
+                del queues[who]
+                turns.popleft()
+                self._served = 0
+            elif self._served >= TURN:
+                turns.rotate(-1)  # the next user's turn
+                self._served = 0
+            if ticket.callback is not None:
+                return ticket
+        return None
+
+    def forget(self) -> None:
+        """A waiting ticket was cancelled (it is skipped when its turn comes)."""
+        self._waiting -= 1
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.give()
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return self._waiting
+
+
+def _resolve(taken: asyncio.Future[None]) -> None:
+    if not taken.done():
+        taken.set_result(None)
 
 
 @dataclass(slots=True)

@@ -7,6 +7,11 @@ and live as long as the actor: a task per record cost as much CPU as our own sha
 hot path (bench/RESULTS.md, "Delivery"). A push's error never crashes the actor;
 cancellation (the actor stopping) propagates.
 
+The HTTP egress pushes without workers (issue 37): each request (one record, or a
+batch) is a `Push` moved on by callbacks (actors/delivery/egress/push.py), counted
+against `pool`; it shares the accounting here (`_account`, `outcome_of`). Workers remain
+for in-process handlers, whose calls are coroutines.
+
 Two kinds: `EgressActor` pushes over HTTP (actors/delivery/egress/http.py) and `HandlerActor`
 calls an async Python function (actors/delivery/egress/handler.py). They share the pool, the
 journal events (`delivered`, `failed`: one per attempt, with the fetch time on a first

@@ -22,6 +22,13 @@ destination guard's socket factory. A response with `Connection: close`, a timeo
 anything unexpected closes its connection, never reuses it.
 
 `https://` endpoints use aiohttp (its TLS options), whatever the default says.
+
+Two ways to send (issue 37). `start` returns at once and tells a `Done` callback the
+outcome: the lean transport writes on a shelved connection and its parser callbacks
+complete the request, so a push on a warm connection costs no task and no future (a new
+connection is the one step that runs a task, owned by the transport and awaited when it
+closes); aiohttp runs a task per request (it needs one). `send` is `start` and a future,
+for callers that await.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ import base64
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from functools import partial
 from ssl import SSLContext
 from typing import Final, Literal, Protocol, cast
 from urllib.parse import quote, urlencode
@@ -55,9 +63,29 @@ this module default: #34)."""
 SocketFactory = Callable[[AddrInfoType], socket.socket]
 
 
+Done = Callable[[Reply | None, BaseException | None], None]
+"""Told once how a request started with `Transport.start` ended: its reply, or the error.
+Never told after the request was cancelled."""
+
+
+class Exchange(Protocol):
+    """A request under way (`Transport.start`)."""
+
+    def cancel(self) -> object:
+        """Give it up: `done` is not told, its connection is not reused."""
+
+
 class Transport(Protocol):
+    def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
+              params: Mapping[str, str] | None, done: Done) -> Exchange:
+        """Send a request and return at once; `done` is told its outcome (issue 37: a push
+        costs no task on the lean transport). The caller bounds how many run at once."""
+        ...
+
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
-                   params: Mapping[str, str] | None) -> Reply: ...
+                   params: Mapping[str, str] | None) -> Reply:
+        """`start` and wait for its outcome, at most `pool` at once (waiters in order)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -106,6 +134,26 @@ class AiohttpTransport:
             cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
             auto_decompress=False,  # bodies are discarded
         )
+        self._tasks: set[asyncio.Task[None]] = set()  # requests of `start`; awaited on close
+
+    def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
+              params: Mapping[str, str] | None, done: Done) -> Exchange:
+        """A task per request: aiohttp's own request needs one (https is ~100 us a push:
+        the task is small beside it)."""
+        task = asyncio.get_running_loop().create_task(
+            self._run(self.send(method, headers, body, params), done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @staticmethod
+    async def _run(request: Awaitable[Reply], done: Done) -> None:
+        try:
+            reply = await request
+        except Exception as exc:  # CancelledError is not an Exception: never told
+            done(None, exc)
+            return
+        done(reply, None)
 
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
                    params: Mapping[str, str] | None) -> Reply:
@@ -117,6 +165,10 @@ class AiohttpTransport:
             return status, answer.get("Retry-After"), answer.get("QOH-Action"), kept
 
     async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._session.close()
 
     @property
@@ -146,17 +198,20 @@ class ConnectionLost(ConnectionError):
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection; one request at a time."""
+    """One keep-alive HTTP/1.1 connection; one request at a time, its outcome told to
+    the request's `Done` once the parser is through the bytes that completed it (so the
+    next request, which `done` may start on this very connection, begins with a clean
+    parser turn)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.made: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.idle_since = time.monotonic()
         self._parser = httptools.HttpResponseParser(self)
-        self._done: asyncio.Future[Reply] | None = None
+        self._done: Done | None = None
+        self._ready: Reply | None = None  # complete, told after the parser's turn
         self._retry_after: str | None = None
         self._action: str | None = None
-        self._header: bytes = b""
         self._body_bytes = 0
         self._snippet = b""
         self._keep = False  # a non-2xx answer: its first SNIPPET_BYTES are kept
@@ -170,15 +225,12 @@ class _Connection(asyncio.Protocol):
             self.made.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.reusable = False
         self.transport = None
-        done = self._done
-        if done is not None and not done.done():
-            done.set_exception(ConnectionLost("the endpoint closed the connection")
-                               if exc is None else exc)
+        self._fail(ConnectionLost("the endpoint closed the connection") if exc is None
+                   else exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._done is None or self._done.done():
+        if self._done is None:
             self.reusable = False  # bytes nobody asked for: never reuse this connection
             return
         try:
@@ -187,8 +239,15 @@ class _Connection(asyncio.Protocol):
             self._fail(ConnectionLost("the endpoint switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(ConnectionLost(f"bad HTTP response: {exc}"))
+        else:
+            if self._ready is not None:
+                self._tell(self._ready, None)
 
     # parser callbacks
+    def on_message_begin(self) -> None:
+        if self._ready is not None:
+            self.reusable = False  # a second answer to one request
+
     def on_header(self, name: bytes, value: bytes) -> None:
         lowered = name.lower()
         if lowered == b"retry-after":
@@ -216,22 +275,27 @@ class _Connection(asyncio.Protocol):
         self._complete()
 
     # requests
-    def request(self, data: bytes, head: bool = False) -> asyncio.Future[Reply]:
+    def request(self, data: bytes, head: bool, done: Done) -> None:
+        """Write a request; `done` is told its outcome. Raises ConnectionLost when the
+        connection is gone already."""
         if self.transport is None:
             raise ConnectionLost("the endpoint closed the connection")
         self._head = head
-        self._done = asyncio.get_running_loop().create_future()
-        self._retry_after = self._action = None
+        self._done = done
+        self._ready = self._retry_after = self._action = None
         self._body_bytes = 0
         self._snippet = b""
         self.transport.write(data)
-        return self._done
 
     def _complete(self) -> None:
-        done = self._done
-        if done is not None and not done.done():
-            done.set_result((self._parser.get_status_code(), self._retry_after, self._action,
-                             self._snippet))
+        if self._done is not None and self._ready is None:
+            self._ready = (self._parser.get_status_code(), self._retry_after, self._action,
+                           self._snippet)
+
+    def _tell(self, reply: Reply | None, exc: BaseException | None) -> None:
+        done, self._done, self._ready = self._done, None, None
+        if done is not None:
+            done(reply, exc)
 
     def expire(self) -> None:
         """The total timeout passed: fail the answer (TimeoutError, no text, like
@@ -239,11 +303,18 @@ class _Connection(asyncio.Protocol):
         self._fail(TimeoutError())
         self.close()
 
-    def _fail(self, exc: Exception) -> None:
+    def _fail(self, exc: BaseException) -> None:
+        """The connection cannot go on; an answer complete already is still told."""
         self.reusable = False
-        done = self._done
-        if done is not None and not done.done():
-            done.set_exception(exc)
+        if self._ready is not None:
+            self._tell(self._ready, None)
+        else:
+            self._tell(None, exc)
+
+    def abandon(self) -> None:
+        """Its request was given up: tell nobody, close."""
+        self._done = self._ready = None
+        self.close()
 
     def close(self) -> None:
         self.reusable = False
@@ -315,41 +386,65 @@ class LeanTransport:
         self._busy = 0
         self._waiting: deque[asyncio.Future[None]] | None = None  # made on first wait
         self._using: set[_Connection] = set()  # connections with a request of ours
+        # connecting, awaited on close; made on first use (an empty set is 216 bytes, a
+        # deque 760: ten thousand subscriptions, issue 24)
+        self._tasks: set[asyncio.Task[None]] | None = None
+        self.deadlines = _Deadlines(4 * settings.pool + 64)
         self._addresses: list[AddrInfoType] = []
         self._resolved_at = 0.0
         self._closed = False
 
+    def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
+              params: Mapping[str, str] | None, done: Done) -> Exchange:
+        exchange = _Exchange(self, self._encode(method, headers, body, params),
+                             method == "HEAD", done)
+        self.deadlines.add(exchange)
+        connection = self._shelf.take()
+        if connection is not None:
+            exchange.send_on(connection)
+        else:  # rare once warm: a new connection, the one step that needs a task
+            exchange.task = self._spawn(self._connect_for(exchange))
+        return exchange
+
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
                    params: Mapping[str, str] | None) -> Reply:
-        data = self._encode(method, headers, body, params)
         await self._take_slot()
         try:
-            return await self._exchange(data, method == "HEAD")
+            answer: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            exchange = self.start(method, headers, body, params, partial(_settle, answer))
+            try:
+                return await answer
+            except asyncio.CancelledError:
+                exchange.cancel()
+                raise
         finally:
             self._give_slot()
 
-    async def _exchange(self, data: bytes, head: bool) -> Reply:
-        """Send on a pooled or new connection within `total_s` (a timer handle that
-        fails the answer, not `asyncio.timeout`: a third of this client's CPU)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.total_s
-        connection = self._shelf.take()
-        if connection is None:
-            async with asyncio.timeout_at(deadline):  # rare: a new connection
-                connection = await self._connect()
-        self._using.add(connection)
-        answer = connection.request(data, head)
-        timer = loop.call_at(deadline, connection.expire)
+    def _spawn(self, coro: Coroutine[object, None, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        if self._tasks is None:
+            self._tasks = set()
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _connect_for(self, exchange: _Exchange) -> None:
+        """Connect within the request's total timeout (and `connect_s`), then send."""
         try:
-            reply = await answer
-        except BaseException:
-            connection.close()  # a half-read answer makes it unusable
+            async with asyncio.timeout_at(exchange.deadline):
+                connection = await self._connect()
+        except asyncio.CancelledError:
+            exchange.fail(ConnectionLost("the transport closed"))  # told unless given up
             raise
-        finally:
-            timer.cancel()
-            self._using.discard(connection)
-        self._release(connection)
-        return reply
+        except Exception as exc:
+            exchange.fail(exc)
+            return
+        exchange.task = None
+        if exchange.over or self._closed:
+            self._release(connection)  # still a good connection for the next request
+            exchange.fail(ConnectionLost("the transport closed"))
+            return
+        exchange.send_on(connection)
 
     async def _take_slot(self) -> None:
         """At most `pool` requests (connections) at once; waiters in arrival order."""
@@ -397,6 +492,19 @@ class LeanTransport:
         head = f"{method} {target} HTTP/1.1\r\n{block}{length}\r\n".encode()
         return head + body if body else head
 
+    @property
+    def total_s(self) -> float:
+        return self._settings.total_s
+
+    def using(self, connection: _Connection) -> None:
+        """`connection` carries a request of ours (closed if this transport closes)."""
+        self._using.add(connection)
+
+    def release(self, connection: _Connection) -> None:
+        """Its request is over: back on the shelf, or closed when not reusable."""
+        self._using.discard(connection)
+        self._release(connection)
+
     def _release(self, connection: _Connection) -> None:
         if connection.reusable and not self._closed:
             self._shelf.put(connection)
@@ -424,8 +532,11 @@ class LeanTransport:
                 except BaseException:
                     sock.close()
                     raise
-                # uvloop calls connection_made after create_connection returned
-                await connection.made
+                try:  # uvloop calls connection_made after create_connection returned
+                    await connection.made
+                except BaseException:
+                    connection.close()  # cancelled (timed out) here: not left open
+                    raise
                 return connection
         raise last or OSError(f"cannot connect to {self._host}:{self._port}")
 
@@ -450,3 +561,141 @@ class LeanTransport:
             connection.close()  # its request fails, as any request in flight at close
         self._using.clear()
         self._shelf.leave()
+        self.deadlines.close()
+        tasks = list(self._tasks or ())
+        for task in tasks:
+            task.cancel()  # a request still connecting fails with ConnectionLost
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Exchange:
+    """One request of a `LeanTransport`, by callbacks: written on a connection, its
+    answer told to `done` by the connection's parser callbacks, its total timeout kept
+    by the transport's `_Deadlines`."""
+
+    __slots__ = ("_connection", "_data", "_done", "_head", "_owner", "deadline", "task")
+
+    def __init__(self, owner: LeanTransport, data: bytes, head: bool, done: Done) -> None:
+        self._owner, self._data, self._head = owner, data, head
+        self._done: Done | None = done
+        self.deadline = asyncio.get_running_loop().time() + owner.total_s
+        self._connection: _Connection | None = None
+        self.task: asyncio.Task[None] | None = None  # while connecting
+
+    @property
+    def over(self) -> bool:
+        """Told, given up or expired: nothing more happens to it."""
+        return self._done is None
+
+    def send_on(self, connection: _Connection) -> None:
+        self._connection = connection
+        self._owner.using(connection)
+        try:
+            connection.request(self._data, self._head, self._answered)
+        except ConnectionLost as exc:
+            self._answered(None, exc)
+
+    def _answered(self, reply: Reply | None, exc: BaseException | None) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            if exc is not None:
+                connection.close()  # a half-read answer makes it unusable
+            self._owner.release(connection)
+        self.tell(reply, exc)
+
+    def fail(self, exc: BaseException) -> None:
+        self.tell(None, exc)
+
+    def tell(self, reply: Reply | None, exc: BaseException | None) -> None:
+        done, self._done = self._done, None
+        if done is not None:
+            self._data = b""  # `_Deadlines` may keep this object a while: not its bytes
+            self._owner.deadlines.drop_over()
+            done(reply, exc)
+
+    def expire(self) -> None:
+        """The total timeout passed: fail with TimeoutError (no text, like aiohttp's)."""
+        if self._done is None:
+            return
+        if self._connection is not None:
+            self._connection.expire()  # tells us through `_answered`, closed
+            return
+        task = self.task
+        self.fail(TimeoutError())
+        if task is not None:
+            task.cancel()  # still connecting
+
+    def cancel(self) -> None:
+        self._done = None
+        self._data = b""
+        if self.task is not None:
+            self.task.cancel()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.abandon()
+            self._owner.release(connection)
+        self._owner.deadlines.drop_over()
+
+
+class _Deadlines:
+    """The total timeouts of one transport's requests, on one loop timer (issue 37: a
+    timer handle per request, made and cancelled, was 2-4 us of a push on uvloop). Its
+    requests share one timeout, so their deadlines come in start order: one timer armed
+    for the oldest one still under way is enough. Requests that are over leave from the
+    front as they end; a long-running one at the front keeps those behind it until the
+    queue passes `limit`, when they are swept out in place."""
+
+    __slots__ = ("_entries", "_limit", "_timer")
+
+    def __init__(self, limit: int) -> None:
+        self._entries: deque[_Exchange] | None = None  # made on first use
+        self._limit = limit
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, exchange: _Exchange) -> None:
+        entries = self._entries
+        if entries is None:
+            entries = self._entries = deque()
+        entries.append(exchange)
+        if self._timer is None:
+            self._arm(exchange.deadline)
+        elif len(entries) > self._limit:
+            live = [entry for entry in entries if not entry.over]
+            entries.clear()  # in place: `_expire` may be iterating it (a request it
+            entries.extend(live)  # expired started the next one)
+
+    def drop_over(self) -> None:
+        entries = self._entries
+        while entries and entries[0].over:
+            entries.popleft()
+
+    def _arm(self, deadline: float) -> None:
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        entries = self._entries
+        now = asyncio.get_running_loop().time()
+        while entries and (entries[0].over or entries[0].deadline <= now):
+            entries.popleft().expire()
+        if entries and self._timer is None:
+            self._arm(entries[0].deadline)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._entries = None
+
+    def __len__(self) -> int:
+        return len(self._entries or ())
+
+
+def _settle(answer: asyncio.Future[Reply], reply: Reply | None,
+            exc: BaseException | None) -> None:
+    if answer.done():
+        return
+    if exc is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(cast(Reply, reply))
