@@ -149,9 +149,10 @@ class DeliverMany:
 
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
-    """Egress -> partition: one batched request's answer, for each of its records (the
-    partition handles each as if it came alone, then dispatches once). `failure` None is
-    finished (2xx, or the receiver said skip)."""
+    """Egress -> partition: one outcome for several records, handled each as if it came
+    alone, then one dispatch: a batched request's answer, or the records of one cursor
+    its single pushes delivered in one turn of the event loop (a burst: `failure` None).
+    `failure` None is finished (2xx, or the receiver said skip)."""
 
     records: list[Record]
     epoch: int
