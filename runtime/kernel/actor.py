@@ -380,7 +380,12 @@ class Actor:
             if not done.done():
                 done.set_result(result)
 
-        self.spawn(run(), name=name)
+        def ended(_: asyncio.Task[None]) -> None:  # also when cancelled before it ran
+            if not done.done():
+                done.set_exception(ActorDeadError(f"{self.path} stopped"))
+            coro.close()  # not started: no "never awaited" warning
+
+        self.spawn(run(), name=name).add_done_callback(ended)
         return done
 
     def _task_done(self, task: asyncio.Task[object]) -> None:

@@ -350,3 +350,33 @@ async def test_an_idle_actor_keeps_no_reference_to_its_last_message() -> None:
     gc.collect()
     assert gone() is None  # the loop waits for the next message without the last one
     await system.stop()
+
+
+async def test_an_answer_spawned_just_before_the_actor_ends_fails_instead_of_hanging(
+        recwarn: pytest.WarningsRecorder) -> None:
+    """Its task cancelled before it ran (the actor crashed in the same turn): the
+    answer's coroutine never started, so only the task's end can fail the future (the
+    asker waited for ever), and the coroutine is closed, not left "never awaited" (the
+    30-minute chaos run's warning)."""
+    started: list[str] = []
+    answers: list[asyncio.Future[str]] = []
+
+    async def work() -> str:
+        started.append("work")
+        return "done"
+
+    class SpawnsThenCrashes(Actor):
+        async def handle(self, message: Any) -> Any:
+            answers.append(self.spawn_answer(work()))
+            raise RuntimeError("crash in the same turn")
+
+    actor = SpawnsThenCrashes("s")
+    system = await start(actor)
+    await actor.tell("go")
+    await until(lambda: bool(answers), timeout_s=5, poll_s=0.001, what="the answer spawned")
+    with pytest.raises(ActorDeadError):
+        await asyncio.wait_for(answers[0], 5)
+    await system.stop()
+    gc.collect()
+    assert started == []
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
