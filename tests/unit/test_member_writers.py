@@ -25,6 +25,19 @@ def test_an_offset_this_instance_did_not_write_is_foreign_once_its_own_commits_s
     assert "did not commit" in (writers.reason("g") or "")
 
 
+def test_a_read_asked_before_one_of_ours_landed_is_not_judged_on_its_older_offset() -> None:
+    """The read goes out, our commit of 12 settles, the read's answer (10) comes in: it
+    may predate our commit, so it says nothing; the next read judges again."""
+    writers = Writers(mark("ours"))
+    writers.wrote("g", TP, 10)
+    writers.asking({"g": [TP]})
+    writers.wrote("g", TP, 12)
+    assert writers.seen("g", TP, 10, "", settled=True) is None
+    assert writers.reason("g") is None
+    writers.asking({"g": [TP]})
+    assert writers.seen("g", TP, 11, "", settled=True) is not None  # not ours, asked after
+
+
 def test_a_partition_that_moved_to_another_instance_is_not_foreign() -> None:
     writers = Writers(mark("ours"))
     writers.wrote("g", TP, 10)

@@ -164,6 +164,7 @@ class Starts:
         if not tps:  # none of them has a cursor yet
             member.writers.reading = False
             return
+        member.writers.asking(tps)
         member.spawn(io.read_marks(member.offsets, tps, member.context.clock, member),
                      name=f"{member.path}:writers")
 

@@ -9,7 +9,9 @@ foreign when
 - its metadata names another instance group (every commit of the member carries its own,
   `mark`; Apache Kafka keeps it, the embedded broker drops it: runtime/kafka/compat.py), or
 - its offset is not the one this member last wrote there, while none of its own commits
-  of that partition is pending or under way.
+  of that partition is pending or under way, and none settled since the read was asked
+  (`asking`: a read sent before one of ours landed answers the older offset; under load
+  that race reported the member's own groups as written by another deployment).
 
 A foreign writer is reported (an ERROR, the subscription's status, `/readyz` not ready)
 and stays reported until `CLEAN_READS` reads in a row find only this member's commits.
@@ -46,12 +48,19 @@ class Writers:
     clean: dict[str, int] = field(default_factory=dict)
     written: dict[tuple[str, TopicPartition], int] = field(default_factory=dict)
     """The last offset this member wrote per group and partition."""
+    asked: dict[tuple[str, TopicPartition], int | None] = field(default_factory=dict)
+    """What this member had written where a read-back is under way, as it was asked."""
     next_ms: int = 0
     reading: bool = False
     _turn: int = 0
 
     def wrote(self, group: str, tp: TopicPartition, offset: int) -> None:
         self.written[(group, tp)] = offset
+
+    def asking(self, reads: dict[str, list[TopicPartition]]) -> None:
+        """A read-back of these groups' partitions is sent now."""
+        written = self.written
+        self.asked = {(g, tp): written.get((g, tp)) for g, tps in reads.items() for tp in tps}
 
     def forget(self, group: str, tp: TopicPartition) -> None:
         """No cursor of ours writes there any more (revoked, left)."""
@@ -79,6 +88,8 @@ class Writers:
         if metadata.startswith(PREFIX) and metadata != self.ours:
             return metadata[len(PREFIX):]
         mine = self.written.get((group, tp))
+        if self.asked.pop((group, tp), mine) != mine:
+            return None  # ours landed after the read was asked: it may predate it
         if settled and mine is not None and offset is not None and offset != mine:
             return UNKNOWN
         return None
