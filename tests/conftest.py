@@ -92,16 +92,20 @@ def _lacks_folder_marker(item: pytest.Item) -> bool:
 # -- parallel workers ----------------------------------------------------------------------
 # `make test` runs pytest-xdist with `--dist loadgroup`. Its own group scheduler cannot see
 # the `xdist_group` marks under pytest 9 (it renames `item._nodeid`, which pytest 9 no longer
-# reads), so this one groups by path: the Spark tests are one unit of work, run by one
-# worker with one JVM and one SparkSession; every other test is a unit of its own, and so
-# are the Spark tests that start JVMs of their own instead of using the session
-# (`_OWN_UNIT`: the follow job and the standalone cluster run beside the Spark unit, not
-# after it). Units are handed out largest first (the Spark unit starts at once), then in
-# collection order, which `_LONG_FIRST` sorts (in the workers: a serial run keeps the
-# files' order): the longest tests start early, so none of them is left to run alone at
-# the end while the other workers idle. A hint for the schedule only: no test depends on
-# it.
+# reads), so this one groups by path: the Spark tests are two units of work, each run by one
+# worker with one JVM and one SparkSession (`_SPARK_UNIT_A` and the rest of tests/spark: one
+# unit of them all, minutes long, was the run's critical path; a second session costs a
+# JVM's start, seconds); every other test is a unit of its own, and so are the Spark tests
+# that start JVMs of their own instead of using the session (`_OWN_UNIT`: the follow job
+# and the standalone cluster run beside the Spark units, not after them). Units are handed
+# out largest first (the Spark units start at once), then in collection order, which
+# `_LONG_FIRST` sorts (in the workers: a serial run keeps the files' order): the longest
+# tests start early, so none of them is left to run alone at the end while the other
+# workers idle. A hint for the schedule only: no test depends on it.
 _ONE_WORKER = ("tests/spark/",)
+_SPARK_UNIT_A = tuple(f"tests/spark/{name}.py::" for name in (
+    "test_ranged_deliveries", "test_attempt_latency", "test_journal_gaps", "test_transforms",
+    "test_audit", "test_follow_state"))  # about half the Spark unit's time, by --durations
 _OWN_UNIT = ("tests/spark/test_follow.py::",
              "tests/spark/test_report_end_to_end.py::test_the_standalone_cluster_")
 _LONG_FIRST = (  # the longest first, as measured with --durations in a parallel run
@@ -120,18 +124,18 @@ _LONG_FIRST = (  # the longest first, as measured with --durations in a parallel
     "tests/chaos/",
 )
 
-# The Spark unit is the run's critical path: minutes of work in one JVM, which the other
-# workers starved while all of them shared the two cores (its first test, the session's
-# start and a first report, took 110 s; with the others niced, 34 s). So every other
-# worker, and the Spark tests beside the unit with the JVMs they start, run niced: the unit
-# keeps its share of the cores and the rest fill them around it. Raising one's niceness
-# needs no privilege.
+# The Spark units are the run's critical path: minutes of work in one JVM each, which the
+# other workers starved while all of them shared the two cores (the unit's first test, the
+# session's start and a first report, took 110 s; with the others niced, 34 s). So every
+# other worker, and the Spark tests beside the units with the JVMs they start, run niced:
+# the units keep their share of the cores and the rest fill them around them. Raising
+# one's niceness needs no privilege.
 _NICE_BESIDE_THE_SPARK_UNIT = 5
 _NICED = pytest.StashKey[bool]()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A worker whose first test is not of the Spark unit lowers its priority, once."""
+    """A worker whose first test is not of a Spark unit lowers its priority, once."""
     if _NICED in item.config.stash or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     item.config.stash[_NICED] = True
@@ -150,6 +154,8 @@ if LoadScopeScheduling is not None:
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith(_OWN_UNIT):
                 return nodeid
+            if nodeid.startswith(_SPARK_UNIT_A):
+                return "tests/spark/ (a)"
             for prefix in _ONE_WORKER:
                 if nodeid.startswith(prefix):
                     return prefix

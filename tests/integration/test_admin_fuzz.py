@@ -5,9 +5,11 @@ document (status, content type, schema, headers), any invalid request that is ac
 any operation that works without the token, and any request that hangs (a per-request
 timeout). The routes of one subscription are fuzzed on a real one (`fz`, `g`), so pause,
 resume, update and replay run, not just their 404. Bounded: a fixed seed, the coverage
-and fuzzing phases with a per-operation example cap (about 1,600 requests, 25 s on an
-idle 2-core machine) and an overall deadline; at least `MIN_REQUESTS` requests, counted
-by the server.
+and fuzzing phases with a per-operation example cap and an overall deadline; at least
+`MIN_REQUESTS` requests, counted by the server. The coverage phase (every operation's
+boundary and invalid values, about 1,700 requests) runs whole; the random fuzzing phase
+stops at `MAX_EXAMPLES` per operation (about 2,050 requests in all, 20 s of CPU; at 100
+examples about 2,500, 34 s: generating random documents is what costs).
 
 Not checked: `positive_data_acceptance`, since a document can be valid by the schema and
 still refused for what a schema cannot say (an unknown broker, a name already taken)."""
@@ -34,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(200)]  # stretched by
 
 TOKEN = "fuzz-token"
 MIN_REQUESTS = 1000
-MAX_EXAMPLES = 100
+MAX_EXAMPLES = 50
 DEADLINE_S = 150  # hang bounds, stretched by SLACK like every wait of the suite
 REQUEST_TIMEOUT_S = 5
 CONFIG = '[parameters]\n"path.id" = "fz"\n"path.groupId" = "g"\n'

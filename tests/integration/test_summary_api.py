@@ -94,8 +94,8 @@ async def test_the_summary_counts_every_subscription_and_shows_the_failing_ones_
 
 
 @pytest.mark.parametrize("query", ["?limit=0", "?limit=501", "?offset=-1", "?offset=x",
-                                   "?state=sleepy", "?attention=false", "?q=" + "x" * 201,
-                                   "?limit=%D9%A3"])
+                                   "?state=sleepy", "?state=", "?attention=false",
+                                   "?q=" + "x" * 201, "?limit=%D9%A3"])
 async def test_a_bad_summary_query_is_a_400_naming_the_parameter(
         kafka_bootstrap: str, tmp_path: Path, query: str) -> None:
     async with make_runtime(kafka_bootstrap, tmp_path) as runtime:

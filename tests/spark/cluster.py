@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -44,9 +45,10 @@ def loopback_env(base: Path, java_options: str = "") -> dict[str, str]:
            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     if java_options:
         env["SPARK_DAEMON_JAVA_OPTS"] = java_options
-        env["PYSPARK_SUBMIT_ARGS"] = (
-            f"--conf spark.driver.extraJavaOptions={java_options} "
-            f"--conf spark.executor.extraJavaOptions={java_options} pyspark-shell")
+        env["PYSPARK_SUBMIT_ARGS"] = " ".join((  # pyspark splits it as a shell would
+            "--conf", shlex.quote(f"spark.driver.extraJavaOptions={java_options}"),
+            "--conf", shlex.quote(f"spark.executor.extraJavaOptions={java_options}"),
+            "pyspark-shell"))
     return env
 
 

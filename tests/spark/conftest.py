@@ -1,5 +1,5 @@
-"""Shared fixtures of the Spark tests: one local[2] SparkSession (startup takes seconds on
-2 cores) and a helper that writes events through the real journal writer.
+"""Shared fixtures of the Spark tests: one local[2] SparkSession per worker (startup takes
+seconds on 2 cores) and a helper that writes events through the real journal writer.
 
 Spark tests skip, with the reason, when PySpark or Java is missing.
 """
@@ -27,9 +27,12 @@ SPARK = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 test` runs) the Spark tests share one worker, so one JVM and one session serve them all.
 tests/conftest.py's scheduler does that by path: pytest-xdist's own cannot see the
 `xdist_group` mark under pytest 9, which the mark says all the same."""
-# Short-lived JVMs on 2 cores: C2 compilations compete with the tasks for the cores; C1
-# alone halved the cluster test's report (bench/RESULTS.md, "Report: fast path").
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# JVMs on 2 cores: C2 compilations compete with the tasks for the cores; C1 alone halved
+# the cluster test's report (bench/RESULTS.md, "Report: fast path"), and it pays even in
+# the session that lives for the whole Spark unit (with C2 the unit's heaviest files took
+# about 1.5x the CPU). The serial collector spares the G1 threads, as the report's own
+# short jobs do (runtime/report/job.py, SHORT_JOB_JAVA_OPTIONS).
+QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,6 +64,11 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", QUICK_JIT)
+        # Adaptive query execution re-plans every query at its shuffles, which on frames
+        # of a few hundred rows costs more than it saves: off, the heaviest files of the
+        # unit took about a fifth less CPU. It changes plans, never results, and no test
+        # reads a plan or counts output files of a Spark write.
+        .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -103,7 +103,7 @@ def parse_query(query: Mapping[str, str]) -> tuple[str, str, bool, int, int]:
     text, state = query.get("q", ""), query.get("state", "")
     if len(text) > MAX_QUERY_CHARS:
         raise InvalidSubscription("invalid q", f"at most {MAX_QUERY_CHARS} characters")
-    if state and state not in STATES:
+    if "state" in query and state not in STATES:  # `state=` too: the document's enum
         raise InvalidSubscription("invalid state", f"{state!r}: one of "
                                   + ", ".join(sorted(STATES)))
     if query.get("attention", "true") != "true":
