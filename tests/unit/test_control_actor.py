@@ -218,11 +218,12 @@ async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
         yield ready
 
 
-async def test_unsubscribes_asked_meanwhile_stop_together_and_later_changes_wait_for_them(
+async def test_unsubscribes_asked_meanwhile_stop_at_once_and_later_changes_wait_for_them(
         plane: Plane) -> None:
-    """The first unsubscribe's tree stops alone; the four asked while it stops are one
-    batch. A change asked of a leaving subscription waits for its leave (a pause then
-    finds it gone, a subscribe starts it anew), as if queued behind it."""
+    """Each unsubscribe's tree starts stopping as it is asked, beside those already
+    stopping (none waits for another's drain). A change asked of a leaving subscription
+    waits for its leave (a pause then finds it gone, a subscribe starts it anew), as if
+    queued behind it."""
     keys = []
     for i in range(5):
         await ask(plane.control, Subscribe(consumer(f"s{i}", topic=f"t{i}")))
@@ -232,13 +233,13 @@ async def test_unsubscribes_asked_meanwhile_stop_together_and_later_changes_wait
     pause = asyncio.ensure_future(ask(plane.control, PauseSubscription(keys[0])))
     again = asyncio.ensure_future(ask(plane.control, Subscribe(consumer("s1", topic="t1"))))
     assert await ask(plane.control, Listed(keys[4]))  # every ask above is handled
-    for _ in range(5):  # and the first batch's task runs (to the gate)
+    for _ in range(5):  # and the batches' tasks run (to the gate)
         await asyncio.sleep(0)
-    assert plane.plot.batches == [keys[:1]] and not any(f.done() for f in leaves)
+    assert plane.plot.batches == [[k] for k in keys] and not any(f.done() for f in leaves)
     assert {plane.state(k) for k in keys} == {"stopping"}
     plane.plot.gate.set()
     assert [c.key for c in await asyncio.gather(*leaves)] == keys
-    assert plane.plot.batches == [keys[:1], keys[1:]]
+    assert plane.plot.batches == [[k] for k in keys]
     with pytest.raises(SubscriptionNotFound):
         await pause
     await again

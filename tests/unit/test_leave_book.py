@@ -1,6 +1,7 @@
 """The control actor's book of unsubscribes under way (actors/delivery/control/
-leaving.py): one batch stops at a time, what is asked meanwhile is the next batch, and
-every answer waiting is given back exactly once (when its batch stopped, or abandoned)."""
+leaving.py): what is asked while a batch stops is a batch of its own at once, and every
+answer waiting is given back exactly once (when its batch stopped, or abandoned), batches
+stopping side by side and ending in any order."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from actors.delivery.control.leaving import LeaveBook
 
 
-def test_a_batch_stops_alone_and_what_comes_meanwhile_is_the_next() -> None:
+def test_what_comes_while_a_batch_stops_is_a_batch_of_its_own_at_once() -> None:
     book: LeaveBook[int] = LeaveBook()
     assert book.ask("a", 1) and book.take() == ["a"]
     assert book.ask("b", 2) and book.ask("c", 3) and not book.ask("a", 4)
-    assert book.take() == []  # "a" is still stopping
     assert book.leaving("b") and book.leaving("a") and not book.leaving("d")
-    assert book.stopped() == {"a": [1, 4]}
-    assert book.take() == ["b", "c"]
+    assert book.take() == ["b", "c"]  # beside "a", still stopping
+    assert book.take() == []
+    assert book.stopped(("a",)) == {"a": [1, 4]}
     assert not book.ask("c", 5) and book.abandon() == [2, 3, 5]
     assert book.take() == [] and not book.leaving("b")
 
@@ -29,6 +30,7 @@ class Leaves(RuleBasedStateMachine):
         self.next_answer = 0
         self.waiting: set[int] = set()
         self.given: list[int] = []
+        self.batches: list[tuple[str, ...]] = []  # taken, not stopped yet
 
     @rule(key=st.sampled_from("abcde"))
     def ask(self, key: str) -> None:
@@ -38,18 +40,24 @@ class Leaves(RuleBasedStateMachine):
 
     @rule()
     def take(self) -> None:
-        stopping = bool(self.book.stopping)
+        queued, stopping = set(self.book.queued), set(self.book.stopping)
         batch = self.book.take()
-        assert not (stopping and batch), "a second batch while one stops"
+        assert set(batch) == queued and not queued & stopping, "every queued leave, once"
+        if batch:
+            self.batches.append(tuple(batch))
 
-    @rule()
-    def stopped(self) -> None:
-        for answers in self.book.stopped().values():
+    @rule(data=st.data())
+    def stopped(self, data: st.DataObject) -> None:
+        if not self.batches:
+            return
+        batch = self.batches.pop(data.draw(st.integers(0, len(self.batches) - 1)))
+        for answers in self.book.stopped(batch).values():  # batches end in any order
             self.given += answers
 
     @rule()
     def abandon(self) -> None:
         self.given += self.book.abandon()
+        self.batches.clear()
 
     @invariant()
     def every_answer_is_given_once(self) -> None:

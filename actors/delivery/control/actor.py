@@ -210,7 +210,7 @@ class ControlActor(Actor):
         if isinstance(message, Unsubscribe):
             return self._unsubscribe_soon(message.key)
         if isinstance(message, TreesStopped):
-            return await self.leaving.stopped()
+            return await self.leaving.stopped(message.keys)
         if isinstance(message, Unsaved):
             return self._unsaved(message.key)
         if isinstance(message, Update):

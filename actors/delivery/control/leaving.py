@@ -5,9 +5,10 @@ actor's mailbox, 50 unsubscribes under load took 40 s. Here an unsubscribe is an
 with a `Pending` future: the mailbox marks the subscription `stopping` and takes its seat
 off its member's record at once, one owned task stops the trees of every unsubscribe
 asked so far together (the `delivery` supervisor stops them in parallel) and tells the
-mailbox `TreesStopped`, which forgets them and answers; what was asked meanwhile is the
-next batch. Any other change to a subscription that is leaving waits for the leave and is
-then asked again, as if it had queued behind it in the mailbox.
+mailbox `TreesStopped`, which forgets them and answers. What is asked meanwhile starts a
+batch of its own at once, beside the one stopping (waiting for it made 50 unsubscribes
+two rounds of drains: 6 s where one took 3). Any other change to a subscription that is
+leaving waits for the leave and is then asked again, as if it had queued behind it.
 
 `LeaveBook` holds the decisions (pure); `Leaving` performs them on the actor's task.
 """
@@ -32,7 +33,7 @@ T = TypeVar("T")
 @dataclass(slots=True)
 class LeaveBook(Generic[T]):
     """Unsubscribes asked and the answers waiting for them: `queued` wait for the next
-    batch, `stopping` are the batch whose trees stop now (one batch at a time)."""
+    batch, `stopping` are those of every batch whose trees stop now (each key in one)."""
 
     queued: dict[str, list[T]] = field(default_factory=dict)
     stopping: dict[str, list[T]] = field(default_factory=dict)
@@ -50,16 +51,14 @@ class LeaveBook(Generic[T]):
         return key in self.stopping or key in self.queued
 
     def take(self) -> list[str]:
-        """The next batch to stop: every leave queued, unless a batch is stopping."""
-        if self.stopping or not self.queued:
-            return []
-        self.stopping, self.queued = self.queued, {}
-        return list(self.stopping)
+        """The next batch to stop: every leave queued (none stops twice at once)."""
+        self.stopping.update(self.queued)
+        batch, self.queued = list(self.queued), {}
+        return batch
 
-    def stopped(self) -> dict[str, list[T]]:
-        """The batch stopped: its leaves and their answers (the book forgets them)."""
-        done, self.stopping = self.stopping, {}
-        return done
+    def stopped(self, keys: tuple[str, ...]) -> dict[str, list[T]]:
+        """A batch stopped: its leaves and their answers (the book forgets them)."""
+        return {key: self.stopping.pop(key) for key in keys if key in self.stopping}
 
     def abandon(self) -> list[T]:
         """Every answer still waiting (the actor stops before they are done)."""
@@ -99,12 +98,12 @@ class Leaving:
 
         return Pending(self.control.spawn_answer(again(), name=f"{self.control.path}:after"))
 
-    async def stopped(self) -> None:
-        """The mailbox's turn: the batch's trees stopped; each is forgotten and answered
-        (a refusal or failure goes to its askers), then the next batch starts. An
-        unexpected failure crashes the actor once every answer is settled."""
+    async def stopped(self, keys: tuple[str, ...]) -> None:
+        """The mailbox's turn: a batch's trees stopped; each is forgotten and answered
+        (a refusal or failure goes to its askers). An unexpected failure crashes the
+        actor once every answer is settled."""
         unexpected: Exception | None = None
-        for key, answers in self.book.stopped().items():
+        for key, answers in self.book.stopped(keys).items():
             try:
                 consumer = await self._forget(key)
             except Exception as exc:
@@ -119,7 +118,6 @@ class Leaving:
         if unexpected is not None:
             self.abandon()
             raise unexpected
-        self._next()
 
     def abandon(self) -> None:
         for answer in self.book.abandon():
