@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -14,6 +13,7 @@ from aiokafka.client import AIOKafkaClient
 from runtime.kafka import make_admin, make_consumer
 from runtime.kafka.group_offsets import GroupOffsets
 from tests.conftest import TopicFactory
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 # The shortest session the quirk test below can ask for with a heartbeat below it: the
@@ -102,10 +102,14 @@ async def test_a_member_gone_without_leave_group_keeps_refusing_outside_commits_
     while not member.assignment():
         await member.getmany(timeout_ms=200)
     await member.stop()  # generation 0: aiokafka sends no LeaveGroup
-    # Not a wait for an event: what is shown is that an event (the member's expiry, the
-    # group turning empty, which Kafka's DescribeGroups shows) does not come when it is
-    # due. So the window is three sessions, short ones, and the broker is asked after it.
-    await asyncio.sleep(3 * SHORT_SESSION_MS / 1000)
+    # The event waited for is the member's expiry (DescribeGroups lists no member): a
+    # real Kafka shows it within a session; here it must not come in three of them.
+    async def expired() -> bool:
+        return await _members(kafka_bootstrap, group) == 0
+
+    with pytest.raises(AssertionError, match="not met within"):
+        await until(expired, timeout_s=3 * SHORT_SESSION_MS / 1000, poll_s=0.1,
+                    what="the gone member expired")
     assert await _members(kafka_bootstrap, group) == 1  # still there, past its session
     offsets = GroupOffsets(client)
     assert [r.group for r in await offsets.commit({group: {tp: 1}})] == [group]

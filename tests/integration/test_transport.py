@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator
 
@@ -218,11 +219,14 @@ async def test_requests_that_ended_behind_a_held_one_are_swept_out() -> None:
     try:
         waiting = asyncio.ensure_future(transport.send("POST", {}, b"x", None))
         await server.first.wait()
-        most = 0
+        lengths = []
         for _ in range(300):
             assert (await transport.send("POST", {}, b"x", None))[0] == 200
-            most = max(most, len(transport.deadlines))
-        assert 1 < most <= 4 * 2 + 64 + 1
+            lengths.append(len(transport.deadlines))
+        limit = 4 * 2 + 64
+        assert max(lengths) == limit  # the ended ones piled up behind the held one...
+        swept = [n for before, n in itertools.pairwise(lengths) if n < before]
+        assert swept and all(n <= 3 for n in swept)  # ...and were swept past the limit
         server.release.set()
         assert (await waiting)[0] == 200
         assert len(transport.deadlines) == 0
