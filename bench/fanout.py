@@ -112,7 +112,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             gc_time[0] += time.perf_counter() - gc_time[1]
 
     gc.callbacks.append(on_gc)
-    stalls = Stalls() if args.stalls else None
+    stalls = Stalls(args.stall_ms) if args.stalls else None
     beating = asyncio.create_task(stalls.beat_forever()) if stalls else None
     producer = make_producer(args.bootstrap, acks=1, linger_ms=50)
     await producer.start()
@@ -425,13 +425,12 @@ def _short(filename: str) -> str:
 
 class Stalls:
     """`--stalls`: a watchdog thread that names what holds the event loop. The loop beats
-    every 10 ms; when a beat is more than `STALL_MS` late, the watchdog samples the loop
+    every 10 ms; when a beat is more than `--stall-ms` late, the watchdog samples the loop
     thread's stack every 10 ms until it beats again, and counts the innermost project frames
     seen (file:line function), printed at the end."""
 
-    STALL_MS = 100
-
-    def __init__(self) -> None:
+    def __init__(self, stall_ms: float = 100.0) -> None:
+        self.stall_s = stall_ms / 1000
         import collections
         import threading
         self.beat = time.perf_counter()
@@ -449,7 +448,7 @@ class Stalls:
     def _watch(self) -> None:
         stalled = False
         while not self.done.wait(0.01):
-            late = time.perf_counter() - self.beat > self.STALL_MS / 1000
+            late = time.perf_counter() - self.beat > self.stall_s
             if late and not stalled:
                 self.stalls += 1
             stalled = late
@@ -526,7 +525,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     if args.origin_connections:
         command += ["--origin-connections", str(args.origin_connections)]
     command += ["--tracemalloc"] if args.tracemalloc else []
-    command += ["--stalls"] if args.stalls else []
+    command += ["--stalls", "--stall-ms", str(args.stall_ms)] if args.stalls else []
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -639,7 +638,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--origin-connections", type=int, default=0,
                         help="[egress] origin_max_connections (0: the default)")
     parser.add_argument("--stalls", action="store_true",
-                        help="name what holds the event loop over 100 ms (a watchdog thread)")
+                        help="name what holds the event loop (a watchdog thread)")
+    parser.add_argument("--stall-ms", type=float, default=100.0,
+                        help="--stalls: a loop beat later than this is a stall")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="Python allocations per subscription and the top files (slow)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

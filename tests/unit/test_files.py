@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.host.files import atomic_write, fsync_directory
+from runtime.host.files import atomic_write, fsync_directory, replace_all_synced
 
 
 def test_atomic_write_creates_the_file_and_leaves_no_temp_file(tmp_path: Path) -> None:
@@ -92,3 +92,18 @@ def test_fsync_directory_accepts_a_directory(tmp_path: Path) -> None:
 def test_fsync_directory_of_a_missing_directory_raises(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         fsync_directory(tmp_path / "missing")
+
+
+def test_several_files_are_written_together_each_failing_alone_and_no_temp_is_left(
+        tmp_path: Path) -> None:
+    (tmp_path / "blocked.json").mkdir()  # a rename onto a non-empty directory fails
+    (tmp_path / "blocked.json" / "inside").touch()
+    (tmp_path / "b.json").write_bytes(b"old")
+    names = ["a.json", "blocked.json", "b.json", "missing/c.json"]
+    errors = replace_all_synced([(tmp_path / n, n.encode()) for n in names])
+    assert [type(e).__name__ for e in errors] == [
+        "NoneType", "IsADirectoryError", "NoneType", "FileNotFoundError"]
+    assert (tmp_path / "a.json").read_bytes() == b"a.json"
+    assert (tmp_path / "b.json").read_bytes() == b"b.json"
+    assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["a.json", "b.json", "blocked.json"]

@@ -44,7 +44,7 @@ import msgspec
 from actors.delivery.document.identity import legacy_name, pair_of_key
 from actors.delivery.document.subscription import SAFE_ID, Consumer, decode_consumer, document
 from actors.delivery.errors import InvalidSubscription
-from runtime.host.files import FILE_MODE, atomic_write, fsync_directory, replace_synced
+from runtime.host.files import FILE_MODE, atomic_write, fsync_directory, replace_all_synced
 
 log = logging.getLogger(__name__)
 SUFFIX: Final = ".json"
@@ -77,10 +77,15 @@ Queued = tuple[Path, bytes, "asyncio.Future[None]"]
 
 
 class SubscriptionStore:
+    BATCHES_AT_ONCE: Final = 4
+    """Batches written side by side: a save does not wait for the batch under way (a slow
+    fsync held every subscribe behind it); two saves of one file never overlap."""
+
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self._queued: list[Queued] = []  # saves waiting for the batch being written
-        self._writing = False
+        self._queued: list[Queued] = []  # saves waiting for a batch
+        self._writing: set[Path] = set()  # the files of the batches under way
+        self._jobs = 0
         self.batches = 0
         """Batches written (each one job of the thread pool)."""
 
@@ -88,22 +93,35 @@ class SubscriptionStore:
         path, data = self.path(consumer.key), encode(consumer)
         done = asyncio.get_running_loop().create_future()
         self._queued.append((path, data, done))
-        if not self._writing:
-            self._write_queued()
+        self._write_queued()
         await done
 
     def _write_queued(self) -> None:
-        """Hand every queued save to one thread job; its end answers them and starts the
-        next batch (no task: the job's future calls back)."""
-        batch, self._queued = self._queued, []
-        self._writing = True
+        """Hand the queued saves whose files no batch is writing to one thread job, if
+        fewer than `BATCHES_AT_ONCE` are under way; its end answers them and starts the
+        next (no task: the job's future calls back)."""
+        if self._jobs >= self.BATCHES_AT_ONCE:
+            return
+        batch: list[Queued] = []
+        later: list[Queued] = []
+        paths: set[Path] = set()
+        for queued in self._queued:
+            path = queued[0]
+            (later if path in self._writing or path in paths else batch).append(queued)
+            paths.add(path)
+        if not batch:
+            return
+        self._queued = later
+        self._writing |= {path for path, _, _ in batch}
+        self._jobs += 1
         self.batches += 1
         job = asyncio.get_running_loop().run_in_executor(
             None, self._write_all, [(path, data) for path, data, _ in batch])
         job.add_done_callback(lambda written: self._answer(batch, written))
 
     def _answer(self, batch: list[Queued], job: asyncio.Future[list[OSError | None]]) -> None:
-        self._writing = False
+        self._jobs -= 1
+        self._writing -= {path for path, _, _ in batch}
         failure = None if job.cancelled() else job.exception()
         errors = [failure] * len(batch) if failure is not None else job.result()
         for (_path, _data, done), error in zip(batch, errors, strict=True):
@@ -139,14 +157,7 @@ class SubscriptionStore:
         """Each file written and renamed, then the directory fsynced once; per file, its
         error (every file fails when the directory cannot be prepared or synced)."""
         self._private_directory()
-        errors: list[OSError | None] = []
-        for path, data in files:
-            try:
-                replace_synced(path, data)
-            except OSError as exc:
-                errors.append(exc)
-            else:
-                errors.append(None)
+        errors = replace_all_synced(files)
         if any(error is None for error in errors):
             fsync_directory(self.directory)
         return errors

@@ -45,6 +45,8 @@ class Roster:
     _owners: dict[str, str | None] = field(default_factory=dict)
     _groups: dict[str, set[str]] = field(default_factory=dict)
     """The riders of each group.id (usually one; several only through patterns)."""
+    joins: int = 0
+    """Joins so far: the last `joins - n` riders joined after the `n`-th (a join is last)."""
     _joined: list[str] = field(default_factory=list)  # since the last `joined()`
     _names: Counter[str] = field(default_factory=Counter)  # topics named, by how many
     _patterns: Counter[str] = field(default_factory=Counter)  # patterns, by how many
@@ -61,6 +63,7 @@ class Roster:
         self._names.update(rider.settings.topics)
         self._patterns.update(rider.settings.patterns)
         self._joined.append(key)
+        self.joins += 1
         self._changed()
 
     def leave(self, key: str) -> Rider | None:

@@ -89,7 +89,7 @@ class Cursors:
         """The roster changed: its size, fetch size and fetch wait apply."""
         member = self.member
         member.m_riders.set(len(member.roster))
-        self.tuning.note(member.roster.riders.values())
+        self.tuning.note(member.roster.riders, member.roster.joins)
         if self.tuning.records:
             self.wiring.max_records = self.tuning.records
 

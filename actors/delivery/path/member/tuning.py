@@ -9,8 +9,8 @@ new rider once; a leave makes the next change look at all of them again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import islice
 
 from actors.delivery.path.consumer import fetch_size
 from actors.delivery.path.roster import Rider
@@ -22,23 +22,25 @@ class FetchTuning:
     """The most records one fetch brings (0: the wiring's default)."""
     rider_wait_ms: int | None = None
     """The shortest fetch wait a rider asks for (None: none asks)."""
-    tuned: set[str] = field(default_factory=set)
+    joins: int = 0
+    """The roster's joins already looked at."""
     stale: bool = False
     """A rider left: the next change looks at every rider again."""
 
     def left(self) -> None:
         self.stale = True
 
-    def note(self, riders: Iterable[Rider]) -> None:
-        """The riders now (only those not seen yet count, unless one left)."""
+    def note(self, riders: dict[str, Rider], joins: int) -> None:
+        """The riders now, `joins` the roster's count of joins: only those that joined
+        since the last call count (the last of `riders`, which keeps joining order),
+        unless one left."""
+        fresh = min(joins - self.joins, len(riders))
         if self.stale:
             self.records, self.rider_wait_ms, self.stale = 0, None, False
-            self.tuned.clear()
-        for rider in riders:
+            fresh = len(riders)
+        self.joins = joins
+        for rider in islice(reversed(riders.values()), fresh):
             settings = rider.settings
-            if settings.key in self.tuned:
-                continue
-            self.tuned.add(settings.key)
             self.records = max(self.records, fetch_size(settings.largest_buffer))
             asked = settings.fetch_wait_ms
             if asked is not None:
