@@ -10,6 +10,7 @@ The subscriptions' actor trees are the edge here (Kafka, HTTP): `Plot` stands in
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -372,6 +373,30 @@ async def _ignore(key: str, value: bytes | None) -> None:
     return None
 
 
+class CountedFiles(LocalFiles):
+    flags_written = 0
+
+    async def keep_flags(self, paused: list[str], disabled: dict[str, str]) -> None:
+        self.flags_written += 1
+        await super().keep_flags(paused, disabled)
+
+
+async def test_the_flags_files_are_written_only_when_the_flags_change(tmp_path: Path) -> None:
+    """An unsubscribe of a subscription neither paused nor disabled deleted its file and
+    rewrote both flag files (three fsynced writes in the mailbox per unsubscribe)."""
+    source = CountedFiles(tmp_path)
+    async for plane in started(tmp_path, source=source):
+        for i in range(3):
+            await ask(plane.control, Subscribe(consumer(f"s{i}", topic=f"t{i}")))
+        await ask(plane.control, PauseSubscription(consumer("s0").key))
+        assert source.flags_written == 1
+        await ask(plane.control, Unsubscribe(consumer("s1").key))
+        assert source.flags_written == 1
+        await ask(plane.control, Unsubscribe(consumer("s0").key))  # a paused one leaves
+        assert source.flags_written == 2
+        assert json.loads((tmp_path / PAUSED_FILE).read_bytes()) == []
+
+
 async def test_unsubscribe_stops_the_tree_and_deletes_the_file(plane: Plane) -> None:
     await ask(plane.control, Subscribe(consumer()))
     gone: Any = await ask(plane.control, Unsubscribe(KEY))
@@ -417,7 +442,7 @@ class Topic:
     async def save(self, consumer: Consumer) -> None:
         return None
 
-    async def delete(self, key: str) -> None:
+    async def delete(self, *keys: str) -> None:
         return None
 
     async def keep_flags(self, paused: list[str], disabled: dict[str, str]) -> None:

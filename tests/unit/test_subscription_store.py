@@ -57,6 +57,19 @@ async def test_delete_removes_the_file_and_a_missing_one_is_fine(tmp_path: Path)
     assert os.listdir(tmp_path) == []
 
 
+async def test_files_deleted_together_go_in_one_batch_a_failure_raised_after_the_rest(
+        tmp_path: Path) -> None:
+    store = SubscriptionStore(tmp_path)
+    await asyncio.gather(*(store.save(consumer(f"s{i}")) for i in range(3)))
+    (tmp_path / "stuck_g.json").mkdir()  # a directory: unlink fails
+    (tmp_path / "stuck_g.json" / "inside").touch()
+    batches = store.batches
+    with pytest.raises(IsADirectoryError):
+        await store.delete("s0_g", "stuck_g", "s1_g", "s2_g")
+    assert store.batches == batches + 1
+    assert sorted(os.listdir(tmp_path)) == ["stuck_g.json"]
+
+
 async def test_a_missing_directory_loads_as_empty(tmp_path: Path) -> None:
     assert await SubscriptionStore(tmp_path / "none").load_all() == ([], [])
 

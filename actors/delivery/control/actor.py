@@ -134,6 +134,7 @@ class ControlActor(Actor):
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
         self.leaving = Leaving(self, trees.stop_trees, self._forget_left)
         self.saves = Saves(self, source.save)  # subscribes' files, written off the mailbox
+        self._flags_kept: tuple[list[str], dict[str, str]] | None = None  # as stored
         trees.handlers = programmed.handlers
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -292,11 +293,27 @@ class ControlActor(Actor):
 
         return self.leaving.ask(key, begin)
 
-    async def _forget_left(self, key: str) -> Consumer:
-        consumer = self.registry.known(key).consumer
-        await self.trees.release_member(consumer)
-        await self._forget(consumer)
-        return consumer
+    async def _forget_left(self, keys: tuple[str, ...]) -> dict[str, Consumer | Exception]:
+        """The end of a batch of unsubscribes: each subscription's member released, then
+        all forgotten together (one batch of file deletes); per key, what it was or why
+        it could not be forgotten."""
+        outcome: dict[str, Consumer | Exception] = {}
+        left: list[Consumer] = []
+        for key in keys:
+            try:
+                consumer = self.registry.known(key).consumer
+                await self.trees.release_member(consumer)
+            except Exception as exc:
+                outcome[key] = exc
+            else:
+                left.append(consumer)
+        try:
+            await self._forget(*left)
+        except Exception as exc:
+            outcome.update((consumer.key, exc) for consumer in left)
+        else:
+            outcome.update((consumer.key, consumer) for consumer in left)
+        return outcome
 
     async def _unsubscribe(self, key: str) -> Consumer:
         """Stop the tree (it drains and commits), then forget the subscription."""
@@ -305,20 +322,29 @@ class ControlActor(Actor):
         await self._forget(consumer)
         return consumer
 
-    async def _forget(self, consumer: Consumer) -> None:
+    async def _forget(self, *consumers: Consumer) -> None:
+        for consumer in consumers:
+            await self.saves.written(consumer.key)
+        stored = [consumer.key for consumer in consumers if self._drop(consumer)]
+        if stored:  # in-process ones were never stored
+            await self.source.delete(*stored)
+            await self._keep_flags()
+        for consumer in consumers:
+            log.info("unsubscribed %s", consumer.key)
+
+    def _drop(self, consumer: Consumer) -> bool:
+        """Forget `consumer` here; whether it was stored (not in-process)."""
         key = consumer.key
-        await self.saves.written(key)
         self.trees.forget(key)
         self.registry.remove(key)
         self.desk.forget(key)
         self.programmed.consumers.pop(key, None)
-        if self.trees.handlers.pop(key, None) is None:
-            if consumer.http is not None:
-                self.trees.settle_origin(consumer.http.uri, leaving=key)
-            await self.source.delete(key)  # in-process ones were never stored
-            await self._keep_flags()
         self.runtime.metrics.forget(subscription=key)
-        log.info("unsubscribed %s", key)
+        if self.trees.handlers.pop(key, None) is not None:
+            return False
+        if consumer.http is not None:
+            self.trees.settle_origin(consumer.http.uri, leaving=key)
+        return True
 
     async def _stop_tree(self, consumer: Consumer, *, keep_member: bool = False) -> None:
         if self.trees.has_tree(consumer.key):
@@ -467,8 +493,11 @@ class ControlActor(Actor):
                 await self.trees.release_hold(consumer)
 
     async def _keep_flags(self) -> None:
-        await self.source.keep_flags(self.registry.paused_keys(),
-                                     self.registry.disabled_reasons())
+        """Store the paused and disabled subscriptions, when they changed since."""
+        flags = (self.registry.paused_keys(), self.registry.disabled_reasons())
+        if flags != self._flags_kept:
+            await self.source.keep_flags(*flags)
+            self._flags_kept = flags
 
     # -- cluster mode: what the subscriptions topic says -----------------------------------
     async def _on_record(self, key: str, value: bytes | None) -> None:

@@ -69,10 +69,11 @@ class LeaveBook(Generic[T]):
 
 class Leaving:
     def __init__(self, control: Actor, stop: Callable[[list[str]], Awaitable[None]],
-                 forget: Callable[[str], Awaitable[Consumer]]) -> None:
+                 forget: Callable[[tuple[str, ...]],
+                                  Awaitable[dict[str, Consumer | Exception]]]) -> None:
         self.control = control
         self._stop = stop  # stops these trees, in parallel (a task, not the mailbox)
-        self._forget = forget  # the mailbox's end of an unsubscribe: the consumer it was
+        self._forget = forget  # the mailbox's end of unsubscribes: per key, what it was
         self.book: LeaveBook[asyncio.Future[Consumer]] = LeaveBook()
 
     def ask(self, key: str, begin: Callable[[], None]) -> Pending:
@@ -103,18 +104,15 @@ class Leaving:
         (a refusal or failure goes to its askers). An unexpected failure crashes the
         actor once every answer is settled."""
         unexpected: Exception | None = None
-        for key, answers in self.book.stopped(keys).items():
-            try:
-                consumer = await self._forget(key)
-            except Exception as exc:
-                for answer in answers:
-                    _settle(answer, exc)
-                if not isinstance(exc, DeliveryError):
-                    unexpected = unexpected or exc
-                continue
-            for answer in answers:
-                if not answer.done():
-                    answer.set_result(consumer)
+        waiting = self.book.stopped(keys)
+        for key, outcome in (await self._forget(tuple(waiting))).items():
+            for answer in waiting[key]:
+                if isinstance(outcome, Exception):
+                    _settle(answer, outcome)
+                elif not answer.done():
+                    answer.set_result(outcome)
+            if isinstance(outcome, Exception) and not isinstance(outcome, DeliveryError):
+                unexpected = unexpected or outcome
         if unexpected is not None:
             self.abandon()
             raise unexpected

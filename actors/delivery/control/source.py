@@ -103,7 +103,7 @@ class SubscriptionSource(Protocol):
 
     async def save(self, consumer: Consumer) -> None: ...
 
-    async def delete(self, key: str) -> None: ...
+    async def delete(self, *keys: str) -> None: ...
 
     async def keep_flags(self, paused: list[str], disabled: dict[str, str]) -> None:
         """The paused and the disabled subscriptions, for the next start."""
@@ -198,8 +198,8 @@ class LocalFiles(Direct):
     async def save(self, consumer: Consumer) -> None:
         await self.store.save(consumer)
 
-    async def delete(self, key: str) -> None:
-        await self.store.delete(key)
+    async def delete(self, *keys: str) -> None:
+        await self.store.delete(*keys)
 
     async def keep_flags(self, paused: list[str], disabled: dict[str, str]) -> None:
         await asyncio.to_thread(atomic_write, self.folder / PAUSED_FILE,
@@ -369,7 +369,7 @@ class ClusterTopic:
     async def save(self, consumer: Consumer) -> None:
         return None  # the topic is the record
 
-    async def delete(self, key: str) -> None:
+    async def delete(self, *keys: str) -> None:
         return None
 
     async def keep_flags(self, paused: list[str], disabled: dict[str, str]) -> None:

@@ -73,7 +73,8 @@ def file_stem(key: str) -> str:
     return f"{key[:MAX_STEM - len(digest) - 1]}~{digest}"
 
 
-Queued = tuple[Path, bytes, "asyncio.Future[None]"]
+Queued = tuple[Path, "bytes | None", "asyncio.Future[None]"]
+"""A file to write (None: to delete) and who waits for it."""
 
 
 class SubscriptionStore:
@@ -90,11 +91,25 @@ class SubscriptionStore:
         """Batches written (each one job of the thread pool)."""
 
     async def save(self, consumer: Consumer) -> None:
-        path, data = self.path(consumer.key), encode(consumer)
-        done = asyncio.get_running_loop().create_future()
-        self._queued.append((path, data, done))
+        done = self._queue(self.path(consumer.key), encode(consumer))
         self._write_queued()
         await done
+
+    async def delete(self, *keys: str) -> None:
+        """Remove these subscriptions' files (in one batch when asked together); the
+        first failure is raised once all are done."""
+        paths = [self.path(key) for key in keys]  # a bad name refuses before any
+        outcomes = [self._queue(path, None) for path in paths]
+        self._write_queued()
+        errors = [error for error in await asyncio.gather(*outcomes, return_exceptions=True)
+                  if error is not None]
+        if errors:
+            raise errors[0]
+
+    def _queue(self, path: Path, data: bytes | None) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued.append((path, data, done))
+        return done
 
     def _write_queued(self) -> None:
         """Hand the queued saves whose files no batch is writing to one thread job, if
@@ -134,9 +149,6 @@ class SubscriptionStore:
         if self._queued:
             self._write_queued()
 
-    async def delete(self, key: str) -> None:
-        await asyncio.to_thread(self._unlink, self.path(key))
-
     async def load_all(self) -> tuple[list[Consumer], list[str]]:
         """Every stored subscription, plus a message per file that could not be read."""
         return await asyncio.to_thread(self._load_all)
@@ -153,18 +165,17 @@ class SubscriptionStore:
         if stat.S_IMODE(self.directory.stat().st_mode) != DIRECTORY_MODE:
             os.chmod(self.directory, DIRECTORY_MODE)
 
-    def _write_all(self, files: list[tuple[Path, bytes]]) -> list[OSError | None]:
-        """Each file written and renamed, then the directory fsynced once; per file, its
-        error (every file fails when the directory cannot be prepared or synced)."""
+    def _write_all(self, files: list[tuple[Path, bytes | None]]) -> list[OSError | None]:
+        """Each file written and renamed (or removed), then the directory fsynced once;
+        per file, its error (every file fails when the directory cannot be prepared or
+        synced)."""
         self._private_directory()
-        errors = replace_all_synced(files)
+        written = iter(replace_all_synced([(p, d) for p, d in files if d is not None]))
+        errors = [next(written) if data is not None else _unlink(path)
+                  for path, data in files]
         if any(error is None for error in errors):
             fsync_directory(self.directory)
         return errors
-
-    def _unlink(self, path: Path) -> None:
-        path.unlink(missing_ok=True)
-        fsync_directory(self.directory)
 
     def _load_all(self) -> tuple[list[Consumer], list[str]]:
         if not self.directory.is_dir():
@@ -191,10 +202,19 @@ class SubscriptionStore:
                 raise InvalidSubscription("a second file for subscription", consumer.key)
             log.warning("subscription file %s renamed to %s", path.name, target.name)
             atomic_write(target, encode(consumer))
-            self._unlink(path)
+            path.unlink(missing_ok=True)
+            fsync_directory(self.directory)
         elif raw != encode(consumer) or stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
             atomic_write(path, encode(consumer))  # the current form, 0600
         return consumer
 
     def __repr__(self) -> str:
         return f"<SubscriptionStore {self.directory}>"
+
+
+def _unlink(path: Path) -> OSError | None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        return exc
+    return None
