@@ -166,6 +166,8 @@ class Supervisor(Actor):
         self._initial = children(self) if callable(children) else list(children or [])
         self._children: dict[str, _Child] = {}
         self._retrying: set[str] = set()  # restarts that failed and wait for a retry
+        self._aside: dict[str, tuple[asyncio.Future[list[None]], _Child]] = {}
+        """Children stopped on request, whose stops run beside the mailbox."""
 
     # -- public API (safe to call from other actors) ---------------------------------
     async def start_child(self, spec: ChildSpec) -> ChildRef:
@@ -185,11 +187,15 @@ class Supervisor(Actor):
 
     async def stop_child(self, name: str) -> None:
         """Stop a child gracefully and forget it (it is not restarted)."""
-        await self.ask(_StopChildren((name,)))
+        await self.stop_children([name])
 
     async def stop_children(self, names: list[str]) -> None:
-        """Stop several children in parallel, each within its shutdown deadline."""
-        await self.ask(_StopChildren(tuple(names)))
+        """Stop several children in parallel, each within its shutdown deadline. The
+        stops run beside the supervisor's mailbox (a tree draining for seconds held every
+        other start and stop of its siblings); a child of the same name starts once its
+        predecessor stopped. An asker that gives up does not cut the stops short."""
+        stopping: asyncio.Future[list[None]] = await self.ask(_StopChildren(tuple(names)))
+        await asyncio.shield(stopping)
 
     def child(self, name: str) -> Actor:
         entry = self._children.get(name)
@@ -221,10 +227,14 @@ class Supervisor(Actor):
 
     async def on_stop(self) -> None:
         try:
+            stopping = [f for f, _ in self._aside.values() if not f.done()]
+            if stopping:
+                await asyncio.wait(stopping)
             await self._stop_all(list(self._children))
         except asyncio.CancelledError:
             # our own deadline passed: children must not outlive us
-            await _cancel_all([self._children.pop(n) for n in list(self._children)])
+            await _cancel_all([self._children.pop(n) for n in list(self._children)]
+                              + [entry for _, entry in self._aside.values()])
             raise
 
     async def handle(self, message: object) -> object:
@@ -235,7 +245,7 @@ class Supervisor(Actor):
         elif isinstance(message, _StartChildren):
             return list(await asyncio.gather(*(self._try_start(s) for s in message.specs)))
         elif isinstance(message, _StopChildren):
-            await self._stop_parallel(message.names)
+            return self._stop_aside(message.names)
         elif isinstance(message, _RetryRestart):
             # children stopped or started anew meanwhile are no longer ours to retry
             specs = [(s, r) for s, r in message.specs if s.name in self._retrying]
@@ -257,6 +267,9 @@ class Supervisor(Actor):
     async def _start(self, spec: ChildSpec, restarts: int = 0) -> None:
         if spec.name in self._children:
             raise UsageError(f"{self.path}: a child named {spec.name!r} already runs")
+        before = self._aside.pop(spec.name, None)
+        if before is not None and not before[0].done():
+            await asyncio.wait([before[0]])  # never two of one name at once
         try:
             actor = spec.factory()
         except Exception as exc:  # a bad config slice, say: the child cannot start
@@ -350,10 +363,17 @@ class Supervisor(Actor):
                 await _stop_child(entry, self.context.clock)
                 self._children.pop(name, None)
 
-    async def _stop_parallel(self, names: tuple[str, ...]) -> None:
+    def _stop_aside(self, names: tuple[str, ...]) -> asyncio.Future[list[None]]:
+        """Forget these children now and stop them in parallel beside the mailbox: the
+        future of their stops (the supervisor's own stop waits for it)."""
         self._retrying.difference_update(names)
+        self._aside = {n: s for n, s in self._aside.items() if not s[0].done()}
         entries = [e for n in names if (e := self._children.pop(n, None)) is not None]
-        await asyncio.gather(*(_stop_child(e, self.context.clock) for e in entries))
+        stopping: asyncio.Future[list[None]] = asyncio.gather(
+            *(_stop_child(e, self.context.clock) for e in entries))
+        for entry in entries:
+            self._aside[entry.spec.name] = (stopping, entry)
+        return stopping
 
     def _journal(self, kind: LifecycleKind, path: str, reason: str | None = None) -> None:
         self.context.lifecycle(Lifecycle(kind, path, self.context.clock.wall_ms(), reason))

@@ -246,6 +246,59 @@ async def test_stop_children_stops_them_in_parallel() -> None:
     await system.stop()
 
 
+class Lingers(Worker):
+    """Its stop waits for `gate` (a tree draining for seconds)."""
+
+    def __init__(self, name: str, log: list[str], gate: asyncio.Event) -> None:
+        super().__init__(name, log)
+        self.gate = gate
+
+    async def on_stop(self) -> None:
+        await self.gate.wait()
+        await super().on_stop()
+
+
+async def test_a_slow_stop_holds_neither_other_stops_nor_starts_and_a_name_waits_its_turn(
+        ) -> None:
+    """Stops run beside the mailbox: while one child drains, its siblings start and
+    stop (they queued behind it: 50 unsubscribes took one drain after another); a child
+    of the same name starts only once the one before stopped."""
+    gate, log = asyncio.Event(), []
+    system, sup = await run_tree("one_for_one", log)
+    await sup.start_child(ChildSpec("slow", lambda: Lingers("slow", log, gate)))
+    slow = asyncio.ensure_future(sup.stop_child("slow"))
+    await until(lambda: "slow" not in sup.children())
+    await asyncio.wait_for(sup.start_child(ChildSpec("x", lambda: Worker("x", log))), 5)
+    await asyncio.wait_for(sup.stop_child("x"), 5)
+    assert "stop x" in log and not slow.done()
+    again = asyncio.ensure_future(
+        sup.start_child(ChildSpec("slow", lambda: Worker("slow", log))))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not again.done() and log.count("start slow") == 1
+    gate.set()
+    await slow
+    await again
+    assert log[-2:] == ["stop slow", "start slow"]
+    await system.stop()
+
+
+async def test_a_supervisor_stopping_lets_its_childrens_stops_under_way_finish() -> None:
+    gate, log = asyncio.Event(), []
+    system, sup = await run_tree("one_for_one", log)
+    await sup.start_child(ChildSpec("slow", lambda: Lingers("slow", log, gate)))
+    slow = asyncio.ensure_future(sup.stop_child("slow"))
+    await until(lambda: "slow" not in sup.children())
+    stopping = asyncio.ensure_future(system.stop())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not stopping.done()  # the supervisor waits for the drain under way
+    gate.set()
+    await stopping
+    await slow
+    assert "stop slow" in log  # stopped gracefully, not cancelled
+
+
 async def test_start_children_starts_them_in_parallel_and_reports_each_failure() -> None:
     class MeetsOnStart(Worker):
         """Ready only when the other one is starting too: a serial start would hang."""
