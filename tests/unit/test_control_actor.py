@@ -62,6 +62,7 @@ from actors.delivery.path.replay import ReplayProgress
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kernel.clock import FakeClock
+from runtime.kernel.gate import Gate
 from runtime.kernel.supervisor import ChildRef, ChildSpec
 from runtime.kernel.system import ActorSystem
 
@@ -395,6 +396,22 @@ async def test_the_flags_files_are_written_only_when_the_flags_change(tmp_path: 
         await ask(plane.control, Unsubscribe(consumer("s0").key))  # a paused one leaves
         assert source.flags_written == 2
         assert json.loads((tmp_path / PAUSED_FILE).read_bytes()) == []
+
+
+async def test_subscribes_are_answered_while_the_journal_holds_the_data_path(
+        tmp_path: Path) -> None:
+    clock, gate = FakeClock(), Gate()
+    system = ActorSystem(clock=clock, pace=gate)
+    await system.start()
+    control = await system.spawn(ChildSpec("control", lambda: ControlActor(
+        "control", Host(clock), Plot(clock), LocalFiles(tmp_path), Programmed())))
+    gate.close()  # the journal fell behind
+    try:
+        await asyncio.wait_for(ask(control, Subscribe(consumer())), 5)
+        assert control.actor_as(ControlActor).registry.state(KEY) == "running"
+    finally:
+        gate.reopen()
+        await system.stop()
 
 
 async def test_unsubscribe_stops_the_tree_and_deletes_the_file(plane: Plane) -> None:

@@ -80,6 +80,8 @@ class CommitRounds(RuleBasedStateMachine):
         self.round = self.book.take(self.seats.current)
         if self.round is None:
             return
+        finals = [p.final for p in self.round.seats.values()]
+        assert all(finals) or not any(finals)  # retirements' positions go first, alone
         for seat, position in self.round.seats.items():
             assert position.final or self.seats.current(seat, position.epoch)
             assert seat[1] not in self.book.gone
@@ -266,3 +268,21 @@ def test_a_refused_position_of_a_retired_epoch_is_not_sent_again() -> None:
     book.note(seat, Position("g", 10, new))
     book.settle(Outcome(refused={"g": "rebalancing"}), seats.current)
     assert book.pending[seat].epoch == new and book.pending[seat].offset == 10
+
+
+def test_final_positions_go_in_a_round_of_their_own_before_the_others() -> None:
+    """An unsubscribe waits for its cursors' final commits: they must not wait behind a
+    round of every subscriber's positions (seconds at 10,000)."""
+    book, seats = CommitBook(), Seats()
+    epochs = {}
+    for key in ("busy", "leaving"):
+        epochs[key] = next_epoch()
+        seats.started((key, TPS[0]), epochs[key])
+    book.note(("busy", TPS[0]), Position("g-busy", 5, epochs["busy"]))
+    book.note(("leaving", TPS[0]), Position("g-leaving", 7, epochs["leaving"], final=True))
+    first = book.take(seats.current)
+    assert first is not None and list(first.seats) == [("leaving", TPS[0])]
+    assert book.take(seats.current) is None  # one round at a time
+    book.settle(Outcome(), seats.current)
+    second = book.take(seats.current)
+    assert second is not None and list(second.seats) == [("busy", TPS[0])]

@@ -30,6 +30,8 @@ class _Rejoin:
 class RiderActor(Actor):
     """A subscription's seat on the instance member: the `consumer` of its tree."""
 
+    paced = False  # it journals nothing: its join and leave are never held back
+
     def __init__(self, name: str, rider: Rider, member: ChildRef, leave_ms: int) -> None:
         super().__init__(name)
         self.rider = rider
