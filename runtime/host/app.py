@@ -16,6 +16,7 @@ import importlib.metadata
 import logging
 import signal
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, Unpack, cast, overload
 
@@ -96,6 +97,7 @@ class Runtime:
         self.probe = BrokerProbe(self._bootstrap, self.clock)  # sees brokers as they start
         self._state = "new"
         self._stopped = asyncio.Event()
+        self._stop_waiters: list[Callable[[BaseException | None], None]] = []
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Runtime:
@@ -344,6 +346,8 @@ class Runtime:
         finally:
             self._state = "stopped"
             self._stopped.set()
+            for settle in self._stop_waiters:
+                settle(None)
         if ran:  # a start that failed says so itself
             took = self.clock.monotonic_ms() - started
             totals = "; ".join(s for s in [*summaries, journal_summary(self.journal)] if s)
@@ -361,14 +365,21 @@ class Runtime:
 
     async def wait(self) -> None:
         """Run until `stop()` is called or the actor tree fails for good."""
-        stopped = asyncio.ensure_future(self._stopped.wait())
-        failed = asyncio.ensure_future(self.system.wait())
-        done, pending = await asyncio.wait({stopped, failed},
-                                           return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        if failed in done and (error := failed.result()) is not None:
+        await self._until(asyncio.get_running_loop().create_future())
+
+    async def _until(self, ended: asyncio.Future[BaseException | None]) -> None:
+        """Until `ended` is settled: by its other holder, by `stop()`'s end or by the actor
+        tree's (whose error is logged). Callbacks settle it: no task waits."""
+        if self._stopped.is_set():
+            return
+        settle = partial(_settle, ended)
+        self._stop_waiters.append(settle)
+        self.system.on_end(settle)
+        try:
+            error = await ended
+        finally:
+            self._stop_waiters.remove(settle)
+        if error is not None:
             log.error("actor tree failed: %r", error)
 
     async def run_until_signalled(self) -> None:
@@ -378,23 +389,18 @@ class Runtime:
         shutdown is logged, not turned into a KeyboardInterrupt halfway through commits.
         """
         loop = asyncio.get_running_loop()
-        signalled = asyncio.Event()
+        signalled: asyncio.Future[BaseException | None] = loop.create_future()
 
         def on_signal(sig: signal.Signals) -> None:
-            if signalled.is_set():
+            if signalled.done():
                 log.warning("%s received again: already shutting down", sig.name)
-            signalled.set()
+            _settle(signalled)
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
         try:
             await self.start()
-            waiter = asyncio.ensure_future(self.wait())
-            sig_wait = asyncio.ensure_future(signalled.wait())
-            await asyncio.wait({waiter, sig_wait}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (waiter, sig_wait):
-                task.cancel()
-            await asyncio.gather(waiter, sig_wait, return_exceptions=True)
+            await self._until(signalled)  # a signal, a stop, or the tree's failure
             log.info("shutting down")
         finally:
             await self.stop()
@@ -424,3 +430,9 @@ async def _status_script(request: web.Request) -> web.Response:
 
 
 __all__ = ["ConfigError", "Runtime"]
+
+
+def _settle(ended: asyncio.Future[BaseException | None],
+            error: BaseException | None = None) -> None:
+    if not ended.done():
+        ended.set_result(error)

@@ -57,6 +57,16 @@ class ActorSystem:
             raise UsageError("ActorSystem is not started: `await system.start()` first")
         return await self.root.start_child(spec)
 
+    def on_end(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call `callback` with the root supervisor's error (None: it stopped) once it
+        ends; at once when it never started."""
+        task = self._task
+        if task is None:
+            callback(None)
+            return
+        task.add_done_callback(
+            lambda done: callback(None if done.cancelled() else done.exception()))
+
     async def wait(self) -> BaseException | None:
         """Wait until the root supervisor ends; return its error, if any."""
         if self._task is None:
