@@ -3,6 +3,7 @@ and a subscription the store could not keep is refused before anything starts.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +105,9 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
                                  what="the member reports the refused commits")
             assert [(p["partition"], p["committed"]) for p in status["partitions"]] == [
                 (0, None)], status
-            assert [(r["partition"], r["position"]) for r in status["refused_commits"]] == [
-                (0, 30)], status
+            assert [(r["partition"], r["position"], r["accepted"])
+                    for r in status["refused_commits"]] == [(0, 30, None)], status
+            await refusal_listed_everywhere(admin, runtime.admin.url, topic)
             polling.cancel()
             await compat.leave_group(old)  # False when its session ended already (load)
             await asyncio.wait_for(old.stop(), 15)
@@ -118,8 +120,40 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
                                  what="the member's commit taken")
             assert status["refused_commits"] == []
             assert [p["committed"] for p in status["partitions"]] == [30]
+            listed = (await admin.call("GET", "/broker/subscription"))[1]["data"]
+            assert [item["refusedCommits"] for item in listed] == [[]]
+            row = await until(lambda: summary_row(admin, lambda r: not r["refused_commits"]),
+                              timeout_s=15, what="the summary without refused commits")
+            assert "commit_refused" not in row["attention"], row
     finally:
         polling.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(old.stop(), 15)
         await receiver.stop()
+
+
+async def summary_row(admin: Admin, wanted: Callable[[dict[str, Any]], bool]
+                      ) -> dict[str, Any] | None:
+    """The summary's only row once `wanted` holds for it (the summary is gathered at most
+    every `OVERVIEW_FRESH_MS`)."""
+    rows = (await admin.call("GET", "/broker/summary"))[1]["data"]["items"]
+    return rows[0] if rows and wanted(rows[0]) else None
+
+
+async def refusal_listed_everywhere(admin: Admin, url: str, topic: str) -> None:
+    """#34: the list, the summary and `hookstream status` show the refused position apart
+    from the accepted one (none yet: the old member's group never took ours)."""
+    from tests.integration.test_console import hookstream
+
+    refused = [{"topic": topic, "partition": 0, "position": 30, "accepted": None,
+                "reason": ""}]
+    listed = (await admin.call("GET", "/broker/subscription"))[1]["data"]
+    assert [item["refusedCommits"] for item in listed] == [refused], listed
+    row = await until(lambda: summary_row(admin, lambda r: bool(r["refused_commits"])),
+                      timeout_s=15, what="the summary's row shows the refused commit")
+    assert row["refused_commits"] == refused and "commit_refused" in row["attention"], row
+    code, out, err = await hookstream("status", "--url", url)
+    assert code == 1, err  # a subscription needs attention
+    assert "commits Kafka refuses" in out, out
+    line = next(line for line in out.splitlines() if f"{topic}/0" in line)
+    assert line.split()[-2:] == ["30", "-"], out  # refused 30, accepted none
