@@ -126,6 +126,8 @@ class Topics:
         if self.plan.listed is None:
             return
         missing = self.plan.missing
+        if missing is self._waiting:  # the plan's own, unchanged since the last turn
+            return
         new = missing - self._waiting
         if new:
             log.info("%s: waiting for topics that do not exist yet: %s", self.member.path,
