@@ -5,6 +5,7 @@ plane's, on documents (actors/delivery/document/overlap.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, cast
 
 from actors.delivery.document.overlap import conflict
@@ -131,3 +132,32 @@ def test_the_roster_knows_a_groups_riders_and_who_joined_since_it_was_asked() ->
     assert roster.topics() == ["t2"] and roster.groups() == ["y"]
     roster.leave(c.settings.key)
     assert roster.topics() == [] and not roster.uses_pattern() and roster.groups() == []
+
+
+class Walked(list[Rider]):
+    """Riders that count how often they are walked."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[Rider]:
+        Walked.walks += 1
+        return super().__iter__()
+
+
+def test_fetch_tuning_walks_the_riders_only_when_one_is_new_or_one_left() -> None:
+    """#34 item 7: every roster change walked all 10,000 riders to find none new."""
+    from actors.delivery.path.member.tuning import FetchTuning
+
+    tuning = FetchTuning()
+    riders = Walked(rider(consumer(f"s{n}", {"name": f"t{n}"})) for n in range(3))
+    tuning.note(riders)
+    Walked.walks = 0
+    tuning.note(riders)
+    assert Walked.walks == 0 and len(tuning.tuned) == 3
+    riders.append(rider(consumer("s9", {"name": "t9"})))
+    tuning.note(riders)
+    assert Walked.walks == 1 and "s9_team" in tuning.tuned
+    del riders[0]
+    tuning.left()
+    tuning.note(riders)
+    assert Walked.walks == 2 and "s0_team" not in tuning.tuned

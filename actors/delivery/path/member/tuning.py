@@ -9,7 +9,7 @@ new rider once; a leave makes the next change look at all of them again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from actors.delivery.path.consumer import fetch_size
@@ -29,11 +29,15 @@ class FetchTuning:
     def left(self) -> None:
         self.stale = True
 
-    def note(self, riders: Iterable[Rider]) -> None:
-        """The riders now (only those not seen yet count, unless one left)."""
+    def note(self, riders: Collection[Rider]) -> None:
+        """The riders now (only those not seen yet count, unless one left). Without a
+        leave the riders seen are some of these: as many means none is new, and 10,000
+        riders are not walked on every change (#34 item 7)."""
         if self.stale:
             self.records, self.rider_wait_ms, self.stale = 0, None, False
             self.tuned.clear()
+        if len(self.tuned) == len(riders):
+            return
         for rider in riders:
             settings = rider.settings
             if settings.key in self.tuned:
