@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import statistics
 import sys
@@ -42,14 +43,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from delivery import py_spy, running
 
+from runtime import Runtime
 from runtime.kafka.broker import EmbeddedBroker
 from tests.browser.fleet import post_all
+from tests.waits import until
 
 PROBE_EVERY_S = 0.05
 
 
 def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class Warnings(logging.Handler):
+    """The runtime's warnings, counted (at the limits a stop warns once per tree): the
+    first few printed as they come, the count at the end."""
+
+    SHOWN = 5
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if self.count <= self.SHOWN:
+            print(f"  {record.levelname} {record.name}: {record.getMessage()[:200]}",
+                  flush=True)
 
 
 def documents(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -94,6 +114,12 @@ async def timed(url: str, seconds: float) -> str:
             f"ms, p99 {p99:.1f} ms, max {ms[-1]:.1f} ms, {found['failed']} failed ({load()})")
 
 
+def riding(runtime: Runtime) -> int:
+    """Subscriptions the instance member has taken in (their joins handled)."""
+    series = runtime.metrics.children("hookstream_group_subscriptions")
+    return int(sum(value.value for value in series.values()))
+
+
 async def bench(args: argparse.Namespace, workdir: Path) -> None:
     async with EmbeddedBroker() as broker, running(broker.bootstrap, workdir,
                                                    journal=False) as runtime:
@@ -104,6 +130,11 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         await asyncio.wait_for(post_all(runtime.admin.url, every), args.timeout_s)
         print(f"posted {len(every)} subscriptions x ({args.names} names + {args.patterns} "
               f"patterns) in {time.monotonic() - began:.1f} s ({load()})", flush=True)
+        # a POST answers before the member has taken the subscription in
+        await until(lambda: riding(runtime) >= len(every), timeout_s=args.timeout_s,
+                    what="every subscription riding the instance member")
+        print(f"{riding(runtime)} riding the instance member after "
+              f"{time.monotonic() - began:.1f} s", flush=True)
         with py_spy(args.py_spy):
             print("at the limits:", await timed(health, args.measure_s), flush=True)
         began = time.monotonic()
@@ -130,8 +161,11 @@ def main(argv: list[str]) -> None:
         probe(args.probe, args.measure_s)
         return
     print(f"{load()} at the start")
+    warnings = Warnings()
+    logging.getLogger().addHandler(warnings)
     with tempfile.TemporaryDirectory(prefix="hookstream-limits-") as workdir:
         uvloop.run(bench(args, Path(workdir)))
+    print(f"{warnings.count} warnings logged (the first {Warnings.SHOWN} shown)")
 
 
 if __name__ == "__main__":
