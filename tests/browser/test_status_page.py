@@ -344,26 +344,12 @@ async def test_a_refused_commit_shows_in_its_row_and_details_apart_from_the_acce
     """#34 item 16: a live consumer in the subscription's group makes Kafka refuse the
     member's commits; the row says `commit refused` with both positions, the details list
     the refused position beside what Kafka holds."""
-    import asyncio
-    import contextlib
-
-    from runtime.kafka.client import make_consumer
-    from tests.integration.delivery_harness import Admin
-    from tests.waits import until
+    from tests.integration.delivery_harness import Admin, LiveMember
 
     topic = await topic_factory(partitions=1)
-    other = make_consumer(kafka_bootstrap, topic, group_id="g-up", enable_auto_commit=False,
-                          **fast_group_kwargs)
-    await other.start()
-
-    async def polls() -> None:
-        while True:
-            await other.getmany(timeout_ms=100)
-
-    polling = asyncio.create_task(polls())
+    other = await LiveMember(kafka_bootstrap, topic, "g-up", **fast_group_kwargs).start()
     receiver = await Receiver().start()
     try:
-        await until(other.assignment, timeout_s=15, what="the other member's assignment")
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             await Admin(runtime).subscribe(subscription("up", [{"name": topic}],
                                                         receiver.url))
@@ -389,7 +375,5 @@ async def test_a_refused_commit_shows_in_its_row_and_details_apart_from_the_acce
                 await browser.screenshot(shot)
                 keep_screenshot(shot)
     finally:
-        polling.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(other.stop(), 15)
+        await other.stop()
         await receiver.stop()

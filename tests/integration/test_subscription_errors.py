@@ -64,27 +64,12 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
         fast_group_kwargs: dict[str, int]) -> None:
     """#34: with a live consumer in the subscription's group Kafka refuses the member's
     commits, and the status said `committed` 30 where Kafka held nothing."""
-    import asyncio
-    import contextlib
-
-    from runtime.kafka import compat
-    from runtime.kafka.client import make_consumer
-    from tests.integration.delivery_harness import Receiver, produce
+    from tests.integration.delivery_harness import LiveMember, Receiver, produce
 
     topic = await topic_factory(partitions=1)
-    old = make_consumer(kafka_bootstrap, topic, group_id="g-up", enable_auto_commit=False,
-                        **fast_group_kwargs)
-    await old.start()
-
-    async def old_member_polls() -> None:
-        while True:
-            await old.getmany(timeout_ms=100)
-
-    polling = asyncio.create_task(old_member_polls())
+    old = await LiveMember(kafka_bootstrap, topic, "g-up", **fast_group_kwargs).start()
     receiver = await Receiver().start()
     try:
-        # the group's member has its partition: nothing to await, so polled
-        await until(old.assignment, timeout_s=15, what="the old member's assignment")
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             admin = Admin(runtime)
             await admin.subscribe(subscription("up", [{"name": topic}], receiver.url))
@@ -108,9 +93,7 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
             assert [(r["partition"], r["position"], r["accepted"])
                     for r in status["refused_commits"]] == [(0, 30, None)], status
             await refusal_listed_everywhere(admin, runtime.admin.url, topic)
-            polling.cancel()
-            await compat.leave_group(old)  # False when its session ended already (load)
-            await asyncio.wait_for(old.stop(), 15)
+            await old.leave()
 
             async def commit_taken() -> dict[str, Any] | None:
                 status = await shown()
@@ -126,9 +109,7 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
                               timeout_s=15, what="the summary without refused commits")
             assert "commit_refused" not in row["attention"], row
     finally:
-        polling.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(old.stop(), 15)
+        await old.stop()
         await receiver.stop()
 
 
