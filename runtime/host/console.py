@@ -230,6 +230,11 @@ def show_status(data: dict[str, Any]) -> str:
                            [[o["origin"], o["breaker"], _time(o["opened_at"]),
                              _time(o["probe_at"]), _time(o["throttled_until"])]
                             for o in unusual]))
+    refused = [[r["id"], r["group"], f"{c['topic']}/{c['partition']}", c["position"],
+                c["accepted"]] for r in data["items"] for c in r.get("refused_commits", [])]
+    if refused:
+        lines.append("commits Kafka refuses (a live consumer in the group?):\n" + table(
+            ["id", "group", "partition", "refused", "accepted"], refused))
     rows = [[r["id"], r["group"], r["state"], ",".join(r["attention"]), r["lag"],
              r["delivered"], r["failed_attempts"], r["dead_lettered"], r["endpoint"]]
             for r in data["items"]]

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Sequence
 from typing import Literal
 
 from runtime.kernel.clock import Clock, RealClock
@@ -64,6 +65,16 @@ class Summarised(logging.Filter):
             record.msg = f"{record.msg} ({held} similar lines held back in the last " \
                          f"{self.window_ms // 1000} s)"
         return True
+
+
+NAMES_SHOWN = 5
+
+
+def few(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
+    """The first `shown` names and how many more (#36: a log line that named 10,000
+    missing topics or partitions was 150 KB; log every name at DEBUG beside it)."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def configure(level: str, fmt: LogFormat = "text") -> None:

@@ -4,14 +4,16 @@ loaded from the internet, made for 10,000 subscriptions (issue 36).
 
 One request per refresh: `GET /broker/summary` (actors/delivery/api/summary.py) answers
 the totals, the origins with their circuit breakers, readiness, the cluster's instances
-and one page of subscriptions, those that need attention first (failing, breaker open,
-stalled, lagging, paused), searched and filtered on the server (by id, group, topic,
+and one page of subscriptions, those that need attention first (failing, commit refused,
+breaker open, stalled, lagging, paused), searched and filtered on the server (by id, group, topic,
 endpoint, state). A subscription's details (buttons, charts, recent attempts, partitions,
 the owner of each partition in a cluster) are fetched only while its row is open
 (`GET /broker/subscription/{id}/{groupId}`), the delay levels only while their section is
 open. A refresh starts `REFRESH_MS` after the last one ended: rounds never overlap, and a
 slow runtime is asked less often. Values the API gives as `null` (nothing counted yet, a
-partition never committed) show as "-", never as 0.
+partition never committed) show as "-", never as 0. A partition whose commits Kafka
+refuses (a live consumer in the subscription's group, #34) shows the refused position
+beside the last one Kafka accepted, in its row and in its details.
 
 It asks for the admin token when the API answers 401 (kept in the tab's sessionStorage
 only), and shows only what the APIs show (they redact secrets).
@@ -53,7 +55,7 @@ PAGE: Final = """<!doctype html>
   .state.paused, .state.half_open, .why.paused, .why.lagging { background: var(--warn); }
   .state.failed, .state.waiting_for_broker, .state.stalled, .state.disabled, .state.open,
   .state.refused,
-  .why.failing, .why.breaker_open, .why.stalled { background: var(--bad); }
+  .why.failing, .why.commit_refused, .why.breaker_open, .why.stalled { background: var(--bad); }
   .state.in-process { background: #0969da; }
   .state.gone { background: var(--bad); } .state.stopped { background: var(--muted); }
   a.filter { cursor: pointer; text-decoration: none; }
@@ -107,7 +109,8 @@ PAGE: Final = """<!doctype html>
 <input id="search" type="search" placeholder="search id, group, topic, endpoint, state" size="40" aria-label="search">
 <select id="state" aria-label="state">
 <option value="">all</option><option value="attention">needing attention</option>
-<option value="failing">failing</option><option value="breaker_open">breaker open</option>
+<option value="failing">failing</option><option value="commit_refused">commit refused</option>
+<option value="breaker_open">breaker open</option>
 <option value="stalled">stalled</option><option value="lagging">lagging</option>
 <option value="paused">paused</option><option value="running">running</option>
 <option value="starting">starting</option><option value="failed">failed</option>
@@ -242,8 +245,11 @@ function readyView(runtime) {
   }
 }
 
-const WHY = {failing: "failing", breaker_open: "breaker open", stalled: "stalled",
-             lagging: "lagging", paused: "paused"};
+const WHY = {failing: "failing", commit_refused: "commit refused", breaker_open: "breaker open",
+             stalled: "stalled", lagging: "lagging", paused: "paused"};
+// A refused commit: the position Kafka refused and the last one it accepted ("-": none).
+const refusedText = (c) => c.topic + "-" + c.partition + ": " + dash(c.position) +
+  " refused, " + dash(c.accepted) + " accepted";
 function totalsView(t) {
   const states = Object.entries(t.states).map(([s, n]) => el("span", {}, s + " " + n));
   const reasons = Object.entries(WHY).map(([key, label]) => el("a", {
@@ -307,7 +313,9 @@ function rowsView(items) {
       el("td", {"class": "l"}, el("span", {"class": "state " + r.state}, r.state),
         ...r.attention.filter((a) => a !== "paused" || r.state !== "paused").map((a) =>
           el("span", {"class": "why " + a}, WHY[a])),
-        r.reason ? el("div", {"class": "muted"}, r.reason) : ""),
+        r.reason ? el("div", {"class": "muted"}, r.reason) : "",
+        (r.refused_commits || []).length ? el("div", {"class": "muted refused"},
+          "commits " + r.refused_commits.map(refusedText).join("; ")) : ""),
       el("td", {"class": "l endpoint", title: r.endpoint}, r.endpoint),
       el("td", {"class": "l topics", title: r.topics.join(", ")}, r.topics.join(", ")),
       el("td", {"class": "lag"}, dash(r.lag)), el("td", {}, dash(r.delivered)),
@@ -377,6 +385,7 @@ function detailsView(entry, one) {
     failures.length ? el("ul", {"class": "failures"}, ...failures) : "",
     activityView(entry, status.activity),
     partitionTable(status.partitions),
+    refusedTable(status.refused_commits),
     one.cluster ? ownersView(one.cluster) : "");
 }
 
@@ -390,6 +399,17 @@ function partitionTable(partitions) {
     el("td", {}, dash(p.inflight)), el("td", {}, dash(p.retrying)),
     el("td", {}, ago(p.oldest_pending_ms)), el("td", {}, p.last_error || "-")));
   return el("table", {"class": "inner partitions"}, head, ...rows);
+}
+
+// Kafka's `committed` is in the partition table; what it refused is apart (#34).
+function refusedTable(refused) {
+  if (!refused || !refused.length) return "";
+  const head = el("tr", {}, ...["partition", "refused", "accepted (Kafka holds)", "why"]
+    .map((h, i) => el("th", {"class": i === 0 || i === 3 ? "l" : ""}, h)));
+  const rows = refused.map((c) => el("tr", {"data-refused": c.topic + "-" + c.partition},
+    el("td", {"class": "l"}, c.topic + "-" + c.partition), el("td", {"class": "position"}, dash(c.position)),
+    el("td", {"class": "accepted"}, dash(c.accepted)), el("td", {"class": "l"}, c.reason || "-")));
+  return el("div", {}, el("b", {}, "Commits Kafka refused"), el("table", {"class": "inner refused"}, head, ...rows));
 }
 
 function ownersView(cluster) {

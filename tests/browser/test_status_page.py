@@ -336,3 +336,44 @@ async def test_with_many_subscriptions_the_failing_come_first_and_each_round_is_
     finally:
         for receiver in (good, flaky, dead):
             await receiver.stop()
+
+
+async def test_a_refused_commit_shows_in_its_row_and_details_apart_from_the_accepted_one(
+        chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """#34 item 16: a live consumer in the subscription's group makes Kafka refuse the
+    member's commits; the row says `commit refused` with both positions, the details list
+    the refused position beside what Kafka holds."""
+    from tests.integration.delivery_harness import Admin, LiveMember
+
+    topic = await topic_factory(partitions=1)
+    other = await LiveMember(kafka_bootstrap, topic, "g-up", **fast_group_kwargs).start()
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await Admin(runtime).subscribe(subscription("up", [{"name": topic}],
+                                                        receiver.url))
+            await produce(kafka_bootstrap, topic, 30)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 30)
+            async with Browser(chromium) as browser:
+                await browser.goto(runtime.admin.url + "/")
+                row = "document.querySelector('tr.sub[data-key=\"up_g-up\"]')"
+                await browser.wait_for(f"{row} && !!{row}.querySelector('.why.commit_refused')",
+                                       timeout_s=45)
+                assert await browser.evaluate(f"{row}.querySelector('.refused').textContent") \
+                    == f"commits {topic}-0: 30 refused, - accepted"
+                await browser.evaluate(f"{row}.querySelector('td.name').click()")
+                card = "document.querySelector('td.details[data-key=\"up_g-up\"]')"
+                await browser.wait_for(f"{card} && !!{card}.querySelector('table.refused')",
+                                       timeout_s=30)
+                shown = await browser.evaluate(
+                    f"[...{card}.querySelectorAll('table.refused td')].map(td => td.textContent)")
+                assert shown[:3] == [f"{topic}-0", "30", "-"], shown
+                assert await browser.evaluate(
+                    f"{card}.querySelector('td.committed').textContent") == "-"
+                shot = tmp_path / "status-page-refused.png"
+                await browser.screenshot(shot)
+                keep_screenshot(shot)
+    finally:
+        await other.stop()
+        await receiver.stop()

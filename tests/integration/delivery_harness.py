@@ -4,6 +4,7 @@ session's broker, a producer and an admin client. Nothing here is a mock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -212,3 +213,42 @@ def per_partition_offsets(pushes: list[Push]) -> dict[tuple[str, int], list[int]
     for push in pushes:
         seen[(push.topic, push.partition)].append(push.offset)
     return seen
+
+
+class LiveMember:
+    """A consumer of the test's own in a subscription's group, polling and assigned: Kafka
+    then refuses commits from outside the group's membership (the instance member's, #34).
+    `leave()` ends its membership at once; `stop()` is idempotent."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, **settings: Any) -> None:
+        from runtime.kafka.client import make_consumer
+
+        self.consumer = make_consumer(bootstrap, topic, group_id=group,
+                                      enable_auto_commit=False, **settings)
+        self._polling: asyncio.Task[None] | None = None
+
+    async def start(self) -> LiveMember:
+        await self.consumer.start()
+        self._polling = asyncio.create_task(self._polls())
+        # the group's member has its partition: nothing to await, so polled
+        await waits.until(self.consumer.assignment, timeout_s=15,
+                          what="the live member's assignment")
+        return self
+
+    async def _polls(self) -> None:
+        while True:
+            await self.consumer.getmany(timeout_ms=100)
+
+    async def leave(self) -> None:
+        from runtime.kafka import compat
+
+        if self._polling is not None:
+            self._polling.cancel()
+        await compat.leave_group(self.consumer)  # False when its session ended (load)
+        await self.stop()
+
+    async def stop(self) -> None:
+        if self._polling is not None:
+            self._polling.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(self.consumer.stop(), 15)

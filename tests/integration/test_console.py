@@ -131,3 +131,51 @@ async def test_status_attempts_pause_resume_and_replay_against_a_running_runtime
 async def test_no_instance_is_exit_status_2_saying_where_it_looked() -> None:
     code, _, err = await hookstream("status", "--url", "http://127.0.0.1:9")
     assert code == 2 and "no answer from http://127.0.0.1:9" in err
+
+
+def documented_commands() -> list[list[str]]:
+    """docs/admin-api.md's `hookstream` block, a command a line, comments dropped."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "admin-api.md").read_text()
+    block = page.split("## From a terminal", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].split() for line in block.splitlines() if line.strip()]
+
+
+async def test_the_documented_console_commands_run_as_written(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        fast_group_kwargs: dict[str, int]) -> None:
+    """Issue 36: each command of docs/admin-api.md's block, against a running runtime
+    with the subscription it names (`demo demo` on `orders`, with a dead-letter topic);
+    only the names the test cannot fix are replaced: the topics, the config file, the
+    webhook-id."""
+    orders, dead = await topic_factory(partitions=1), await topic_factory(partitions=1)
+    await produce(kafka_bootstrap, orders, 101)  # offsets 17 and 100 exist
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe({**subscription(
+                "demo", [{"name": orders}], receiver.url, group="demo",
+                fast_group=fast_group_kwargs, deadLetterTopic=dead)})
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 101)
+            found = await as_json("attempts", "demo", "demo", "--offset", f"{orders}/0/17",
+                                  "--url", runtime.admin.url)
+            config = tmp_path / "demo.toml"
+            config.write_text(f'[[brokers]]\nname = "Kafka"\nbootstrap_servers = '
+                              f'"{kafka_bootstrap}"\n\n[admin]\nlisten = '
+                              f'"{runtime.admin.host}:{runtime.admin.port}"\n')
+            given = {"config/demo.toml": str(config), "msg_...": found["record"]["webhookId"]}
+            commands = documented_commands()
+            assert len(commands) == 9 and all(c[0] == "hookstream" for c in commands)
+            for command in commands:
+                argv = [given.get(word, word).replace("orders", orders)
+                        for word in command[1:]]
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "runtime", *argv, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env={**os.environ, "HOOKSTREAM_URL": runtime.admin.url,
+                         "HOOKSTREAM_TOKEN": ""})
+                out, err = await process.communicate()
+                assert process.returncode == 0, (command, out.decode(), err.decode())
+                assert out.strip(), command
+    finally:
+        await receiver.stop()

@@ -1,10 +1,11 @@
-"""Every code example in README.md and docs/ (issue 36): Python blocks are complete
-programs (no top-level `await`, nothing undefined at import) and the library page's run
-as written, with the config.toml it shows, until a signal stops them cleanly (exit 0, no
-traceback, the runtime's log lines on stderr); the standalone delay producer's sends
-against the test broker; TOML blocks are configs the loader accepts (a fragment with a
-broker added; references given values); JSON blocks parse (a fragment of members as an
-object's content)."""
+"""Every code example in README.md and docs/ (issue 36): shell blocks run (README's and
+the console's, elsewhere: `RUN_ELSEWHERE`) or parse (`hookstream report` lines); Python
+blocks are complete programs (no top-level `await`, nothing undefined at import) and the
+library page's run as written, with the config.toml it shows, until a signal stops them
+cleanly (exit 0, no traceback, the runtime's log lines on stderr); the standalone delay
+producer's sends against the test broker; TOML blocks are configs the loader accepts (a
+fragment with a broker added; references given values); JSON blocks parse (a fragment of
+members as an object's content)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,28 @@ def test_a_toml_example_is_a_config_the_loader_accepts(example: Example,
 def test_a_json_example_parses(example: Example) -> None:
     text = example.text.strip()
     json.loads("{" + text + "}" if text.startswith('"') else text)
+
+
+SHELL = examples("sh")
+RUN_ELSEWHERE = {
+    "README.md": "tests/integration/test_readme_try_it.py runs each block with bash",
+    "admin-api.md": "tests/integration/test_console.py runs each command against a runtime",
+}
+
+
+@pytest.mark.parametrize("example", SHELL, ids=ids(SHELL))
+def test_a_shell_example_is_run_or_its_commands_parse(example: Example) -> None:
+    """A README or console block is run elsewhere (`RUN_ELSEWHERE`); a `hookstream
+    report` line (a Spark job each: tests/spark runs the report itself) parses with the
+    command's own parser and passes its checks, and names only options it has."""
+    from runtime.report import _check, _parser
+
+    if example.page.name in RUN_ELSEWHERE:
+        return
+    commands = [line.split("#", 1)[0].split() for line in example.text.splitlines()]
+    for words in filter(None, commands):
+        assert words[:2] == [".venv/bin/hookstream", "report"], f"{example.name}: {words}"
+        _check(_parser().parse_args([w.strip("'") for w in words[2:]]))
 
 
 def library_programs() -> list[Example]:

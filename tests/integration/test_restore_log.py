@@ -53,3 +53,24 @@ async def test_a_restart_logs_one_info_line_for_the_restore_and_the_names_at_deb
     debug = {r.getMessage() for r in mine if r.levelno == logging.DEBUG}
     assert {f"subscription {n}_g-{n} restored" for n in names[:4]} <= debug
     assert "subscription r4_g-r4 restored paused" in debug
+
+
+async def test_the_member_names_a_few_missing_topics_at_info_and_all_at_debug(
+        kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """#36: one line named every missing topic (10,000 at the default `max_topics`)."""
+    from tests.waits import until
+
+    missing = [{"name": f"absent-{n}"} for n in range(8)]
+    with caplog.at_level(logging.DEBUG, logger="actors.delivery.path.member"):
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            await Admin(runtime).subscribe(subscription("m", missing, "http://127.0.0.1:9/"))
+
+            def waiting() -> list[str]:
+                return [r.getMessage() for r in caplog.records
+                        if "that do not exist yet" in r.getMessage()]
+
+            lines = await until(waiting, timeout_s=15, what="the member's waiting line")
+    assert lines == ["/hookstream/groups/instance:Kafka: waiting for 8 topics that do not "
+                     "exist yet: absent-0, absent-1, absent-2, absent-3, absent-4 and 3 more"]
+    assert any(r.levelno == logging.DEBUG and "absent-7" in r.getMessage()
+               for r in caplog.records)

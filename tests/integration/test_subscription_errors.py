@@ -3,6 +3,7 @@ and a subscription the store could not keep is refused before anything starts.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,27 +64,12 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
         fast_group_kwargs: dict[str, int]) -> None:
     """#34: with a live consumer in the subscription's group Kafka refuses the member's
     commits, and the status said `committed` 30 where Kafka held nothing."""
-    import asyncio
-    import contextlib
-
-    from runtime.kafka import compat
-    from runtime.kafka.client import make_consumer
-    from tests.integration.delivery_harness import Receiver, produce
+    from tests.integration.delivery_harness import LiveMember, Receiver, produce
 
     topic = await topic_factory(partitions=1)
-    old = make_consumer(kafka_bootstrap, topic, group_id="g-up", enable_auto_commit=False,
-                        **fast_group_kwargs)
-    await old.start()
-
-    async def old_member_polls() -> None:
-        while True:
-            await old.getmany(timeout_ms=100)
-
-    polling = asyncio.create_task(old_member_polls())
+    old = await LiveMember(kafka_bootstrap, topic, "g-up", **fast_group_kwargs).start()
     receiver = await Receiver().start()
     try:
-        # the group's member has its partition: nothing to await, so polled
-        await until(old.assignment, timeout_s=15, what="the old member's assignment")
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             admin = Admin(runtime)
             await admin.subscribe(subscription("up", [{"name": topic}], receiver.url))
@@ -104,11 +90,10 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
                                  what="the member reports the refused commits")
             assert [(p["partition"], p["committed"]) for p in status["partitions"]] == [
                 (0, None)], status
-            assert [(r["partition"], r["position"]) for r in status["refused_commits"]] == [
-                (0, 30)], status
-            polling.cancel()
-            await compat.leave_group(old)  # False when its session ended already (load)
-            await asyncio.wait_for(old.stop(), 15)
+            assert [(r["partition"], r["position"], r["accepted"])
+                    for r in status["refused_commits"]] == [(0, 30, None)], status
+            await refusal_listed_everywhere(admin, runtime.admin.url, topic)
+            await old.leave()
 
             async def commit_taken() -> dict[str, Any] | None:
                 status = await shown()
@@ -118,8 +103,38 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
                                  what="the member's commit taken")
             assert status["refused_commits"] == []
             assert [p["committed"] for p in status["partitions"]] == [30]
+            listed = (await admin.call("GET", "/broker/subscription"))[1]["data"]
+            assert [item["refusedCommits"] for item in listed] == [[]]
+            row = await until(lambda: summary_row(admin, lambda r: not r["refused_commits"]),
+                              timeout_s=15, what="the summary without refused commits")
+            assert "commit_refused" not in row["attention"], row
     finally:
-        polling.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(old.stop(), 15)
+        await old.stop()
         await receiver.stop()
+
+
+async def summary_row(admin: Admin, wanted: Callable[[dict[str, Any]], bool]
+                      ) -> dict[str, Any] | None:
+    """The summary's only row once `wanted` holds for it (the summary is gathered at most
+    every `OVERVIEW_FRESH_MS`)."""
+    rows = (await admin.call("GET", "/broker/summary"))[1]["data"]["items"]
+    return rows[0] if rows and wanted(rows[0]) else None
+
+
+async def refusal_listed_everywhere(admin: Admin, url: str, topic: str) -> None:
+    """#34: the list, the summary and `hookstream status` show the refused position apart
+    from the accepted one (none yet: the old member's group never took ours)."""
+    from tests.integration.test_console import hookstream
+
+    refused = [{"topic": topic, "partition": 0, "position": 30, "accepted": None,
+                "reason": ""}]
+    listed = (await admin.call("GET", "/broker/subscription"))[1]["data"]
+    assert [item["refusedCommits"] for item in listed] == [refused], listed
+    row = await until(lambda: summary_row(admin, lambda r: bool(r["refused_commits"])),
+                      timeout_s=15, what="the summary's row shows the refused commit")
+    assert row["refused_commits"] == refused and "commit_refused" in row["attention"], row
+    code, out, err = await hookstream("status", "--url", url)
+    assert code == 1, err  # a subscription needs attention
+    assert "commits Kafka refuses" in out, out
+    line = next(line for line in out.splitlines() if f"{topic}/0" in line)
+    assert line.split()[-2:] == ["30", "-"], out  # refused 30, accepted none

@@ -215,6 +215,21 @@ def test_nothing_wanted_lists_nothing_and_known_topics_are_not_listed_again() ->
     assert not plan.listing_due(10**9)  # nothing missing, no pattern
 
 
+def test_missing_topics_are_worked_out_once_per_change_not_per_turn() -> None:
+    """#34 item 7: the member asks every turn; 10,000 missing names cost 1-2 ms a time."""
+    plan = TopicPlan()
+    plan.want(frozenset(f"absent-{n}" for n in range(10_000)), patterns=True)
+    plan.listed_now(frozenset({"other"}), 0)
+    missing = plan.missing
+    plan.listed_now(frozenset({"other"}), MISSING_RECHECK_MS)  # the same listing
+    plan.match(frozenset())
+    assert plan.listing_due(2 * MISSING_RECHECK_MS) and plan.missing is missing
+    plan.listed_now(frozenset({"other", "absent-7"}), 2 * MISSING_RECHECK_MS)
+    assert plan.missing == missing - {"absent-7"}
+    plan.match(frozenset({"matched"}))
+    assert "matched" in plan.missing and plan.wanted == plan.named | {"matched"}
+
+
 @st.composite
 def bounds(draw: st.DrawFn) -> Bounds:
     start = draw(st.none() | st.integers(0, 100))

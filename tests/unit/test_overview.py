@@ -166,3 +166,33 @@ def test_reading_the_series_makes_no_family() -> None:
     metrics = Registry()
     assert measured(metrics) == {}
     assert "hookstream_lag" not in metrics.render()  # its help text comes with its owner
+
+
+def test_refused_commits_are_read_from_the_members_series_until_kafka_takes_one() -> None:
+    """#34 item 16: the row shows each refused position beside the last one Kafka
+    accepted from this instance, and needs attention while any is refused."""
+    from aiokafka import TopicPartition
+
+    from actors.delivery.control.overview import refusals
+    from actors.delivery.control.status import RefusedCommit
+    from actors.delivery.path.member.commits import Position
+    from actors.delivery.path.member.refusals import RefusalSeries
+
+    metrics = Registry()
+    shown = RefusalSeries(metrics)
+    seat0, seat1 = ("a_g", TopicPartition("orders", 0)), ("a_g", TopicPartition("orders", 1))
+    held = {("g", TopicPartition("orders", 1)): 12}
+    shown.settled({seat0: Position("g", 30, 1), seat1: Position("g", 40, 1)}, [], [],
+                  lambda group, tp: held.get((group, tp)))
+    found = refusals(metrics)
+    assert found == {"a_g": [
+        RefusedCommit(topic="orders", partition=0, position=30, accepted=None),
+        RefusedCommit(topic="orders", partition=1, position=40, accepted=12)]}
+    row = row_of(consumer("a"), status(), series(), {}, False, STALL_MS,
+                 refused=found["a_g"])
+    assert row.attention == ["commit_refused"]
+    shown.settled({seat0: Position("g", 31, 1)}, [seat0], [], lambda group, tp: 31)
+    assert [c.partition for c in refusals(metrics)["a_g"]] == [1]
+    shown.clear([seat1])  # its cursor retired
+    assert refusals(metrics) == {}
+    assert "hookstream_commit_refused_offset{" not in metrics.render()

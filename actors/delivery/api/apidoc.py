@@ -48,12 +48,23 @@ STATUS: Final[JSONObject] = {
     "type": "object", "required": ["consumer", "status"],
     "properties": {"consumer": SHOWN, "status": {"type": "object"}},
 }
+REFUSED_COMMIT: Final[JSONObject] = {
+    "description": "A partition whose commits Kafka refuses (a live consumer in the "
+                   "subscription's group): the refused `position` and the last one Kafka "
+                   "`accepted` from this instance (null: none since its cursor started).",
+    "type": "object", "required": ["topic", "partition", "position", "accepted"],
+    "properties": {"topic": {"type": "string"}, "partition": {"type": "integer"},
+                   "position": {"type": ["integer", "null"]},
+                   "accepted": {"type": ["integer", "null"]}, "reason": {"type": "string"}},
+}
 LISTED: Final[JSONObject] = {
-    "description": "A Consumer document (redacted) plus `state` and `inProcess`; an "
-                   "in-process subscription's `subscriptionMethod` is `{\"type\": "
-                   "\"handler\", \"handler\": \"module.qualname\", ...}` (no `uri`).",
-    "type": "object", "required": ["id", "group", "state", "inProcess"],
-    "properties": {"id": _ID, "state": {"type": "string"}, "inProcess": {"type": "boolean"}},
+    "description": "A Consumer document (redacted) plus `state`, `inProcess` and "
+                   "`refusedCommits`; an in-process subscription's `subscriptionMethod` is "
+                   "`{\"type\": \"handler\", \"handler\": \"module.qualname\", ...}` "
+                   "(no `uri`).",
+    "type": "object", "required": ["id", "group", "state", "inProcess", "refusedCommits"],
+    "properties": {"id": _ID, "state": {"type": "string"}, "inProcess": {"type": "boolean"},
+                   "refusedCommits": {"type": "array", "items": REFUSED_COMMIT}},
 }
 _ATTEMPT_FIELDS: Final[tuple[tuple[str, JSONObject], ...]] = (
     ("topic", {"type": "string"}),

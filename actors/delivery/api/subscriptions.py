@@ -22,10 +22,12 @@ import functools
 import itertools
 from collections.abc import Mapping, Sequence
 
+import msgspec
 from aiohttp import web
 from multidict import MultiMapping
 
 from actors.delivery.api.apidoc import describe_delivery_api
+from actors.delivery.control.overview import refusals
 from actors.delivery.control.service import DeliveryControl
 from actors.delivery.document.identity import subscription_key
 from actors.delivery.document.secrets import resolved
@@ -93,7 +95,9 @@ class SubscriptionRoutes:
 
     async def get_subscriptions(self, request: web.Request) -> web.Response:
         """Every subscription, redacted, with its `state` (and `inProcess` for those an
-        embedding program registered: read-only here); with `offset` and `limit`, one
+        embedding program registered: read-only here) and `refusedCommits`, the
+        partitions whose commits Kafka refuses with the last position it accepted (#34;
+        actors/delivery/control/overview.py, `refusals`); with `offset` and `limit`, one
         page of them, in subscribe order, and a `Link: <...>; rel="next"` header while
         more follow (#34: a list of 2,000 big documents was 32 MB)."""
         query = single_values(request.query, LIST_QUERY)
@@ -101,9 +105,12 @@ class SubscriptionRoutes:
         limit = number(query, "limit", MAX_LIST, 1, MAX_LIST, LIST_QUERY)
         status, subscriptions = self.service.status, self.service.subscriptions
         keys = list(itertools.islice(subscriptions, start, start + limit))
+        refused = refusals(self.service.runtime.metrics)
         response = ok([{**redacted(subscriptions[k]),
                         "state": status[k].state if k in status else "unknown",
-                        "inProcess": k in self.service.handlers} for k in keys])
+                        "inProcess": k in self.service.handlers,
+                        "refusedCommits": msgspec.to_builtins(refused.get(k, []))}
+                       for k in keys])
         if start + limit < len(subscriptions):
             response.headers["Link"] = (f'</broker/subscription?offset={start + limit}'
                                         f'&limit={limit}>; rel="next"')

@@ -29,7 +29,8 @@ def with_accepted(shown: Live, accepted: Positions, reason: str) -> Live:
         taken = accepted.get((p.topic, p.partition))
         if taken != p.committed:
             refused.append(RefusedCommit(topic=p.topic, partition=p.partition,
-                                         position=p.committed, reason=reason))
+                                         position=p.committed, accepted=taken,
+                                         reason=reason))
         partitions.append(msgspec.structs.replace(p, committed=taken))
     return msgspec.structs.replace(shown, partitions=partitions, refused_commits=refused)
 

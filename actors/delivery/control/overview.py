@@ -20,10 +20,14 @@ endpoint's last answers, partitions, attempts) is `GET /broker/subscription/{id}
 
 Attention, most urgent first (`ATTENTION`): `failing` (it does not run: `failed`,
 `waiting_for_broker`, or `disabled` by a 410; or its latest attempts failed: `Outcomes`
-says so from how its counters moved), `breaker_open` (its origin's breaker is open or
-probing), `stalled` (a record has been pending for `[delivery] stall_after_ms` or
-longer), `lagging` (at least `LAGGING_RECORDS` records behind), `paused` (on purpose, but
-worth seeing). A row may have several; it sorts by its most urgent one, then by key.
+says so from how its counters moved), `commit_refused` (Kafka refuses its commits, a live
+consumer in its group: `refused_commits` shows each refused position beside the last one
+Kafka accepted, read from the instance member's series, actors/delivery/path/member/
+refusals.py; a restart would deliver again from the accepted one), `breaker_open` (its
+origin's breaker is open or probing), `stalled` (a record has been pending for
+`[delivery] stall_after_ms` or longer), `lagging` (at least `LAGGING_RECORDS` records
+behind), `paused` (on purpose, but worth seeing). A row may have several; it sorts by
+its most urgent one, then by key.
 """
 
 from __future__ import annotations
@@ -35,13 +39,15 @@ from typing import Final
 
 import msgspec
 
-from actors.delivery.control.status import STOPPED, SubscriptionStatus
+from actors.delivery.control.status import STOPPED, RefusedCommit, SubscriptionStatus
 from actors.delivery.document.subscription import Consumer, redact_uri
 from actors.delivery.egress.origin import origin_of
 from actors.delivery.egress.status import OriginStatus
+from actors.delivery.path.member.refusals import ACCEPTED, REFUSED
 from runtime.host.metrics import Labels, Registry
 
-ATTENTION: Final = ("failing", "breaker_open", "stalled", "lagging", "paused")
+ATTENTION: Final = ("failing", "commit_refused", "breaker_open", "stalled", "lagging",
+                    "paused")
 """Why a subscription needs attention, most urgent first."""
 LAGGING_RECORDS: Final = 1000
 """A subscription this many records behind (all its partitions) is `lagging`."""
@@ -80,6 +86,7 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
     dead_lettered: int | None = None
     origin: str | None = None
     breaker: str | None = None
+    refused_commits: list[RefusedCommit] = []
 
     def matches(self, text: str) -> bool:
         """`text` (lower case) in its id, group, a topic, its endpoint, state or reason
@@ -168,6 +175,21 @@ def measured(metrics: Registry) -> dict[str, Measured]:
     return found
 
 
+def refusals(metrics: Registry) -> dict[str, list[RefusedCommit]]:
+    """By subscription key, its partitions whose commits Kafka refuses: the refused
+    position and the last one Kafka accepted from this instance (the member's series;
+    present only while refused, so this pass is short)."""
+    accepted = metrics.children(ACCEPTED)
+    found: dict[str, list[RefusedCommit]] = {}
+    for labels, value in sorted(metrics.children(REFUSED).items()):
+        named = dict(labels)
+        held = accepted.get(labels)
+        found.setdefault(named.get("subscription", ""), []).append(RefusedCommit(
+            topic=named.get("topic", ""), partition=int(named.get("partition", "0")),
+            position=int(value.value), accepted=None if held is None else int(held.value)))
+    return found
+
+
 def _subscription(labels: Labels) -> str:
     """The `subscription` label (the first of the partition actors' label sets)."""
     if labels and labels[0][0] == "subscription":
@@ -228,9 +250,10 @@ def fixed_of(consumer: Consumer) -> Fixed:
 
 def row_of(consumer: Consumer, status: SubscriptionStatus, shown: Measured | None,
            breakers: Mapping[str, str], failing: bool, stall_after_ms: int,
-           fixed: Fixed | None = None) -> Row:
+           fixed: Fixed | None = None, refused: list[RefusedCommit] | None = None) -> Row:
     """The row of one subscription from its document, its life, its series (None when it
-    reads no partition here) and the breaker states by origin (enabled ones only)."""
+    reads no partition here), the breaker states by origin (enabled ones only) and its
+    refused commits."""
     fixed = fixed or fixed_of(consumer)
     origin = fixed.origin
     row = Row(
@@ -243,7 +266,8 @@ def row_of(consumer: Consumer, status: SubscriptionStatus, shown: Measured | Non
         delivered=int(shown.delivered) if shown else None,
         failed_attempts=int(shown.failed_attempts) if shown else None,
         dead_lettered=int(shown.dead_lettered) if shown else None,
-        origin=origin, breaker=breakers.get(origin) if origin else None)
+        origin=origin, breaker=breakers.get(origin) if origin else None,
+        refused_commits=refused or [])
     return msgspec.structs.replace(row, attention=attention_of(row, failing, stall_after_ms))
 
 
@@ -251,6 +275,7 @@ def attention_of(row: Row, failing: bool, stall_after_ms: int) -> list[str]:
     """Why `row` needs attention, most urgent first (see the module docstring)."""
     reasons = {
         "failing": row.state in ("failed", "waiting_for_broker", "disabled") or failing,
+        "commit_refused": bool(row.refused_commits),
         "breaker_open": row.breaker in ("open", "half_open"),
         "stalled": row.oldest_pending_ms is not None
         and row.oldest_pending_ms >= stall_after_ms,
@@ -272,13 +297,15 @@ class Rows:
 
     def gather(self, consumers: Mapping[str, Consumer],
                statuses: Mapping[str, SubscriptionStatus], series: Mapping[str, Measured],
-               origins: Iterable[OriginStatus], stall_after_ms: int) -> list[Row]:
+               origins: Iterable[OriginStatus], stall_after_ms: int,
+               refused: Mapping[str, list[RefusedCommit]] | None = None) -> list[Row]:
         """A row per subscription the registry knows (one unsubscribed meanwhile: none)."""
+        refused = refused or {}
         breakers = {o.origin: o.breaker for o in origins if o.breaker_enabled}
         rows: list[Row] = []
         built: dict[str, tuple[tuple[object, ...], Row]] = {}
         for key, consumer in consumers.items():
-            status, shown = statuses.get(key), series.get(key)
+            status, shown, refusal = statuses.get(key), series.get(key), refused.get(key)
             if status is None:
                 continue
             fixed = self._fixed.get(key)
@@ -291,10 +318,11 @@ class Rows:
             seen = (consumer, status, status.state, status.reason, failing,
                     breakers.get(fixed.origin) if fixed.origin else None,
                     (shown.partitions, shown.lag, shown.oldest_s, shown.delivered,
-                     shown.failed_attempts, shown.dead_lettered) if shown else None)
+                     shown.failed_attempts, shown.dead_lettered) if shown else None,
+                    refusal)
             before = self._rows.get(key)
             row = before[1] if before is not None and before[0] == seen else row_of(
-                consumer, status, shown, breakers, failing, stall_after_ms, fixed)
+                consumer, status, shown, breakers, failing, stall_after_ms, fixed, refusal)
             built[key] = (seen, row)
             rows.append(row)
         self._rows = built

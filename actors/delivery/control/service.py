@@ -54,7 +54,7 @@ from actors.delivery.control.messages import (
     TreesLost,
     ask,
 )
-from actors.delivery.control.overview import Overview, Rows, measured, overview
+from actors.delivery.control.overview import Overview, Rows, measured, overview, refusals
 from actors.delivery.control.overview import readiness as overview_readiness
 from actors.delivery.control.registry import Limits, Published
 from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, SubscriptionSource
@@ -427,7 +427,8 @@ class DeliveryControl:
         origins = [origin.status(now_mono, now_wall) for origin in self.origins]
         rows = self._rows.gather(registry.consumers, registry.statuses,
                                  measured(runtime.metrics), origins,
-                                 runtime.config.delivery.stall_after_ms)
+                                 runtime.config.delivery.stall_after_ms,
+                                 refusals(runtime.metrics))
         gathered = overview(now_wall, rows, origins)
         self._overview = gathered
         return gathered

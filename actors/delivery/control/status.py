@@ -80,13 +80,17 @@ class Counters(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RefusedCommit(msgspec.Struct, frozen=True, kw_only=True):
-    """A position Kafka did not take (a live consumer in the subscription's group): the
-    partition's `committed` shows the last position Kafka accepted instead (#34)."""
+    """A position Kafka did not take (a live consumer in the subscription's group), and
+    `accepted`, the last one it took (#34): in one subscription's answer what Kafka holds
+    for the group (the partition's `committed` shows it too); in the list and the summary
+    the last position Kafka accepted from this instance, `null` when none since the
+    partition's cursor started (actors/delivery/path/member/refusals.py)."""
 
     topic: str
     partition: int
     position: int | None
-    reason: str
+    accepted: int | None = None
+    reason: str = ""
 
 
 class Live(msgspec.Struct, frozen=True, kw_only=True):

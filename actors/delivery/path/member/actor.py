@@ -37,6 +37,7 @@ from actors.delivery.path.member.messages import (
 )
 from actors.delivery.path.member.positions import Incarnations
 from actors.delivery.path.member.rebalance import Rebalances
+from actors.delivery.path.member.refusals import RefusalSeries
 from actors.delivery.path.member.seats import Seats, resolve
 from actors.delivery.path.member.side_reads import SideReads
 from actors.delivery.path.member.starts import Starts
@@ -91,6 +92,7 @@ class InstanceMemberActor(Actor):
         self.incarnations = Incarnations()
         self.writers = Writers(mark(group_id))
         self.commit_errors: dict[str, str] = {}  # group.id -> why its last commit failed
+        self.refusals = RefusalSeries(metrics)
         self.cursors = Cursors(self, wiring, long_lived)
         self.topics = Topics(self, self.cursors.noted, self.cursors.route, held=held,
                              settle_ms=settle_ms)
@@ -137,6 +139,7 @@ class InstanceMemberActor(Actor):
     async def on_stop(self) -> None:
         kafka, self.kafka = self.kafka, None
         self.wiring.pace.left(self)
+        self.refusals.clear(list(self.refusals.shown))
         await leave(kafka, self.released, lambda _client: self.cursors.retire_now(
             [(k, tp) for tp, f in self.fanouts.items() for k in f.cursors]))
 
@@ -287,11 +290,13 @@ class InstanceMemberActor(Actor):
 
     def _on_settled(self, settled: CommitsSettled) -> None:
         self.incarnations.gone(settled.outcome.gone)
-        for (key, tp), position in self.commits.settle(settled.outcome,
-                                                       self.seats.current).items():
+        written = self.commits.settle(settled.outcome, self.seats.current)
+        for (key, tp), position in written.items():
             self.incarnations.committed(position.group, tp)
             self.writers.wrote(position.group, tp, position.offset)
             self.journal("committed", tp, subscription=key, offset=position.offset)
+        self.refusals.settled(settled.round.seats, written, settled.outcome.gone,
+                              lambda group, tp: self.writers.written.get((group, tp)))
         groups = {p.group for p in settled.round.seats.values()}
         refused = dict(settled.outcome.refused)
         if settled.outcome.failed is not None:

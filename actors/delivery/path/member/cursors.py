@@ -228,6 +228,7 @@ class Cursors:
                 fanout.remove(seat[0])
             member.cancel_read(seat)
         member.commits.forget(list(riders))
+        member.refusals.clear(riders)
         self.retired(list(riders))
         for (_key, tp), rider in riders.items():  # another instance may write there next
             member.writers.forget(rider.settings.group_id, tp)

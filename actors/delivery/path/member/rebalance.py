@@ -28,6 +28,7 @@ from actors.delivery.path.member.cursors import Cursors
 from actors.delivery.path.member.shape import Member
 from actors.shared.group_consumer import child_name
 from actors.shared.messages import FlowControl, Resume
+from runtime.host.logs import few
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,11 @@ class Rebalances:
 
         def done() -> None:
             if ordered:
-                log.info("%s: partitions revoked (drained and committed in %d ms): %s",
-                         member.path, member.context.clock.monotonic_ms() - started,
-                         ", ".join(child_name(tp) for tp in ordered))
+                names = [child_name(tp) for tp in ordered]
+                log.info("%s: %d partitions revoked (drained and committed in %d ms): %s",
+                         member.path, len(names),
+                         member.context.clock.monotonic_ms() - started, few(names))
+                log.debug("%s: revoked: %s", member.path, ", ".join(names))
             if not answered.done():
                 answered.set_result(None)
 
@@ -87,8 +90,10 @@ class Rebalances:
             self.member.on_flow(flow)
         new = sorted(tps - member.owned)
         if new:
-            log.info("%s: partitions assigned: %s (kept %d)", member.path,
-                     ", ".join(child_name(tp) for tp in new), len(kept))
+            names = [child_name(tp) for tp in new]
+            log.info("%s: %d partitions assigned: %s (kept %d)", member.path, len(names),
+                     few(names), len(kept))
+            log.debug("%s: assigned: %s", member.path, ", ".join(names))
         self.cursors.start_partitions(new)
 
     def _resume(self, tp: TopicPartition) -> None:

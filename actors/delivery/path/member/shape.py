@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from actors.delivery.path.fanout import CatchUp, Fanout, Feed
 from actors.delivery.path.member.commits import CommitBook, Seat
 from actors.delivery.path.member.positions import Incarnations
+from actors.delivery.path.member.refusals import RefusalSeries
 from actors.delivery.path.member.seats import Seats
 from actors.delivery.path.member.writers import Writers
 from actors.delivery.path.roster import Roster
@@ -39,6 +40,7 @@ class Member(Ref, Protocol):
     seats: Seats
     incarnations: Incarnations
     writers: Writers
+    refusals: RefusalSeries
     listener: RebalanceListener
     context: ActorContext
     rebalances: int

@@ -23,6 +23,7 @@ from actors.delivery.path.member.shape import Member
 from actors.delivery.path.member.topic_plan import TopicPlan
 from actors.delivery.path.roster import Rider
 from actors.delivery.path.topic_matcher import TopicMatcher
+from runtime.host.logs import few
 from runtime.kafka import compat
 
 log = logging.getLogger(__name__)
@@ -126,10 +127,14 @@ class Topics:
         if self.plan.listed is None:
             return
         missing = self.plan.missing
+        if missing is self._waiting:  # the plan's own, unchanged since the last turn
+            return
         new = missing - self._waiting
         if new:
-            log.info("%s: waiting for topics that do not exist yet: %s", self.member.path,
-                     ", ".join(sorted(new)))
+            names = sorted(new)
+            log.info("%s: waiting for %d topics that do not exist yet: %s", self.member.path,
+                     len(names), few(names))
+            log.debug("%s: waiting for topics: %s", self.member.path, ", ".join(names))
         self._waiting = missing
 
     def pattern_topics(self, rider: Rider | None) -> list[str]:
