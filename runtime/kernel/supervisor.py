@@ -166,7 +166,7 @@ class Supervisor(Actor):
         self._initial = children(self) if callable(children) else list(children or [])
         self._children: dict[str, _Child] = {}
         self._retrying: set[str] = set()  # restarts that failed and wait for a retry
-        self._aside: dict[str, tuple[asyncio.Future[list[None]], _Child]] = {}
+        self._aside: dict[str, tuple[asyncio.Future[None], _Child]] = {}
         """Children stopped on request, whose stops run beside the mailbox."""
 
     # -- public API (safe to call from other actors) ---------------------------------
@@ -194,7 +194,7 @@ class Supervisor(Actor):
         stops run beside the supervisor's mailbox (a tree draining for seconds held every
         other start and stop of its siblings); a child of the same name starts once its
         predecessor stopped. An asker that gives up does not cut the stops short."""
-        stopping: asyncio.Future[list[None]] = await self.ask(_StopChildren(tuple(names)))
+        stopping: asyncio.Future[None] = await self.ask(_StopChildren(tuple(names)))
         await asyncio.shield(stopping)
 
     def child(self, name: str) -> Actor:
@@ -360,17 +360,17 @@ class Supervisor(Actor):
         for name in reversed(names):
             entry = self._children.get(name)
             if entry is not None:
-                await _stop_child(entry, self.context.clock)
+                if not await _stop_child(entry, self.context.clock):
+                    _log_cancelled([entry])
                 self._children.pop(name, None)
 
-    def _stop_aside(self, names: tuple[str, ...]) -> asyncio.Future[list[None]]:
+    def _stop_aside(self, names: tuple[str, ...]) -> asyncio.Future[None]:
         """Forget these children now and stop them in parallel beside the mailbox: the
         future of their stops (the supervisor's own stop waits for it)."""
         self._retrying.difference_update(names)
         self._aside = {n: s for n, s in self._aside.items() if not s[0].done()}
         entries = [e for n in names if (e := self._children.pop(n, None)) is not None]
-        stopping: asyncio.Future[list[None]] = asyncio.gather(
-            *(_stop_child(e, self.context.clock) for e in entries))
+        stopping = asyncio.ensure_future(_stop_together(entries, self.context.clock))
         for entry in entries:
             self._aside[entry.spec.name] = (stopping, entry)
         return stopping
@@ -391,11 +391,33 @@ async def _cancel_all(entries: list[_Child]) -> None:
     await asyncio.gather(*(e.task for e in entries), return_exceptions=True)
 
 
-async def _stop_child(entry: _Child, clock: Clock) -> None:
-    """Graceful first (a stop message), cancel after the spec's shutdown deadline."""
+async def _stop_together(entries: list[_Child], clock: Clock) -> None:
+    """Stop `entries` in parallel; one warning names those that had to be cancelled
+    (10,000 subscriptions stopping at once logged a line each)."""
+    stopped = await asyncio.gather(*(_stop_child(e, clock) for e in entries))
+    _log_cancelled([e for e, in_time in zip(entries, stopped, strict=True) if not in_time])
+
+
+async def _stop_child(entry: _Child, clock: Clock) -> bool:
+    """Graceful first (a stop message), cancel after the spec's shutdown deadline;
+    whether it stopped in time."""
     await entry.actor.stop()
-    if not await finished_within(clock, entry.task, entry.spec.shutdown_ms):
-        log.warning("%s did not stop within %d ms: cancelling", entry.actor.path,
-                    entry.spec.shutdown_ms)
+    in_time = await finished_within(clock, entry.task, entry.spec.shutdown_ms)
+    if not in_time:
         entry.task.cancel()
     await asyncio.gather(entry.task, return_exceptions=True)
+    return in_time
+
+
+SHOWN = 5
+"""Actors named in a warning about many; the rest are counted."""
+
+
+def _log_cancelled(entries: list[_Child]) -> None:
+    if not entries:
+        return
+    paths = [e.actor.path for e in entries]
+    more = f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else ""
+    deadlines = sorted({e.spec.shutdown_ms for e in entries})
+    log.warning("%s%s did not stop within %s ms: cancelled", ", ".join(paths[:SHOWN]), more,
+                "/".join(map(str, deadlines)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -337,6 +338,31 @@ async def test_a_child_that_never_becomes_ready_is_cancelled_after_its_start_tim
     with pytest.raises(ActorStartError, match="not ready within 50 ms"):
         await start
     assert not sup.has_child("h") and sup.state == "running"
+    await system.stop()
+
+
+async def test_children_stopped_together_past_their_deadline_are_cancelled_in_one_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Stuck(Worker):
+        async def on_stop(self) -> None:
+            await asyncio.Event().wait()
+
+    clock, log = FakeClock(), []
+    system, sup = await run_tree("one_for_one", log, clock=clock)
+    names = [f"s{n}" for n in range(8)]
+    for name in names:
+        await sup.start_child(ChildSpec(name, lambda n=name: Stuck(n, log),  # type: ignore[misc]
+                                        shutdown_ms=100))
+    stopping = asyncio.ensure_future(sup.stop_children(names))
+    await clock.advance_settled(99)
+    assert not stopping.done()
+    with caplog.at_level(logging.WARNING, logger="runtime.kernel.supervisor"):
+        await clock.advance_settled(1)
+        await stopping
+    warnings = [r.getMessage() for r in caplog.records if "did not stop" in r.getMessage()]
+    assert warnings == ["/root/sup/s0, /root/sup/s1, /root/sup/s2, /root/sup/s3, "
+                        "/root/sup/s4 and 3 more did not stop within 100 ms: cancelled"]
+    assert not any(sup.has_child(n) for n in names)
     await system.stop()
 
 
