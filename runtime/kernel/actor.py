@@ -394,6 +394,10 @@ class Actor:
         if not task.cancelled() and task.exception() is not None:
             self.tell_system(_Crash(task.exception()))  # type: ignore[arg-type]
 
+    def tasks_running(self) -> int:
+        """How many tasks this actor owns that have not ended (`spawn`)."""
+        return len(self._tasks or ())
+
     def timers_pending(self) -> bool:
         """Whether any message of `schedule` is still to come."""
         return bool(self._timers)

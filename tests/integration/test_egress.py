@@ -41,6 +41,8 @@ from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
+from tests.integration.test_transport import unanswered_listener
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -488,6 +490,27 @@ async def test_stopping_cancels_in_flight_requests_without_reporting_them(
 
     assert egress.state == "stopped"
     # A swallowed CancelledError would have turned into a Failed here.
+    assert harness.collector.outcomes == []
+
+
+async def test_stopping_while_connecting_cancels_the_actors_task_telling_nobody(
+    harness: Harness,
+) -> None:
+    # the connect (lean) or the request (aiohttp) is a task of the egress actor's: it ends
+    # with the actor, and what it carried is given up, not reported (nothing was sent)
+    with unanswered_listener() as url:
+        actor = EgressActor("egress", egress_settings(make_consumer(url)), harness.metrics,
+                            transport=harness.transport)
+        await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
+        await actor.tell(Deliver(make_record(), epoch=3, reply_to=harness.collector))
+        owned = await until(lambda: [t for t in asyncio.all_tasks()
+                                     if t.get_name() in ("egress:connect", "egress:request")],
+                            timeout_s=5, poll_s=0.005, what="the egress's connect task")
+        assert actor.tasks_running() == 1  # the actor's own, not a transport's
+        async with asyncio.timeout(WAIT_S):
+            await harness.system.root.stop_child("egress")
+    assert [task.cancelled() for task in owned] == [True]
+    assert actor.state == "stopped"
     assert harness.collector.outcomes == []
 
 

@@ -277,7 +277,7 @@ class EgressActor(OutletActor):
         self._session = make_transport(TransportSettings(
             self._url, self._headers, self.pool, settings.timeout_ms / 1000,
             settings.connect_timeout_ms / 1000, self.guard.socket_factory, ssl_setting),
-            self.transport_name, self.origin.shelf)
+            self.transport_name, self.origin.shelf, owner=self)
 
     async def handle(self, message: object) -> OutletStatus | None:
         if isinstance(message, Deliver) and self._batch_size == 1:  # the hot path
