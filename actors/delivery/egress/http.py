@@ -61,7 +61,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -69,6 +68,7 @@ from collections.abc import Callable
 from typing import Final
 
 import aiohttp
+import msgspec
 from yarl import URL
 
 from actors.delivery.document.secrets import resolved_headers, resolved_secret
@@ -189,6 +189,10 @@ def receiver_action(status: int, action: str) -> Answer | None:
     return None
 
 
+_SUCCESS: Final = {status: Answer(status) for status in (200, 201, 202, 204)}
+"""The usual 2xx answers, made once (an Answer is immutable)."""
+
+
 class _PushCrashed:
     """A push's callback raised: the egress crashes in its own turn (push.py)."""
 
@@ -280,10 +284,13 @@ class EgressActor(OutletActor):
             self.transport_name, self.origin.shelf, owner=self)
 
     async def handle(self, message: object) -> OutletStatus | None:
-        if isinstance(message, Deliver) and self._batch_size == 1:  # the hot path
+        if isinstance(message, Deliver) and self._batch_size == 1:
             self._accept(message)
-        elif isinstance(message, DeliverMany):
-            self._queue(message.records, message.epoch, message.reply_to, False)
+        elif isinstance(message, DeliverMany):  # the hot path: a cursor's dispatch
+            if self._batch_size == 1:
+                self._accept_many(message)
+            else:
+                self._queue(message.records, message.epoch, message.reply_to, False)
         elif isinstance(message, Deliver):  # batching: a retry, or a replay
             self._queue([message.record], message.epoch, message.reply_to, True)
         elif isinstance(message, _PushCrashed):
@@ -302,6 +309,16 @@ class EgressActor(OutletActor):
         if self._pending is None:
             self._pending = deque()
         self._pending.append((deliver, deliver.reply_to))
+        if not self._starting:
+            self._start_pending()
+
+    def _accept_many(self, many: DeliverMany) -> None:
+        """A cursor's records, each its own push (a `Deliver` each, as if sent alone)."""
+        if self._pending is None:
+            self._pending = deque()
+        epoch, reply_to = many.epoch, many.reply_to
+        self._pending.extend([(Deliver(record, epoch, reply_to), reply_to)
+                              for record in many.records])
         if not self._starting:
             self._start_pending()
 
@@ -494,7 +511,7 @@ class EgressActor(OutletActor):
         answer = self._decide(status, retry_after, action)
         # a receiver that reflects its request must not show our secrets to readers of
         # the attempts API (#34)
-        return dataclasses.replace(answer, response=self._redact.body(body)) if body \
+        return msgspec.structs.replace(answer, response=self._redact.body(body)) if body \
             else answer
 
     def _decide(self, status: int, retry_after: str | None, action: str | None) -> Answer:
@@ -502,7 +519,7 @@ class EgressActor(OutletActor):
         if decided is not None:
             return decided
         if 200 <= status < 300:
-            return Answer(status)
+            return _SUCCESS.get(status) or Answer(status)
         if status == 410:
             return Answer(status, "HTTP 410 Gone: the subscription is disabled",
                           action="disable")

@@ -392,6 +392,11 @@ class Shelf:
                 self._idle.pop().close()
 
 
+_OVERRIDING: dict[tuple[str, ...], dict[tuple[str, ...], bool]] = {}
+"""Per set of fixed header names (lower case): per set of a request's header names,
+whether it overrides one of them (`LeanTransport._overrides`)."""
+
+
 class LeanTransport:
     """See the module docstring."""
 
@@ -416,6 +421,10 @@ class LeanTransport:
             self._fixed["authorization"] = ("Authorization",
                                             "Basic " + base64.b64encode(credentials).decode())
         self._fixed_block = "".join(f"{k}: {v}\r\n" for k, v in self._fixed.values())
+        # shared by the transports whose fixed names are the same (ten thousand
+        # subscriptions, issue 24: one small dict, not one each)
+        self._overriding = _OVERRIDING.setdefault(tuple(self._fixed), {}) \
+            if len(_OVERRIDING) < 1024 else {}
         self._shelf = shelf if shelf is not None else Shelf()
         self._shelf.users += 1
         self._busy = 0
@@ -505,18 +514,30 @@ class LeanTransport:
         if params:
             query = urlencode(params, quote_via=quote)
             target = f"{target}&{query}" if self._query else f"{target}?{query}"
-        fixed = self._fixed
-        if any(name.lower() in fixed for name in headers):  # overrides (a batch's type)
-            merged = dict(fixed)
+        if self._overrides(headers):  # a batch's Content-Type
+            merged = dict(self._fixed)
             for name, value in headers.items():
                 merged[name.lower()] = (name, value)
-            block = "".join(f"{name}: {value}\r\n" for name, value in merged.values())
+            block = "".join([f"{name}: {value}\r\n" for name, value in merged.values()])
         else:  # the usual case: the fixed block was encoded once
-            block = self._fixed_block + "".join(f"{name}: {value}\r\n"
-                                                for name, value in headers.items())
+            block = self._fixed_block + "".join([f"{name}: {value}\r\n"
+                                                 for name, value in headers.items()])
         length = "" if body is None else f"Content-Length: {len(body)}\r\n"
         head = f"{method} {target} HTTP/1.1\r\n{block}{length}\r\n".encode()
         return head + body if body else head
+
+    def _overrides(self, headers: Mapping[str, str]) -> bool:
+        """Whether `headers` name one of the fixed ones (any case); remembered per set of
+        names (a push's names are one of a few sets: lowering each name of every push
+        was a tenth of `_encode`)."""
+        names = tuple(headers)
+        known = self._overriding.get(names)
+        if known is None:
+            fixed = self._fixed
+            known = any(name.lower() in fixed for name in names)
+            if len(self._overriding) < 64:
+                self._overriding[names] = known
+        return known
 
     @property
     def total_s(self) -> float:

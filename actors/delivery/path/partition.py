@@ -256,13 +256,14 @@ class PartitionActor(Actor):
             self._commit(self.book.request_commit())
 
     async def _pump(self) -> None:
-        egress, epoch, records = self.peers.egress, self.epoch, self.book.dispatch()
-        if self.traits.batched:
-            if records:
-                await egress.tell(DeliverMany(records, epoch, self))
-        else:
-            for record in records:
-                await egress.tell(Deliver(record, epoch, self))
+        """What the window lets start goes to the outlet in one message (issue 37: a
+        message per record was a turn of the outlet's mailbox each): `DeliverMany`,
+        which a batching egress groups into requests and the others push one by one."""
+        records = self.book.dispatch()
+        if len(records) > 1 or (records and self.traits.batched):
+            await self.peers.egress.tell(DeliverMany(records, self.epoch, self))
+        elif records:
+            await self.peers.egress.tell(Deliver(records[0], self.epoch, self))
         self.m_inflight.set(self.book.inflight)
 
     def _flow(self, paused: bool | None) -> None:
