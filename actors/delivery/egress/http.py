@@ -209,8 +209,8 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
-    __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_finished", "_gone",
-                 "_has_body", "_headers", "_keys", "_linger_ms", "_m_breaker",
+    __slots__ = ("_batch_size", "_batches", "_charset", "_event_loop", "_fail_fast",
+                 "_finished", "_gone", "_has_body", "_headers", "_keys", "_linger_ms", "_m_breaker",
                  "_m_transitions", "_method", "_pushes", "_query_key", "_redact", "_session",
                  "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
                  "transport_name")
@@ -253,6 +253,7 @@ class EgressActor(OutletActor):
         # records delivered in this turn of the loop, per cursor incarnation, told at its
         # end in one message (made on first use)
         self._finished: dict[tuple[int, int], tuple[Ref, list[Delivered]]] | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None  # set at the start
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
         name = self.origin.name
@@ -265,6 +266,7 @@ class EgressActor(OutletActor):
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
+        self._event_loop = asyncio.get_running_loop()  # a getpid() call each on 3.11
         # references resolved, TLS files loaded: a bad one fails the start, naming it
         settings, allowed = self.settings, self.guard.references
         headers = resolved_headers(settings.headers, allowed)
@@ -439,7 +441,7 @@ class EgressActor(OutletActor):
         if finished is None:
             finished = self._finished = {}
         if not finished:
-            asyncio.get_running_loop().call_soon(self._tell_finished)
+            (self._event_loop or asyncio.get_running_loop()).call_soon(self._tell_finished)
         key = (id(reply_to), delivered.epoch)
         found = finished.get(key)
         if found is None:
