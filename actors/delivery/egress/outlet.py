@@ -153,8 +153,12 @@ class Answer(msgspec.Struct, frozen=True):
     """The first bytes of a non-2xx answer's body (actors/delivery/egress/attempts.py)."""
 
 
+_CLASSES: Final = {status: f"{status // 100}xx" for status in range(100, 600)}
+
+
 def status_class(status: int) -> str:
-    return f"{status // 100}xx" if 100 <= status < 600 else "error"
+    """`2xx` for 200..299 (looked up: formatted, it was a string made per push)."""
+    return _CLASSES.get(status, "error")
 
 
 def describe_error(exc: BaseException, text: str | None = None) -> str:

@@ -282,10 +282,10 @@ class _Connection(asyncio.Protocol):
             self.reusable = False  # a second answer to one request
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = name.lower()
-        if lowered == b"retry-after":
+        size = len(name)  # most headers are neither: no lowered copy made for them
+        if size == 11 and name.lower() == b"retry-after":
             self._retry_after = value.decode("latin-1")
-        elif lowered == b"qoh-action":
+        elif size == 10 and name.lower() == b"qoh-action":
             self._action = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
