@@ -294,7 +294,7 @@ class PartitionActor(Actor):
             if failure is None:
                 self.m_delivered.inc(len(outcome.records))
                 for record in outcome.records:
-                    await self._finish(record)
+                    self._finished(record)
             else:
                 for record in outcome.records:
                     await self._on_failed(Failed(record, outcome.epoch, failure))
@@ -383,6 +383,17 @@ class PartitionActor(Actor):
         await self._finish(record)
 
     async def _finish(self, record: Record) -> None:
+        if self._finished(record) and not self._batching:
+            # else _on_batch_outcome dispatches once for the whole batch
+            await self._pump()
+            paused = self.book.flow()
+            if paused is not None:
+                self._flow(paused)
+
+    def _finished(self, record: Record) -> bool:
+        """`record` is done: its offset, a commit, the drain. True when more may be
+        dispatched (not draining). Not a coroutine: a burst's records pass here one by
+        one (issue 37)."""
         # every record passes here: the decisions are None most of the time, so they are
         # tested before calling what performs them
         book = self.book
@@ -394,13 +405,8 @@ class PartitionActor(Actor):
         if book.draining:
             if book.drained:
                 self._finish_drain()
-            return
-        if self._batching:
-            return  # _on_batch_outcome dispatches once for the whole batch
-        await self._pump()
-        paused = book.flow()
-        if paused is not None:
-            self._flow(paused)
+            return False
+        return True
 
     # -- commits -----------------------------------------------------------------------
     def _commit(self, position: int | None) -> None:
