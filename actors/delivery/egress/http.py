@@ -436,8 +436,13 @@ class EgressActor(OutletActor):
         its own and dispatches once, as for a batched request's answer (`BatchOutcome`
         with no failure: each record finished as if it came alone; a replay's pushes are
         answered one by one, as its actor expects). A record delivered alone in its turn
-        goes as its `Delivered`. Failures go at once, each its own."""
+        goes as its `Delivered`, at once when no other push is under way (nothing else
+        can end in this turn: at fan-out, a subscription's one record costs no loop
+        callback). Failures go at once, each its own."""
         finished = self._finished
+        if not finished and not self._inflight:
+            reply_to.tell_system(delivered)  # the last under way: no burst to wait for
+            return
         if finished is None:
             finished = self._finished = {}
         if not finished:
