@@ -479,7 +479,11 @@ class LeanTransport:
             self._release(connection)  # still a good connection for the next request
             exchange.fail(ConnectionLost("the transport closed"))
             return
-        exchange.send_on(connection)
+        try:
+            exchange.send_on(connection)
+        except Exception as exc:  # the request fails; its owner (the egress) never does
+            connection.close()
+            exchange.fail(exc)
 
     async def _take_slot(self) -> None:
         """At most `pool` requests (connections) at once; waiters in arrival order."""
