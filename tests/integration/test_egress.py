@@ -33,7 +33,14 @@ from actors.delivery.document.subscription import (
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.origin import CircuitBreaker, Origin
 from actors.delivery.egress.transport import RESPONSE_BODY_CAP, TransportName
-from actors.shared.messages import Deliver, Delivered, Failed, Record
+from actors.shared.messages import (
+    BatchOutcome,
+    Deliver,
+    Delivered,
+    DeliverMany,
+    Failed,
+    Record,
+)
 from runtime.host.journal import Delivery, Event
 from runtime.host.metrics import Registry
 from runtime.kafka.broker import free_port
@@ -512,6 +519,23 @@ async def test_stopping_while_connecting_cancels_the_actors_task_telling_nobody(
     assert [task.cancelled() for task in owned] == [True]
     assert actor.state == "stopped"
     assert harness.collector.outcomes == []
+
+
+async def test_a_cursors_dispatch_in_one_message_is_pushed_record_by_record(
+        harness: Harness) -> None:
+    egress = await harness.egress()
+    records = [make_record(offset) for offset in (7, 8, 9)]
+    await egress.tell(DeliverMany(records, epoch=3, reply_to=harness.collector))
+
+    def delivered() -> list[int] | None:  # a burst's answers: one message or several
+        found = sorted(r.offset for o in harness.collector.outcomes
+                       for r in (o.records if isinstance(o, BatchOutcome) else [o.record]))
+        return found if len(found) >= 3 else None
+
+    assert await until(delivered, timeout_s=WAIT_S, poll_s=0.005,
+                       what="three outcomes") == [7, 8, 9]
+    assert sorted(seen.headers["QOH-Message-Number"] for seen in harness.endpoint.seen) == \
+        ["7", "8", "9"]  # three requests, one record each
 
 
 async def test_outcomes_are_journaled_and_counted(harness: Harness) -> None:
