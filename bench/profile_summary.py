@@ -7,7 +7,8 @@
 Prints the share of samples per thread, the functions with the most samples at the top
 of the stack (self time), the inclusive share of a few groups of our own and library
 code (a frame anywhere in the stack counts the sample once per group), and the functions
-with the most samples anywhere in the stack (inclusive). `--thread` keeps the samples of
+with the most samples anywhere in the stack (inclusive), and the parts of a delivery
+(`PARTS`: each sample counted once, in the first part that matches). `--thread` keeps the samples of
 the threads whose name contains it (py-spy names them `thread (id): name`); `--us` also
 shows each share as microseconds of that CPU per record (issue 37: where they go).
 Two leaves are system work, not Python: `_Connection.request` is the request's socket
@@ -37,6 +38,30 @@ GROUPS = {
     "group consumer": "actors/shared/group_consumer.py",
 }
 LINE = re.compile(r"^(?P<stack>.*) (?P<count>\d+)$")
+# Where a delivery's time goes (issue 37), each sample in the first part that matches
+# (`--parts`): `leaf` tests the innermost frame, `any` any frame, `near` the last three.
+PARTS: tuple[tuple[str, str, str], ...] = (
+    ("socket write (the request's system call)", "leaf", r"^_Connection\.request "),
+    ("event loop C code (epoll, socket reads)", "leaf", r"^Runner\.run "),
+    ("Kafka fetch (aiokafka, records_of)", "any", r"aiokafka/|records_of"),
+    ("journal (emit, ranges, the writer hand-off)", "near",
+     r"runtime/host/journal\.py|concurrent/futures"),
+    ("attempts ring (the attempts API)", "any", r"egress/attempts\.py|_remember "),
+    ("answer: parse, origin, metrics, journal event, outcome", "any",
+     r"^_Connection\.data_received "),
+    ("request: push, origin, headers, encode, start", "any", r"^EgressActor\.handle "),
+    ("cursor: partition actor, book, lanes, tracker", "any", r"^PartitionActor\."),
+    ("instance member: fan-out hand-off, commits", "any", r"InstanceMemberActor|/member/"),
+    ("actor kernel: mailboxes, the actor loop", "any", r"runtime/kernel/"),
+)
+
+
+def part_of(stack: list[str]) -> str:
+    for name, where, pattern in PARTS:
+        frames_ = {"leaf": stack[-1:], "near": stack[-3:], "any": stack}[where]
+        if any(re.search(pattern, frame) for frame in frames_):
+            return name
+    return "other"
 
 
 def frames(stack: str) -> list[str]:
@@ -48,6 +73,7 @@ def summarise(path: Path, top: int, thread: str = "", us: float = 0.0) -> None:
     leaves: Counter[str] = Counter()
     groups: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
+    parts: Counter[str] = Counter()
     total = 0
     for line in path.read_text().splitlines():
         match = LINE.match(line)
@@ -60,6 +86,7 @@ def summarise(path: Path, top: int, thread: str = "", us: float = 0.0) -> None:
         threads[stack[0]] += count
         leaves[stack[-1]] += count
         inclusive.update(dict.fromkeys(set(stack), count))
+        parts[part_of(stack)] += count
         joined = ";".join(stack)
         for name, pattern in GROUPS.items():
             if re.search(pattern, joined):
@@ -75,6 +102,9 @@ def summarise(path: Path, top: int, thread: str = "", us: float = 0.0) -> None:
         print(f"  {100 * count / total:5.1f}%  {name}")
     print(f"\nself, top {top}:")
     for name, count in leaves.most_common(top):
+        print(f"  {share(count, total, us)}  {name}")
+    print("\nparts of a delivery (each sample once):")
+    for name, count in parts.most_common():
         print(f"  {share(count, total, us)}  {name}")
     print(f"\ninclusive, top {top}:")
     for name, count in inclusive.most_common(top):
