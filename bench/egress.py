@@ -2,7 +2,7 @@
 aiohttp POST loop and a raw asyncio `Protocol` loop, on loopback, in one run.
 
     .venv/bin/python bench/egress.py [--pushes 50000] [--window 100] [--rounds 3]
-        [--transport lean|aiohttp] [--py-spy FILE]
+        [--transport lean|aiohttp] [--py-spy FILE] [--phases raw,bare,egress]
 
 Everything runs here and stops at the end: the receiver (bench/receiver.py, a uvloop
 responder answering `200`, its own process) and, in this process on uvloop:
@@ -16,7 +16,11 @@ responder answering `200`, its own process) and, in this process on uvloop:
   Journal events go to a list (the journal's own cost is bench/journal_cpu.py's).
 
 CPU microseconds per request of this process (`time.process_time`), the receiver's
-apart. To compare two trees, run the script of one with the other on `PYTHONPATH`
+apart. Instructions per push, which no other load on the machine changes: run the egress
+phase alone under callgrind twice and divide the difference by the pushes between
+(`valgrind --tool=callgrind .venv/bin/python bench/egress.py --phases egress --rounds 1
+--pushes 1000`, then `--pushes 5000`: (I refs of the second - of the first) / 4000).
+To compare two trees, run the script of one with the other on `PYTHONPATH`
 (`PYTHONPATH=/tmp/old .venv/bin/python bench/egress.py`): it uses only APIs both have.
 The load average is printed beside every figure: a figure from a busy machine is not
 evidence. Every phase is bounded by `--timeout-s`.
@@ -216,9 +220,14 @@ async def main(args: argparse.Namespace) -> None:
                               ("bare", bare(port, args.pushes, args.window)),
                               ("egress", egress(port, args.pushes, args.window,
                                                 args.transport))):
+                if name not in args.phases.split(","):
+                    run.close()
+                    continue
                 with spy(args.py_spy if name == "egress" and round_ == 1 else ""):
                     results[name].append(await timed(name, run, args.pushes,
                                                      args.timeout_s))
+    if not all(results.values()):
+        return  # some phases left out: no comparison
     medians = {name: statistics.median(cpus) for name, cpus in results.items()}
     print(f"median CPU per request: raw {medians['raw']:.1f} us, bare aiohttp "
           f"{medians['bare']:.1f} us, egress {medians['egress']:.1f} us = "
@@ -250,6 +259,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--transport", choices=("lean", "aiohttp"), default="lean")
     parser.add_argument("--py-spy", default="", help="sample the first egress phase")
+    parser.add_argument("--phases", default="raw,bare,egress",
+                        help="which phases run (callgrind: egress alone)")
     parser.add_argument("--timeout-s", type=float, default=120.0)
     return parser.parse_args(argv)
 

@@ -1,9 +1,15 @@
-"""Messages of the delivery path. Small, typed, immutable where they travel far."""
+"""Messages of the delivery path. Small, typed, immutable where they travel far.
+
+Those that travel once per record (a batch's hand-off, a push, its outcome) are msgspec
+Structs: a frozen dataclass sets each field through `object.__setattr__`, about 0.5 us
+for a four-field message against 0.05 us (issue 37: the CPU of a delivery)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+
+import msgspec
 
 from runtime.kernel.actor import Ref
 
@@ -73,8 +79,7 @@ class Record:
         return self.timestamp_ms
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+class Batch(msgspec.Struct, frozen=True):
     """Consumer -> partition: newly fetched records of that partition, in offset order."""
 
     records: list[Record]
@@ -89,8 +94,7 @@ class Highwater:
     highwater: int
 
 
-@dataclass(frozen=True, slots=True)
-class Deliver:
+class Deliver(msgspec.Struct, frozen=True):
     """Partition -> egress: push this record; the outcome goes back to `reply_to`."""
 
     record: Record
@@ -98,8 +102,7 @@ class Deliver:
     reply_to: Ref  # the partition actor
 
 
-@dataclass(frozen=True, slots=True)
-class Delivered:
+class Delivered(msgspec.Struct, frozen=True):
     """Egress -> partition: the endpoint answered 2xx."""
 
     record: Record
@@ -108,8 +111,7 @@ class Delivered:
     latency_ms: float
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(msgspec.Struct, frozen=True):
     """What a failed push got: non-2xx, timeout or connection error. One per request,
     shared by `Failed` (one record) and `BatchOutcome` (each record of a batch)."""
 
@@ -128,8 +130,7 @@ class Failure:
     """The start of the answer's body, secrets redacted: journaled with a dead letter."""
 
 
-@dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(msgspec.Struct, frozen=True):
     """Egress -> partition: pushing `record` failed; it may be retried."""
 
     record: Record
@@ -137,8 +138,7 @@ class Failed:
     failure: Failure
 
 
-@dataclass(frozen=True, slots=True)
-class DeliverMany:
+class DeliverMany(msgspec.Struct, frozen=True):
     """Partition -> egress with `batchSize` > 1: push these records (one partition's) in
     batches; one message for all the records a dispatch starts."""
 
@@ -147,8 +147,7 @@ class DeliverMany:
     reply_to: Ref
 
 
-@dataclass(frozen=True, slots=True)
-class BatchOutcome:
+class BatchOutcome(msgspec.Struct, frozen=True):
     """Egress -> partition: one outcome for several records, handled each as if it came
     alone, then one dispatch: a batched request's answer, or the records of one cursor
     its single pushes delivered in one turn of the event loop (a burst: `failure` None).

@@ -106,6 +106,10 @@ class Mailbox:
         # bytes, and most mailboxes never fill: issue 24, memory per subscription)
         self._putters: deque[asyncio.Future[None]] | None = None
         self.closed = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """Its reader's loop, set when the actor runs: `asyncio.get_running_loop()` makes
+        a getpid() system call on Python 3.11, and an actor that keeps up waits on every
+        message (issue 37)."""
 
     async def put(self, envelope: _Envelope) -> None:
         while self._counted >= self.capacity and not self.closed:
@@ -146,7 +150,8 @@ class Mailbox:
         while len(self._items) == self._head:
             if self._getter is not None:
                 raise UsageError("Mailbox.get: another task is already waiting")
-            getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            getter: asyncio.Future[None] = (self.loop or asyncio.get_running_loop()
+                                            ).create_future()
             self._getter = getter
             try:
                 await getter
@@ -394,6 +399,10 @@ class Actor:
         if not task.cancelled() and task.exception() is not None:
             self.tell_system(_Crash(task.exception()))  # type: ignore[arg-type]
 
+    def tasks_running(self) -> int:
+        """How many tasks this actor owns that have not ended (`spawn`)."""
+        return len(self._tasks or ())
+
     def timers_pending(self) -> bool:
         """Whether any message of `schedule` is still to come."""
         return bool(self._timers)
@@ -412,6 +421,7 @@ class Actor:
     async def run(self, ready: asyncio.Future[None]) -> None:
         """The actor's task body. Resolves `ready` once `on_start` returned."""
         self._state = "starting"
+        self._mailbox.loop = asyncio.get_running_loop()
         try:
             await self.on_start()
             self._state = "running"

@@ -33,7 +33,14 @@ from actors.delivery.document.subscription import (
 from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.origin import CircuitBreaker, Origin
 from actors.delivery.egress.transport import RESPONSE_BODY_CAP, TransportName
-from actors.shared.messages import Deliver, Delivered, Failed, Record
+from actors.shared.messages import (
+    BatchOutcome,
+    Deliver,
+    Delivered,
+    DeliverMany,
+    Failed,
+    Record,
+)
 from runtime.host.journal import Delivery, Event
 from runtime.host.metrics import Registry
 from runtime.kafka.broker import free_port
@@ -41,6 +48,8 @@ from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
+from tests.integration.test_transport import unanswered_listener
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -489,6 +498,44 @@ async def test_stopping_cancels_in_flight_requests_without_reporting_them(
     assert egress.state == "stopped"
     # A swallowed CancelledError would have turned into a Failed here.
     assert harness.collector.outcomes == []
+
+
+async def test_stopping_while_connecting_cancels_the_actors_task_telling_nobody(
+    harness: Harness,
+) -> None:
+    # the connect (lean) or the request (aiohttp) is a task of the egress actor's: it ends
+    # with the actor, and what it carried is given up, not reported (nothing was sent)
+    with unanswered_listener() as url:
+        actor = EgressActor("egress", egress_settings(make_consumer(url)), harness.metrics,
+                            transport=harness.transport)
+        await harness.system.spawn(ChildSpec("egress", lambda: actor, restart="temporary"))
+        await actor.tell(Deliver(make_record(), epoch=3, reply_to=harness.collector))
+        owned = await until(lambda: [t for t in asyncio.all_tasks()
+                                     if t.get_name() in ("egress:connect", "egress:request")],
+                            timeout_s=5, poll_s=0.005, what="the egress's connect task")
+        assert actor.tasks_running() == 1  # the actor's own, not a transport's
+        async with asyncio.timeout(WAIT_S):
+            await harness.system.root.stop_child("egress")
+    assert [task.cancelled() for task in owned] == [True]
+    assert actor.state == "stopped"
+    assert harness.collector.outcomes == []
+
+
+async def test_a_cursors_dispatch_in_one_message_is_pushed_record_by_record(
+        harness: Harness) -> None:
+    egress = await harness.egress()
+    records = [make_record(offset) for offset in (7, 8, 9)]
+    await egress.tell(DeliverMany(records, epoch=3, reply_to=harness.collector))
+
+    def delivered() -> list[int] | None:  # a burst's answers: one message or several
+        found = sorted(r.offset for o in harness.collector.outcomes
+                       for r in (o.records if isinstance(o, BatchOutcome) else [o.record]))
+        return found if len(found) >= 3 else None
+
+    assert await until(delivered, timeout_s=WAIT_S, poll_s=0.005,
+                       what="three outcomes") == [7, 8, 9]
+    assert sorted(seen.headers["QOH-Message-Number"] for seen in harness.endpoint.seen) == \
+        ["7", "8", "9"]  # three requests, one record each
 
 
 async def test_outcomes_are_journaled_and_counted(harness: Harness) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from aiohttp import web
@@ -16,12 +17,14 @@ from yarl import URL
 from actors.delivery.egress.guard import DestinationGuard
 from actors.delivery.egress.transport import (
     SNIPPET_BYTES,
+    ConnectionLost,
     LeanTransport,
     Shelf,
     TransportName,
     TransportSettings,
     make_transport,
 )
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -235,3 +238,32 @@ async def test_requests_that_ended_behind_a_held_one_are_swept_out() -> None:
         await transport.close()
         assert server.runner is not None
         await server.runner.cleanup()
+
+
+@contextlib.contextmanager
+def unanswered_listener() -> Iterator[str]:
+    """The URL of a listener that accepts nothing and whose one-place backlog is taken:
+    a connect to it hangs (its SYN is dropped) until it is given up."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    address = listener.getsockname()
+    filler = socket.create_connection(address)  # takes the backlog's place
+    try:
+        yield f"http://127.0.0.1:{address[1]}/hook"
+    finally:
+        filler.close()
+        listener.close()
+
+
+async def test_close_cancels_a_connect_under_way_and_fails_its_request() -> None:
+    with unanswered_listener() as url:
+        transport = lean(url)
+        waiting = asyncio.ensure_future(transport.send("POST", {}, b"x", None))
+        await until(lambda: transport.connecting == 1, timeout_s=5, poll_s=0.005,
+                    what="a connect under way")
+        await transport.close()
+        with pytest.raises(ConnectionLost):
+            await waiting
+    assert transport.connecting == 0
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "egress:connect"]

@@ -14,6 +14,7 @@ from runtime.kernel.actor import Actor, Mailbox, _Envelope
 from runtime.kernel.clock import FakeClock, RealClock, settle_within
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
+from runtime.kernel.tasks import OwnedTasks
 from tests.waits import until
 
 
@@ -380,3 +381,24 @@ async def test_an_answer_spawned_just_before_the_actor_ends_fails_instead_of_han
     gc.collect()
     assert started == []
     assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+async def test_owned_tasks_outside_an_actor_are_cancelled_and_awaited_at_close() -> None:
+    owned = OwnedTasks()
+    started, ended = asyncio.Event(), []
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append("cancelled")
+
+    task = owned.spawn(forever(), name="forever")
+    await started.wait()
+    assert len(owned) == 1
+    await owned.aclose()
+    assert task.cancelled() and ended == ["cancelled"] and len(owned) == 0
+    late = forever()
+    with pytest.raises(UsageError):
+        owned.spawn(late)

@@ -13,7 +13,7 @@ import pytest
 from actors.delivery.document.signing import webhook_id
 from actors.delivery.egress.handler import ConsumedRecord, HandlerActor, HandlerDestination
 from actors.delivery.egress.outlet import WORKER_IDLE_MS
-from actors.shared.messages import Deliver, Delivered, Failed, Record
+from actors.shared.messages import Deliver, Delivered, DeliverMany, Failed, Record
 from runtime.errors import DeadLetter, Skip
 from runtime.host.journal import Event
 from runtime.host.metrics import Registry
@@ -305,3 +305,20 @@ async def test_a_record_since_the_trim_was_set_keeps_the_workers_another_period(
     assert live_workers(outlet) == 1
     await harness.clock.advance_settled(WORKER_IDLE_MS)
     assert live_workers(outlet) == 0
+
+
+async def test_a_cursors_dispatch_in_one_message_is_called_and_answered_record_by_record(
+        harness: Harness) -> None:
+    seen: list[int] = []
+
+    async def handle(item: ConsumedRecord) -> None:
+        seen.append(item.offset)
+
+    outlet = await harness.outlet(handle)
+    records = [record(offset=offset) for offset in (5, 6, 7)]
+    await outlet.tell(DeliverMany(records, epoch=2, reply_to=harness.partition))
+    async with asyncio.timeout(5):
+        outcomes = [await harness.partition.outcomes.get() for _ in records]
+    assert sorted(seen) == [5, 6, 7]
+    assert all(isinstance(o, Delivered) and o.epoch == 2 for o in outcomes)
+    assert sorted(o.record.offset for o in outcomes) == [5, 6, 7]

@@ -115,3 +115,14 @@ def test_the_data_path_never_imports_the_wire_document() -> None:
                    if m.startswith("actors.delivery.path.") for t in ts
                    if t == wire or t.startswith(wire + "."))
     assert wrong == []
+
+
+def test_only_the_kernel_creates_tasks_in_the_domain() -> None:
+    # every task has an owner that awaits it: domain code runs its work through an
+    # actor's `spawn` (or a kernel `OwnedTasks`), never a bare `create_task`
+    starters = {"create_task", "ensure_future"}
+    found = [f"{path.relative_to(ROOT)}:{node.lineno}"
+             for path in (ROOT / "actors").rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Attribute) and node.attr in starters]
+    assert found == []

@@ -61,7 +61,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -69,6 +68,7 @@ from collections.abc import Callable
 from typing import Final
 
 import aiohttp
+import msgspec
 from yarl import URL
 
 from actors.delivery.document.secrets import resolved_headers, resolved_secret
@@ -189,6 +189,10 @@ def receiver_action(status: int, action: str) -> Answer | None:
     return None
 
 
+_SUCCESS: Final = {status: Answer(status) for status in (200, 201, 202, 204)}
+"""The usual 2xx answers, made once (an Answer is immutable)."""
+
+
 class _PushCrashed:
     """A push's callback raised: the egress crashes in its own turn (push.py)."""
 
@@ -205,8 +209,8 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
-    __slots__ = ("_batch_size", "_batches", "_charset", "_fail_fast", "_finished", "_gone",
-                 "_has_body", "_headers", "_keys", "_linger_ms", "_m_breaker",
+    __slots__ = ("_batch_size", "_batches", "_charset", "_event_loop", "_fail_fast",
+                 "_finished", "_gone", "_has_body", "_headers", "_keys", "_linger_ms", "_m_breaker",
                  "_m_transitions", "_method", "_pushes", "_query_key", "_redact", "_session",
                  "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
                  "transport_name")
@@ -249,6 +253,7 @@ class EgressActor(OutletActor):
         # records delivered in this turn of the loop, per cursor incarnation, told at its
         # end in one message (made on first use)
         self._finished: dict[tuple[int, int], tuple[Ref, list[Delivered]]] | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None  # set at the start
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
         name = self.origin.name
@@ -261,6 +266,7 @@ class EgressActor(OutletActor):
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
+        self._event_loop = asyncio.get_running_loop()  # a getpid() call each on 3.11
         # references resolved, TLS files loaded: a bad one fails the start, naming it
         settings, allowed = self.settings, self.guard.references
         headers = resolved_headers(settings.headers, allowed)
@@ -277,13 +283,16 @@ class EgressActor(OutletActor):
         self._session = make_transport(TransportSettings(
             self._url, self._headers, self.pool, settings.timeout_ms / 1000,
             settings.connect_timeout_ms / 1000, self.guard.socket_factory, ssl_setting),
-            self.transport_name, self.origin.shelf)
+            self.transport_name, self.origin.shelf, owner=self)
 
     async def handle(self, message: object) -> OutletStatus | None:
-        if isinstance(message, Deliver) and self._batch_size == 1:  # the hot path
+        if isinstance(message, Deliver) and self._batch_size == 1:
             self._accept(message)
-        elif isinstance(message, DeliverMany):
-            self._queue(message.records, message.epoch, message.reply_to, False)
+        elif isinstance(message, DeliverMany):  # the hot path: a cursor's dispatch
+            if self._batch_size == 1:
+                self._accept_many(message)
+            else:
+                self._queue(message.records, message.epoch, message.reply_to, False)
         elif isinstance(message, Deliver):  # batching: a retry, or a replay
             self._queue([message.record], message.epoch, message.reply_to, True)
         elif isinstance(message, _PushCrashed):
@@ -302,6 +311,16 @@ class EgressActor(OutletActor):
         if self._pending is None:
             self._pending = deque()
         self._pending.append((deliver, deliver.reply_to))
+        if not self._starting:
+            self._start_pending()
+
+    def _accept_many(self, many: DeliverMany) -> None:
+        """A cursor's records, each its own push (a `Deliver` each, as if sent alone)."""
+        if self._pending is None:
+            self._pending = deque()
+        epoch, reply_to = many.epoch, many.reply_to
+        self._pending.extend([(Deliver(record, epoch, reply_to), reply_to)
+                              for record in many.records])
         if not self._starting:
             self._start_pending()
 
@@ -417,12 +436,17 @@ class EgressActor(OutletActor):
         its own and dispatches once, as for a batched request's answer (`BatchOutcome`
         with no failure: each record finished as if it came alone; a replay's pushes are
         answered one by one, as its actor expects). A record delivered alone in its turn
-        goes as its `Delivered`. Failures go at once, each its own."""
+        goes as its `Delivered`, at once when no other push is under way (nothing else
+        can end in this turn: at fan-out, a subscription's one record costs no loop
+        callback). Failures go at once, each its own."""
         finished = self._finished
+        if not finished and not self._inflight:
+            reply_to.tell_system(delivered)  # the last under way: no burst to wait for
+            return
         if finished is None:
             finished = self._finished = {}
         if not finished:
-            asyncio.get_running_loop().call_soon(self._tell_finished)
+            (self._event_loop or asyncio.get_running_loop()).call_soon(self._tell_finished)
         key = (id(reply_to), delivered.epoch)
         found = finished.get(key)
         if found is None:
@@ -494,7 +518,7 @@ class EgressActor(OutletActor):
         answer = self._decide(status, retry_after, action)
         # a receiver that reflects its request must not show our secrets to readers of
         # the attempts API (#34)
-        return dataclasses.replace(answer, response=self._redact.body(body)) if body \
+        return msgspec.structs.replace(answer, response=self._redact.body(body)) if body \
             else answer
 
     def _decide(self, status: int, retry_after: str | None, action: str | None) -> Answer:
@@ -502,7 +526,7 @@ class EgressActor(OutletActor):
         if decided is not None:
             return decided
         if 200 <= status < 300:
-            return Answer(status)
+            return _SUCCESS.get(status) or Answer(status)
         if status == 410:
             return Answer(status, "HTTP 410 Gone: the subscription is disabled",
                           action="disable")

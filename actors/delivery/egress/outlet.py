@@ -25,8 +25,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
 from typing import Final, Literal
+
+import msgspec
 
 from actors.delivery.egress.attempts import (
     JOURNAL_RESPONSE_BYTES,
@@ -40,7 +41,15 @@ from actors.delivery.egress.status import (
     OutletStatus,
     RecentFailure,
 )
-from actors.shared.messages import Deliver, Delivered, Failed, Failure, Record, StatusQuery
+from actors.shared.messages import (
+    Deliver,
+    Delivered,
+    DeliverMany,
+    Failed,
+    Failure,
+    Record,
+    StatusQuery,
+)
 from runtime.errors import UsageError
 from runtime.host.journal import Delivery, Event, EventType
 from runtime.host.metrics import Registry, Value
@@ -128,8 +137,7 @@ class EndpointHealth:
 Action = Literal["skip", "dead-letter", "disable"]
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """What a push got back: `error` is None on success. `action` is the receiver's say on
     a record (`skip`: done without retrying; `dead-letter`: give it up now; `disable`: 410
     Gone, the subscription is disabled). `local`: nothing was sent (the origin's circuit
@@ -145,8 +153,12 @@ class Answer:
     """The first bytes of a non-2xx answer's body (actors/delivery/egress/attempts.py)."""
 
 
+_CLASSES: Final = {status: f"{status // 100}xx" for status in range(100, 600)}
+
+
 def status_class(status: int) -> str:
-    return f"{status // 100}xx" if 100 <= status < 600 else "error"
+    """`2xx` for 200..299 (looked up: formatted, it was a string made per push)."""
+    return _CLASSES.get(status, "error")
 
 
 def describe_error(exc: BaseException, text: str | None = None) -> str:
@@ -253,18 +265,26 @@ class OutletActor(Actor):
 
     async def handle(self, message: object) -> OutletStatus | None:
         if isinstance(message, Deliver):
-            if self._pending is None:
-                self._pending = deque()
-            self._pending.append((message, message.reply_to))
-            self._handled += 1
-            self._wake_or_grow()
+            self._take(message)
+            return None
+        if isinstance(message, DeliverMany):  # a cursor's dispatch: each record alone
+            for record in message.records:
+                self._take(Deliver(record, message.epoch, message.reply_to))
             return None
         if isinstance(message, StatusQuery):
             return self._status()
         if isinstance(message, _Trim):
             self._trim()
             return None
-        raise UsageError(f"{self.path} handles Deliver and StatusQuery, got {message!r}")
+        raise UsageError(f"{self.path} handles Deliver, DeliverMany and StatusQuery, "
+                         f"got {message!r}")
+
+    def _take(self, deliver: Deliver) -> None:
+        if self._pending is None:
+            self._pending = deque()
+        self._pending.append((deliver, deliver.reply_to))
+        self._handled += 1
+        self._wake_or_grow()
 
     def _wake_or_grow(self) -> None:
         """Wake a parked worker, else start one below `pool`; else every worker is busy and

@@ -26,9 +26,14 @@ anything unexpected closes its connection, never reuses it.
 Two ways to send (issue 37). `start` returns at once and tells a `Done` callback the
 outcome: the lean transport writes on a shelved connection and its parser callbacks
 complete the request, so a push on a warm connection costs no task and no future (a new
-connection is the one step that runs a task, owned by the transport and awaited when it
-closes); aiohttp runs a task per request (it needs one). `send` is `start` and a future,
-for callers that await.
+connection is the one step that runs a task); aiohttp runs a task per request (it needs
+one). `send` is `start` and a future, for callers that await.
+
+Tasks. A transport runs its tasks through its owner (`Spawner`, runtime/kernel/tasks.py):
+the egress actor whose transport it is, so they end with the actor; used on its own, a
+kernel `OwnedTasks` that `close` closes. `close` cancels what is still connecting (those
+requests fail with `ConnectionLost`); the owner's own end cancels it telling nobody, as
+the egress gives up its pushes then (actors/delivery/egress/push.py, `abandon`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ import aiohttp
 import httptools
 from aiohappyeyeballs.types import AddrInfoType
 from yarl import URL
+
+from runtime.kernel.tasks import OwnedTasks, Spawner
 
 RESPONSE_BODY_CAP: Final = 64 * 1024
 SNIPPET_BYTES: Final = 1024
@@ -109,19 +116,51 @@ class TransportSettings:
 
 
 def make_transport(settings: TransportSettings, name: TransportName | None = None,
-                   shelf: Shelf | None = None) -> Transport:
+                   shelf: Shelf | None = None, owner: Spawner | None = None) -> Transport:
     """`name` None: `DEFAULT_TRANSPORT`, read when called (bench/delivery.py --transport
-    sets it for the runtimes it starts)."""
+    sets it for the runtimes it starts). `owner` runs the transport's tasks (None: tasks
+    of its own, closed by `close`)."""
     name = name or DEFAULT_TRANSPORT
     url = settings.url
     if name == "lean" and isinstance(url, URL) and url.scheme == "http" and url.host:
-        return LeanTransport(settings, url, shelf)
-    return AiohttpTransport(settings)
+        return LeanTransport(settings, url, shelf, owner)
+    return AiohttpTransport(settings, owner)
+
+
+class _Owned:
+    """The tasks a transport started through its owner, cancelled by its `close`."""
+
+    __slots__ = ("_own", "owner", "tasks")
+
+    def __init__(self, owner: Spawner | None) -> None:
+        self._own: OwnedTasks | None = None
+        if owner is None:
+            owner = self._own = OwnedTasks()
+        self.owner: Spawner = owner
+        # made on first use (an empty set is 216 bytes: ten thousand subscriptions, #24)
+        self.tasks: set[asyncio.Task[None]] | None = None
+
+    def spawn(self, coro: Coroutine[object, None, None], name: str) -> asyncio.Task[None]:
+        task = self.owner.spawn(coro, name)
+        if self.tasks is None:
+            self.tasks = set()
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        tasks = list(self.tasks or ())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._own is not None:
+            await self._own.aclose()
 
 
 # -- aiohttp ---------------------------------------------------------------------------
 class AiohttpTransport:
-    def __init__(self, settings: TransportSettings) -> None:
+    def __init__(self, settings: TransportSettings, owner: Spawner | None = None) -> None:
         self._url = settings.url
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
@@ -134,17 +173,14 @@ class AiohttpTransport:
             cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
             auto_decompress=False,  # bodies are discarded
         )
-        self._tasks: set[asyncio.Task[None]] = set()  # requests of `start`; awaited on close
+        self._tasks = _Owned(owner)  # requests of `start`; cancelled on close
 
     def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
               params: Mapping[str, str] | None, done: Done) -> Exchange:
         """A task per request: aiohttp's own request needs one (https is ~100 us a push:
         the task is small beside it)."""
-        task = asyncio.get_running_loop().create_task(
-            self._run(self.send(method, headers, body, params), done))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self._tasks.spawn(self._run(self.send(method, headers, body, params), done),
+                                 "egress:request")
 
     @staticmethod
     async def _run(request: Awaitable[Reply], done: Done) -> None:
@@ -165,10 +201,7 @@ class AiohttpTransport:
             return status, answer.get("Retry-After"), answer.get("QOH-Action"), kept
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
         await self._session.close()
 
     @property
@@ -249,10 +282,10 @@ class _Connection(asyncio.Protocol):
             self.reusable = False  # a second answer to one request
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = name.lower()
-        if lowered == b"retry-after":
+        size = len(name)  # most headers are neither: no lowered copy made for them
+        if size == 11 and name.lower() == b"retry-after":
             self._retry_after = value.decode("latin-1")
-        elif lowered == b"qoh-action":
+        elif size == 10 and name.lower() == b"qoh-action":
             self._action = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -359,12 +392,19 @@ class Shelf:
                 self._idle.pop().close()
 
 
+_OVERRIDING: dict[tuple[str, ...], dict[tuple[str, ...], bool]] = {}
+"""Per set of fixed header names (lower case): per set of a request's header names,
+whether it overrides one of them (`LeanTransport._overrides`)."""
+
+
 class LeanTransport:
     """See the module docstring."""
 
     def __init__(self, settings: TransportSettings, url: URL, shelf: Shelf | None = None,
-                 ) -> None:
+                 owner: Spawner | None = None) -> None:
         self._settings = settings
+        # asyncio.get_running_loop() costs a getpid() system call on Python 3.11: once here
+        self.loop = asyncio.get_running_loop()
         self._host, self._port = url.host or "", url.port or 80
         self._path = url.raw_path_qs or "/"
         self._query = url.raw_query_string
@@ -381,15 +421,17 @@ class LeanTransport:
             self._fixed["authorization"] = ("Authorization",
                                             "Basic " + base64.b64encode(credentials).decode())
         self._fixed_block = "".join(f"{k}: {v}\r\n" for k, v in self._fixed.values())
+        # shared by the transports whose fixed names are the same (ten thousand
+        # subscriptions, issue 24: one small dict, not one each)
+        self._overriding = _OVERRIDING.setdefault(tuple(self._fixed), {}) \
+            if len(_OVERRIDING) < 1024 else {}
         self._shelf = shelf if shelf is not None else Shelf()
         self._shelf.users += 1
         self._busy = 0
         self._waiting: deque[asyncio.Future[None]] | None = None  # made on first wait
         self._using: set[_Connection] = set()  # connections with a request of ours
-        # connecting, awaited on close; made on first use (an empty set is 216 bytes, a
-        # deque 760: ten thousand subscriptions, issue 24)
-        self._tasks: set[asyncio.Task[None]] | None = None
-        self.deadlines = _Deadlines(4 * settings.pool + 64)
+        self._tasks = _Owned(owner)  # connecting: the one step that needs a task
+        self.deadlines = _Deadlines(4 * settings.pool + 64, self.loop)
         self._addresses: list[AddrInfoType] = []
         self._resolved_at = 0.0
         self._closed = False
@@ -403,7 +445,7 @@ class LeanTransport:
         if connection is not None:
             exchange.send_on(connection)
         else:  # rare once warm: a new connection, the one step that needs a task
-            exchange.task = self._spawn(self._connect_for(exchange))
+            exchange.task = self._tasks.spawn(self._connect_for(exchange), "egress:connect")
         return exchange
 
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
@@ -420,21 +462,14 @@ class LeanTransport:
         finally:
             self._give_slot()
 
-    def _spawn(self, coro: Coroutine[object, None, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
-        if self._tasks is None:
-            self._tasks = set()
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     async def _connect_for(self, exchange: _Exchange) -> None:
         """Connect within the request's total timeout (and `connect_s`), then send."""
         try:
             async with asyncio.timeout_at(exchange.deadline):
                 connection = await self._connect()
         except asyncio.CancelledError:
-            exchange.fail(ConnectionLost("the transport closed"))  # told unless given up
+            if self._closed:  # else its owner ends: nobody is told (module docstring)
+                exchange.fail(ConnectionLost("the transport closed"))  # unless given up
             raise
         except Exception as exc:
             exchange.fail(exc)
@@ -444,7 +479,11 @@ class LeanTransport:
             self._release(connection)  # still a good connection for the next request
             exchange.fail(ConnectionLost("the transport closed"))
             return
-        exchange.send_on(connection)
+        try:
+            exchange.send_on(connection)
+        except Exception as exc:  # the request fails; its owner (the egress) never does
+            connection.close()
+            exchange.fail(exc)
 
     async def _take_slot(self) -> None:
         """At most `pool` requests (connections) at once; waiters in arrival order."""
@@ -479,18 +518,30 @@ class LeanTransport:
         if params:
             query = urlencode(params, quote_via=quote)
             target = f"{target}&{query}" if self._query else f"{target}?{query}"
-        fixed = self._fixed
-        if any(name.lower() in fixed for name in headers):  # overrides (a batch's type)
-            merged = dict(fixed)
+        if self._overrides(headers):  # a batch's Content-Type
+            merged = dict(self._fixed)
             for name, value in headers.items():
                 merged[name.lower()] = (name, value)
-            block = "".join(f"{name}: {value}\r\n" for name, value in merged.values())
+            block = "".join([f"{name}: {value}\r\n" for name, value in merged.values()])
         else:  # the usual case: the fixed block was encoded once
-            block = self._fixed_block + "".join(f"{name}: {value}\r\n"
-                                                for name, value in headers.items())
+            block = self._fixed_block + "".join([f"{name}: {value}\r\n"
+                                                 for name, value in headers.items()])
         length = "" if body is None else f"Content-Length: {len(body)}\r\n"
         head = f"{method} {target} HTTP/1.1\r\n{block}{length}\r\n".encode()
         return head + body if body else head
+
+    def _overrides(self, headers: Mapping[str, str]) -> bool:
+        """Whether `headers` name one of the fixed ones (any case); remembered per set of
+        names (a push's names are one of a few sets: lowering each name of every push
+        was a tenth of `_encode`)."""
+        names = tuple(headers)
+        known = self._overriding.get(names)
+        if known is None:
+            fixed = self._fixed
+            known = any(name.lower() in fixed for name in names)
+            if len(self._overriding) < 64:
+                self._overriding[names] = known
+        return known
 
     @property
     def total_s(self) -> float:
@@ -553,6 +604,11 @@ class LeanTransport:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def connecting(self) -> int:
+        """Requests waiting for a new connection (each in a task of the owner's)."""
+        return len(self._tasks.tasks or ())
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -562,10 +618,7 @@ class LeanTransport:
         self._using.clear()
         self._shelf.leave()
         self.deadlines.close()
-        tasks = list(self._tasks or ())
-        for task in tasks:
-            task.cancel()  # a request still connecting fails with ConnectionLost
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()  # a request still connecting fails with ConnectionLost
 
 
 class _Exchange:
@@ -578,7 +631,7 @@ class _Exchange:
     def __init__(self, owner: LeanTransport, data: bytes, head: bool, done: Done) -> None:
         self._owner, self._data, self._head = owner, data, head
         self._done: Done | None = done
-        self.deadline = asyncio.get_running_loop().time() + owner.total_s
+        self.deadline = owner.loop.time() + owner.total_s
         self._connection: _Connection | None = None
         self.task: asyncio.Task[None] | None = None  # while connecting
 
@@ -645,11 +698,12 @@ class _Deadlines:
     front as they end; a long-running one at the front keeps those behind it until the
     queue passes `limit`, when they are swept out in place."""
 
-    __slots__ = ("_entries", "_limit", "_timer")
+    __slots__ = ("_entries", "_limit", "_loop", "_timer")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         self._entries: deque[_Exchange] | None = None  # made on first use
         self._limit = limit
+        self._loop = loop
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, exchange: _Exchange) -> None:
@@ -670,12 +724,12 @@ class _Deadlines:
             entries.popleft()
 
     def _arm(self, deadline: float) -> None:
-        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+        self._timer = self._loop.call_at(deadline, self._expire)
 
     def _expire(self) -> None:
         self._timer = None
         entries = self._entries
-        now = asyncio.get_running_loop().time()
+        now = self._loop.time()
         while entries and (entries[0].over or entries[0].deadline <= now):
             entries.popleft().expire()
         if entries and self._timer is None:

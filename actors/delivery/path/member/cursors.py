@@ -344,11 +344,13 @@ def _last_positions(member: Member, riders: dict[Seat, Rider],
 
 
 def _cursor_of(rider: Rider, tp: TopicPartition) -> Actor | None:
-    with contextlib.suppress(ActorDeadError):
+    """`rider`'s cursor on `tp`, None when it has none running. Asked for every cursor a
+    fetched batch goes to: one lookup of the name, no context manager (issue 37)."""
+    try:
         sup = rider.partitions.actor_as(Supervisor)
-        if sup.alive and sup.has_child(child_name(tp)):
-            return sup.child(child_name(tp))
-    return None
+        return sup.child(child_name(tp)) if sup.alive else None
+    except ActorDeadError:  # no supervisor running, or no such child
+        return None
 
 
 def _supervised(riders: dict[Seat, Rider]) -> list[tuple[Supervisor, str]]:
