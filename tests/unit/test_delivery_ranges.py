@@ -15,6 +15,8 @@ from runtime.host.journal import (
     Event,
     Journal,
     closed_segments,
+    commit_round,
+    committed_positions,
     expand,
 )
 from runtime.kernel.clock import FakeClock
@@ -145,3 +147,71 @@ def test_a_delivered_listener_hears_the_event_a_delivery_stands_for(tmp_path: Pa
     runtime._emit(delivered(4))  # what the actors' emit sink is
 
     assert heard == [delivered(4).event(SHIFT)]
+
+
+async def test_a_commit_round_is_one_event_ahead_of_which_its_cursors_deliveries_go(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.open()
+    journal.ledger += [delivered(0).row(), delivered(0, partition=1).row(),
+                       delivered(1).row(), delivered(0, sub="idle_g").row()]
+    journal.emit(commit_round(T0 + 100, [("s_g", "t", 0, 2), ("s_g", "t", 1, 1),
+                                         ("x_g", "u", 3, 9)]))
+    assert (journal.buffered, journal.ledger) == (3, [])  # idle_g's stays held
+    await journal.stop()
+
+    first, second, round_, idle = lines(tmp_path)
+    assert [(e.partition, e.count) for e in (first, second)] == [(0, 2), (1, None)]
+    assert (round_.subscriptions, round_.topics, round_.partitions, round_.positions) == (
+        ["s_g", "s_g", "x_g"], ["t", "t", "u"], [0, 1, 3], [2, 1, 9])
+    assert [(e.subscription, e.topic, e.partition, e.offset) for e in expand(round_)] == [
+        ("s_g", "t", 0, 2), ("s_g", "t", 1, 1), ("x_g", "u", 3, 9)]
+    assert idle.subscription == "idle_g"
+
+
+def test_a_round_of_one_topic_names_it_once_and_a_round_of_one_is_the_old_event() -> None:
+    round_ = commit_round(T0, [("s_g", "t", 0, 2), ("r_g", "t", 1, 5)])
+    assert (round_.topic, round_.topics, round_.subscription) == ("t", None, None)
+    assert committed_positions(round_) == [("s_g", "t", 0, 2), ("r_g", "t", 1, 5)]
+    assert commit_round(T0, [("s_g", "t", 0, 2)]) == Event(
+        type="committed", ts_ms=T0, subscription="s_g", topic="t", partition=0, offset=2)
+
+
+async def test_in_a_runtime_the_egress_sink_is_the_journals_ledger_append(
+        tmp_path: Path) -> None:
+    from runtime.host.app import Runtime
+    from runtime.host.config import parse_config
+
+    runtime = Runtime(parse_config({
+        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
+        "journal": {"dir": str(tmp_path / "journal")},
+    }), clock=FakeClock())
+    heard: list[Event] = []
+    runtime.listen("delivered", heard.append)
+    sink = runtime.system.root.context.delivered
+    assert type(sink) is type([].append)  # a C method: no Python frame per delivery
+
+    journal = await runtime._open_journal()
+    assert journal is not None
+    sink(delivered(4).row())
+    assert journal.ledger == [delivered(4).row()] and heard == []
+    await journal.stop()
+    assert heard == [delivered(4).event(SHIFT)]  # heard as the journal filed it
+    assert [(e.offset, e.count) for e in lines(tmp_path / "journal")] == [(4, None)]
+
+
+def test_a_committed_listener_hears_a_round_position_by_position(tmp_path: Path) -> None:
+    from runtime.host.app import Runtime
+    from runtime.host.config import parse_config
+
+    runtime = Runtime(parse_config({
+        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
+        "journal": {"dir": str(tmp_path / "journal"), "enabled": False},
+    }), clock=FakeClock())
+    heard: list[Event] = []
+    runtime.listen("committed", heard.append)
+
+    runtime._emit(commit_round(T0, [("s_g", "t", 0, 2), ("r_g", "t", 1, 5)]))
+
+    assert [(e.subscription, e.partition, e.offset) for e in heard] == [
+        ("s_g", 0, 2), ("r_g", 1, 5)]
