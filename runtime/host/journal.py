@@ -78,7 +78,7 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, Protocol, get_args
@@ -342,21 +342,26 @@ class DeliveryRanges:
     def __len__(self) -> int:
         return sum(len(held) for held in self.held.values())
 
-    def file(self, rows: list[DeliveryRow]) -> list[_Cursor]:
-        """Hold `rows` (sorted here, in place); the cursors that hold `RANGE_MAX_RECORDS`
-        or more now (release them)."""
+    def file(self, rows: list[DeliveryRow], shift_ms: int,
+             release: Container[_Cursor] = ()) -> list[Event]:
+        """Hold `rows` (sorted here, in place); return the events of the cursors in
+        `release` (a commit's: their rows here and held before) and of those that hold
+        `RANGE_MAX_RECORDS` or more now."""
         sort_rows(rows)
-        held, since, full = self.held, self._since, []
+        held, since, out = self.held, self._since, []
         for cursor, group in itertools.groupby(rows, _CURSOR):
             mine = held.get(cursor)
             if mine is None:
+                if cursor in release:  # the common case at a commit round: straight out
+                    out += ranged(list(group), shift_ms, in_order=True)
+                    continue
                 mine = held[cursor] = list(group)
                 since[cursor] = self._tick
             else:
                 mine += group
-            if len(mine) >= RANGE_MAX_RECORDS:
-                full.append(cursor)
-        return full
+            if cursor in release or len(mine) >= RANGE_MAX_RECORDS:
+                out += self.release(cursor, shift_ms)
+        return out
 
     def release(self, cursor: _Cursor, shift_ms: int) -> list[Event]:
         held = self.held.pop(cursor, None)
@@ -380,13 +385,14 @@ class DeliveryRanges:
                 for event in self.release(cursor, shift_ms)]
 
 
-def ranged(held: list[DeliveryRow], shift_ms: int) -> list[Event]:
+def ranged(held: list[DeliveryRow], shift_ms: int, *, in_order: bool = False) -> list[Event]:
     """One cursor's deliveries -> one `delivered` event per endpoint and status (a single
     delivery: the per-record event, shorter). `held` may come from several filings, each
-    sorted: sorting it again is a merge of runs."""
+    sorted: sorting it again is a merge of runs (not needed when `in_order`)."""
     if len(held) == 1:
         return [row_event(held[0], shift_ms)]
-    sort_rows(held)
+    if not in_order:
+        sort_rows(held)
     columns = tuple(zip(*held, strict=True))
     statuses, endpoints = columns[8], columns[9]
     count = len(held)
@@ -664,7 +670,11 @@ class Journal:
         self.ledger: list[DeliveryRow] = [] if ledger is None else ledger
         """Plain first-attempt deliveries not filed yet: the egress appends its rows here
         (`ActorContext.delivered` is this list's `append`: no Python call per delivery);
-        filed into `DeliveryRanges` at every commit, flush and at stop."""
+        filed into `DeliveryRanges` at every commit and at stop, and at a flush when
+        `RANGE_MAX_AGE_MS` / 2 passed since the last filing or it holds `max_buffered`
+        rows: filed at a commit round, a cursor's rows since its last commit are side by
+        side (one range); filed at every flush, they would come one by one."""
+        self._ticks = self._filed_at = 0  # flushes so far; the one the ledger was filed at
         self.tap: Callable[[list[DeliveryRow]], None] | None = None
         """Told the ledger's rows as they are filed (the runtime's `delivered` listeners)."""
         self._shift = clock.wall_ms() - clock.monotonic_ms()
@@ -705,7 +715,7 @@ class Journal:
     def _file(self) -> None:
         """Take the ledger's rows into `DeliveryRanges` (its cursors over
         `RANGE_MAX_RECORDS` out to the buffer)."""
-        ledger = self.ledger
+        ledger, self._filed_at = self.ledger, self._ticks
         if not ledger:
             return
         rows = ledger.copy()
@@ -715,14 +725,22 @@ class Journal:
         if self._state == "stopped":
             self._drop([row_event(row, self._shift) for row in rows], "stopped")
             return
-        for cursor in self._ranges.file(rows):
-            self._queue(self._ranges.release(cursor, self._shift))
+        self._queue(self._ranges.file(rows, self._shift))
 
     def _commit(self, event: Event) -> None:
-        """A commit releases its cursors' held deliveries into the buffer ahead of it."""
-        self._file()
-        released = [held for cursor in committed_cursors(event) if cursor in self._ranges.held
-                    for held in self._ranges.release(cursor, self._shift)]
+        """A commit releases its cursors' deliveries (in the ledger and held) into the
+        buffer ahead of it."""
+        cursors = set(committed_cursors(event))
+        released = []
+        if self.ledger:
+            rows, self._filed_at = self.ledger.copy(), self._ticks
+            self.ledger.clear()  # in place: the egress holds this list's `append`
+            if self.tap is not None:
+                self.tap(rows)
+            released = self._ranges.file(rows, self._shift, cursors)
+        held = self._ranges.held
+        released += [one for cursor in cursors if cursor in held
+                     for one in self._ranges.release(cursor, self._shift)]
         released.append(event)
         if len(self._buffer) + len(released) <= self._accept:
             self._buffer += released
@@ -840,9 +858,11 @@ class Journal:
         return recover_segments(self._dir)
 
     async def _flush_locked(self) -> None:
-        self._file()
-        self._buffer += self._ranges.release_older(
-            max(1, RANGE_MAX_AGE_MS // self._interval_ms), self._shift_ms())
+        ticks = max(1, RANGE_MAX_AGE_MS // self._interval_ms)
+        self._ticks += 1
+        if self._ticks - self._filed_at >= ticks // 2 or len(self.ledger) >= self._max_buffered:
+            self._file()  # else the next commit files it: a cursor's rows side by side
+        self._buffer += self._ranges.release_older(ticks, self._shift_ms())
         if self._buffer or self._unreported:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():

@@ -105,26 +105,28 @@ async def test_held_deliveries_go_out_when_many_old_or_at_stop(tmp_path: Path) -
     for offset in range(RANGE_MAX_RECORDS):
         journal.emit(delivered(offset))
     journal.emit(delivered(0, partition=1))
-    assert journal.buffered == 0  # in the ledger until a commit or a flush files it
+    assert journal.buffered == 0  # in the ledger until a commit (or late flush) files it
+    journal.emit(committed(0, sub="other_g"))
+    assert journal.buffered == 2  # the cursor's thousand, as one event; the commit
 
     for _ in range(RANGE_MAX_AGE_MS // journal.flush_interval_ms - 1):
         await journal.flush()
-    assert journal.written == 1  # the cursor's thousand, as one event, at the first
+    assert journal.written == 2
     await journal.flush()
-    assert journal.written == 2  # held for RANGE_MAX_AGE_MS worth of flushes: out
+    assert journal.written == 3  # held for RANGE_MAX_AGE_MS worth of flushes: out
 
     journal.emit(delivered(0, partition=2))
     await journal.stop()
-    assert journal.written == 3
-    assert sorted(e.partition or 0 for e in lines(tmp_path)) == [0, 1, 2]
+    assert journal.written == 4
+    assert sorted(e.partition or 0 for e in lines(tmp_path)) == [0, 0, 1, 2]
 
 
 def test_the_book_keeps_cursors_and_statuses_apart_and_releases_the_oldest_first() -> None:
     ranges = DeliveryRanges()
-    assert ranges.file([delivered(0, partition=0).row()]) == []
+    assert ranges.file([delivered(0, partition=0).row()], SHIFT) == []
     assert ranges.release_older(ticks=2, shift_ms=SHIFT) == []  # one tick old
     assert ranges.file([delivered(1, partition=1, status=204).row(),
-                        delivered(0, partition=1).row()]) == []
+                        delivered(0, partition=1).row()], SHIFT) == []
     assert len(ranges) == 3
 
     assert [e.partition for e in ranges.release_older(ticks=2, shift_ms=SHIFT)] == [0]
