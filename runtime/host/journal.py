@@ -1,8 +1,8 @@
 """The event journal: what the actors did, as newline-delimited JSON segments on disk.
 
 Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, delivered,
-failed, retry_scheduled, dead_lettered, dead_letter_failed, committed; a plain first-attempt
-delivery as a `Delivery`, which `DeliveryRanges` holds until its cursor commits), for actor
+failed, retry_scheduled, dead_lettered, dead_letter_failed, committed, a commit round as
+one `committed`: `commit_round`), for actor
 lifecycle (actor_started/crashed/restarted/stopped), partition movements
 (partition_assigned/revoked), delay forwards (delay_forwarded, with lateness) and the
 journal's own losses (journal_dropped). `EventType` is the one list of them: emitters,
@@ -11,7 +11,13 @@ never emitted. `python -m runtime report` (runtime/report) turns a journal direc
 into delivery reports and a loss/duplicate audit.
 
 Hot path. `emit()` is synchronous, never blocks and never raises: it compares the buffer
-length with a limit and appends the Struct to a list. Encoding (one reused
+length with a limit and appends the Struct to a list. The commonest event, a plain
+first-attempt delivery, is not even that: the egress appends a `DeliveryRow` tuple to the
+journal's `ledger` through `ActorContext.delivered`, which in a runtime is that list's
+`append` (no Python call per delivery; issue 35). At each commit (and, without one, every
+`RANGE_MAX_AGE_MS` / 2 of flushes) the journal files the ledger with one sort into
+`DeliveryRanges`, which writes each cursor's deliveries as one ranged `delivered` ahead
+of the commit that passes them. Encoding (one reused
 `msgspec.json.Encoder`, `encode_lines` per batch) and writing happen in a flush task every
 `flush_interval_ms`; the encode+write of a batch runs in a worker thread
 (`asyncio.to_thread`) so neither a big batch nor a slow disk stalls the event loop.
