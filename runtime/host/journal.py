@@ -679,7 +679,8 @@ class Journal:
         filed into `DeliveryRanges` at every commit and at stop, and at a flush when
         `RANGE_MAX_AGE_MS` / 2 passed since the last filing or it holds `max_buffered`
         rows: filed at a commit round, a cursor's rows since its last commit are side by
-        side (one range); filed at every flush, they would come one by one."""
+        side (one range); filed at every flush, they would come one by one. Rows
+        appended after `stop()` are not seen (a runtime stops its actors first)."""
         self._ticks = self._filed_at = 0  # flushes so far; the one the ledger was filed at
         self.tap: Callable[[list[DeliveryRow]], None] | None = None
         """Told the ledger's rows as they are filed (the runtime's `delivered` listeners)."""

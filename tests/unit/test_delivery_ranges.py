@@ -217,3 +217,21 @@ def test_a_committed_listener_hears_a_round_position_by_position(tmp_path: Path)
 
     assert [(e.subscription, e.partition, e.offset) for e in heard] == [
         ("s_g", 0, 2), ("r_g", 1, 5)]
+
+
+async def test_without_a_commit_the_ledger_is_filed_by_the_flushes_of_half_the_max_age(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.open()
+    journal.ledger.append(delivered(3).row())
+    half = RANGE_MAX_AGE_MS // journal.flush_interval_ms // 2
+    for _ in range(half - 1):
+        await journal.flush()
+    assert journal.ledger != []  # left for a commit: a cursor's rows side by side
+    await journal.flush()
+    assert journal.ledger == [] and journal.written == 0  # filed, held by its cursor
+    for _ in range(2 * half + 1):
+        await journal.flush()
+    assert journal.written == 1  # out after RANGE_MAX_AGE_MS held, before the stop
+    await journal.stop()
+    assert [(e.offset, e.latency_ms) for e in lines(tmp_path)] == [(3, 1.28)]
