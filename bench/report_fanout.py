@@ -12,9 +12,9 @@ answered out of order, and every `--commit-every` deliveries of each cursor a co
 round (one `committed` event holding every cursor's position, as the instance member
 journals its rounds since issue 35; before, one `committed` per cursor). One record is
 left undelivered and one delivered twice, so the audit has something to find. Then runs
-`python -m runtime report` on it in a fresh process (a cold JVM, `--master`), times it (wall clock, the
-whole command) and checks the summary: every record delivered but the planted one, 1
-lost, 1 duplicate. Prints the load average before and after.
+`python -m runtime report` on it in a fresh process (a cold JVM, `--master`), times it
+(wall clock, the whole command) and checks the summary: every record delivered but the
+planted one, 1 lost, 1 duplicate. Prints the load average before and after.
 """
 
 from __future__ import annotations
