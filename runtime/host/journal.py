@@ -84,7 +84,7 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, Protocol, get_args
@@ -349,7 +349,7 @@ class DeliveryRanges:
         return sum(len(held) for held in self.held.values())
 
     def file(self, rows: list[DeliveryRow], shift_ms: int,
-             release: Container[_Cursor] = ()) -> list[Event]:
+             release: Collection[_Cursor] = ()) -> list[Event]:
         """Hold `rows` (sorted here, in place); return the events of the cursors in
         `release` (a commit's: their rows here and held before) and of those that hold
         `RANGE_MAX_RECORDS` or more now."""
@@ -366,6 +366,9 @@ class DeliveryRanges:
             else:
                 mine += group
             if cursor in release or len(mine) >= RANGE_MAX_RECORDS:
+                out += self.release(cursor, shift_ms)
+        for cursor in release:  # held from earlier filings, none in `rows`
+            if cursor in held:
                 out += self.release(cursor, shift_ms)
         return out
 
@@ -737,17 +740,11 @@ class Journal:
     def _commit(self, event: Event) -> None:
         """A commit releases its cursors' deliveries (in the ledger and held) into the
         buffer ahead of it."""
-        cursors = set(committed_cursors(event))
-        released = []
-        if self.ledger:
-            rows, self._filed_at = self.ledger.copy(), self._ticks
-            self.ledger.clear()  # in place: the egress holds this list's `append`
-            if self.tap is not None:
-                self.tap(rows)
-            released = self._ranges.file(rows, self._shift, cursors)
-        held = self._ranges.held
-        released += [one for cursor in cursors if cursor in held
-                     for one in self._ranges.release(cursor, self._shift)]
+        rows, self._filed_at = self.ledger.copy(), self._ticks
+        self.ledger.clear()  # in place: the egress holds this list's `append`
+        if rows and self.tap is not None:
+            self.tap(rows)
+        released = self._ranges.file(rows, self._shift, set(committed_cursors(event)))
         released.append(event)
         if len(self._buffer) + len(released) <= self._accept:
             self._buffer += released
