@@ -7,6 +7,8 @@ from pathlib import Path
 
 import msgspec
 
+from runtime.host.app import Runtime
+from runtime.host.config import parse_config
 from runtime.host.journal import (
     RANGE_MAX_AGE_MS,
     RANGE_MAX_RECORDS,
@@ -47,6 +49,14 @@ def committed(offset: int, *, sub: str = "s_g", partition: int = 0) -> Event:
 def lines(directory: Path) -> list[Event]:
     return [decoder.decode(line) for path in closed_segments(directory)
             for line in path.read_bytes().splitlines()]
+
+def runtime_with_journal(tmp_path: Path, *, enabled: bool) -> Runtime:
+    """A runtime not started, its journal (on or off) under `tmp_path`."""
+    return Runtime(parse_config({
+        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
+        "journal": {"dir": str(tmp_path / "journal"), "enabled": enabled},
+    }), clock=FakeClock())
+
 
 
 async def test_deliveries_are_held_until_their_cursor_commits_then_written_ahead_of_it(
@@ -136,13 +146,7 @@ def test_the_book_keeps_cursors_and_statuses_apart_and_releases_the_oldest_first
 
 
 def test_a_delivered_listener_hears_the_event_a_delivery_stands_for(tmp_path: Path) -> None:
-    from runtime.host.app import Runtime
-    from runtime.host.config import parse_config
-
-    runtime = Runtime(parse_config({
-        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
-        "journal": {"dir": str(tmp_path / "journal"), "enabled": False},
-    }), clock=FakeClock())
+    runtime = runtime_with_journal(tmp_path, enabled=False)
     heard: list[Event] = []
     runtime.listen("delivered", heard.append)
 
@@ -181,13 +185,7 @@ def test_a_round_of_one_topic_names_it_once_and_a_round_of_one_is_the_old_event(
 
 async def test_in_a_runtime_the_egress_sink_is_the_journals_ledger_append(
         tmp_path: Path) -> None:
-    from runtime.host.app import Runtime
-    from runtime.host.config import parse_config
-
-    runtime = Runtime(parse_config({
-        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
-        "journal": {"dir": str(tmp_path / "journal")},
-    }), clock=FakeClock())
+    runtime = runtime_with_journal(tmp_path, enabled=True)
     heard: list[Event] = []
     runtime.listen("delivered", heard.append)
     sink = runtime.system.root.context.delivered
@@ -203,13 +201,7 @@ async def test_in_a_runtime_the_egress_sink_is_the_journals_ledger_append(
 
 
 def test_a_committed_listener_hears_a_round_position_by_position(tmp_path: Path) -> None:
-    from runtime.host.app import Runtime
-    from runtime.host.config import parse_config
-
-    runtime = Runtime(parse_config({
-        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
-        "journal": {"dir": str(tmp_path / "journal"), "enabled": False},
-    }), clock=FakeClock())
+    runtime = runtime_with_journal(tmp_path, enabled=False)
     heard: list[Event] = []
     runtime.listen("committed", heard.append)
 
