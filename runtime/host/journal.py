@@ -332,8 +332,10 @@ class DeliveryRanges:
     `RANGE_MAX_AGE_MS` (counted in flushes: no clock read per delivery) and at stop.
 
     Filed in bulk: the egress appends its rows to the journal's ledger (a list), and the
-    journal files the ledger here at each commit and flush (`file`): one sort (C) puts
-    each cursor's rows side by side, and the Python work is per cursor, not per delivery.
+    journal files the ledger here at each commit (and, without one, every
+    `RANGE_MAX_AGE_MS` / 2 of flushes) with `file`: one sort (C) puts each cursor's rows
+    side by side, and the Python work is per cursor, not per delivery; a commit's own
+    cursors go straight out.
     A pure book: `file` holds, `release(cursor)`, `release_older(ticks)`, `release_all()`
     return the events to buffer; the caller gives its clock's wall minus monotonic time
     (`fetched_ms` is monotonic)."""
