@@ -8,12 +8,13 @@ ticks would), the journal a runtime writes when `--subscribers` subscriptions of
 `--partitions` topic each deliver `--records` records: per cursor (subscription x
 partition) an `actor_started`, one `fetched` for its batch (offsets as ranges), its
 deliveries as the egress emits them (`Delivery`: the journal ranges them per cursor),
-answered out of order, and a `committed` every `--commit-every` deliveries (as the
-instance member journals its commit rounds). One record is left undelivered and one
-delivered twice, so the audit has something to find. Then runs `python -m runtime
-report` on it in a fresh process (a cold JVM, `--master`), times it (wall clock, the
-whole command) and checks the summary: every record delivered but the planted one, 1
-lost, 1 duplicate. Prints the load average before and after.
+answered out of order, and every `--commit-every` deliveries of each cursor a commit
+round (one `committed` event holding every cursor's position, as the instance member
+journals its rounds since issue 35; before, one `committed` per cursor). One record is
+left undelivered and one delivered twice, so the audit has something to find. Then runs
+`python -m runtime report` on it in a fresh process (a cold JVM, `--master`), times it
+(wall clock, the whole command) and checks the summary: every record delivered but the
+planted one, 1 lost, 1 duplicate. Prints the load average before and after.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.host.journal import Delivery, Event, Journal, closed_segments, offset_ranges
+from runtime.host.journal import (
+    Delivery,
+    Event,
+    Journal,
+    closed_segments,
+    commit_round,
+    offset_ranges,
+)
 from runtime.kernel.clock import FakeClock
 
 T0 = 1_700_000_000_000
@@ -48,17 +56,21 @@ async def write(directory: Path, args: argparse.Namespace) -> tuple[int, int]:
     await journal.open()
     per_partition = args.records // args.partitions
     shuffle = random.Random(35)
+    cursors = [(f"s{n}_g-s{n}", n, partition) for partition in range(args.partitions)
+               for n in range(args.subscribers)]
+    orders = {}
+    for sub, _, partition in cursors:
+        journal.emit(Event(type="actor_started", ts_ms=T0, actor=f"/cursor/{sub}/{partition}"))
+        journal.emit(Event(type="fetched", ts_ms=T0 + 5, subscription=sub, topic=TOPIC,
+                           partition=partition, offset=0, count=per_partition,
+                           offsets=offset_ranges(list(range(per_partition)))))
+        orders[(sub, partition)] = shuffle.sample(range(per_partition), per_partition)
     deliveries = 0
-    for partition in range(args.partitions):
-        for n in range(args.subscribers):
-            sub = f"s{n}_g-s{n}"
-            journal.emit(Event(type="actor_started", ts_ms=T0, actor=f"/cursor/{sub}/{partition}"))
-            journal.emit(Event(type="fetched", ts_ms=T0 + 5, subscription=sub, topic=TOPIC,
-                               partition=partition, offset=0, count=per_partition,
-                               offsets=offset_ranges(list(range(per_partition)))))
-            order = list(range(per_partition))
-            shuffle.shuffle(order)
-            for done, offset in enumerate(order, 1):
+    for step in range(0, per_partition, args.commit_every):  # a commit round per step
+        positions = []
+        for sub, n, partition in cursors:
+            order = orders[(sub, partition)]
+            for done, offset in enumerate(order[step:step + args.commit_every], step + 1):
                 at = T0 + 10 + done * 7
                 times = 2 if (sub, partition, offset) == TWICE else \
                     0 if (sub, partition, offset) == LOST else 1
@@ -70,11 +82,9 @@ async def write(directory: Path, args: argparse.Namespace) -> tuple[int, int]:
                     deliveries += 1
                     if deliveries % FLUSH_EVERY == 0:
                         await journal.flush()
-                if done % args.commit_every == 0 or done == per_partition:
-                    journal.emit(Event(type="committed", ts_ms=at + 1, subscription=sub,
-                                       topic=TOPIC, partition=partition,
-                                       offset=min([o for o in order[done:]] or
-                                                  [per_partition])))
+            done = min(step + args.commit_every, per_partition)
+            positions.append((sub, TOPIC, partition, min(order[done:] or [per_partition])))
+        journal.emit(commit_round(T0 + 10 + (step + args.commit_every) * 7 + 1, positions))
     await journal.stop()
     lines = sum(len(p.read_bytes().splitlines()) for p in closed_segments(directory))
     return deliveries, lines

@@ -27,13 +27,16 @@ from runtime.host.admin import AdminServer
 from runtime.host.config import Config, load_config
 from runtime.host.journal import (
     Delivery,
+    DeliveryRow,
     Event,
     EventJournal,
     EventType,
     Journal,
     JournalFlusher,
     NullJournal,
+    expand,
     journal_summary,
+    row_event,
 )
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
@@ -83,8 +86,14 @@ class Runtime:
         # the journal's backpressure: it closes the gate when its flushes fall behind and
         # the actors wait (runtime/kernel/gate.py)
         self.pace = Gate()
+        # the egress's plain first-attempt deliveries: rows appended to the journal's
+        # ledger without a Python call (issue 35); journal off, only listeners hear them
+        self._ledger: list[DeliveryRow] = []
+        self._delivered: Callable[[DeliveryRow], None] = \
+            self._ledger.append if config.journal.enabled else self._unjournaled
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
-                                  lifecycle=self._lifecycle, pace=self.pace)
+                                  lifecycle=self._lifecycle, pace=self.pace,
+                                  delivered=self._delivered)
         self.admin = AdminServer.from_config(config.admin, self.metrics, self._health)
         self.admin.app.router.add_get("/", _status_page)
         self.admin.app.router.add_get("/status.js", _status_script)
@@ -167,21 +176,41 @@ class Runtime:
     def listen(self, event_type: EventType, listener: Callable[[Event], None]) -> None:
         """Call `listener` with every event of `event_type` the actors emit, as they emit
         it (on the event loop, inside the emitting actor's step: keep it short; an error
-        is logged, never raised into the actor)."""
+        is logged, never raised into the actor). Two kinds come later, and in bulk: the
+        egress's plain first-attempt deliveries (`delivered`, attempt 1) are heard as the
+        journal files them, at the next commit or flush; a commit round's `committed`
+        is heard as one event per position."""
         self._listeners.setdefault(event_type, []).append(listener)
 
     def _emit(self, event: Event | Delivery) -> None:
+        if isinstance(event, Delivery):  # as the actors' `delivered` sink takes it
+            self._delivered(event.row())
+            return
         self.journal.emit(event)
         listeners = self._listeners.get(event.type)
-        if listeners:
-            clock = self.clock  # a listener gets the Event a Delivery stands for
-            heard = event.event(clock.wall_ms() - clock.monotonic_ms()) \
-                if isinstance(event, Delivery) else event
+        if listeners:  # a commit round is heard as its positions, one by one
+            self._tell(listeners, expand(event) if event.type == "committed" else [event])
+
+    def _tell(self, listeners: list[Callable[[Event], None]], events: list[Event]) -> None:
+        for event in events:
             for listener in listeners:
                 try:
-                    listener(heard)
+                    listener(event)
                 except Exception:
                     log.exception("event listener %r failed on %s", listener, event.type)
+
+    def _heard(self, rows: list[DeliveryRow]) -> None:
+        """The egress's plain deliveries, as the journal files them (at the next commit or
+        flush, not in the delivering actor's step), to the `delivered` listeners."""
+        listeners = self._listeners.get("delivered")
+        if listeners:
+            clock = self.clock
+            shift = clock.wall_ms() - clock.monotonic_ms()
+            self._tell(listeners, [row_event(row, shift) for row in rows])
+
+    def _unjournaled(self, row: DeliveryRow) -> None:
+        """The `delivered` sink with the journal off: the listeners only."""
+        self._heard([row])
 
     def _lifecycle(self, event: Lifecycle) -> None:
         self.journal.emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,
@@ -311,8 +340,9 @@ class Runtime:
         journal = self.journal = Journal(
             cfg.dir, clock=self.clock, max_segment_bytes=cfg.max_segment_bytes,
             max_segment_age_ms=cfg.max_segment_age_ms, flush_interval_ms=cfg.flush_interval_ms,
-            max_buffered=cfg.max_buffered_events, pace=self.pace,
+            max_buffered=cfg.max_buffered_events, pace=self.pace, ledger=self._ledger,
         )
+        journal.tap = self._heard
         await journal.open()  # its flushes: JournalFlusher, once the actor system runs
         log.info("journal writing to %s", cfg.dir)
         return journal

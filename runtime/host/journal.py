@@ -1,8 +1,8 @@
 """The event journal: what the actors did, as newline-delimited JSON segments on disk.
 
 Actors call `Journal.emit(Event(...))` for every step of a delivery (fetched, delivered,
-failed, retry_scheduled, dead_lettered, dead_letter_failed, committed; a plain first-attempt
-delivery as a `Delivery`, which `DeliveryRanges` holds until its cursor commits), for actor
+failed, retry_scheduled, dead_lettered, dead_letter_failed, committed, a commit round as
+one `committed`: `commit_round`), for actor
 lifecycle (actor_started/crashed/restarted/stopped), partition movements
 (partition_assigned/revoked), delay forwards (delay_forwarded, with lateness) and the
 journal's own losses (journal_dropped). `EventType` is the one list of them: emitters,
@@ -11,7 +11,13 @@ never emitted. `python -m runtime report` (runtime/report) turns a journal direc
 into delivery reports and a loss/duplicate audit.
 
 Hot path. `emit()` is synchronous, never blocks and never raises: it compares the buffer
-length with a limit and appends the Struct to a list. Encoding (one reused
+length with a limit and appends the Struct to a list. The commonest event, a plain
+first-attempt delivery, is not even that: the egress appends a `DeliveryRow` tuple to the
+journal's `ledger` through `ActorContext.delivered`, which in a runtime is that list's
+`append` (no Python call per delivery; issue 35). At each commit (and, without one, every
+`RANGE_MAX_AGE_MS` / 2 of flushes) the journal files the ledger with one sort into
+`DeliveryRanges`, which writes each cursor's deliveries as one ranged `delivered` ahead
+of the commit that passes them. Encoding (one reused
 `msgspec.json.Encoder`, `encode_lines` per batch) and writing happen in a flush task every
 `flush_interval_ms`; the encode+write of a batch runs in a worker thread
 (`asyncio.to_thread`) so neither a big batch nor a slow disk stalls the event loop.
@@ -78,10 +84,10 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Final, Literal, Protocol, get_args
+from typing import Any, ClassVar, Final, Literal, Protocol, get_args
 
 import msgspec
 
@@ -189,6 +195,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     record_ts_deltas_ms: list[int] | None = None
     fetched_ts_deltas_ms: list[int] | None = None
     response: str | None = None
+    subscriptions: list[str] | None = None
+    topics: list[str] | None = None
+    partitions: list[int] | None = None
+    positions: list[int] | None = None
 
 
 PER_RECORD_FIELDS: Final = (
@@ -244,12 +254,17 @@ RANGE_MAX_AGE_MS: Final = 5_000
 """... or this old (checked at every flush): a cursor that stops committing (a replay, a
 record read back from a retry topic under its original coordinates) still gets them out."""
 
+DeliveryRow = tuple[str, str, int, int, int, int, int, int, "int | None", "str | None"]
+"""A plain first-attempt delivery as the egress hands it to the journal's ledger (issue
+35): (subscription, topic, partition, offset, ts_ms, latency_us, record_ts_ms,
+fetched_ms, status, endpoint); `fetched_ms` is monotonic. A tuple in this order: built
+by the egress without a call, sorted by the journal without a key (its cursor, then its
+offset) and split into columns by `zip`."""
+
 
 class Delivery(msgspec.Struct, frozen=True, gc=False):
-    """A plain first-attempt delivery of one record, as the egress emits it instead of a
-    `delivered` `Event` (issue 35): what `DeliveryRanges` keeps of it until its cursor
-    commits. Cheaper to make than an `Event` (ten values, no keywords); `fetched_ms` is
-    monotonic, made wall time when the journal writes it (`event`)."""
+    """A plain first-attempt delivery of one record as a value (tests, scripts and the
+    listeners' side: `Journal.emit` takes one and files its `row()` like the egress's)."""
 
     subscription: str
     endpoint: str | None
@@ -264,56 +279,100 @@ class Delivery(msgspec.Struct, frozen=True, gc=False):
     type: ClassVar[str] = "delivered"
     attempt: ClassVar[int] = 1
 
+    @classmethod
+    def of_row(cls, row: DeliveryRow) -> Delivery:
+        sub, topic, partition, offset, ts_ms, latency_us, record_ts, fetched, status, url = row
+        return cls(sub, url, topic, partition, offset, status, ts_ms, latency_us, record_ts,
+                   fetched)
+
+    def row(self) -> DeliveryRow:
+        return (self.subscription, self.topic, self.partition, self.offset, self.ts_ms,
+                self.latency_us, self.record_ts_ms, self.fetched_ms, self.status,
+                self.endpoint)
+
     def event(self, wall_minus_mono_ms: int) -> Event:
         """The per-record `delivered` event this stands for."""
-        return Event(type="delivered", ts_ms=self.ts_ms, subscription=self.subscription,
-                     endpoint=self.endpoint, topic=self.topic, partition=self.partition,
-                     offset=self.offset, attempt=1, status=self.status,
-                     latency_ms=self.latency_us / 1000, record_ts_ms=self.record_ts_ms,
-                     fetched_ts_ms=self.fetched_ms + wall_minus_mono_ms)
+        return row_event(self.row(), wall_minus_mono_ms)
+
+
+def row_event(row: DeliveryRow, wall_minus_mono_ms: int) -> Event:
+    """The per-record `delivered` event a ledger row stands for."""
+    sub, topic, partition, offset, ts_ms, latency_us, record_ts, fetched, status, url = row
+    return Event(type="delivered", ts_ms=ts_ms, subscription=sub, endpoint=url, topic=topic,
+                 partition=partition, offset=offset, attempt=1, status=status,
+                 latency_ms=latency_us / 1000, record_ts_ms=record_ts,
+                 fetched_ts_ms=fetched + wall_minus_mono_ms)
 
 
 _Cursor = tuple[str, str, int]
+_CURSOR: Final = operator.itemgetter(0, 1, 2)
+_CURSOR_OFFSET: Final = operator.itemgetter(0, 1, 2, 3)
+
+
+def sort_rows(rows: list[DeliveryRow]) -> None:
+    """By cursor, then offset: the tuples' own order (C comparisons, no key), unless two
+    rows differ first where one holds None (a status or endpoint: no order there)."""
+    try:
+        rows.sort()
+    except TypeError:
+        rows.sort(key=_CURSOR_OFFSET)
 
 
 class DeliveryRanges:
     """First-attempt deliveries held per cursor (subscription, topic, partition) until
-    that cursor's next `committed` event, then journaled as one `delivered` event (one per
-    endpoint and status, when they differ), offsets as ranges (issue 35: at fan-out a
-    subscription delivers a few records between two commits, and a `delivered` per record
-    was most of the journal's bytes).
+    that cursor's next commit, then journaled as one `delivered` event (one per endpoint
+    and status, when they differ), offsets as ranges (issue 35: at fan-out a subscription
+    delivers a few records between two commits, and a `delivered` per record was most of
+    the journal's bytes).
 
     Why until the commit: the audit calls a record below a committed offset with no
     outcome "lost for good". The held deliveries go into the buffer before the commit's
     event, so on disk no `committed` precedes the deliveries it passes, even when a crash
     cuts the journal. Held deliveries are also released at `RANGE_MAX_RECORDS`, after
-    `RANGE_MAX_AGE_MS` (counted in flushes: no clock read per delivery) and at stop. A
-    pure book: `add` holds, `release(cursor)`, `release_older(ticks)`, `release_all()`
+    `RANGE_MAX_AGE_MS` (counted in flushes: no clock read per delivery) and at stop.
+
+    Filed in bulk: the egress appends its rows to the journal's ledger (a list), and the
+    journal files the ledger here at each commit (and, without one, every
+    `RANGE_MAX_AGE_MS` / 2 of flushes) with `file`: one sort (C) puts each cursor's rows
+    side by side, and the Python work is per cursor, not per delivery; a commit's own
+    cursors go straight out.
+    A pure book: `file` holds, `release(cursor)`, `release_older(ticks)`, `release_all()`
     return the events to buffer; the caller gives its clock's wall minus monotonic time
     (`fetched_ms` is monotonic)."""
 
     __slots__ = ("_since", "_tick", "held")
 
     def __init__(self) -> None:
-        self.held: dict[_Cursor, list[Delivery]] = {}
-        """`Journal.emit` appends to a cursor's list here itself while it is below
-        `RANGE_MAX_RECORDS` - 1 (a call less per delivery)."""
+        self.held: dict[_Cursor, list[DeliveryRow]] = {}
         self._since: dict[_Cursor, int] = {}  # the tick of the first held; oldest first
         self._tick = 0  # flushes so far (`release_older`)
 
     def __len__(self) -> int:
         return sum(len(held) for held in self.held.values())
 
-    def add(self, one: Delivery) -> _Cursor | None:
-        """Hold `one`; its cursor when that holds `RANGE_MAX_RECORDS` now (release it)."""
-        cursor = (one.subscription, one.topic, one.partition)
-        held = self.held.get(cursor)
-        if held is None:
-            self.held[cursor] = [one]
-            self._since[cursor] = self._tick
-            return None
-        held.append(one)
-        return None if len(held) < RANGE_MAX_RECORDS else cursor
+    def file(self, rows: list[DeliveryRow], shift_ms: int,
+             release: Collection[_Cursor] = ()) -> list[Event]:
+        """Hold `rows` (sorted here, in place); return the events of the cursors in
+        `release` (a commit's: their rows here and held before) and of those that hold
+        `RANGE_MAX_RECORDS` or more now."""
+        sort_rows(rows)
+        held, since, out = self.held, self._since, []
+        for cursor, group in itertools.groupby(rows, _CURSOR):
+            mine = held.get(cursor)
+            if mine is None:
+                if cursor in release:  # the common case at a commit round: straight out
+                    out += ranged(list(group), shift_ms, in_order=True)
+                    continue
+                mine = held[cursor] = list(group)
+                since[cursor] = self._tick
+            else:
+                mine += group
+            if cursor in release or len(mine) >= RANGE_MAX_RECORDS:
+                out += self.release(cursor, shift_ms)
+        for cursor in release:  # held from earlier filings, none in `rows`
+            if cursor in held:
+                out += self.release(cursor, shift_ms)
+        return out
 
     def release(self, cursor: _Cursor, shift_ms: int) -> list[Event]:
         held = self.held.pop(cursor, None)
@@ -337,33 +396,41 @@ class DeliveryRanges:
                 for event in self.release(cursor, shift_ms)]
 
 
-def ranged(held: list[Delivery], shift_ms: int) -> list[Event]:
+def ranged(held: list[DeliveryRow], shift_ms: int, *, in_order: bool = False) -> list[Event]:
     """One cursor's deliveries -> one `delivered` event per endpoint and status (a single
-    delivery: the per-record event, shorter)."""
+    delivery: the per-record event, shorter). `held` may come from several filings, each
+    sorted: sorting it again is a merge of runs (not needed when `in_order`)."""
     if len(held) == 1:
-        return [held[0].event(shift_ms)]
-    if len(set(map(_KIND, held))) == 1:
-        return [_one_range(held, shift_ms)]
-    kinds: dict[tuple[str | None, int | None], list[Delivery]] = {}
-    for one in held:  # rare: an endpoint answering 200 and 204
-        kinds.setdefault(_KIND(one), []).append(one)
-    return [_one_range(group, shift_ms) if len(group) > 1 else group[0].event(shift_ms)
+        return [row_event(held[0], shift_ms)]
+    if not in_order:
+        sort_rows(held)
+    columns = tuple(zip(*held, strict=True))
+    statuses, endpoints = columns[8], columns[9]
+    count = len(held)
+    if statuses.count(statuses[0]) == count and endpoints.count(endpoints[0]) == count:
+        return [_one_range(held[0], columns, shift_ms)]
+    kinds: dict[tuple[int | None, str | None], list[DeliveryRow]] = {}
+    for row in held:  # rare: an endpoint answering 200 and 204
+        kinds.setdefault((row[8], row[9]), []).append(row)
+    return [_one_range(group[0], tuple(zip(*group, strict=True)), shift_ms)
+            if len(group) > 1 else row_event(group[0], shift_ms)
             for group in kinds.values()]
 
 
-def _one_range(held: list[Delivery], shift_ms: int) -> Event:
-    """This runs for every few deliveries: the per-record work is C's (attrgetter, sort,
-    zip, map), the event is made positionally (`Event`'s field order), and the
-    differences from the first record (None when all are equal) are inlined."""
-    offsets, ts, latencies, record_ts, fetched = zip(*sorted(map(_ROW, held)), strict=True)
-    first, count, sub, repeat = held[0], len(offsets), operator.sub, itertools.repeat
-    contiguous = offsets[-1] - offsets[0] == count - 1 and len(set(offsets)) == count
+def _one_range(first: DeliveryRow, columns: tuple[tuple[Any, ...], ...],
+               shift_ms: int) -> Event:
+    """This runs per cursor and commit: the per-record work is C's (zip, count, map),
+    the event is made positionally (`Event`'s field order), and the differences from the
+    first record (None when all are equal) are inlined."""
+    offsets, ts, latencies, record_ts, fetched = columns[3:8]
+    count, sub, repeat = len(offsets), operator.sub, itertools.repeat
+    low, high = offsets[0], offsets[-1]
+    contiguous = high - low == count - 1 and len(set(offsets)) == count
     ts0, record_ts0, fetched0 = ts[0], record_ts[0], fetched[0]
     return Event(
-        "delivered", ts0, first.subscription, first.endpoint, first.topic,
-        first.partition, offsets[0], 1, first.status, None, record_ts0,
-        fetched0 + shift_ms, None, None, None, count,
-        f"{offsets[0]}-{offsets[-1]}" if contiguous else offset_ranges(offsets), None, None,
+        "delivered", ts0, first[0], first[9], first[1], first[2], low, 1, first[8], None,
+        record_ts0, fetched0 + shift_ms, None, None, None, count,
+        f"{low}-{high}" if contiguous else offset_ranges(offsets), None, None,
         latencies,  # type: ignore[arg-type]  # a tuple encodes as the same array
         None if ts.count(ts0) == count else list(map(sub, ts, repeat(ts0))),
         None if record_ts.count(record_ts0) == count else
@@ -372,14 +439,50 @@ def _one_range(held: list[Delivery], shift_ms: int) -> Event:
         list(map(sub, fetched, repeat(fetched0))))
 
 
-_ROW: Final = operator.attrgetter("offset", "ts_ms", "latency_us", "record_ts_ms",
-                                  "fetched_ms")
-_KIND: Final = operator.attrgetter("endpoint", "status")
+Position = tuple[str, str, int, int]
+"""One cursor's committed position: (subscription, topic, partition, offset)."""
+
+
+def commit_round(ts_ms: int, positions: Sequence[Position]) -> Event:
+    """A commit round's positions as one `committed` event (issue 35): `subscriptions`,
+    `partitions` and `positions` (the committed offsets) item by item, the topic as
+    `topic` when the round has one, else `topics` item by item. One position: the
+    per-cursor event, as before."""
+    if len(positions) == 1:
+        ((sub, topic, partition, offset),) = positions
+        return Event(type="committed", ts_ms=ts_ms, subscription=sub, topic=topic,
+                     partition=partition, offset=offset)
+    subs, topics, partitions, offsets = (list(column) for column in zip(*positions,
+                                                                        strict=True))
+    one_topic = topics.count(topics[0]) == len(topics)
+    return Event(type="committed", ts_ms=ts_ms, topic=topics[0] if one_topic else None,
+                 subscriptions=subs, topics=None if one_topic else topics,
+                 partitions=partitions, positions=offsets)
+
+
+def committed_positions(event: Event) -> list[Position]:
+    """The positions a `committed` event names: one, or a round's."""
+    if event.positions is None:
+        return [(event.subscription or "", event.topic or "", event.partition or 0,
+                 event.offset or 0)]
+    subs, partitions = event.subscriptions or [], event.partitions or []
+    topics = event.topics or [event.topic or ""] * len(event.positions)
+    return list(zip(subs, topics, partitions, event.positions, strict=True))
+
+
+def committed_cursors(event: Event) -> list[_Cursor]:
+    return [(sub, topic, partition) for sub, topic, partition, _ in
+            committed_positions(event)]
 
 
 def expand(event: Event) -> list[Event]:
     """A record event with `offsets` -> one event per offset it names, each with its own
-    values of the per-record lists (`PER_RECORD_FIELDS`); any other event as it is."""
+    values of the per-record lists (`PER_RECORD_FIELDS`); a commit round -> one
+    `committed` per position; any other event as it is."""
+    if event.type == "committed" and event.positions is not None:
+        return [Event(type="committed", ts_ms=event.ts_ms, subscription=sub, topic=topic,
+                      partition=partition, offset=offset)
+                for sub, topic, partition, offset in committed_positions(event)]
     if event.offsets is None or event.type not in RECORD_EVENT_TYPES:
         return [event]
     offsets = [o for first, last in ranges_of(event.offsets) for o in range(first, last + 1)]
@@ -555,6 +658,7 @@ class Journal:
         flush_interval_ms: int = 200,
         max_buffered: int = 100_000,
         pace: Gate | None = None,
+        ledger: list[DeliveryRow] | None = None,
     ) -> None:
         if max_segment_bytes <= 0 or max_segment_age_ms <= 0 or flush_interval_ms <= 0:
             raise UsageError("Journal sizes and intervals must be positive")
@@ -574,6 +678,17 @@ class Journal:
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
         self._ranges = DeliveryRanges()
+        self.ledger: list[DeliveryRow] = [] if ledger is None else ledger
+        """Plain first-attempt deliveries not filed yet: the egress appends its rows here
+        (`ActorContext.delivered` is this list's `append`: no Python call per delivery);
+        filed into `DeliveryRanges` at every commit and at stop, and at a flush when
+        `RANGE_MAX_AGE_MS` / 2 passed since the last filing or it holds `max_buffered`
+        rows: filed at a commit round, a cursor's rows since its last commit are side by
+        side (one range); filed at every flush, they would come one by one. Rows
+        appended after `stop()` are not seen (a runtime stops its actors first)."""
+        self._ticks = self._filed_at = 0  # flushes so far; the one the ledger was filed at
+        self.tap: Callable[[list[DeliveryRow]], None] | None = None
+        """Told the ledger's rows as they are filed (the runtime's `delivered` listeners)."""
         self._shift = clock.wall_ms() - clock.monotonic_ms()
         self._written = 0
         self._dropped = 0
@@ -589,13 +704,10 @@ class Journal:
     # -- hot path ---------------------------------------------------------------------
 
     def emit(self, event: Event | Delivery) -> None:
-        """Queue one event for the flush task. Never blocks, never raises."""
-        if type(event) is Delivery:  # DeliveryRanges.add, its common case inlined
-            held = self._ranges.held.get((event.subscription, event.topic, event.partition))
-            if held is not None and len(held) < RANGE_MAX_RECORDS - 1:
-                held.append(event)
-            else:
-                self._hold(event)
+        """Queue one event for the flush task. Never blocks, never raises. (The egress
+        hands its plain first-attempt deliveries to `ledger` instead.)"""
+        if type(event) is Delivery:
+            self.ledger.append(event.row())
             return
         if event.type == "committed":
             self._commit(event)  # type: ignore[arg-type]
@@ -612,29 +724,34 @@ class Journal:
         self._shift = self._clock.wall_ms() - self._clock.monotonic_ms()
         return self._shift
 
-    def _hold(self, delivery: Delivery) -> None:
-        """A first-attempt delivery waits for its cursor's commit (`DeliveryRanges`)."""
-        if self._state == "stopped":
-            self._behind(delivery.event(self._shift_ms()))  # dropped, counted
+    def _file(self) -> None:
+        """Take the ledger's rows into `DeliveryRanges` (its cursors over
+        `RANGE_MAX_RECORDS` out to the buffer)."""
+        ledger, self._filed_at = self.ledger, self._ticks
+        if not ledger:
             return
-        full = self._ranges.add(delivery)
-        if full is not None:
-            self._queue(self._ranges.release(full, self._shift))
+        rows = ledger.copy()
+        ledger.clear()  # in place: the egress holds this list's `append`
+        if self.tap is not None:
+            self.tap(rows)
+        if self._state == "stopped":
+            self._drop([row_event(row, self._shift) for row in rows], "stopped")
+            return
+        self._queue(self._ranges.file(rows, self._shift))
 
     def _commit(self, event: Event) -> None:
-        """A commit releases its cursor's held deliveries into the buffer ahead of it."""
-        cursor = (event.subscription or "", event.topic or "", event.partition or 0)
-        if cursor in self._ranges.held:
-            released = self._ranges.release(cursor, self._shift)
-            released.append(event)
-            if len(self._buffer) + len(released) <= self._accept:
-                self._buffer += released
-            else:
-                self._queue(released)
-        elif len(self._buffer) < self._accept:
-            self._buffer.append(event)
+        """A commit releases its cursors' deliveries (in the ledger and held) into the
+        buffer ahead of it."""
+        rows, self._filed_at = self.ledger.copy(), self._ticks
+        self.ledger.clear()  # in place: the egress holds this list's `append`
+        if rows and self.tap is not None:
+            self.tap(rows)
+        released = self._ranges.file(rows, self._shift, set(committed_cursors(event)))
+        released.append(event)
+        if len(self._buffer) + len(released) <= self._accept:
+            self._buffer += released
         else:
-            self._behind(event)
+            self._queue(released)
 
     def _queue(self, events: list[Event]) -> None:
         for event in events:
@@ -690,6 +807,7 @@ class Journal:
         """Flush everything, close the segment. Idempotent; later emits are dropped."""
         if self._state == "stopped":
             return
+        self._file()  # what the egress handed over so far is journaled, later rows dropped
         self._state, self._accept = "stopped", 0
         self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
@@ -746,8 +864,11 @@ class Journal:
         return recover_segments(self._dir)
 
     async def _flush_locked(self) -> None:
-        self._buffer += self._ranges.release_older(
-            max(1, RANGE_MAX_AGE_MS // self._interval_ms), self._shift_ms())
+        ticks = max(1, RANGE_MAX_AGE_MS // self._interval_ms)
+        self._ticks += 1
+        if self._ticks - self._filed_at >= ticks // 2 or len(self.ledger) >= self._max_buffered:
+            self._file()  # else the next commit files it: a cursor's rows side by side
+        self._buffer += self._ranges.release_older(ticks, self._shift_ms())
         if self._buffer or self._unreported:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():

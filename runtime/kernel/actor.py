@@ -229,17 +229,22 @@ def discard(event: object) -> None:
 
 @dataclass(slots=True)
 class ActorContext:
-    """What the runtime gives every actor: its path, the clock and two sinks: `emit` for
-    the domain's journal events (the kernel never looks at them) and `lifecycle` for
-    what supervisors report (starts, restarts, stops, crashes); `pace` is `emit`'s
-    backpressure (runtime/kernel/gate.py): a paced actor takes a message only while it
-    is open."""
+    """What the runtime gives every actor: its path, the clock and three sinks: `emit` for
+    the domain's journal events and `delivered` for its commonest one, in bulk (the
+    kernel never looks at them), and `lifecycle` for what supervisors report (starts,
+    restarts, stops, crashes); `pace` is the sinks' backpressure
+    (runtime/kernel/gate.py): a paced actor takes a message only while it is open.
+
+    `delivered` is there for speed (issue 35): in a host it is a list's `append` (the
+    journal's ledger, runtime/host/journal.py), so handing it a value costs no Python
+    call; the list's owner takes what was appended at its own times."""
 
     path: str = "/"
     clock: Clock = field(default_factory=RealClock)
     emit: Callable[[Any], None] = field(default=discard)
     lifecycle: Callable[[Lifecycle], None] = field(default=discard)
     pace: Gate = field(default=OPEN)
+    delivered: Callable[[Any], None] = field(default=discard)
 
 
 class Ref(Protocol):

@@ -32,6 +32,7 @@ class ActorSystem:
         emit: Callable[[Any], None] | None = None,
         lifecycle: Callable[[Lifecycle], None] | None = None,
         pace: Gate | None = None,
+        delivered: Callable[[Any], None] | None = None,
         strategy: Strategy = "one_for_one",
         intensity: int = 10,
         period_ms: int = 10_000,
@@ -41,7 +42,8 @@ class ActorSystem:
         # without a lifecycle sink, lifecycle reports go where the domain's events go
         sink = emit or discard
         self.root.context = ActorContext(path=f"/{name}", clock=self.clock, emit=sink,
-                                         lifecycle=lifecycle or sink, pace=pace or OPEN)
+                                         lifecycle=lifecycle or sink, pace=pace or OPEN,
+                                         delivered=delivered or discard)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -56,6 +56,7 @@ _SPARK_TYPES: dict[object, T.DataType] = {
     int: T.LongType(),
     float: T.DoubleType(),
     list[int]: T.ArrayType(T.LongType()),
+    list[str]: T.ArrayType(T.StringType()),
 }
 
 
@@ -64,7 +65,7 @@ def event_schema() -> T.StructType:
     fields = []
     for info in msgspec.structs.fields(Event):
         base = str if info.name == "type" else next(  # `type` is the EventType Literal
-            t for t in (str, int, float, list[int]) if info.type in (t, t | None))
+            t for t in (str, int, float, list[int], list[str]) if info.type in (t, t | None))
         fields.append(T.StructField(info.encode_name, _SPARK_TYPES[base], nullable=True))
     fields.append(T.StructField(CORRUPT, T.StringType(), nullable=True))
     return T.StructType(fields)
@@ -118,6 +119,38 @@ def is_valid_event() -> Column:
     return F.col(CORRUPT).isNull() & F.col("type").isNotNull() & F.col("ts_ms").isNotNull()
 
 
+ROUND_LISTS = ("subscriptions", "topics", "partitions", "positions")
+
+
+def one_row_per_position(raw: DataFrame) -> DataFrame:
+    """A commit round (issue 35: a `committed` event with `positions`, the committed
+    offsets, and item by item `subscriptions`, `partitions` and, when the round spans
+    topics, `topics`) -> one `committed` row per position, as a per-cursor `committed`
+    is, so the commit definitions read one event per cursor. Other rows pass."""
+    if "positions" not in raw.columns:  # a store written before commit rounds
+        return raw
+    c = F.col
+    is_round = (c("type") == "committed") & c("positions").isNotNull()
+    rows = raw.select("*", F.posexplode_outer(F.when(is_round, c("positions"))).alias(
+        "_i", "_position"))
+    one = c("_position").isNotNull()
+
+    def item(name: str, fallback: str) -> Column:
+        return F.when(one, F.coalesce(F.get(c(name), c("_i")), c(fallback))).otherwise(
+            c(fallback)).cast(raw.schema[fallback].dataType)
+
+    replaced = {
+        "subscription": item("subscriptions", "subscription"),
+        "topic": item("topics", "topic"),
+        "partition": item("partitions", "partition"),
+        "offset": F.coalesce(c("_position"), c("offset")).cast(raw.schema["offset"].dataType),
+        **{name: F.when(one, F.lit(None)).otherwise(c(name)).cast(raw.schema[name].dataType)
+           for name in ROUND_LISTS},
+    }
+    return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)
+                         for name in raw.columns))
+
+
 def one_row_per_record(raw: DataFrame) -> DataFrame:
     """A record event for several records (`offsets` as ranges "3-7,9", `offset` the
     first, `count` of them: issue 35; the partition actor journals a batch's `fetched` so,
@@ -127,7 +160,9 @@ def one_row_per_record(raw: DataFrame) -> DataFrame:
     (`PER_RECORD_FIELDS`: item i is the i-th offset's latency, or its `ts_ms`,
     `record_ts_ms`, `fetched_ts_ms` minus the event's): each row gets its own. Other rows
     (and `filtered`, which `filtered_ranges` reads as ranges) pass as they are. Applied
-    where the journal is read (`job.read_raw`, the store, the follow stream)."""
+    where the journal is read (`job.read_raw`, the store, the follow stream), after
+    `one_row_per_position` (a commit round, one row per cursor)."""
+    raw = one_row_per_position(raw)
     c = F.col
     ranged = c("type").isin(RECORD_EVENTS) & c("offsets").isNotNull()
 

@@ -224,7 +224,8 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     endpoint = Endpoint()
     await endpoint.start()
     events: list[Event] = []
-    system = ActorSystem(clock=FakeClock(START_MS, WALL_OFFSET_MS), emit=events.append)
+    system = ActorSystem(clock=FakeClock(START_MS, WALL_OFFSET_MS), emit=events.append,
+                         delivered=lambda row: events.append(Delivery.of_row(row)))
     await system.start()
     collector = Collector()
     await system.spawn(ChildSpec("collector", lambda: collector))
@@ -544,8 +545,9 @@ async def test_outcomes_are_journaled_and_counted(harness: Harness) -> None:
     await harness.push(ok, make_record(8, attempt=2))
 
     assert [e for e in harness.events if e.type == "sent"] == []  # issue 35
-    # a first attempt's plain delivery goes out as a Delivery, for the journal to hold
-    # and range (runtime/host/journal.py); its Event is what the journal writes of it
+    # a first attempt's plain delivery goes to the `delivered` sink (here made a
+    # Delivery), for the journal to hold and range (runtime/host/journal.py); its Event
+    # is what the journal writes of it
     first, retry = [e for e in harness.events if e.type == "delivered"]
     assert isinstance(first, Delivery) and isinstance(retry, Event)
     delivered = [first.event(WALL_OFFSET_MS), retry]

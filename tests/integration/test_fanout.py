@@ -9,12 +9,14 @@ import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 from aiokafka import TopicPartition
 
 from actors.delivery.path.member import InstanceMemberActor
 from actors.shared.messages import StatusQuery
 from runtime.host.app import Runtime
+from runtime.host.journal import Event, closed_segments, expand
 from runtime.kafka import compat, make_consumer
 from runtime.kernel.supervisor import Supervisor
 from tests import waits
@@ -30,6 +32,7 @@ from tests.integration.delivery_harness import (
 from tests.waits import until
 
 pytestmark = pytest.mark.integration
+DECODER = msgspec.json.Decoder(Event)
 
 
 def member(runtime: Runtime) -> InstanceMemberActor:
@@ -276,3 +279,37 @@ async def test_a_group_with_a_live_member_refuses_commits_until_it_leaves_and_no
             await asyncio.wait_for(old.stop(), 15)
         await receiver.stop()
     assert sorted(o for *_, o in receiver.delivered()) == list(range(30))
+
+
+async def test_a_commit_round_is_journaled_as_one_event_naming_every_cursor_it_moved(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """Issue 35: the member journals a commit round as one `committed` event, and the
+    deliveries it passes are journaled ahead of it."""
+    topic = await topic_factory(partitions=2)
+    ids = ["ra", "rb", "rc"]
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            heard: set[tuple[str | None, int | None, int | None]] = set()
+            runtime.listen("committed", lambda e: heard.add((e.subscription, e.partition,
+                                                              e.offset)))
+            await subscribe_many(Admin(runtime), ids, topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 40, partitions=2)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 3 * 40)
+            await until(lambda: {(f"{i}_g-{i}", p, 20) for i in ids for p in (0, 1)} <= heard,
+                        what="every cursor's commit of 20")
+    finally:
+        await receiver.stop()
+    events = [event for segment in closed_segments(tmp_path / "journal")
+              for line in segment.read_bytes().splitlines()
+              for event in [DECODER.decode(line)]]
+    rounds = [e for e in events if e.type == "committed" and e.positions is not None]
+    assert rounds and max(len(e.positions or []) for e in rounds) > 1
+    written: set[tuple[str, int, int]] = set()
+    for event in events:  # every delivery a commit passes is on disk before it
+        for one in expand(event):
+            if one.type == "delivered":
+                written.add((one.subscription or "", one.partition or 0, one.offset or 0))
+            elif one.type == "committed" and one.subscription in {f"{i}_g-{i}" for i in ids}:
+                sub, partition = one.subscription or "", one.partition or 0
+                assert all((sub, partition, o) in written for o in range(one.offset or 0))

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from runtime.host.journal import Event, expand
 from runtime.kafka import make_producer
 from tests import waits
 from tests.conftest import TopicFactory, embedded_quirks
@@ -32,6 +33,7 @@ from tests.integration.test_cluster_processes import Instance
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6
+DECODER = msgspec.json.Decoder(Event)
 PER_PARTITION = 500
 CHUNK = 60  # records produced at a time, every CHUNK_GAP_S: a stream of about 10 s
 CHUNK_GAP_S = 0.2
@@ -128,12 +130,13 @@ async def commits(bootstrap: str, topic: str) -> dict[str, dict[int, int]]:
 
 
 def journal_of(directory: Path) -> list[dict[str, Any]]:
-    """Every event an instance journaled, closed segments and the one a crash left open."""
+    """Every event an instance journaled, closed segments and the one a crash left open,
+    one per record and commit position (ranged deliveries and commit rounds expanded)."""
     events = []
     for segment in sorted(directory.glob("*.jsonl*")):
         for line in segment.read_bytes().splitlines():
             if line.strip():
-                events.append(msgspec.json.decode(line))
+                events += [msgspec.structs.asdict(one) for one in expand(DECODER.decode(line))]
     return events
 
 

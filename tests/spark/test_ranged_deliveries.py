@@ -17,7 +17,15 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-from runtime.host.journal import Delivery, Event, Journal, closed_segments, offset_ranges
+from runtime.host.journal import (
+    Delivery,
+    Event,
+    Journal,
+    Position,
+    closed_segments,
+    commit_round,
+    offset_ranges,
+)
 from runtime.kernel.clock import FakeClock
 from tests.spark.conftest import SPARK
 
@@ -148,3 +156,40 @@ def test_a_ranged_journal_reports_what_its_per_record_journal_does(
         assert got[key] == want[key], key
     old = next(row for row in got["delivery_summary"] if row["subscription"] == "old_g")
     assert float(old["added_p50_ms"]) == 4.0  # from the `sent` events
+
+
+def as_commit_rounds(events: list[Event | Delivery]) -> list[Event | Delivery]:
+    """The same journal as a member writes it since commit rounds (issue 35): every
+    outcome first, then round k holds each cursor's k-th commit, in one event."""
+    rounds: dict[tuple[str, int], int] = {}
+    by_round: dict[int, list[Position]] = {}
+    others: list[Event | Delivery] = []
+    for one in events:
+        if isinstance(one, Event) and one.type == "committed":
+            k = rounds[(one.subscription or "", one.partition or 0)] = \
+                rounds.get((one.subscription or "", one.partition or 0), -1) + 1
+            by_round.setdefault(k, []).append(
+                (one.subscription or "", one.topic or "", one.partition or 0, one.offset or 0))
+        else:
+            others.append(one)
+    return [*others, *(commit_round(T0 + 1000 + k, by_round[k]) for k in sorted(by_round))]
+
+
+def test_commit_rounds_report_what_per_cursor_commits_do(spark: Any, tmp_path: Path) -> None:
+    per_record = all_events()
+    write_raw(tmp_path / "per-record", per_record)
+    rounds = as_commit_rounds(per_record)
+    write_through_journal(tmp_path / "rounds", rounds)
+    round_lines = [line for p in closed_segments(tmp_path / "rounds")
+                   for line in p.read_bytes().splitlines() if b'"positions"' in line]
+    assert len(round_lines) == len([e for e in rounds if isinstance(e, Event)
+                                    and e.positions is not None]) > 1
+
+    want = report(tmp_path / "per-record", tmp_path / "out-per-record", "fast")
+    got = report(tmp_path / "rounds", tmp_path / "out-rounds", "fast")
+
+    assert (got["lost"], got["duplicates"]) == (1, 1)
+    for key in ("records_fetched", "delivered", "lost", "duplicates", "audit",
+                "delivery_summary"):
+        assert got[key] == want[key], key
+    assert got["event_types"]["committed"] == want["event_types"]["committed"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import msgspec
 
+from runtime.host.app import Runtime
+from runtime.host.config import parse_config
 from runtime.host.journal import (
     RANGE_MAX_AGE_MS,
     RANGE_MAX_RECORDS,
@@ -15,6 +17,8 @@ from runtime.host.journal import (
     Event,
     Journal,
     closed_segments,
+    commit_round,
+    committed_positions,
     expand,
 )
 from runtime.kernel.clock import FakeClock
@@ -45,6 +49,14 @@ def committed(offset: int, *, sub: str = "s_g", partition: int = 0) -> Event:
 def lines(directory: Path) -> list[Event]:
     return [decoder.decode(line) for path in closed_segments(directory)
             for line in path.read_bytes().splitlines()]
+
+def runtime_with_journal(tmp_path: Path, *, enabled: bool) -> Runtime:
+    """A runtime not started, its journal (on or off) under `tmp_path`."""
+    return Runtime(parse_config({
+        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
+        "journal": {"dir": str(tmp_path / "journal"), "enabled": enabled},
+    }), clock=FakeClock())
+
 
 
 async def test_deliveries_are_held_until_their_cursor_commits_then_written_ahead_of_it(
@@ -102,27 +114,29 @@ async def test_held_deliveries_go_out_when_many_old_or_at_stop(tmp_path: Path) -
     await journal.open()
     for offset in range(RANGE_MAX_RECORDS):
         journal.emit(delivered(offset))
-    assert journal.buffered == 1  # the cursor's thousand, as one event
-
     journal.emit(delivered(0, partition=1))
+    assert journal.buffered == 0  # in the ledger until a commit (or late flush) files it
+    journal.emit(committed(0, sub="other_g"))
+    assert journal.buffered == 2  # the cursor's thousand, as one event; the commit
+
     for _ in range(RANGE_MAX_AGE_MS // journal.flush_interval_ms - 1):
         await journal.flush()
-    assert journal.written == 1
+    assert journal.written == 2
     await journal.flush()
-    assert journal.written == 2  # held for RANGE_MAX_AGE_MS worth of flushes: out
+    assert journal.written == 3  # held for RANGE_MAX_AGE_MS worth of flushes: out
 
     journal.emit(delivered(0, partition=2))
     await journal.stop()
-    assert journal.written == 3
-    assert sorted(e.partition or 0 for e in lines(tmp_path)) == [0, 1, 2]
+    assert journal.written == 4
+    assert sorted(e.partition or 0 for e in lines(tmp_path)) == [0, 0, 1, 2]
 
 
 def test_the_book_keeps_cursors_and_statuses_apart_and_releases_the_oldest_first() -> None:
     ranges = DeliveryRanges()
-    assert ranges.add(delivered(0, partition=0)) is None
+    assert ranges.file([delivered(0, partition=0).row()], SHIFT) == []
     assert ranges.release_older(ticks=2, shift_ms=SHIFT) == []  # one tick old
-    assert ranges.add(delivered(0, partition=1)) is None
-    assert ranges.add(delivered(1, partition=1, status=204)) is None
+    assert ranges.file([delivered(1, partition=1, status=204).row(),
+                        delivered(0, partition=1).row()], SHIFT) == []
     assert len(ranges) == 3
 
     assert [e.partition for e in ranges.release_older(ticks=2, shift_ms=SHIFT)] == [0]
@@ -132,16 +146,84 @@ def test_the_book_keeps_cursors_and_statuses_apart_and_releases_the_oldest_first
 
 
 def test_a_delivered_listener_hears_the_event_a_delivery_stands_for(tmp_path: Path) -> None:
-    from runtime.host.app import Runtime
-    from runtime.host.config import parse_config
-
-    runtime = Runtime(parse_config({
-        "brokers": [{"name": "Kafka", "bootstrap_servers": "127.0.0.1:9"}],
-        "journal": {"dir": str(tmp_path / "journal"), "enabled": False},
-    }), clock=FakeClock())
+    runtime = runtime_with_journal(tmp_path, enabled=False)
     heard: list[Event] = []
     runtime.listen("delivered", heard.append)
 
     runtime._emit(delivered(4))  # what the actors' emit sink is
 
     assert heard == [delivered(4).event(SHIFT)]
+
+
+async def test_a_commit_round_is_one_event_ahead_of_which_its_cursors_deliveries_go(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.open()
+    journal.ledger += [delivered(0).row(), delivered(0, partition=1).row(),
+                       delivered(1).row(), delivered(0, sub="idle_g").row()]
+    journal.emit(commit_round(T0 + 100, [("s_g", "t", 0, 2), ("s_g", "t", 1, 1),
+                                         ("x_g", "u", 3, 9)]))
+    assert (journal.buffered, journal.ledger) == (3, [])  # idle_g's stays held
+    await journal.stop()
+
+    first, second, round_, idle = lines(tmp_path)
+    assert [(e.partition, e.count) for e in (first, second)] == [(0, 2), (1, None)]
+    assert (round_.subscriptions, round_.topics, round_.partitions, round_.positions) == (
+        ["s_g", "s_g", "x_g"], ["t", "t", "u"], [0, 1, 3], [2, 1, 9])
+    assert [(e.subscription, e.topic, e.partition, e.offset) for e in expand(round_)] == [
+        ("s_g", "t", 0, 2), ("s_g", "t", 1, 1), ("x_g", "u", 3, 9)]
+    assert idle.subscription == "idle_g"
+
+
+def test_a_round_of_one_topic_names_it_once_and_a_round_of_one_is_the_old_event() -> None:
+    round_ = commit_round(T0, [("s_g", "t", 0, 2), ("r_g", "t", 1, 5)])
+    assert (round_.topic, round_.topics, round_.subscription) == ("t", None, None)
+    assert committed_positions(round_) == [("s_g", "t", 0, 2), ("r_g", "t", 1, 5)]
+    assert commit_round(T0, [("s_g", "t", 0, 2)]) == Event(
+        type="committed", ts_ms=T0, subscription="s_g", topic="t", partition=0, offset=2)
+
+
+async def test_in_a_runtime_the_egress_sink_is_the_journals_ledger_append(
+        tmp_path: Path) -> None:
+    runtime = runtime_with_journal(tmp_path, enabled=True)
+    heard: list[Event] = []
+    runtime.listen("delivered", heard.append)
+    sink = runtime.system.root.context.delivered
+    assert type(sink) is type([].append)  # a C method: no Python frame per delivery
+
+    journal = await runtime._open_journal()
+    assert journal is not None
+    sink(delivered(4).row())
+    assert journal.ledger == [delivered(4).row()] and heard == []
+    await journal.stop()
+    assert heard == [delivered(4).event(SHIFT)]  # heard as the journal filed it
+    assert [(e.offset, e.count) for e in lines(tmp_path / "journal")] == [(4, None)]
+
+
+def test_a_committed_listener_hears_a_round_position_by_position(tmp_path: Path) -> None:
+    runtime = runtime_with_journal(tmp_path, enabled=False)
+    heard: list[Event] = []
+    runtime.listen("committed", heard.append)
+
+    runtime._emit(commit_round(T0, [("s_g", "t", 0, 2), ("r_g", "t", 1, 5)]))
+
+    assert [(e.subscription, e.partition, e.offset) for e in heard] == [
+        ("s_g", 0, 2), ("r_g", 1, 5)]
+
+
+async def test_without_a_commit_the_ledger_is_filed_by_the_flushes_of_half_the_max_age(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.open()
+    journal.ledger.append(delivered(3).row())
+    half = RANGE_MAX_AGE_MS // journal.flush_interval_ms // 2
+    for _ in range(half - 1):
+        await journal.flush()
+    assert journal.ledger != []  # left for a commit: a cursor's rows side by side
+    await journal.flush()
+    assert journal.ledger == [] and journal.written == 0  # filed, held by its cursor
+    for _ in range(2 * half + 1):
+        await journal.flush()
+    assert journal.written == 1  # out after RANGE_MAX_AGE_MS held, before the stop
+    await journal.stop()
+    assert [(e.offset, e.latency_ms) for e in lines(tmp_path)] == [(3, 1.28)]

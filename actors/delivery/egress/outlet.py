@@ -51,7 +51,7 @@ from actors.shared.messages import (
     StatusQuery,
 )
 from runtime.errors import UsageError
-from runtime.host.journal import Delivery, Event, EventType
+from runtime.host.journal import Event, EventType
 from runtime.host.metrics import Registry, Value
 from runtime.kernel.actor import Actor, Ref
 
@@ -420,14 +420,15 @@ class OutletActor(Actor):
         """One event per attempt. A first attempt's carries when the record was fetched:
         the report's added latency is its send time (`ts_ms - latency_ms`) minus that
         (issue 35: this was a `sent` event per attempt, 40% of the journal's bytes). A
-        plain first-attempt delivery goes out as a `Delivery`, which the journal holds and
-        writes with its cursor's others as one ranged event."""
+        plain first-attempt delivery goes to the journal, which holds it and
+        writes with its cursor's others as one ranged event; it goes as a row (a tuple in
+        `DeliveryRow`'s order) to the `delivered` sink, the journal's ledger: no call."""
         attempt = record.attempt
         if attempt == 1 and reason is None and kind == "delivered" and record.retry is None:
-            self.context.emit(Delivery(
-                self._subscription, self.endpoint, record.topic, record.partition,
-                record.offset, status, now_wall, int(latency_ms * 1000),
-                record.timestamp_ms, record.fetched_ms))
+            self.context.delivered((
+                self._subscription, record.topic, record.partition, record.offset,
+                now_wall, int(latency_ms * 1000), record.timestamp_ms, record.fetched_ms,
+                status, self.endpoint))
             return
         topic, partition, offset = record.coordinates()  # a retry: its original ones
         fetched_ts_ms = (now_wall - (self.context.clock.monotonic_ms() - record.fetched_ms)

@@ -62,7 +62,8 @@ from actors.shared.messages import (
     StatusQuery,
 )
 from actors.shared.rebalance import Assign, RebalanceListener, Revoke, leave
-from runtime.host.journal import Event, EventType
+from runtime.host.journal import Event, EventType, commit_round
+from runtime.host.journal import Position as JournalPosition
 from runtime.host.metrics import Registry
 from runtime.kafka import compat, make_consumer
 from runtime.kafka.group_offsets import GroupOffsets
@@ -291,10 +292,13 @@ class InstanceMemberActor(Actor):
     def _on_settled(self, settled: CommitsSettled) -> None:
         self.incarnations.gone(settled.outcome.gone)
         written = self.commits.settle(settled.outcome, self.seats.current)
+        journaled: list[JournalPosition] = []
         for (key, tp), position in written.items():
             self.incarnations.committed(position.group, tp)
             self.writers.wrote(position.group, tp, position.offset)
-            self.journal("committed", tp, subscription=key, offset=position.offset)
+            journaled.append((key, tp.topic, tp.partition, position.offset))
+        if journaled:  # the round as one event (issue 35)
+            self.context.emit(commit_round(self.context.clock.wall_ms(), journaled))
         self.refusals.settled(settled.round.seats, written, settled.outcome.gone,
                               lambda group, tp: self.writers.written.get((group, tp)))
         groups = {p.group for p in settled.round.seats.values()}
