@@ -135,9 +135,9 @@ class ControlActor(Actor):
         self.desk = ReplayDesk(self.registry, trees)
         self.problems: list[str] = []
         self._reaching = RestartBackoff(RETRY)  # opening the source, while it fails
-        self.leaving = Leaving(self, trees.stop_trees, self._forget_left)
-        self.saves = Saves(self, source.save)  # subscribes' files, written off the mailbox
-        self._flags_kept: tuple[list[str], dict[str, str]] | None = None  # as stored
+        self.leaving = Leaving(self, trees.stop_trees, trees.release_member, self._forget,
+                               lambda key: self.registry.known(key).consumer)
+        self.saves = Saves(self, source)  # the files, written off the mailbox
         trees.handlers = programmed.handlers
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -296,28 +296,6 @@ class ControlActor(Actor):
 
         return self.leaving.ask(key, begin)
 
-    async def _forget_left(self, keys: tuple[str, ...]) -> dict[str, Consumer | Exception]:
-        """The end of a batch of unsubscribes: each subscription's member released, then
-        all forgotten together (one batch of file deletes); per key, what it was or why
-        it could not be forgotten."""
-        outcome: dict[str, Consumer | Exception] = {}
-        left: list[Consumer] = []
-        for key in keys:
-            try:
-                consumer = self.registry.known(key).consumer
-                await self.trees.release_member(consumer)
-            except Exception as exc:
-                outcome[key] = exc
-            else:
-                left.append(consumer)
-        try:
-            await self._forget(*left)
-        except Exception as exc:
-            outcome.update((consumer.key, exc) for consumer in left)
-        else:
-            outcome.update((consumer.key, consumer) for consumer in left)
-        return outcome
-
     async def _unsubscribe(self, key: str) -> Consumer:
         """Stop the tree (it drains and commits), then forget the subscription."""
         consumer = self.registry.known(key).consumer
@@ -326,12 +304,8 @@ class ControlActor(Actor):
         return consumer
 
     async def _forget(self, *consumers: Consumer) -> None:
-        for consumer in consumers:
-            await self.saves.written(consumer.key)
         stored = [consumer.key for consumer in consumers if self._drop(consumer)]
-        if stored:  # in-process ones were never stored
-            await self.source.delete(*stored)
-            await self._keep_flags()
+        await self.saves.forget(stored, self.registry)  # in-process ones were never stored
         for consumer in consumers:
             log.info("unsubscribed %s", consumer.key)
 
@@ -431,7 +405,7 @@ class ControlActor(Actor):
             return
         await self._stop_tree(consumer)
         self.registry.move(key, "paused", reason)
-        await self._keep_flags()
+        await self.saves.keep_flags(self.registry)
         log.info("subscription %s paused", key)
 
     async def _resume(self, key: str, what: str) -> None:
@@ -439,7 +413,7 @@ class ControlActor(Actor):
         if not self.registry.wants_resume(key):
             return
         self.registry.move(key, "starting")
-        await self._keep_flags()
+        await self.saves.keep_flags(self.registry)
         await self._try_start(consumer, what)
 
     async def _gone(self, key: str, reason: str) -> None:
@@ -469,7 +443,7 @@ class ControlActor(Actor):
             return False
         await self._stop_tree(self.registry.known(key).consumer)
         self.registry.move(key, "disabled", reason)
-        await self._keep_flags()
+        await self.saves.keep_flags(self.registry)
         return True
 
     async def _update(self, key: str, consumer: Consumer) -> None:
@@ -494,13 +468,6 @@ class ControlActor(Actor):
         finally:
             if held:  # the member re-subscribes once, if at all
                 await self.trees.release_hold(consumer)
-
-    async def _keep_flags(self) -> None:
-        """Store the paused and disabled subscriptions, when they changed since."""
-        flags = (self.registry.paused_keys(), self.registry.disabled_reasons())
-        if flags != self._flags_kept:
-            await self.source.keep_flags(*flags)
-            self._flags_kept = flags
 
     # -- cluster mode: what the subscriptions topic says -----------------------------------
     async def _on_record(self, key: str, value: bytes | None) -> None:

@@ -69,11 +69,14 @@ class LeaveBook(Generic[T]):
 
 class Leaving:
     def __init__(self, control: Actor, stop: Callable[[list[str]], Awaitable[None]],
-                 forget: Callable[[tuple[str, ...]],
-                                  Awaitable[dict[str, Consumer | Exception]]]) -> None:
+                 release: Callable[[Consumer], Awaitable[None]],
+                 forget: Callable[..., Awaitable[None]],
+                 known: Callable[[str], Consumer]) -> None:
         self.control = control
         self._stop = stop  # stops these trees, in parallel (a task, not the mailbox)
-        self._forget = forget  # the mailbox's end of unsubscribes: per key, what it was
+        self._release = release  # a subscription's member seat, once its tree stopped
+        self._forget = forget  # the mailbox's end of unsubscribes: forgets them together
+        self._known = known  # the subscription of a key (`DeliveryError`: none)
         self.book: LeaveBook[asyncio.Future[Consumer]] = LeaveBook()
 
     def ask(self, key: str, begin: Callable[[], None]) -> Pending:
@@ -105,7 +108,7 @@ class Leaving:
         actor once every answer is settled."""
         unexpected: Exception | None = None
         waiting = self.book.stopped(keys)
-        for key, outcome in (await self._forget(tuple(waiting))).items():
+        for key, outcome in (await self._forget_all(tuple(waiting))).items():
             for answer in waiting[key]:
                 if isinstance(outcome, Exception):
                     _settle(answer, outcome)
@@ -116,6 +119,27 @@ class Leaving:
         if unexpected is not None:
             self.abandon()
             raise unexpected
+
+    async def _forget_all(self, keys: tuple[str, ...]) -> dict[str, Consumer | Exception]:
+        """Each subscription's member released, then all forgotten together (one batch of
+        file deletes); per key, what it was or why it could not be forgotten."""
+        outcome: dict[str, Consumer | Exception] = {}
+        left: list[Consumer] = []
+        for key in keys:
+            try:
+                consumer = self._known(key)
+                await self._release(consumer)
+            except Exception as exc:
+                outcome[key] = exc
+            else:
+                left.append(consumer)
+        try:
+            await self._forget(*left)
+        except Exception as exc:
+            outcome.update((consumer.key, exc) for consumer in left)
+        else:
+            outcome.update((consumer.key, consumer) for consumer in left)
+        return outcome
 
     def abandon(self) -> None:
         for answer in self.book.abandon():
