@@ -63,8 +63,7 @@ from actors.shared.messages import (
 )
 from actors.shared.rebalance import Assign, RebalanceListener, Revoke, leave
 from runtime.host.journal import Event, EventType, commit_round
-from runtime.host.journal import Position as JournalPosition
-from runtime.host.metrics import Registry
+from runtime.host.metrics import Registry, Value
 from runtime.kafka import compat, make_consumer
 from runtime.kafka.group_offsets import GroupOffsets
 from runtime.kernel import Actor
@@ -108,22 +107,8 @@ class InstanceMemberActor(Actor):
         self.released = asyncio.Event()
         self.listener = RebalanceListener(self, self.released)
         self.rebalances = 0
-        self._metrics(metrics, group_id)
-
-    def _metrics(self, metrics: Registry, group_id: str) -> None:
-        labels = {"group": group_id, "member": self.name}
-        self.m_generation = metrics.gauge(
-            "hookstream_group_generation", "Generation of the instance group member"
-        ).labels(**labels)
-        self.m_assigned = metrics.gauge(
-            "hookstream_group_assigned_partitions",
-            "Partitions assigned to the instance group member").labels(**labels)
-        self.m_riders = metrics.gauge(
-            "hookstream_group_subscriptions",
-            "Subscriptions reading through the instance group member").labels(**labels)
-        self.m_rebalances = metrics.counter(
-            "hookstream_group_rebalances_total",
-            "Assignments the instance group member received").labels(**labels)
+        self.m_generation, self.m_assigned, self.m_riders, self.m_rebalances = _series(
+            metrics, {"group": group_id, "member": self.name})
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -292,19 +277,18 @@ class InstanceMemberActor(Actor):
     def _on_settled(self, settled: CommitsSettled) -> None:
         self.incarnations.gone(settled.outcome.gone)
         written = self.commits.settle(settled.outcome, self.seats.current)
-        journaled: list[JournalPosition] = []
-        for (key, tp), position in written.items():
+        for (_key, tp), position in written.items():
             self.incarnations.committed(position.group, tp)
             self.writers.wrote(position.group, tp, position.offset)
-            journaled.append((key, tp.topic, tp.partition, position.offset))
-        if journaled:  # the round as one event (issue 35)
-            self.context.emit(commit_round(self.context.clock.wall_ms(), journaled))
+        if written:  # the round as one event (issue 35)
+            self.context.emit(commit_round(self.context.clock.wall_ms(), [
+                (key, tp.topic, tp.partition, p.offset) for (key, tp), p in written.items()]))
         self.refusals.settled(settled.round.seats, written, settled.outcome.gone,
                               lambda group, tp: self.writers.written.get((group, tp)))
         groups = {p.group for p in settled.round.seats.values()}
-        refused = dict(settled.outcome.refused)
-        if settled.outcome.failed is not None:
-            refused = dict.fromkeys(groups, f"commit failed: {settled.outcome.failed}")
+        failed = settled.outcome.failed
+        refused = (settled.outcome.refused if failed is None
+                   else dict.fromkeys(groups, f"commit failed: {failed}"))
         for group in groups:
             self._note_refusal(group, refused.get(group))
         self.cursors.committed()
@@ -376,3 +360,15 @@ class InstanceMemberActor(Actor):
                 f"owned={len(self.owned)} reads={len(self.side.reads)} {self.commits!r} "
                 f"mailbox={len(self._mailbox)}>")
 
+
+def _series(metrics: Registry, labels: dict[str, str]) -> tuple[Value, Value, Value, Value]:
+    """The member's generation, assigned partitions, subscriptions and rebalances."""
+    return (metrics.gauge("hookstream_group_generation",
+                          "Generation of the instance group member").labels(**labels),
+            metrics.gauge("hookstream_group_assigned_partitions",
+                          "Partitions assigned to the instance group member").labels(**labels),
+            metrics.gauge("hookstream_group_subscriptions",
+                          "Subscriptions reading through the instance group member"
+                          ).labels(**labels),
+            metrics.counter("hookstream_group_rebalances_total",
+                            "Assignments the instance group member received").labels(**labels))
