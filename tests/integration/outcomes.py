@@ -27,8 +27,8 @@ class Keeper(Actor, Generic[T]):
         self.changed.set()
 
     async def wait_for(self, count: int) -> list[T]:
-        def enough() -> list[T] | None:
-            return self.outcomes if len(self.outcomes) >= count else None
+        def enough() -> list[T]:  # empty, falsy, until there are `count`
+            return self.outcomes if len(self.outcomes) >= count else []
 
         return await until(enough, timeout_s=WAIT_S, wake=self.changed,
                            what=f"{count} outcomes told to {self.name}")
