@@ -25,7 +25,7 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
-from tests.integration.test_process_restart import admin, start_process, write_config
+from tests.integration.processes import admin, kill, paced, start_process, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -230,11 +230,7 @@ async def test_a_killed_process_loses_no_record_of_its_batches(
     topic = await topic_factory(partitions=2)
     await produce(kafka_bootstrap, topic, 600, partitions=2)
 
-    async def slow(push: Push) -> int:
-        await asyncio.sleep(0.01)
-        return 200
-
-    receiver = await Receiver(slow).start()
+    receiver = await Receiver(paced(0.01)).start()
     port = free_port()
     config = write_config(tmp_path, kafka_bootstrap, port)
     process = await start_process(config, port)
@@ -244,15 +240,12 @@ async def test_a_killed_process_loses_no_record_of_its_batches(
         status, reply = await admin(port, "POST", "/broker/subscription", sub)
         assert status == 200, reply
         await receiver.wait_for(lambda: len(distinct(receiver)) >= 100)
-        process.kill()  # SIGKILL: no drain, no final commit, batches in flight
-        await process.wait()
+        await kill(process)  # SIGKILL: no drain, no final commit, batches in flight
         killed_at = len(distinct(receiver))
         assert killed_at < 600, "everything was delivered before the kill"
         process = await start_process(config, port)
         await receiver.wait_for(lambda: len(distinct(receiver)) == 600, timeout_s=60)
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await kill(process)
         await receiver.stop()
     assert distinct(receiver) == {(i % 2, i // 2) for i in range(600)}

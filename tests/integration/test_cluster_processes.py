@@ -7,108 +7,41 @@ receiver counts), and the others show it gone in the cluster view."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import signal
-import subprocess
-import sys
 import uuid
-from asyncio.subprocess import Process
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from runtime.host.workers import LISTEN_ENV, WORKER_ENV
-from runtime.kafka.broker import free_port
 from tests import waits
-from tests.conftest import TopicFactory, embedded_quirks
+from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
+from tests.integration.processes import (
+    Instance,
+    cluster_section,
+    paced,
+    runtime_toml,
+    secrets_key,
+)
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
 PATH = "/broker/subscription/cp/g-cp"
 
 
 def write_config(tmp: Path, bootstrap: str) -> Path:
-    path, key = tmp / "cluster.toml", tmp / "secrets.key"
-    key.write_text(base64.b64encode(os.urandom(32)).decode())
-    path.write_text(f"""
-[[brokers]]
-name = "Kafka"
-bootstrap_servers = "{bootstrap}"
-embedded_quirks = {embedded_quirks(bootstrap)}
-[admin]
-listen = "127.0.0.1:0"
-[persistence]
-dir = "{tmp / 'persist'}"
-[journal]
-enabled = false
-[cluster]
-subscriptions_topic = "subs-{uuid.uuid4().hex[:8]}"
-status_topic = "status-{uuid.uuid4().hex[:8]}"
-status_interval_ms = 300
-gone_after_intervals = 3
-secrets_key = "${{file:{key}}}"
-[delivery]
-session_timeout_ms = 2000
-[runtime]
-shutdown_deadline_ms = 4000
-""")
+    path, name = tmp / "cluster.toml", uuid.uuid4().hex[:8]
+    status = (f'status_topic = "status-{name}"\nstatus_interval_ms = 300\n'
+              "gone_after_intervals = 3")
+    path.write_text(runtime_toml(bootstrap, tmp / "persist",
+                                 sections=cluster_section(secrets_key(tmp), name, status)))
     return path
 
 
-class Instance:
-    """`python -m runtime CONFIG` as a process; its admin port comes from the same
-    environment variable `[runtime] workers` uses."""
-
-    def __init__(self, config: Path, index: int, log: Path) -> None:
-        self.config, self.index, self.log = config, index, log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: Process | None = None
-
-    async def start(self) -> Instance:
-        env = {**os.environ, WORKER_ENV: str(self.index),
-               LISTEN_ENV: f"127.0.0.1:{self.port}"}
-        with self.log.open("ab") as err:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "runtime", str(self.config), cwd=ROOT, env=env,
-                stdout=subprocess.DEVNULL, stderr=err)
-        process = self.process
-
-        async def healthy() -> bool:
-            assert process.returncode is None, self.log.read_text()[-3000:]
-            try:
-                return (await self.call("GET", "/healthz"))[0] == 200
-            except aiohttp.ClientError:
-                return False  # not listening yet
-
-        await waits.until(healthy, timeout_s=30, what=f"instance {self.index} healthy",
-                          poll_s=0.1)
-        return self
-
-    async def call(self, method: str, path: str, body: object = None) -> tuple[int, Any]:
-        async with aiohttp.ClientSession() as session, session.request(
-                method, self.url + path, json=body) as response:
-            return response.status, await response.json(content_type=None)
-
-    async def owned(self) -> int:
-        status, reply = await self.call("GET", PATH)
-        return len(reply["data"]["status"]["partitions"]) if status == 200 else 0
-
-    async def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        process = self.process
-        if process is None or process.returncode is not None:
-            return
-        process.send_signal(sig)
-        try:
-            await asyncio.wait_for(process.wait(), 15)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+async def owned_by(instance: Instance) -> int:
+    status, reply = await instance.call("GET", PATH)
+    return len(reply["data"]["status"]["partitions"]) if status == 200 else 0
 
 
 async def until(check: Any, timeout_s: float = 90) -> None:
@@ -121,11 +54,8 @@ async def test_three_processes_share_a_subscription_and_a_kill_loses_nothing(
     topic = await topic_factory(partitions=PARTITIONS)
     config = write_config(tmp_path, kafka_bootstrap)
 
-    async def slow(push: Push) -> int:  # keeps records in flight when the kill comes
-        await asyncio.sleep(0.005)
-        return 200
-
-    receiver = await Receiver(slow).start()
+    # a paced receiver keeps records in flight when the kill comes
+    receiver = await Receiver(paced(0.005)).start()
     logs = [tmp_path / f"instance-{i}.log" for i in range(3)]
     instances = [Instance(config, i, logs[i]) for i in range(3)]
     try:
@@ -138,7 +68,7 @@ async def test_three_processes_share_a_subscription_and_a_kill_loses_nothing(
         assert status == 200, reply
 
         async def on_both() -> bool:
-            owned = [await a.owned(), await b.owned()]
+            owned = [await owned_by(a), await owned_by(b)]
             return sum(owned) == PARTITIONS and min(owned) > 0
 
         await until(on_both)
@@ -150,7 +80,7 @@ async def test_three_processes_share_a_subscription_and_a_kill_loses_nothing(
         await c.start()  # no post to it: it reads the topic and joins the group
 
         async def on_all_three() -> bool:
-            owned = [await i.owned() for i in instances]
+            owned = [await owned_by(i) for i in instances]
             return sum(owned) == PARTITIONS and min(owned) > 0
 
         await until(on_all_three)

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from runtime.kafka.broker import free_port
-from tests.integration.test_process_restart import stopped_gracefully
+from tests.integration.processes import stopped_gracefully
 from tests.waits import SLACK, until
 
 pytestmark = pytest.mark.integration

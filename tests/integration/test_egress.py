@@ -44,10 +44,10 @@ from actors.shared.messages import (
 from runtime.host.journal import Delivery, Event
 from runtime.host.metrics import Registry
 from runtime.kafka.broker import free_port
-from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
+from tests.integration.outcomes import Keeper
 from tests.integration.test_transport import unanswered_listener
 from tests.waits import until
 
@@ -151,24 +151,14 @@ class Endpoint:
         return response
 
 
-class Collector(Actor):
+class Collector(Keeper[Delivered | Failed]):
     """Stands where the partition actor stands: keeps every outcome it is told."""
 
     def __init__(self) -> None:
         super().__init__("collector")
-        self.outcomes: list[Delivered | Failed] = []
-        self._changed = asyncio.Event()
 
     async def handle(self, message: Any) -> None:
-        self.outcomes.append(message)
-        self._changed.set()
-
-    async def wait_for(self, count: int) -> list[Delivered | Failed]:
-        async with asyncio.timeout(WAIT_S):
-            while len(self.outcomes) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return self.outcomes
+        self.keep(message)
 
 
 @dataclass

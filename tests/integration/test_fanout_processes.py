@@ -3,9 +3,6 @@ what was not committed; a SIGTERM lets every cursor finish and commit first."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
 from collections import Counter
 from pathlib import Path
 
@@ -14,16 +11,15 @@ import pytest
 from runtime.kafka.broker import free_port
 from tests import waits
 from tests.conftest import TopicFactory
-from tests.integration.delivery_harness import Push, Receiver, committed, produce, subscription
-from tests.integration.test_process_restart import admin, start_process, terminate, write_config
+from tests.integration import processes
+from tests.integration.delivery_harness import Receiver, committed, produce, subscription
+from tests.integration.processes import admin, paced, start_process, terminate, write_config
 
 pytestmark = pytest.mark.integration
 IDS = [f"k{n}" for n in range(5)]
 
 
-async def slow(push: Push) -> int:
-    await asyncio.sleep(0.002)
-    return 200
+slow = paced(0.002)
 
 
 async def subscribe(port: int, topic: str, url: str) -> None:
@@ -63,8 +59,7 @@ async def stop_mid_stream_then_restart(
         await receiver.wait_for(lambda: len(receiver.delivered()) >= 3000, timeout_s=60)
         before = {i: await committed(kafka_bootstrap, f"g-{i}", topic, 4) for i in IDS}
         if kill:
-            process.send_signal(signal.SIGKILL)
-            await process.wait()
+            await processes.kill(process)
         else:
             assert await terminate(process) == 0
         process = await start_process(config, port)
@@ -75,10 +70,7 @@ async def stop_mid_stream_then_restart(
         await until_committed(kafka_bootstrap, topic)
         assert await terminate(process) == 0
     finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+        await processes.kill(process)
         await receiver.stop()
     return receiver, before
 

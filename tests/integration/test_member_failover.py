@@ -12,10 +12,7 @@ twice on them."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import random
-import signal
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -27,9 +24,9 @@ import pytest
 from runtime.host.journal import Event, expand
 from runtime.kafka import make_producer
 from tests import waits
-from tests.conftest import TopicFactory, embedded_quirks
+from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import Push, Receiver, committed, subscription
-from tests.integration.test_cluster_processes import Instance
+from tests.integration.processes import Instance, cluster_section, kill, runtime_toml, secrets_key
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6
@@ -44,33 +41,14 @@ SEED = 6
 def write_configs(tmp: Path, bootstrap: str, count: int) -> list[Path]:
     """One config per instance: the cluster's topics (and so the instance group) shared,
     the folders and journals each its own."""
-    key = tmp / "secrets.key"
-    key.write_text(base64.b64encode(os.urandom(32)).decode())
-    cluster = uuid.uuid4().hex[:8]
+    cluster = cluster_section(secrets_key(tmp), uuid.uuid4().hex[:8])
     paths = []
     for i in range(count):
         path = tmp / f"instance-{i}.toml"
-        path.write_text(f"""
-[[brokers]]
-name = "Kafka"
-bootstrap_servers = "{bootstrap}"
-embedded_quirks = {embedded_quirks(bootstrap)}
-[admin]
-listen = "127.0.0.1:0"
-[persistence]
-dir = "{tmp / f'persist-{i}'}"
-[journal]
-dir = "{tmp / f'journal-{i}'}"
-flush_interval_ms = 100
-[cluster]
-subscriptions_topic = "subs-{cluster}"
-secrets_key = "${{file:{key}}}"
-[delivery]
-session_timeout_ms = 2000
-settle_ms = 0
-[runtime]
-shutdown_deadline_ms = 6000
-""")
+        journal = f'dir = "{tmp / f"journal-{i}"}"\nflush_interval_ms = 100'
+        path.write_text(runtime_toml(bootstrap, tmp / f"persist-{i}", journal=journal,
+                                     sections=cluster, delivery="settle_ms = 0",
+                                     shutdown_deadline_ms=6000))
         paths.append(path)
     return paths
 
@@ -203,8 +181,7 @@ async def test_a_killed_instance_loses_nothing_and_only_its_uncommitted_records_
         now = await assignment(instances)  # nothing moved while the commits were read
         assert now == spread, (spread, now)
         assert victim.process is not None
-        victim.process.send_signal(signal.SIGKILL)
-        await victim.process.wait()
+        await kill(victim.process)
         pushed_before = {(p.consumer, p.partition, p.offset) for p in receiver.pushes}
         streaming_at_kill = not producing.done()
         released.set()

@@ -28,13 +28,15 @@ from tests.integration.delivery_harness import (
     produce,
     subscription,
 )
-from tests.integration.test_fanout import member
-from tests.integration.test_process_restart import (
+from tests.integration.processes import (
     admin,
+    kill,
+    paced,
     start_process,
     terminate,
     write_config,
 )
+from tests.integration.test_fanout import member
 from tests.waits import until
 
 pytestmark = pytest.mark.integration
@@ -107,9 +109,7 @@ async def commit_everywhere(bootstrap: str, group: str, topic: str, partitions: 
         await reader.stop()
 
 
-async def slow(push: Push) -> int:
-    await asyncio.sleep(0.02)
-    return 200
+slow = paced(0.02)
 
 
 def slow_on(partition: int) -> Callable[[Push], Awaitable[int]]:
@@ -315,9 +315,7 @@ async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
                                 timeout_s=90)
         assert await terminate(process) == 0
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await kill(process)
         await receiver.stop()
     assert receiver.duplicates() == []
 

@@ -28,11 +28,12 @@ from actors.shared.messages import (
     Record,
 )
 from runtime.host.metrics import Registry
-from runtime.kernel.actor import Actor
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
+from tests.integration.outcomes import Keeper
 from tests.integration.test_egress import make_consumer, make_record
+from tests.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -87,10 +88,8 @@ class Endpoint:
         return web.Response(text="ok")
 
     async def until(self, requests: int) -> None:
-        async with asyncio.timeout(WAIT_S):
-            while self.requests < requests:
-                self.changed.clear()
-                await self.changed.wait()
+        await until(lambda: self.requests >= requests, timeout_s=WAIT_S, wake=self.changed,
+                    what=f"{requests} requests at the endpoint")
 
 
 @dataclass(frozen=True)
@@ -105,34 +104,24 @@ class Told:
         return self.failure is None
 
 
-class Cursor(Actor):
+class Cursor(Keeper[Told]):
     """Stands where the partition actor stands: keeps what it is told of each record (a
     burst's deliveries may come as one `BatchOutcome`) and how many messages it took."""
 
     def __init__(self) -> None:
         super().__init__("cursor")
-        self.outcomes: list[Told] = []
         self.messages = 0
-        self._changed = asyncio.Event()
 
     async def handle(self, message: object) -> None:
         self.messages += 1
         if isinstance(message, BatchOutcome):
             assert message.failure is None  # failures come one by one
-            self.outcomes += [Told(record) for record in message.records]
+            self.keep(*(Told(record) for record in message.records))
         elif isinstance(message, Delivered):
-            self.outcomes.append(Told(message.record))
+            self.keep(Told(message.record))
         else:
             assert isinstance(message, Failed)
-            self.outcomes.append(Told(message.record, message))
-        self._changed.set()
-
-    async def wait_for(self, count: int) -> list[Told]:
-        async with asyncio.timeout(WAIT_S):
-            while len(self.outcomes) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return self.outcomes
+            self.keep(Told(message.record, message))
 
 
 @dataclass

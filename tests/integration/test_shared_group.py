@@ -5,8 +5,6 @@ and joining, leaving, crashing and killing lose nothing (real broker, real recei
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +18,16 @@ from runtime.kernel.supervisor import Supervisor
 from tests.conftest import TopicFactory
 from tests.integration.delivery_harness import (
     Admin,
-    Push,
     Receiver,
     committed,
     make_runtime,
     produce,
     subscription,
 )
-from tests.integration.test_process_restart import (
+from tests.integration.processes import (
     admin,
+    kill,
+    paced,
     start_process,
     terminate,
     write_config,
@@ -70,9 +69,7 @@ def delivered_of(receiver: Receiver, key: str) -> set[tuple[str, int, int]]:
     return {(t, p, o) for c, t, p, o in receiver.delivered() if c == key}
 
 
-async def slow_ok(push: Push) -> int:
-    await asyncio.sleep(0.002)
-    return 200
+slow_ok = paced(0.002)
 
 
 async def test_two_subscriptions_of_one_group_share_one_member_and_both_deliver_everything(
@@ -348,17 +345,13 @@ async def test_sigkill_of_the_process_then_restart_delivers_every_record_of_the_
                                                      fast_group_kwargs))
             assert status == 200, reply
         await receiver.wait_for(lambda: len(receiver.delivered()) >= 60)
-        process.send_signal(signal.SIGKILL)
-        await process.wait()
+        await kill(process)
         await produce(kafka_bootstrap, first, 100, partitions=2, start=200)
         process = await start_process(config, port)
         await receiver.wait_for(lambda: len(receiver.delivered()) == 400, timeout_s=60)
         assert await terminate(process) == 0
     finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+        await kill(process)
         await receiver.stop()
     assert len(delivered_of(receiver, f"p_{GROUP}")) == 300
     assert len(delivered_of(receiver, f"q_{GROUP}")) == 100
