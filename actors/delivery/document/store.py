@@ -78,9 +78,10 @@ Queued = tuple[Path, "bytes | None", "asyncio.Future[None]"]
 
 
 class SubscriptionStore:
-    BATCHES_AT_ONCE: Final = 4
-    """Batches written side by side: a save does not wait for the batch under way (a slow
-    fsync held every subscribe behind it); two saves of one file never overlap."""
+    BATCHES_AT_ONCE: Final = 1
+    """Batches written at a time. Four side by side made every fsync slower (1,000
+    subscribes 8 at a time: p50 16 ms against 9 with one; bench/RESULTS.md); two saves
+    of one file never share a batch."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
