@@ -111,7 +111,11 @@ async def test_stop_ends_the_broker_while_a_client_is_still_connected() -> None:
         assert broker.state == "stopped" and not _alive(pid)
         assert not port_accepts(host, int(port))
         client.settimeout(10)
-        assert client.recv(1) == b""  # the broker closed the connection it still held
+        try:  # the broker closed the connection it still held: an end of stream, or a
+            ended = client.recv(1) == b""  # reset when the process ended (both happen)
+        except ConnectionResetError:
+            ended = True
+        assert ended
 
 
 async def test_starts_on_an_explicit_port(unused_port: int) -> None:
