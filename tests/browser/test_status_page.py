@@ -347,23 +347,23 @@ async def test_a_refused_commit_shows_in_its_row_and_details_apart_from_the_acce
     from tests.integration.delivery_harness import Admin, LiveMember
 
     topic = await topic_factory(partitions=1)
-    other = await LiveMember(kafka_bootstrap, topic, "g-up", **fast_group_kwargs).start()
+    other = await LiveMember(kafka_bootstrap, topic, "g-refused", **fast_group_kwargs).start()
     receiver = await Receiver().start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
-            await Admin(runtime).subscribe(subscription("up", [{"name": topic}],
+            await Admin(runtime).subscribe(subscription("refused", [{"name": topic}],
                                                         receiver.url))
             await produce(kafka_bootstrap, topic, 30)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 30)
             async with Browser(chromium) as browser:
                 await browser.goto(runtime.admin.url + "/")
-                row = "document.querySelector('tr.sub[data-key=\"up_g-up\"]')"
+                row = "document.querySelector('tr.sub[data-key=\"refused_g-refused\"]')"
                 await browser.wait_for(f"{row} && !!{row}.querySelector('.why.commit_refused')",
                                        timeout_s=45)
                 assert await browser.evaluate(f"{row}.querySelector('.refused').textContent") \
                     == f"commits {topic}-0: 30 refused, - accepted"
                 await browser.evaluate(f"{row}.querySelector('td.name').click()")
-                card = "document.querySelector('td.details[data-key=\"up_g-up\"]')"
+                card = "document.querySelector('td.details[data-key=\"refused_g-refused\"]')"
                 await browser.wait_for(f"{card} && !!{card}.querySelector('table.refused')",
                                        timeout_s=30)
                 shown = await browser.evaluate(

@@ -236,7 +236,7 @@ async def test_a_group_with_a_live_member_refuses_commits_until_it_leaves_and_no
     """A rolling upgrade: an instance of the older version (here a plain consumer of the
     subscription's group) is still a member while the new one commits without membership."""
     topic = await topic_factory(partitions=1)
-    old = make_consumer(kafka_bootstrap, topic, group_id="g-up", enable_auto_commit=False,
+    old = make_consumer(kafka_bootstrap, topic, group_id="g-held", enable_auto_commit=False,
                         **fast_group_kwargs)
     await old.start()
 
@@ -250,12 +250,12 @@ async def test_a_group_with_a_live_member_refuses_commits_until_it_leaves_and_no
         await eventually(lambda: _true(bool(old.assignment())))
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             api = Admin(runtime)
-            await api.subscribe(subscription("up", [{"name": topic}], receiver.url))
+            await api.subscribe(subscription("held", [{"name": topic}], receiver.url))
             await produce(kafka_bootstrap, topic, 30)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 30)
 
             async def refused() -> bool:
-                _, body = await api.call("GET", "/broker/subscription/up/g-up")
+                _, body = await api.call("GET", "/broker/subscription/held/g-held")
                 error = body["data"]["status"]["member"]["commitError"]
                 return bool(error) and "live members" in error
 
@@ -267,11 +267,11 @@ async def test_a_group_with_a_live_member_refuses_commits_until_it_leaves_and_no
             await asyncio.wait_for(old.stop(), 15)
 
             async def committed_to_the_end() -> bool:
-                return (await group_positions(runtime, ["g-up"], topic, 1)) == {
-                    "g-up": {0: 30}}
+                return (await group_positions(runtime, ["g-held"], topic, 1)) == {
+                    "g-held": {0: 30}}
 
             await eventually(committed_to_the_end)
-            _, body = await api.call("GET", "/broker/subscription/up/g-up")
+            _, body = await api.call("GET", "/broker/subscription/held/g-held")
             assert body["data"]["status"]["member"]["commitError"] is None
     finally:
         polling.cancel()

@@ -67,17 +67,17 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
     from tests.integration.delivery_harness import LiveMember, Receiver, produce
 
     topic = await topic_factory(partitions=1)
-    old = await LiveMember(kafka_bootstrap, topic, "g-up", **fast_group_kwargs).start()
+    old = await LiveMember(kafka_bootstrap, topic, "g-live", **fast_group_kwargs).start()
     receiver = await Receiver().start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             admin = Admin(runtime)
-            await admin.subscribe(subscription("up", [{"name": topic}], receiver.url))
+            await admin.subscribe(subscription("live", [{"name": topic}], receiver.url))
             await produce(kafka_bootstrap, topic, 30)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 30)
 
             async def shown() -> dict[str, Any]:
-                answer = await admin.call("GET", "/broker/subscription/up/g-up")
+                answer = await admin.call("GET", "/broker/subscription/live/g-live")
                 status: dict[str, Any] = answer[1]["data"]["status"]
                 return status
 

@@ -78,16 +78,11 @@ Queued = tuple[Path, "bytes | None", "asyncio.Future[None]"]
 
 
 class SubscriptionStore:
-    BATCHES_AT_ONCE: Final = 1
-    """Batches written at a time. Four side by side made every fsync slower (1,000
-    subscribes 8 at a time: p50 16 ms against 9 with one; bench/RESULTS.md); two saves
-    of one file never share a batch."""
-
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self._queued: list[Queued] = []  # saves waiting for a batch
-        self._writing: set[Path] = set()  # the files of the batches under way
-        self._jobs = 0
+        self._queued: list[Queued] = []  # saves waiting for the batch being written
+        self._writing = False  # one batch at a time: four side by side made every fsync
+        # slower (1,000 subscribes 8 at a time: p50 16 ms against 9; bench/RESULTS.md)
         self.batches = 0
         """Batches written (each one job of the thread pool)."""
 
@@ -113,31 +108,27 @@ class SubscriptionStore:
         return done
 
     def _write_queued(self) -> None:
-        """Hand the queued saves whose files no batch is writing to one thread job, if
-        fewer than `BATCHES_AT_ONCE` are under way; its end answers them and starts the
-        next (no task: the job's future calls back)."""
-        if self._jobs >= self.BATCHES_AT_ONCE:
+        """Hand the queued changes to one thread job unless one is under way, a file's
+        first change only (its next waits for the next batch: a batch writes before it
+        deletes); the job's end answers them and starts the next (no task: the job's
+        future calls back)."""
+        if self._writing or not self._queued:
             return
         batch: list[Queued] = []
         later: list[Queued] = []
         paths: set[Path] = set()
         for queued in self._queued:
-            path = queued[0]
-            (later if path in self._writing or path in paths else batch).append(queued)
-            paths.add(path)
-        if not batch:
-            return
+            (later if queued[0] in paths else batch).append(queued)
+            paths.add(queued[0])
         self._queued = later
-        self._writing |= {path for path, _, _ in batch}
-        self._jobs += 1
+        self._writing = True
         self.batches += 1
         job = asyncio.get_running_loop().run_in_executor(
             None, self._write_all, [(path, data) for path, data, _ in batch])
         job.add_done_callback(lambda written: self._answer(batch, written))
 
     def _answer(self, batch: list[Queued], job: asyncio.Future[list[OSError | None]]) -> None:
-        self._jobs -= 1
-        self._writing -= {path for path, _, _ in batch}
+        self._writing = False
         failure = None if job.cancelled() else job.exception()
         errors = [failure] * len(batch) if failure is not None else job.result()
         for (_path, _data, done), error in zip(batch, errors, strict=True):
