@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 RESULT = "RESULT "
+T0 = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 POLL_S = 0.02
 IN_FLIGHT = 8
@@ -109,8 +110,13 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         if phase == "start":
             gc_time[1] = time.perf_counter()
         else:
-            gc_time[0] += time.perf_counter() - gc_time[1]
+            took = time.perf_counter() - gc_time[1]
+            gc_time[0] += took
+            if took > 0.02 and parts is not None:
+                note(f"  GC at {time.perf_counter() - T0:.2f} s: gen {info['generation']} "
+                     f"{took * 1000:.0f} ms, collected {info['collected']}")
 
+    parts = SubscribeParts() if args.subscribe_parts else None
     gc.callbacks.append(on_gc)
     stalls = Stalls(args.stall_ms) if args.stalls else None
     beating = asyncio.create_task(stalls.beat_forever()) if stalls else None
@@ -320,6 +326,13 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             result["subscribe_p99_ms"] = mine[int(len(mine) * 0.99)] * 1000
             last = latencies[-min(1000, args.subscribers):]  # the last thousand, alone
             result["subscribe_last_1000_mean_ms"] = sum(last) / len(last) * 1000
+            if parts is not None:
+                for line in parts.report():
+                    note(line)
+            if stalls is not None:
+                note("  while subscribing:")
+                for where, count in stalls.taken():
+                    note(f"  stalled {count * 10:5d} ms in {where}")
             want = base_cursors + args.subscribers * args.partitions
             result["cursors_s"] = result["subscribe_s"] + await until(
                 "cursors", lambda: cursors() >= want)
@@ -419,6 +432,100 @@ def allocations(before: Any, after: Any, subscribers: int,
     return total, top
 
 
+def _timed_turns(handle: Any) -> Any:
+    async def timed(actor: Any, message: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return await handle(actor, message)
+        finally:
+            took = time.perf_counter() - began
+            if took > 0.015:
+                note(f"  turn at {began - T0:.2f} s: {type(actor).__name__} "
+                     f"{type(message).__name__} {took * 1000:.0f} ms")
+    return timed
+
+
+class SubscribeParts:
+    """`--subscribe-parts`: where a subscribe's time goes inside the runtime: waiting for
+    the control actor's mailbox, the control actor's turn (the tree's start), and the
+    file's write after it; the rest of a request's latency is HTTP and the document's
+    decoding. Printed as they happen: member and supervisor turns over 15 ms, file batches
+    over 50 ms, fsyncs over 30 ms, collections over 20 ms (their time since the worker
+    started). Patches classes (and `os.fsync`) in this worker only."""
+
+    def __init__(self) -> None:
+        from actors.delivery.control.actor import ControlActor
+        from actors.delivery.control.source import Direct
+
+        self.times: dict[str, list[float]] = {}
+        times, asked, turn = self.times, Direct.subscribe, ControlActor._subscribe
+
+        async def ask(source: Any, control: Any, consumer: Any) -> None:
+            times[consumer.key] = [time.perf_counter()]
+            await asked(source, control, consumer)
+            times[consumer.key].append(time.perf_counter())
+
+        async def subscribe(actor: Any, message: Any) -> Any:
+            mine = times.get(message.consumer.key, [])
+            mine.append(time.perf_counter())
+            pending = await turn(actor, message)
+            mine.append(time.perf_counter())
+            if pending is not None:
+                pending.answer.add_done_callback(lambda _: mine.append(time.perf_counter()))
+            return pending
+
+        from actors.delivery.document.store import SubscriptionStore
+        write_all = SubscriptionStore._write_all
+
+        def timed(store: Any, files: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return write_all(store, files)
+            finally:
+                took = time.perf_counter() - began
+                if took > 0.05:
+                    note(f"  files at {began - T0:.2f} s: {len(files)} in {took * 1000:.0f} ms")
+
+        SubscriptionStore._write_all = timed  # type: ignore[method-assign]
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            began = time.perf_counter()
+            real_fsync(fd)
+            took = time.perf_counter() - began
+            if took > 0.03:
+                note(f"  fsync at {began - T0:.2f} s: {took * 1000:.0f} ms")
+
+        os.fsync = fsync
+        from actors.delivery.path.member.actor import InstanceMemberActor
+        from runtime.kernel.supervisor import Supervisor
+        for kind in (InstanceMemberActor, Supervisor):
+            kind.handle = _timed_turns(kind.handle)  # type: ignore[method-assign]
+        Direct.subscribe = ask  # type: ignore[method-assign]
+        ControlActor._subscribe = subscribe  # type: ignore[method-assign]
+
+    def report(self) -> list[str]:
+        """p50/p99/max of each part, and the parts of the slowest 1% of subscribes."""
+        rows = [t for t in self.times.values() if len(t) == 5]
+        named = {"queued": [t[1] - t[0] for t in rows], "turn": [t[2] - t[1] for t in rows],
+                 "saved": [t[4] - t[2] for t in rows], "in all": [t[3] - t[0] for t in rows]}
+        lines = [f"  subscribe parts ({len(rows)}): "]
+        for name, values in named.items():
+            ordered = sorted(values)
+            lines.append(f"    {name:7s} p50 {ordered[len(ordered) // 2] * 1000:6.1f} p99 "
+                         f"{ordered[int(len(ordered) * 0.99)] * 1000:6.1f} max "
+                         f"{ordered[-1] * 1000:6.1f} ms")
+        slow = sorted(rows, key=lambda t: t[3] - t[0])[-max(1, len(rows) // 100):]
+        for name, (a, b) in {"queued": (0, 1), "turn": (1, 2), "saved": (2, 4)}.items():
+            mean = sum(t[b] - t[a] for t in slow) / len(slow) * 1000
+            lines.append(f"    slowest 1%: {name} mean {mean:.1f} ms")
+        first = min(t[0] for t in rows)
+        lines.append("    slowest 1% (s after the first: queued/turn/saved ms): " + ", ".join(
+            f"{t[0] - first:.2f}: {(t[1] - t[0]) * 1000:.0f}/{(t[2] - t[1]) * 1000:.0f}/"
+            f"{(t[4] - t[2]) * 1000:.0f}" for t in sorted(slow)[:40]))
+        return lines
+
+
 def _short(filename: str) -> str:
     return filename.split("/site-packages/")[-1].replace(str(HERE.parent) + "/", "")
 
@@ -459,6 +566,11 @@ class Stalls:
     def report(self) -> list[tuple[str, int]]:
         self.done.set()
         return self.seen.most_common(15)
+
+    def taken(self) -> list[tuple[str, int]]:
+        """What was seen so far (counting starts again)."""
+        seen, self.seen = self.seen, type(self.seen)()
+        return seen.most_common(15)
 
 
 def _where(frame: Any) -> str:
@@ -526,6 +638,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
         command += ["--origin-connections", str(args.origin_connections)]
     command += ["--tracemalloc"] if args.tracemalloc else []
     command += ["--stalls", "--stall-ms", str(args.stall_ms)] if args.stalls else []
+    command += ["--subscribe-parts"] if args.subscribe_parts else []
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -639,6 +752,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="[egress] origin_max_connections (0: the default)")
     parser.add_argument("--stalls", action="store_true",
                         help="name what holds the event loop (a watchdog thread)")
+    parser.add_argument("--subscribe-parts", action="store_true",
+                        help="where a subscribe's time goes (mailbox, turn, file)")
     parser.add_argument("--stall-ms", type=float, default=100.0,
                         help="--stalls: a loop beat later than this is a stall")
     parser.add_argument("--tracemalloc", action="store_true",

@@ -15,6 +15,7 @@ import gc
 import importlib.metadata
 import logging
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -245,6 +246,7 @@ class Runtime:
             raise UsageError("Runtime.start() called twice; build a new Runtime")
         preflight(self.config)  # before anything starts: nothing to undo
         self._state = "starting"
+        sys.setswitchinterval(self.config.runtime.switch_interval_ms / 1000)
         try:
             await self._start_brokers()
             await self.probe.check()  # readiness knows the brokers before the admin API opens

@@ -243,6 +243,12 @@ class RuntimeConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     """Move start-up objects, and each subscription's actors once running, out of the
     garbage collector's reach, and collect young objects less often (shorter GC pauses,
     less GC work per delivery with many subscriptions)."""
+    switch_interval_ms: Annotated[float, Meta(gt=0, le=100)] = 1.0
+    """How long the event loop's thread may keep the interpreter lock while a worker
+    thread waits for it (`sys.setswitchinterval`; Python's default is 5 ms). Subscription
+    files and the journal are written by worker threads, and each of their system calls
+    takes the lock again: while the loop was busy, a subscribe's save of 30-odd calls
+    waited 50-100 ms for the lock alone (process-wide: the last runtime started sets it)."""
 
 
 class Config(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

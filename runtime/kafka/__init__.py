@@ -12,10 +12,11 @@ from runtime.kafka.client import (
     committed_offsets,
     create_topics,
     make_admin,
+    make_client,
     make_consumer,
     make_producer,
     valid_topic,
 )
 
-__all__ = ["committed_offset", "committed_offsets", "create_topics", "make_admin",
+__all__ = ["committed_offset", "committed_offsets", "create_topics", "make_admin", "make_client",
            "make_consumer", "make_producer", "valid_topic"]

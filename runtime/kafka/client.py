@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import for_code
 
 from runtime.kafka import compat, security, topic_creation
@@ -116,6 +117,14 @@ def make_consumer(bootstrap: str, *topics: str, **kwargs: object) -> AIOKafkaCon
                                 **_secured(bootstrap, kwargs))
     topic_creation.forbid(consumer._client)
     return consumer
+
+
+def make_client(bootstrap: str, **kwargs: object) -> AIOKafkaClient:
+    """A bare `AIOKafkaClient` (not started: `await client.bootstrap()`), whose metadata
+    requests never create a topic."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, **_secured(bootstrap, kwargs))
+    topic_creation.forbid(client)
+    return client
 
 
 def make_admin(bootstrap: str, **kwargs: object) -> AIOKafkaAdminClient:

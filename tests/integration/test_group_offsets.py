@@ -125,3 +125,19 @@ async def _members(bootstrap: str, group: str) -> int:
         await admin.close()
     [described] = response.groups
     return len(described[5])  # (error_code, group, state, protocol_type, protocol, members)
+
+
+async def test_offsets_of_their_own_commit_read_back_and_close(
+        kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    """The member's offsets run on a client of their own (not behind its consumer's held
+    fetch): started from the bootstrap address alone, they commit and read back, and
+    closing them closes their connections."""
+    topic = await topic_factory()
+    group, tp = f"own-{uuid.uuid4().hex[:8]}", TopicPartition(topic, 0)
+    offsets = await GroupOffsets.started(kafka_bootstrap)
+    try:
+        assert await offsets.commit({group: {tp: 11}}) == []
+        assert await offsets.fetch(group, [tp]) == {tp: 11}
+    finally:
+        await offsets.close()
+    assert not any(conn.connected() for conn in offsets.client._conns.values())

@@ -32,6 +32,7 @@ from actors.delivery.path.member.messages import (
     Problems,
     Release,
     Retired,
+    StartNext,
     TopicsListed,
     WritersRead,
 )
@@ -115,7 +116,7 @@ class InstanceMemberActor(Actor):
         kafka = self.kafka = make_consumer(self.wiring.bootstrap,
                                            **{**self.wiring.broker_settings, **self.settings})
         await kafka.start()
-        self.offsets = GroupOffsets(compat.client_of(kafka))
+        self.offsets = await GroupOffsets.started(self.wiring.bootstrap)
         await self.cursors.stop_leftovers(self.roster.riders.values())
         wait_ms = compat.fetch_wait_ms(kafka)
         self._client_wait_ms = DEFAULT_FETCH_WAIT_MS if wait_ms is None else wait_ms
@@ -126,8 +127,12 @@ class InstanceMemberActor(Actor):
         kafka, self.kafka = self.kafka, None
         self.wiring.pace.left(self)
         self.refusals.clear(list(self.refusals.shown))
-        await leave(kafka, self.released, lambda _client: self.cursors.retire_now(
-            [(k, tp) for tp, f in self.fanouts.items() for k in f.cursors]))
+        try:
+            await leave(kafka, self.released, lambda _client: self.cursors.retire_now(
+                [(k, tp) for tp, f in self.fanouts.items() for k in f.cursors]))
+        finally:
+            if self.offsets is not None:
+                await self.offsets.close()
 
     @property
     def held(self) -> bool:
@@ -159,6 +164,8 @@ class InstanceMemberActor(Actor):
             return self.rebalance.revoke(set(message.partitions))
         elif isinstance(message, Drained | Retired | CursorFailed):
             self.cursors.handle(message)
+        elif isinstance(message, StartNext):
+            self.cursors.started(message.rested)
         elif isinstance(message, CaughtUp | CatchUpEnded):
             self.side.caught_up(message)
         elif isinstance(message, Join | Leave | Hold | Release | TopicsListed):

@@ -7,6 +7,9 @@ the member when they are done.
   topic, one per group; a subscription that joins gets cursors on the partitions already
   owned (`route`, no rebalance). The epoch is allocated by the cursor's factory
   (seats.next_epoch), so a restart by its supervisor writes nothing of the member's.
+  Each wanted cursor is first a claim (partition, subscription); claims become cursors in
+  waves (waves.py: one at a time, with a rest between), so a rebalance that brings
+  thousands holds neither the member's mailbox nor the event loop.
 - Retire (a leave, a revoke, the member's stop): the cursors leave their fanouts at
   once, drain in a task (`Drained`), their final positions go out in the next commit
   round, then they stop in a task (`Retired`), and whoever waits is answered. A leave or
@@ -24,10 +27,11 @@ from aiokafka import TopicPartition
 from actors.delivery.path.fanout import Fanout
 from actors.delivery.path.member import io
 from actors.delivery.path.member.commits import Position, Seat
-from actors.delivery.path.member.messages import CursorFailed, Drained, Retired
+from actors.delivery.path.member.messages import CursorFailed, Drained, Retired, StartNext
 from actors.delivery.path.member.seats import Retirement, next_epoch
 from actors.delivery.path.member.shape import Member
 from actors.delivery.path.member.tuning import FetchTuning
+from actors.delivery.path.member.waves import Waves
 from actors.delivery.path.partition import PartitionActor, PartitionPeers
 from actors.delivery.path.roster import Rider, consumes
 from actors.shared.group_consumer import Wiring, child_name
@@ -40,6 +44,8 @@ RING_MIN_RECORDS = 2000
 """The shared buffer of a partition holds at least this many records (more when one
 fetch brings more), so a cursor that paused briefly resumes from memory."""
 CursorStart = tuple[Seat, Supervisor, ChildSpec]
+Claim = tuple[TopicPartition, Fanout, str]
+"""A cursor wanted: on this partition (as long as it is this fanout's), for this rider."""
 
 
 class Cursors:
@@ -61,6 +67,7 @@ class Cursors:
         """Told the seats whose retirement ended, with the epoch retired (a newer cursor
         there may start)."""
         self._routed_version = -1
+        self.waves: Waves[Claim] = Waves()
 
     # -- lookups -----------------------------------------------------------------------
     def find(self, key: str, tp: TopicPartition) -> Actor | None:
@@ -72,18 +79,17 @@ class Cursors:
         """New partitions: a fanout each, and a cursor for every claimant."""
         member = self.member
         capacity = max(RING_MIN_RECORDS, self.wiring.max_records)
-        kafka, starts = member.kafka, []
+        kafka = member.kafka
         for tp in new:
             member.owned.add(tp)
             member.fanouts[tp] = Fanout(capacity)
             member.commits.assigned(tp)
             if kafka is not None and tp in kafka.assignment():
                 kafka.pause(tp)  # until some cursor knows where it starts
-            for key in self._claimants(tp.topic):
-                starts += self._spec(member.roster.riders[key], tp)
+            self._claim(tp, member.roster.claimants(tp.topic))
             member.journal("partition_assigned", tp, actor=member.path)
         self.routed.update(member.roster.riders)
-        self._start(starts)
+        self.start_next()
 
     def noted(self) -> None:
         """The roster changed: its size, fetch size and fetch wait apply."""
@@ -103,36 +109,60 @@ class Cursors:
         riders = member.roster.riders
         joined = [key for key in member.roster.joined() if key not in self.routed]
         self.routed.update(joined)
-        starts: list[CursorStart] = []
+        claimed = len(self.waves.claims)
         for tp in member.fanouts:
             if not self.held(tp):
-                starts += self._missing(tp, joined)
-        self._start(starts)
+                self._claim(tp, joined)
+        self.start_next()
         if joined:
-            log.info("%s: %d subscriptions (roster version %d): %d cursors added without "
+            log.info("%s: %d subscriptions (roster version %d): %d cursors wanted without "
                      "a rebalance", member.path, len(riders), member.roster.version,
-                     len(starts))
+                     len(self.waves.claims) - claimed)
 
     def fill(self, tp: TopicPartition) -> None:
         """Cursors for the subscriptions that read `tp` and have none on it yet."""
-        self._start(self._missing(tp, list(self.member.roster.riders)))
+        self._claim(tp, self.member.roster.claimants(tp.topic))
+        self.start_next()
 
-    def _missing(self, tp: TopicPartition, keys: list[str]) -> list[CursorStart]:
-        roster, fanout = self.member.roster, self.member.fanouts[tp]
-        starts: list[CursorStart] = []
-        for key in keys:
-            settings = roster.riders[key].settings
-            # one cursor per group (the group's riders, not every cursor of `tp`: a
-            # burst of thousands of joins must not scan them all for each)
-            if consumes(settings, tp.topic) and not any(
-                    k in fanout.cursors for k in roster.of_group(settings.group_id)):
-                starts += self._spec(roster.riders[key], tp)
-        return starts
+    def _claim(self, tp: TopicPartition, keys: list[str]) -> None:
+        fanout = self.member.fanouts[tp]
+        self.waves.claim((tp, fanout, key) for key in keys)
 
-    def _start(self, starts: list[CursorStart]) -> None:
+    def start_next(self) -> None:
+        """Start the next wave of claimed cursors, unless one is under way (its end,
+        `StartNext`, calls `started`)."""
+        member = self.member
+        starts = self.waves.take(member.context.clock.monotonic_ms(),
+                                 lambda claim: self._claimed(*claim))
         if starts:
-            self.member.spawn(io.start_cursors(starts, self.member, self.long_lived),
-                              name=f"{self.member.path}:start")
+            member.spawn(io.start_cursors(starts, member, self.long_lived),
+                         name=f"{member.path}:start")
+        elif starts is not None:  # only passed over: go on in the next turn
+            member.tell_system(StartNext(rested=True))
+
+    def started(self, rested: bool) -> None:
+        """A wave of starts (or its rest) ended: the next begins, after a rest if due."""
+        member = self.member
+        rest_until = self.waves.ended(member.context.clock.monotonic_ms(), rested=rested)
+        if rest_until is not None:
+            member.schedule(rest_until, StartNext(rested=True))
+        else:
+            self.start_next()
+
+    def _claimed(self, tp: TopicPartition, fanout: Fanout, key: str) -> list[CursorStart]:
+        """The start a claim still asks for: none when its rider left, its partition went
+        or is held by a rebalance (`fill` claims again once it is over), or its group has
+        a cursor there (one per group: only patterns can overlap within a group, the first
+        to claim wins)."""
+        member = self.member
+        rider = member.roster.riders.get(key)
+        if rider is None or member.fanouts.get(tp) is not fanout or self.held(tp):
+            return []
+        settings = rider.settings
+        if not consumes(settings, tp.topic) or any(
+                k in fanout.cursors for k in member.roster.of_group(settings.group_id)):
+            return []
+        return self._spec(rider, tp)
 
     def _spec(self, rider: Rider, tp: TopicPartition) -> list[CursorStart]:
         """The start of `rider`'s cursor on `tp` (none if it has one or its tree stops);
@@ -160,18 +190,6 @@ class Cursors:
                                   deps.stall_after_ms)
 
         return build
-
-    def _claimants(self, topic: str) -> list[str]:
-        """Every subscription that reads `topic`, but one per group (two cursors of one
-        group would commit over each other; only patterns can overlap within a group,
-        the first to join wins)."""
-        riders, groups, keys = self.member.roster.riders, set(), []
-        for key in self.member.roster.claimants(topic):
-            group = riders[key].settings.group_id
-            if group not in groups:
-                groups.add(group)
-                keys.append(key)
-        return keys
 
     # -- retiring ----------------------------------------------------------------------
     def leave(self, rider: Rider, done: Callable[[], None]) -> None:

@@ -22,6 +22,7 @@ from actors.delivery.path.member.messages import (
     HighwatersRead,
     PositionsRead,
     Retired,
+    StartNext,
     TopicsListed,
     WritersRead,
 )
@@ -200,15 +201,19 @@ async def start_cursors(specs: list[tuple[Seat, Supervisor, ChildSpec]], member:
                         long_lived: Callable[[], None]) -> None:
     """Start cursors (each says itself that it runs: `Rewind`), each supervisor's
     together and `START_TREES_AT_ONCE` supervisors at a time; tell the member of those
-    that could not start. Then `long_lived`: the cursors built live long (out of the
-    collector's full passes, runtime/host/app.py `keep_long_lived`)."""
+    that could not start, and then that these are done (`StartNext`). Then `long_lived`:
+    the cursors built live long (out of the collector's full passes, runtime/host/app.py
+    `keep_long_lived`)."""
     by_supervisor: dict[Supervisor, list[tuple[Seat, ChildSpec]]] = defaultdict(list)
     for seat, supervisor, spec in specs:
         by_supervisor[supervisor].append((seat, spec))
     groups = list(by_supervisor.items())
-    for at in range(0, len(groups), START_TREES_AT_ONCE):
-        await asyncio.gather(*(_start_under(supervisor, seats, member)
-                               for supervisor, seats in groups[at:at + START_TREES_AT_ONCE]))
+    try:
+        for at in range(0, len(groups), START_TREES_AT_ONCE):
+            await asyncio.gather(*(_start_under(supervisor, seats, member)
+                                   for supervisor, seats in groups[at:at + START_TREES_AT_ONCE]))
+    finally:
+        member.tell_system(StartNext())
     long_lived()
 
 

@@ -145,6 +145,14 @@ class Retired:
 
 
 @dataclass(slots=True)
+class StartNext:
+    """Start task -> member: its cursors started (or nothing was left to start in a turn):
+    start the next claimed ones (`rested`: after a pause as long as the wave took)."""
+
+    rested: bool = False
+
+
+@dataclass(slots=True)
 class CursorFailed:
     """Start task -> member: a cursor could not start (its subscription is stopping)."""
 

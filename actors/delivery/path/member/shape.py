@@ -25,6 +25,7 @@ from runtime.host.metrics import Value
 from runtime.kafka.group_offsets import GroupOffsets
 from runtime.kernel import Ref
 from runtime.kernel.actor import ActorContext
+from runtime.kernel.clock import Alarm
 
 T = TypeVar("T")
 
@@ -64,6 +65,8 @@ class Member(Ref, Protocol):
     def feed_records(self, tp: TopicPartition, feed: Feed, highwater: int | None) -> None: ...
 
     def tell_system(self, message: object) -> None: ...
+
+    def schedule(self, deadline_ms: int, message: object) -> Alarm: ...
 
     def spawn(self, coro: Coroutine[object, None, T], name: str | None = None,
               ) -> asyncio.Task[T]: ...
