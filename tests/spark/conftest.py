@@ -1,4 +1,4 @@
-"""Shared fixtures of the Spark tests: one local[2] SparkSession per worker (startup takes
+"""Shared fixtures of the Spark tests: one local[1] SparkSession per worker (startup takes
 seconds on 2 cores) and a helper that writes events through the real journal writer.
 
 Spark tests skip, with the reason, when PySpark or Java is missing.
@@ -57,9 +57,14 @@ def spark() -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local[2]")
+        # One task thread and one shuffle partition: the frames are a few hundred rows, and
+        # under `make test` the unit's worker has about one core; a second thread and
+        # partition doubled the tasks of every stage for no result (about a tenth of a
+        # report's CPU). Nothing here depends on it: `--master local[2]` in a test reuses
+        # this session, and the JVMs the tests start (follow job, cluster) keep theirs.
+        SparkSession.builder.master("local[1]")
         .appName("hookstream-tests")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -69,6 +74,13 @@ def spark() -> Iterator[SparkSession]:
         # unit took about a fifth less CPU. It changes plans, never results, and no test
         # reads a plan or counts output files of a Spark write.
         .config("spark.sql.adaptive.enabled", "false")
+        # Expressions interpreted, not compiled: Janino compiles each query's generated
+        # Java, on a C1-only JVM some seconds per report of a few hundred rows, whatever
+        # their number (a fifth to a quarter of a report's CPU). Spark guarantees the same
+        # results either way (its own suites run both); the report's code generation still
+        # runs in the JVMs the tests start: the follow job and the standalone cluster.
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
