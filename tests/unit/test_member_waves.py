@@ -1,6 +1,6 @@
 """The member's waves of cursor starts (actors/delivery/path/member/waves.py): claims
-become starts a bounded number per turn, one wave at a time, with a rest between waves as
-long as the last one took."""
+become starts a bounded number per turn, one wave at a time, with a rest between waves in
+proportion to how long the last one took."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ def _build(claim: int) -> list[int]:
 
 
 def test_a_burst_of_claims_starts_in_bounded_waves_one_at_a_time() -> None:
-    waves: Waves[int] = Waves(per_wave=4, examined=32)
+    waves: Waves[int] = Waves(per_wave=4, examined=32, rest=1.0)
     waves.claim(range(0, 20, 2))
     assert waves.take(0, _build) == [0, 2, 4, 6]
     assert waves.take(1, _build) is None  # one wave at a time
-    assert waves.ended(10, rested=False) == 20  # it took 10 ms: a rest as long
+    assert waves.ended(10, rested=False) == 20  # it took 10 ms: a rest as long (rest=1)
     assert waves.take(15, _build) is None  # resting
     assert waves.ended(20, rested=True) is None
     assert waves.take(20, _build) == [8, 10, 12, 14]
@@ -39,7 +39,7 @@ def test_claims_that_need_no_cursor_are_passed_over_a_bounded_number_per_turn() 
 class WavesMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.waves: Waves[int] = Waves(per_wave=3, examined=7)
+        self.waves: Waves[int] = Waves(per_wave=3, examined=7, rest=0.5)
         self.now = 0
         self.claimed: list[int] = []
         self.started: list[int] = []
@@ -77,8 +77,9 @@ class WavesMachine(RuleBasedStateMachine):
         rest_until = self.waves.ended(self.now, rested=False)
         if rest_until is None:
             self.under_way = False
-        else:  # the rest is as long as the wave took
-            assert rest_until - self.now == self.now - self.began > 0
+        else:  # the rest is half as long as the wave took (at least 1 ms)
+            assert rest_until - self.now == max(1, round((self.now - self.began) * 0.5))
+            assert self.now > self.began
             self.rest_until = rest_until
 
     @precondition(lambda self: self.rest_until is not None)
