@@ -147,7 +147,7 @@ class Retired:
 @dataclass(slots=True)
 class StartNext:
     """Start task -> member: its cursors started (or nothing was left to start in a turn):
-    start the next claimed ones (`rested`: after a pause as long as the wave took)."""
+    start the next claimed ones (`rested`: the rest after a wave is over; waves.py)."""
 
     rested: bool = False
 
