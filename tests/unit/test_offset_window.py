@@ -60,3 +60,17 @@ async def test_a_cancel_reaches_every_call_under_way() -> None:
     with pytest.raises(asyncio.CancelledError):
         await running
     assert cancelled == PER_TURN + 5
+
+
+def test_a_positions_read_is_told_in_parts_that_keep_a_groups_seats_together() -> None:
+    from aiokafka import TopicPartition
+
+    from actors.delivery.path.member.io import PART_GROUPS, _parts
+
+    seats = {(f"s{n}", TopicPartition("t", p)): n for n in range(PART_GROUPS + 10)
+             for p in range(2)}
+    groups = {seat: f"g{seat[0][1:]}" for seat in seats}
+    parts = _parts(seats, groups)
+    assert [len({groups[s] for s in part}) for part in parts] == [PART_GROUPS, 10]
+    assert {s: e for part in parts for s, e in part.items()} == seats
+    assert _parts({}, {}) == [{}]

@@ -112,7 +112,7 @@ class Cursors:
         claimed = len(self.waves.claims)
         for tp in member.fanouts:
             if not self.held(tp):
-                self._claim(tp, joined)
+                self._claim(tp, [k for k in joined if consumes(riders[k].settings, tp.topic)])
         self.start_next()
         if joined:
             log.info("%s: %d subscriptions (roster version %d): %d cursors wanted without "
