@@ -46,6 +46,7 @@ from actors.delivery.control.source import (
     LocalFiles,
     Stored,
 )
+from actors.delivery.control.trees import Starting
 from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import Consumer, decode_consumer
@@ -106,6 +107,9 @@ class Plot:
     batches: list[list[str]] = field(default_factory=list)  # trees stopped together
     gate: asyncio.Event = field(default_factory=lambda: _opened(asyncio.Event()))
     """Holds those stops while cleared."""
+    launches: list[list[str]] = field(default_factory=list)  # subscribes started together
+    launching: asyncio.Event = field(default_factory=lambda: _opened(asyncio.Event()))
+    """Holds those starts while cleared."""
 
     def has_tree(self, key: str) -> bool:
         return key in self.running
@@ -143,6 +147,17 @@ class Plot:
             except SubscriptionStartFailed as exc:
                 failed[one.key] = exc
         return failed
+
+    def prepare(self, consumers: list[Consumer]) -> Starting:
+        return Starting(consumers)
+
+    async def launch(self, starting: Starting) -> None:
+        self.launches.append([c.key for c in starting.consumers])
+        await self.launching.wait()
+        starting.failed.update(await self.start_together(starting.consumers))
+
+    async def settle(self, starting: Starting) -> dict[str, DeliveryError]:
+        return starting.failed
 
     async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None:
         self.running.discard(consumer.key)
@@ -248,6 +263,35 @@ async def test_unsubscribes_asked_meanwhile_stop_at_once_and_later_changes_wait_
     assert list(plane.actor.registry) == [keys[1]] and plane.state(keys[1]) == "running"
     assert sorted(p.name for p in plane.folder.glob("*.json") if p.name != PAUSED_FILE
                   and p.name != DISABLED_FILE) == [f"{keys[1]}.json"]
+
+
+async def test_subscribes_asked_while_a_start_is_under_way_start_together_and_changes_wait(
+        plane: Plane) -> None:
+    """A subscribe is listed by the mailbox and its tree starts beside it: those asked
+    while a batch starts are the next batch, started together. An unsubscribe or a pause
+    of a subscription whose start is under way waits for it, as if queued behind it."""
+    plane.plot.launching.clear()
+    first = asyncio.ensure_future(ask(plane.control, Subscribe(consumer("s0", "t0"))))
+    await asyncio.sleep(0)  # asked
+    assert await ask(plane.control, Listed(consumer("s0").key))  # handled: it is listed
+    assert plane.state(consumer("s0").key) == "starting" and not first.done()
+    later = [asyncio.ensure_future(ask(plane.control, Subscribe(consumer(f"s{i}", f"t{i}"))))
+             for i in range(1, 4)]
+    leave = asyncio.ensure_future(ask(plane.control, Unsubscribe(consumer("s1").key)))
+    pause = asyncio.ensure_future(ask(plane.control, PauseSubscription(consumer("s2").key)))
+    await asyncio.sleep(0)
+    assert await ask(plane.control, Listed(consumer("s3").key))  # every ask above handled
+    assert plane.plot.launches == [[consumer("s0").key]] and not leave.done()
+    plane.plot.launching.set()
+    await asyncio.gather(first, *later)
+    assert plane.plot.launches == [[consumer("s0").key],
+                                   [consumer(f"s{i}").key for i in range(1, 4)]]
+    assert (await leave).key == consumer("s1").key
+    await pause
+    assert {k: plane.state(k) for k in plane.actor.registry} == {
+        consumer("s0").key: "running", consumer("s2").key: "paused",
+        consumer("s3").key: "running"}
+    assert not (plane.folder / f"{consumer('s1').key}.json").exists()
 
 
 async def test_a_subscribe_starts_the_tree_and_keeps_the_file(plane: Plane) -> None:

@@ -20,6 +20,7 @@ in `Programmed`, which the facade owns and every incarnation starts again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 from actors.delivery.cluster.log import RETRY
 from actors.delivery.control.admission import Admission
+from actors.delivery.control.joining import Join, Joining
 from actors.delivery.control.leaving import Leaving
 from actors.delivery.control.messages import (
     Check,
@@ -44,6 +46,7 @@ from actors.delivery.control.messages import (
     Subscribe,
     TreeExited,
     TreesLost,
+    TreesStarted,
     TreesStopped,
     Unsaved,
     Unsubscribe,
@@ -138,6 +141,7 @@ class ControlActor(Actor):
         self.leaving = Leaving(self, trees.stop_trees, trees.release_member, self._forget,
                                lambda key: self.registry.known(key).consumer)
         self.saves = Saves(self, source)  # the files, written off the mailbox
+        self.joining = Joining(self, trees, self._joined)  # trees started off the mailbox
         trees.handlers = programmed.handlers
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -194,6 +198,7 @@ class ControlActor(Actor):
         with contextlib.suppress(ActorDeadError):  # the supervisors went: their children too
             await self.trees.stop_all(list(self.registry))
         self.leaving.abandon()
+        self.joining.abandon()
 
     # -- messages ------------------------------------------------------------------------
     async def handle(self, message: object) -> object:
@@ -207,6 +212,9 @@ class ControlActor(Actor):
         key = _changed_key(message)
         if key is not None and self.leaving.leaving(key):
             return self.leaving.after(key, message)  # as if queued behind the leave
+        key = key or _ended_key(message)
+        if key is not None and self.joining.joining(key):
+            return self.joining.after(key, message)  # as if queued behind the start
         if isinstance(message, Retry):
             return await self._retry(message)
         if isinstance(message, Subscribe):
@@ -215,6 +223,8 @@ class ControlActor(Actor):
             return self._unsubscribe_soon(message.key)
         if isinstance(message, TreesStopped):
             return await self.leaving.stopped(message.keys)
+        if isinstance(message, TreesStarted):
+            return await self.joining.started(message.starting)
         if isinstance(message, Unsaved):
             return self._unsaved(message.key)
         if isinstance(message, Update):
@@ -260,24 +270,35 @@ class ControlActor(Actor):
             raise answer.error  # the log names the record it could not apply
 
     # -- subscribe and unsubscribe -------------------------------------------------------
-    async def _subscribe(self, message: Subscribe) -> Pending | None:
+    async def _subscribe(self, message: Subscribe) -> Pending:
+        """List the subscription; its tree starts beside the mailbox with the others asked
+        meanwhile (actors/delivery/control/joining.py), and `_joined` answers."""
         consumer, key = message.consumer, message.consumer.key
         self.admission.refuse_new(consumer, message.persist)
-        in_process = message.handler is not None
         if message.handler is not None:
             self.trees.handlers[key] = message.handler
-        self.registry.add(consumer, in_process=in_process)
-        try:
-            await self.trees.start(consumer)
-        except BaseException:
+        self.registry.add(consumer, in_process=message.handler is not None)
+        return self.joining.ask(consumer, message.persist)
+
+    def _joined(self, join: Join, error: Exception | None) -> None:
+        """A subscribe's tree started (then its file is written, when stored) or did not
+        (then it is forgotten, and the error is the answer)."""
+        consumer, key = join.consumer, join.consumer.key
+        if error is not None:
             self.trees.handlers.pop(key, None)
             self.registry.remove(key)
-            raise
+            _settle(join.answer, error=error)
+            return
         self.registry.started(key)
-        if in_process:
+        if self.registry.in_process(key):
             self.programmed.consumers[key] = consumer
         log.info("subscribed %s: %s", key, summary(consumer))
-        return Pending(self.saves.save(consumer)) if message.persist else None
+        if not join.persist:
+            _settle(join.answer)
+            return
+        saved = self.saves.save(consumer)
+        saved.add_done_callback(lambda done: _settle(join.answer, done.exception()
+                                                     if not done.cancelled() else None))
 
     def _unsaved(self, key: str) -> None:
         if key in self.registry and not self.leaving.leaving(key):
@@ -515,6 +536,23 @@ class ControlActor(Actor):
     def __repr__(self) -> str:
         return (f"<ControlActor {self.path} {self.state} {len(self.registry)} subscriptions "
                 f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>")
+
+
+def _ended_key(message: object) -> str | None:
+    """The subscription an unsubscribe or a 410 Gone is about (None: neither)."""
+    if isinstance(message, Unsubscribe | Gone):
+        return message.key
+    return None
+
+
+def _settle(answer: asyncio.Future[Any], error: BaseException | None = None) -> None:
+    """Answer a subscribe (None, or its error) unless its asker went."""
+    if answer.done():
+        return
+    if error is None:
+        answer.set_result(None)
+    else:
+        answer.set_exception(error)
 
 
 def _changed_key(message: object) -> str | None:

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from actors.delivery.control.trees import Starting
 from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.egress.handler import HandlerDestination
@@ -130,6 +131,13 @@ class TreesStopped:
     """These unsubscribes' trees stopped (actors/delivery/control/leaving.py)."""
 
     keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TreesStarted:
+    """A batch of subscribes' trees started, or not (actors/delivery/control/joining.py)."""
+
+    starting: Starting
 
 
 @dataclass(frozen=True, slots=True)

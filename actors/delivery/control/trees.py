@@ -30,9 +30,9 @@ by message, actors/delivery/path/member/). `Trees` keeps the control plane's own
 of which subscriptions ride which member (`riders`): a member stops when nobody rides it
 any more, and a member built again (after a crash, by its supervisor) starts with a copy
 of that record and held while a restore or an update holds it. A subscription's seat is
-recorded when its tree is built (only ever inside `start`/`start_together`, which the
-control actor awaits: subscription trees are `temporary` and build their specs once) and
-dropped before its tree stops, so a member rebuilt meanwhile never gets a leaving rider;
+recorded when its tree is built (`prepare`, on the control actor's task: a tree is
+built there before its supervisor starts it, beside the mailbox for subscribes, and
+subscription trees are `temporary`, built once) and dropped before its tree stops, so a member rebuilt meanwhile never gets a leaving rider;
 a seat whose tree did not start is told to leave (a `Leave` names its seat, so a newer
 seat of the same subscription is never dropped by an older one's leave).
 """
@@ -131,6 +131,12 @@ class Plant(Protocol):
 
     async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]: ...
 
+    def prepare(self, consumers: list[Consumer]) -> Starting: ...
+
+    async def launch(self, starting: Starting) -> None: ...
+
+    async def settle(self, starting: Starting) -> dict[str, DeliveryError]: ...
+
     async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None: ...
 
     async def stop_all(self, keys: list[str]) -> None: ...
@@ -163,6 +169,18 @@ class Plant(Protocol):
 
 
 @dataclass(slots=True)
+class Starting:
+    """Trees on their way up: built on the control actor's task (`Trees.prepare`),
+    started by asks of the supervisors (`Trees.launch`, which may run beside the
+    mailbox: actors/delivery/control/joining.py), settled on its task (`Trees.settle`)."""
+
+    consumers: list[Consumer]
+    members: list[ChildSpec] = default(default_factory=list)  # to start first
+    trees: dict[str, ChildSpec] = default(default_factory=dict)  # by key: built
+    failed: dict[str, DeliveryError] = default(default_factory=dict)  # by key: why not
+
+
+@dataclass(slots=True)
 class Wires:
     """Where the trees hang and whom they report to."""
 
@@ -187,6 +205,7 @@ class Trees:
         self.riders: dict[str, dict[str, Rider]] = {}
         self._held: set[str] = set()  # members an update holds
         self._member_wirings: dict[str, Wiring] = {}
+        self._starting_members: set[str] = set()  # members a `Starting` starts
         self.restoring = False  # members hold their subscribe until the restore is done
         self.origin_users = OriginUsers()
 
@@ -253,34 +272,68 @@ class Trees:
     # -- start and stop ------------------------------------------------------------------
     async def start(self, consumer: Consumer) -> None:
         """Start one tree (and the member it rides); `SubscriptionStartFailed` if not."""
-        try:
-            if rides(consumer):
-                await self._ensure_member(consumer)
-            await self.supervisor().start_child(self.spec(consumer))
-        except (ActorStartError, ActorDeadError) as exc:
-            await self.release_member(consumer)
-            raise start_failure(exc) from exc
-        self.runtime.keep_long_lived()
+        failed = await self.start_together([consumer])
+        if consumer.key in failed:
+            raise failed[consumer.key]
 
     async def start_together(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
         """Start several trees at once: first the members they need, then the trees, each
         step in parallel. The subscriptions that could not start, with the reason."""
-        try:
-            failed = await self._start_members(consumers)
-        except ActorDeadError as exc:  # the groups supervisor is restarting
-            failed = {c.key: start_failure(exc) for c in consumers if rides(c)}
-        ready = [c for c in consumers if c.key not in failed]
-        try:
-            errors = await self.supervisor().start_children([self.spec(c) for c in ready])
-        except ActorDeadError as exc:  # the delivery supervisor is restarting
-            errors = [ActorStartError(str(exc))] * len(ready)
-        for consumer, error in zip(ready, errors, strict=True):
+        starting = self.prepare(consumers)
+        await self.launch(starting)
+        return await self.settle(starting)
+
+    def prepare(self, consumers: list[Consumer]) -> Starting:
+        """Build the trees of `consumers` and the members they need that do not run yet,
+        on the control actor's task: building records the seats. `launch` then only asks
+        the supervisors, so it may run beside the mailbox."""
+        starting = Starting(consumers)
+        members: dict[str, ChildSpec] = {}
+        for consumer in consumers:
+            try:
+                member = self._member_spec(consumer) if rides(consumer) else None
+                starting.trees[consumer.key] = self.spec(consumer)
+            except DeliveryError as exc:
+                starting.failed[consumer.key] = exc
+                continue
+            except ActorStartError as exc:
+                starting.failed[consumer.key] = start_failure(exc)
+                continue
+            if member is not None:
+                members[member.name] = member
+        starting.members = list(members.values())
+        self._starting_members.update(members)
+        return starting
+
+    async def launch(self, starting: Starting) -> None:
+        """Start what `prepare` built: the members, then the trees whose member runs,
+        each step in parallel; failures go into `starting.failed`. It asks the
+        supervisors and writes nothing of ours: it may run beside the control actor."""
+        broken = await _start_all(self.wires.groups, starting.members)
+        for member in starting.members:
+            if member.name not in broken:
+                log.info("group member %s started", member.name)
+        ready: dict[str, ChildSpec] = {}
+        for consumer in starting.consumers:
+            spec = starting.trees.get(consumer.key)
+            error = broken.get(member_name(consumer)) if rides(consumer) else None
             if error is not None:
+                starting.failed[consumer.key] = start_failure(error)
+            elif spec is not None:
+                ready[consumer.key] = spec
+        errors = await _start_all(self.wires.delivery, list(ready.values()))
+        starting.failed.update((key, start_failure(error)) for key, error in errors.items())
+
+    async def settle(self, starting: Starting) -> dict[str, DeliveryError]:
+        """On the control actor's task, once `launch` is done: the seats of the trees that
+        did not start go (and their member, when nobody rides it). Those, with why."""
+        self._starting_members.difference_update(spec.name for spec in starting.members)
+        for consumer in starting.consumers:
+            if consumer.key in starting.failed:
                 await self.release_member(consumer)
-                failed[consumer.key] = start_failure(error)
-        if len(failed) < len(consumers):
+        if len(starting.failed) < len(starting.consumers):
             self.runtime.keep_long_lived()
-        return failed
+        return starting.failed
 
     async def stop(self, consumer: Consumer, *, keep_member: bool = False) -> None:
         """Stop `consumer`'s tree (it drains and commits), and the member when nobody
@@ -339,8 +392,15 @@ class Trees:
         return {n.removeprefix(REPLAY_PREFIX) for n in children if n.startswith(REPLAY_PREFIX)}
 
     def spec(self, consumer: Consumer) -> ChildSpec:
+        """The spec of `consumer`'s tree, built now (on the control actor's task: building
+        seats it on its member); `ActorStartError` when it cannot be built. The tree is
+        `temporary`: its supervisor calls the factory once."""
         key, exited = consumer.key, self.wires.exited
-        return ChildSpec(key, lambda: self._subscription_tree(consumer), restart="temporary",
+        try:
+            tree = self._subscription_tree(consumer)
+        except Exception as exc:  # a bad config slice, say: the tree cannot start
+            raise ActorStartError(f"{key} failed to build: {exc!r}") from exc
+        return ChildSpec(key, lambda: tree, restart="temporary",
                          shutdown_ms=SUBSCRIPTION_STOP_MS,
                          on_exit=lambda error: exited(key, error))
 
@@ -470,6 +530,9 @@ class Trees:
         name, groups = member_name(consumer), self.groups()
         if groups.has_child(name):
             return None
+        if name in self._starting_members:  # by a start beside the mailbox: tried again
+            raise SubscriptionStartFailed("subscription failed to start",
+                                          f"its group member {name} is starting")
         self.riders.setdefault(name, {})
         runtime, group = self.runtime, self.instance_group()
         wiring = self._member_wirings.setdefault(name, Wiring(
@@ -489,28 +552,6 @@ class Trees:
                                    wiring, settings, runtime.metrics, runtime.keep_long_lived,
                                    held=self.restoring or name in self._held,
                                    settle_ms=runtime.config.delivery.settle_ms)
-
-    async def _start_members(self, consumers: list[Consumer]) -> dict[str, DeliveryError]:
-        """Start the members `consumers` ride that do not run yet, in parallel; the
-        subscriptions whose member could not start, with the reason."""
-        specs: dict[str, ChildSpec] = {}
-        failed: dict[str, DeliveryError] = {}
-        for consumer in filter(rides, consumers):
-            try:
-                spec = self._member_spec(consumer)
-            except UnknownBroker as exc:
-                failed[consumer.key] = exc
-                continue
-            if spec is not None:
-                specs[spec.name] = spec
-        errors = await self.groups().start_children(list(specs.values()))
-        broken = {name: error for name, error in zip(specs, errors, strict=True) if error}
-        for consumer in filter(rides, consumers):
-            error = broken.get(member_name(consumer))
-            if error is not None:
-                failed[consumer.key] = start_failure(error)
-                await self.release_member(consumer)
-        return failed
 
     async def release_member(self, consumer: Consumer) -> None:
         """`consumer` rides no member now (its tree stopped or did not start): stop its
@@ -656,3 +697,15 @@ def _breaker_settings(given: CircuitBreakerSettings | None) -> BreakerSettings:
     if given is None:
         return BreakerSettings()
     return BreakerSettings(given.failureRatio, given.minRequests, given.openMs)
+
+
+async def _start_all(parent: ChildRef, specs: list[ChildSpec]) -> dict[str, ActorStartError]:
+    """Start `specs` under `parent` (a supervisor's handle) in parallel; by name, those
+    that failed (all of them while the supervisor restarts)."""
+    if not specs:
+        return {}
+    try:
+        errors = await parent.actor_as(Supervisor).start_children(specs)
+    except ActorDeadError as exc:
+        errors = [ActorStartError(str(exc))] * len(specs)
+    return {spec.name: error for spec, error in zip(specs, errors, strict=True) if error}

@@ -1,0 +1,157 @@
+"""Joining: the control actor's room for subscribes under way (issue 32, item 12).
+
+A subscribe asked one after another in the control actor's mailbox waited for every tree
+started before it: a tree's actors start one after another, a loop cycle each, and at
+10,000 subscribers of one topic the loop is shared with thousands of cursor starts (the
+slowest 1% of subscribes waited 54-59 ms for the mailbox). Here the mailbox lists the
+subscription and answers with a `Pending` future; the trees of the subscribes asked so
+far are built on the mailbox's task (`Trees.prepare`: building records the seats) and
+started together on an owned task (`Trees.launch`: the supervisors start them in
+parallel), which tells the mailbox `TreesStarted`; the mailbox settles them (a failed
+one is forgotten, a started one saved) and starts the next batch with what was asked
+meanwhile. Subscriptions that ride the instance member and those with a Kafka client of
+their own (pinned partitions: a client's start waits for the broker) are separate lanes,
+so a rider never waits for a client. Any other change to a subscription that is joining
+waits until its start settled and is then asked again, as if it had queued behind it.
+
+`JoinBook` holds the decisions (pure); `Joining` performs them on the actor's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from actors.delivery.control.messages import Pending, TreesStarted, ask
+from actors.delivery.control.trees import Plant, Starting, rides
+from actors.delivery.document.subscription import Consumer
+from runtime.errors import ActorDeadError
+from runtime.kernel.actor import Actor
+
+T = TypeVar("T")
+JOIN_BATCH: Final = 64
+"""Subscribes started together at most (a batch's trees are built in one turn)."""
+
+
+@dataclass(slots=True)
+class JoinBook(Generic[T]):
+    """Subscribes asked and not settled: `queued` wait for their lane's next batch,
+    `starting` are in a batch under way (one per lane at most); `waiting` are the other
+    changes asked meanwhile about a joining key, to ask again once it settled."""
+
+    batch: int = JOIN_BATCH
+    queued: dict[str, tuple[bool, T]] = field(default_factory=dict)
+    starting: dict[str, tuple[bool, T]] = field(default_factory=dict)
+    waiting: dict[str, list[Any]] = field(default_factory=dict)
+
+    def ask(self, key: str, lane: bool, join: T) -> None:
+        """A subscribe of `key` (which is not joining) in `lane`."""
+        assert not self.joining(key), key
+        self.queued[key] = (lane, join)
+
+    def joining(self, key: str) -> bool:
+        return key in self.queued or key in self.starting
+
+    def wait(self, key: str, waiter: Any) -> None:
+        """`waiter` is told when `key`'s start settled (`key` is joining)."""
+        self.waiting.setdefault(key, []).append(waiter)
+
+    def take(self) -> list[list[T]]:
+        """The next batches to start: per lane with none under way, the first `batch`
+        subscribes queued in it, in the order they were asked."""
+        busy = {lane for lane, _ in self.starting.values()}
+        taken: dict[bool, list[str]] = {}
+        for key, (lane, _) in self.queued.items():
+            keys = taken.setdefault(lane, [])
+            if lane not in busy and len(keys) < self.batch:
+                keys.append(key)
+        batches = []
+        for keys in taken.values():
+            if keys:
+                self.starting.update((key, self.queued.pop(key)) for key in keys)
+                batches.append([self.starting[key][1] for key in keys])
+        return batches
+
+    def settled(self, keys: list[str]) -> tuple[list[T], list[Any]]:
+        """A batch's starts settled: its subscribes and the waiters of their keys."""
+        joins = [self.starting.pop(key)[1] for key in keys if key in self.starting]
+        waiters = [w for key in keys for w in self.waiting.pop(key, [])]
+        return joins, waiters
+
+    def abandon(self) -> tuple[list[T], list[Any]]:
+        """Everything still waiting (the actor stops before it is done)."""
+        joins = [join for _, join in [*self.starting.values(), *self.queued.values()]]
+        waiters = [w for ws in self.waiting.values() for w in ws]
+        self.queued, self.starting, self.waiting = {}, {}, {}
+        return joins, waiters
+
+
+@dataclass(slots=True)
+class Join:
+    """A subscribe under way: its subscription, whether it is stored, and its answer."""
+
+    consumer: Consumer
+    persist: bool
+    answer: asyncio.Future[Any]
+
+
+Settle = Callable[[Join, Exception | None], None]
+"""The mailbox's end of one subscribe: started (None) or failed (the error)."""
+
+
+class Joining:
+    def __init__(self, control: Actor, trees: Plant, settle: Settle) -> None:
+        self.control, self.trees, self._settle = control, trees, settle
+        self.book: JoinBook[Join] = JoinBook()
+
+    def ask(self, consumer: Consumer, persist: bool) -> Pending:
+        """Start `consumer`'s tree (it is listed); the answer comes once it settled."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.book.ask(consumer.key, rides(consumer), Join(consumer, persist, answer))
+        self._next()
+        return Pending(answer)
+
+    def joining(self, key: str) -> bool:
+        return self.book.joining(key)
+
+    def after(self, key: str, message: object) -> Pending:
+        """`message` changes a subscription that is joining: asked again once it settled."""
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.book.wait(key, settled)
+
+        async def again() -> object:
+            await settled
+            return await ask(self.control, message)
+
+        return Pending(self.control.spawn_answer(again(), name=f"{self.control.path}:after"))
+
+    async def started(self, starting: Starting) -> None:
+        """The mailbox's turn: a batch's trees started (or not); each subscribe settles,
+        then the next batch of its lane starts."""
+        failed = await self.trees.settle(starting)
+        joins, waiters = self.book.settled([c.key for c in starting.consumers])
+        for join in joins:
+            self._settle(join, failed.get(join.consumer.key))
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._next()
+
+    def abandon(self) -> None:
+        joins, waiters = self.book.abandon()
+        for future in [join.answer for join in joins] + waiters:
+            if not future.done():
+                future.set_exception(ActorDeadError(f"{self.control.path} stopped"))
+
+    def _next(self) -> None:
+        for batch in self.book.take():
+            starting = self.trees.prepare([join.consumer for join in batch])
+            self.control.spawn(self._launch(starting), name=f"{self.control.path}:join")
+
+    async def _launch(self, starting: Starting) -> None:
+        with contextlib.suppress(ActorDeadError):
+            await self.trees.launch(starting)
+        await self.control.tell(TreesStarted(starting))
