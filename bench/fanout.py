@@ -447,32 +447,42 @@ def _timed_turns(handle: Any) -> Any:
 
 class SubscribeParts:
     """`--subscribe-parts`: where a subscribe's time goes inside the runtime: waiting for
-    the control actor's mailbox, the control actor's turn (the tree's start), and the
-    file's write after it; the rest of a request's latency is HTTP and the document's
-    decoding. Printed as they happen: member and supervisor turns over 15 ms, file batches
-    over 50 ms, fsyncs over 30 ms, collections over 20 ms (their time since the worker
-    started). Patches classes (and `os.fsync`) in this worker only."""
+    the control actor's mailbox, its turn (listing the subscription), the tree's start
+    beside the mailbox (with the batch it joined), and the file's write after it; the
+    rest of a request's latency is HTTP and the document's decoding. Printed as they
+    happen: member and supervisor turns over 15 ms, file batches over 50 ms, fsyncs over
+    30 ms, collections over 20 ms (their time since the worker started). Patches classes
+    (and `os.fsync`) in this worker only."""
+
+    PARTS = {"queued": ("asked", "turn"), "turn": ("turn", "listed"),
+             "started": ("listed", "joined"), "saved": ("joined", "answered")}
 
     def __init__(self) -> None:
         from actors.delivery.control.actor import ControlActor
         from actors.delivery.control.source import Direct
 
-        self.times: dict[str, list[float]] = {}
+        self.times: dict[str, dict[str, float]] = {}
         times, asked, turn = self.times, Direct.subscribe, ControlActor._subscribe
+        joined = ControlActor._joined
 
         async def ask(source: Any, control: Any, consumer: Any) -> None:
-            times[consumer.key] = [time.perf_counter()]
+            times[consumer.key] = {"asked": time.perf_counter()}
             await asked(source, control, consumer)
-            times[consumer.key].append(time.perf_counter())
+            times[consumer.key]["returned"] = time.perf_counter()
 
         async def subscribe(actor: Any, message: Any) -> Any:
-            mine = times.get(message.consumer.key, [])
-            mine.append(time.perf_counter())
+            mine = times.get(message.consumer.key, {})
+            mine["turn"] = time.perf_counter()
             pending = await turn(actor, message)
-            mine.append(time.perf_counter())
+            mine["listed"] = time.perf_counter()
             if pending is not None:
-                pending.answer.add_done_callback(lambda _: mine.append(time.perf_counter()))
+                pending.answer.add_done_callback(
+                    lambda _: mine.setdefault("answered", time.perf_counter()))
             return pending
+
+        def join(actor: Any, one: Any, error: Any) -> None:
+            times.get(one.consumer.key, {})["joined"] = time.perf_counter()
+            joined(actor, one, error)
 
         from actors.delivery.document.store import SubscriptionStore
         write_all = SubscriptionStore._write_all
@@ -503,26 +513,27 @@ class SubscribeParts:
             kind.handle = _timed_turns(kind.handle)  # type: ignore[method-assign]
         Direct.subscribe = ask  # type: ignore[method-assign]
         ControlActor._subscribe = subscribe  # type: ignore[method-assign]
+        ControlActor._joined = join  # type: ignore[method-assign]
 
     def report(self) -> list[str]:
         """p50/p99/max of each part, and the parts of the slowest 1% of subscribes."""
-        rows = [t for t in self.times.values() if len(t) == 5]
-        named = {"queued": [t[1] - t[0] for t in rows], "turn": [t[2] - t[1] for t in rows],
-                 "saved": [t[4] - t[2] for t in rows], "in all": [t[3] - t[0] for t in rows]}
+        rows = [t for t in self.times.values() if len(t) == 6]
+        parts = {**self.PARTS, "in all": ("asked", "returned")}
         lines = [f"  subscribe parts ({len(rows)}): "]
-        for name, values in named.items():
-            ordered = sorted(values)
+        for name, (a, b) in parts.items():
+            ordered = sorted(t[b] - t[a] for t in rows)
             lines.append(f"    {name:7s} p50 {ordered[len(ordered) // 2] * 1000:6.1f} p99 "
                          f"{ordered[int(len(ordered) * 0.99)] * 1000:6.1f} max "
                          f"{ordered[-1] * 1000:6.1f} ms")
-        slow = sorted(rows, key=lambda t: t[3] - t[0])[-max(1, len(rows) // 100):]
-        for name, (a, b) in {"queued": (0, 1), "turn": (1, 2), "saved": (2, 4)}.items():
+        slow = sorted(rows, key=lambda t: t["returned"] - t["asked"])[-max(1, len(rows) // 100):]
+        for name, (a, b) in self.PARTS.items():
             mean = sum(t[b] - t[a] for t in slow) / len(slow) * 1000
             lines.append(f"    slowest 1%: {name} mean {mean:.1f} ms")
-        first = min(t[0] for t in rows)
-        lines.append("    slowest 1% (s after the first: queued/turn/saved ms): " + ", ".join(
-            f"{t[0] - first:.2f}: {(t[1] - t[0]) * 1000:.0f}/{(t[2] - t[1]) * 1000:.0f}/"
-            f"{(t[4] - t[2]) * 1000:.0f}" for t in sorted(slow)[:40]))
+        first = min(t["asked"] for t in rows)
+        lines.append("    slowest 1% (s after the first: " + "/".join(self.PARTS) + " ms): "
+                     + ", ".join(f"{t['asked'] - first:.2f}: " + "/".join(
+                         f"{(t[b] - t[a]) * 1000:.0f}" for a, b in self.PARTS.values())
+                         for t in sorted(slow, key=lambda t: t["asked"])[:40]))
         return lines
 
 

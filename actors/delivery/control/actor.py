@@ -278,27 +278,29 @@ class ControlActor(Actor):
         if message.handler is not None:
             self.trees.handlers[key] = message.handler
         self.registry.add(consumer, in_process=message.handler is not None)
-        return self.joining.ask(consumer, message.persist)
+        saved = self.saves.save(consumer) if message.persist else None
+        return self.joining.ask(consumer, saved)
 
-    def _joined(self, join: Join, error: Exception | None) -> None:
-        """A subscribe's tree started (then its file is written, when stored) or did not
-        (then it is forgotten, and the error is the answer)."""
+    async def _joined(self, join: Join, error: Exception | None) -> None:
+        """A subscribe's tree started (the answer: once its file is written, when stored)
+        or did not (it is forgotten, its file deleted, and the error is the answer)."""
         consumer, key = join.consumer, join.consumer.key
         if error is not None:
             self.trees.handlers.pop(key, None)
             self.registry.remove(key)
+            if join.saved is not None:
+                await self.saves.forget([key], self.registry)
             _settle(join.answer, error=error)
             return
         self.registry.started(key)
         if self.registry.in_process(key):
             self.programmed.consumers[key] = consumer
         log.info("subscribed %s: %s", key, summary(consumer))
-        if not join.persist:
+        if join.saved is None:
             _settle(join.answer)
             return
-        saved = self.saves.save(consumer)
-        saved.add_done_callback(lambda done: _settle(join.answer, done.exception()
-                                                     if not done.cancelled() else None))
+        join.saved.add_done_callback(lambda done: _settle(
+            join.answer, done.exception() if not done.cancelled() else None))
 
     def _unsaved(self, key: str) -> None:
         if key in self.registry and not self.leaving.leaving(key):
@@ -539,8 +541,9 @@ class ControlActor(Actor):
 
 
 def _ended_key(message: object) -> str | None:
-    """The subscription an unsubscribe or a 410 Gone is about (None: neither)."""
-    if isinstance(message, Unsubscribe | Gone):
+    """The subscription an unsubscribe, a 410 Gone or a failed write of its file is about
+    (None: none of these)."""
+    if isinstance(message, Unsubscribe | Gone | Unsaved):
         return message.key
     return None
 

@@ -7,12 +7,16 @@ slowest 1% of subscribes waited 54-59 ms for the mailbox). Here the mailbox list
 subscription and answers with a `Pending` future; the trees of the subscribes asked so
 far are built on the mailbox's task (`Trees.prepare`: building records the seats) and
 started together on an owned task (`Trees.launch`: the supervisors start them in
-parallel), which tells the mailbox `TreesStarted`; the mailbox settles them (a failed
-one is forgotten, a started one saved) and starts the next batch with what was asked
-meanwhile. Subscriptions that ride the instance member and those with a Kafka client of
-their own (pinned partitions: a client's start waits for the broker) are separate lanes,
-so a rider never waits for a client. Any other change to a subscription that is joining
-waits until its start settled and is then asked again, as if it had queued behind it.
+parallel), which tells the mailbox `TreesStarted`; the mailbox settles them and starts
+the next batch with what was asked meanwhile. A stored subscription's file is written
+while its tree starts (the fsync took as long as the start, one after the other); one
+that did not start is forgotten and its file deleted before the answer (so a subscribe
+of it asked next finds nothing; a crash in that moment restores it like any stored one,
+and it starts or is retried). Subscriptions that ride the instance member and those with
+a Kafka client of their own (pinned partitions: a client's start waits for the broker)
+are separate lanes, so a rider never waits for a client. Any other change to a
+subscription that is joining waits until its start settled and is then asked again, as
+if it had queued behind it.
 
 `JoinBook` holds the decisions (pure); `Joining` performs them on the actor's task.
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
@@ -91,14 +95,15 @@ class JoinBook(Generic[T]):
 
 @dataclass(slots=True)
 class Join:
-    """A subscribe under way: its subscription, whether it is stored, and its answer."""
+    """A subscribe under way: its subscription, its file's write (None: not stored) and
+    its answer."""
 
     consumer: Consumer
-    persist: bool
+    saved: asyncio.Future[None] | None
     answer: asyncio.Future[Any]
 
 
-Settle = Callable[[Join, Exception | None], None]
+Settle = Callable[[Join, Exception | None], Awaitable[None]]
 """The mailbox's end of one subscribe: started (None) or failed (the error)."""
 
 
@@ -107,10 +112,11 @@ class Joining:
         self.control, self.trees, self._settle = control, trees, settle
         self.book: JoinBook[Join] = JoinBook()
 
-    def ask(self, consumer: Consumer, persist: bool) -> Pending:
-        """Start `consumer`'s tree (it is listed); the answer comes once it settled."""
+    def ask(self, consumer: Consumer, saved: asyncio.Future[None] | None) -> Pending:
+        """Start `consumer`'s tree (it is listed, and its file is being written when
+        `saved`); the answer comes once it settled."""
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.book.ask(consumer.key, rides(consumer), Join(consumer, persist, answer))
+        self.book.ask(consumer.key, rides(consumer), Join(consumer, saved, answer))
         self._next()
         return Pending(answer)
 
@@ -134,7 +140,7 @@ class Joining:
         failed = await self.trees.settle(starting)
         joins, waiters = self.book.settled([c.key for c in starting.consumers])
         for join in joins:
-            self._settle(join, failed.get(join.consumer.key))
+            await self._settle(join, failed.get(join.consumer.key))
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)

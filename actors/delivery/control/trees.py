@@ -25,16 +25,17 @@ reaches as a message (`exited`) and which retries on a timer.
 `Trees` is used by the control actor only, on its task: it performs, the registry
 decides.
 
-Members and their riders. Each instance member owns its roster (riders join and leave
-by message, actors/delivery/path/member/). `Trees` keeps the control plane's own record
-of which subscriptions ride which member (`riders`): a member stops when nobody rides it
+Members and their riders. Each instance member owns its roster (riders join and leave by
+message, actors/delivery/path/member/). `Trees` keeps the control plane's own record of
+which subscriptions ride which member (`riders`): a member stops when nobody rides it
 any more, and a member built again (after a crash, by its supervisor) starts with a copy
 of that record and held while a restore or an update holds it. A subscription's seat is
-recorded when its tree is built (`prepare`, on the control actor's task: a tree is
-built there before its supervisor starts it, beside the mailbox for subscribes, and
-subscription trees are `temporary`, built once) and dropped before its tree stops, so a member rebuilt meanwhile never gets a leaving rider;
-a seat whose tree did not start is told to leave (a `Leave` names its seat, so a newer
-seat of the same subscription is never dropped by an older one's leave).
+recorded when its tree is built (`prepare`, on the control actor's task: a tree is built
+there before its supervisor starts it, beside the mailbox for subscribes, and
+subscription trees are `temporary`, built once) and dropped before its tree stops, so a
+member rebuilt meanwhile never gets a leaving rider; a seat whose tree did not start is
+told to leave (a `Leave` names its seat, so a newer seat of the same subscription is
+never dropped by an older one's leave).
 """
 
 from __future__ import annotations
