@@ -1,7 +1,10 @@
 """OTP-style supervisors.
 
 A `Supervisor` is itself an actor. It starts children from `ChildSpec`s in order (each
-`start_child` returns when the child is ready) and stops them in reverse. When a child
+`start_child` returns when the child is ready) and stops them in reverse. With
+`start_together` its first children start at once instead, for children that only
+message one another (a message to one not started yet waits in its mailbox): each start
+is a loop cycle or two, and a subscription's tree of five took ten one after another. When a child
 exits it applies the restart type (`permanent` always, `transient` only after a crash,
 `temporary` never) and the strategy:
 
@@ -158,9 +161,12 @@ class Supervisor(Actor):
         intensity: int = 3,
         period_ms: int = 5000,
         children: list[ChildSpec] | Callable[[Supervisor], list[ChildSpec]] | None = None,
+        *,
+        start_together: bool = False,
     ) -> None:
         super().__init__(name)
         self.strategy = strategy
+        self.start_together = start_together
         self.budget = RestartBudget(intensity, period_ms)
         # a callable builds specs that hold ChildRefs to this very supervisor
         self._initial = children(self) if callable(children) else list(children or [])
@@ -222,8 +228,16 @@ class Supervisor(Actor):
 
     # -- actor -------------------------------------------------------------------------
     async def on_start(self) -> None:
-        for spec in self._initial:
-            await self._start(spec)
+        if not self.start_together:
+            for spec in self._initial:
+                await self._start(spec)
+            return
+        # at once; a failure fails the start, and the teardown stops those that started
+        outcomes = await asyncio.gather(*(self._start(s) for s in self._initial),
+                                        return_exceptions=True)
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
+            raise failure
 
     async def on_stop(self) -> None:
         try:

@@ -322,6 +322,32 @@ async def test_start_children_starts_them_in_parallel_and_reports_each_failure()
     await system.stop()
 
 
+async def test_a_supervisor_that_starts_together_starts_its_children_at_once() -> None:
+    """`start_together`: every first child starts at once (two that are ready only when
+    both start would hang one after another); a failure fails the supervisor's start and
+    stops those that started."""
+    class MeetsOnStart(Worker):
+        async def on_start(self) -> None:
+            await asyncio.wait_for(both.wait(), 2)
+            await super().on_start()
+
+    both = asyncio.Barrier(2)
+    log: list[str] = []
+    system, sup = await run_tree("one_for_one", log)
+    tree = Supervisor("tree", "one_for_all", start_together=True, children=[
+        ChildSpec("p", lambda: MeetsOnStart("p", log)),
+        ChildSpec("q", lambda: MeetsOnStart("q", log))])
+    await sup.start_child(ChildSpec("tree", lambda: tree))
+    assert tree.children() == ["p", "q"] and {"start p", "start q"} <= set(log)
+    failing = Supervisor("failing", "one_for_all", start_together=True, children=[
+        ChildSpec("r", lambda: Worker("r", log)),
+        ChildSpec("bad", lambda: FailsToStart("bad", [1]))])
+    with pytest.raises(ActorStartError, match="broker unreachable"):
+        await sup.start_child(ChildSpec("failing", lambda: failing))
+    assert "start r" in log and "stop r" in log and not sup.has_child("failing")
+    await system.stop()
+
+
 async def test_a_child_that_never_becomes_ready_is_cancelled_after_its_start_timeout() -> None:
     class Hangs(Actor):
         async def on_start(self) -> None:

@@ -407,7 +407,9 @@ class Trees:
 
     def _subscription_tree(self, consumer: Consumer) -> Supervisor:
         return Supervisor(consumer.key, "one_for_all", intensity=5, period_ms=30_000,
-                          children=lambda sup: self._subscription_children(consumer, sup))
+                          children=lambda sup: self._subscription_children(consumer, sup),
+                          # at once, unless the retry topic must exist before the consumer
+                          start_together=consumer.subscriptionMethod.retryTopics is None)
 
     def _subscription_children(self, consumer: Consumer, sup: Supervisor) -> list[ChildSpec]:
         runtime, method = self.runtime, consumer.subscriptionMethod
