@@ -34,6 +34,7 @@ from runtime.kafka import compat
 from runtime.kafka.group_offsets import GroupOffsets
 from runtime.kafka.highwater import read_highwaters
 from runtime.kernel import Actor, ChildSpec, Clock, Ref, Supervisor, within
+from runtime.kernel.clock import settle_within
 
 log = logging.getLogger(__name__)
 READ_TIMEOUT_MS = 10_000
@@ -150,23 +151,28 @@ async def list_topics(kafka: AIOKafkaConsumer, clock: Clock, member: Ref) -> Non
 
 async def drain_positions(cursors: dict[Seat, Actor | None], clock: Clock,
                           drain_ms: int, *, keep: bool = False) -> dict[Seat, int | None]:
-    """Ask each cursor to drain (in parallel): their final positions (None: the cursor did
-    not answer in time; its last commit stands)."""
+    """Tell each cursor to drain, then wait for their answers under one deadline: their
+    final positions (None: the cursor did not answer in time; its last commit stands).
+    No task or timer per cursor: the 40,000 cursors of a member's stop took seconds so."""
     deadline = clock.monotonic_ms() + drain_ms
-
-    async def one(cursor: Actor | None) -> int | None:
+    loop = asyncio.get_running_loop()
+    answers: dict[Seat, asyncio.Future[int | None]] = {}
+    for seat, cursor in cursors.items():
         if cursor is None:
-            return None
-        done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        try:
+            continue
+        done: asyncio.Future[int | None] = loop.create_future()
+        with contextlib.suppress(ActorDeadError):
             await cursor.tell(Drain(deadline, done, keep))
-            return await within(clock, done, drain_ms + DRAIN_GRACE_MS)
-        except (ActorDeadError, TimeoutError):
-            return None
+            answers[seat] = done
+    await settle_within(clock, list(answers.values()), drain_ms + DRAIN_GRACE_MS)
+    return {seat: _position(answers.get(seat)) for seat in cursors}
 
-    seats = list(cursors)
-    found = await asyncio.gather(*(one(cursors[seat]) for seat in seats))
-    return dict(zip(seats, found, strict=True))
+
+def _position(answer: asyncio.Future[int | None] | None) -> int | None:
+    """A cursor's answer to a drain (None: none, in time)."""
+    if answer is None or not answer.done() or answer.cancelled() or answer.exception():
+        return None
+    return answer.result()
 
 
 async def drain(number: int, cursors: dict[Seat, Actor | None], clock: Clock, drain_ms: int,
