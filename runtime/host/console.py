@@ -36,6 +36,9 @@ import aiohttp
 from runtime.errors import ConfigError
 from runtime.host.config import load_config
 
+JsonObject = dict[str, Any]
+"""A JSON object of the admin API, as decoded."""
+
 DEFAULT_URL: Final = "http://127.0.0.1:8080"
 TIMEOUT_S: Final = 30
 CELL_CHARS: Final = 60
@@ -115,7 +118,7 @@ def where(args: argparse.Namespace) -> tuple[str, str]:
 
 
 async def call(url: str, token: str, method: str, path: str,
-               body: dict[str, Any] | None = None) -> Any:
+               body: JsonObject | None = None) -> Any:
     """The `data` of the API's answer; `Refused` with its reason, `Unreachable`."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
@@ -175,8 +178,8 @@ def attempts_query(args: argparse.Namespace) -> str:
     return urlencode({"topic": topic, "partition": partition, "offset": rest})
 
 
-def replay_body(args: argparse.Namespace) -> dict[str, Any]:
-    body: dict[str, Any] = {"source": "deadLetter" if args.dead_letters else "topic"}
+def replay_body(args: argparse.Namespace) -> JsonObject:
+    body: JsonObject = {"source": "deadLetter" if args.dead_letters else "topic"}
     for name, value in (("topic", args.topic), ("partition", args.partition),
                         ("fromOffset", args.from_offset), ("toOffset", args.to_offset),
                         ("limit", args.limit)):
@@ -209,7 +212,7 @@ def _numeric(value: object) -> bool:
     return value is None or isinstance(value, (int, float))
 
 
-def show_status(data: dict[str, Any]) -> str:
+def show_status(data: JsonObject) -> str:
     t = data["totals"]
     states = ", ".join(f"{n} {s}" for s, n in t["states"].items())
     why = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in t["attention"].items() if n)
@@ -246,7 +249,7 @@ def show_status(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def show_attempts(data: dict[str, Any]) -> str:
+def show_attempts(data: JsonObject) -> str:
     lines = []
     record = data.get("record")
     if record is not None:
@@ -256,7 +259,7 @@ def show_attempts(data: dict[str, Any]) -> str:
         lines.append(str(data["reason"]))
     attempts = data.get("attempts", [])
 
-    def name(a: dict[str, Any]) -> list[object]:
+    def name(a: JsonObject) -> list[object]:
         r = a.get("record")
         return [f"{r['topic']}/{r['partition']}/{r['offset']}"] if record is None and r else []
 

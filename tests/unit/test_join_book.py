@@ -20,7 +20,7 @@ LIMIT = 3
 class JoinBookMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.book: JoinBook[str] = JoinBook(batch=LIMIT)
+        self.book: JoinBook[str, object] = JoinBook(batch=LIMIT)
         self.asked: dict[bool, list[str]] = {True: [], False: []}  # per lane, in order
         self.started: dict[bool, list[str]] = {True: [], False: []}
         self.under_way: list[list[str]] = []  # the batches taken and not settled

@@ -20,7 +20,6 @@ in `Programmed`, which the facade owns and every incarnation starts again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from typing import Any, Protocol
 
 from actors.delivery.cluster.log import RETRY
 from actors.delivery.control.admission import Admission
-from actors.delivery.control.joining import Join, Joining
+from actors.delivery.control.joining import Joining
 from actors.delivery.control.leaving import Leaving
 from actors.delivery.control.messages import (
     Check,
@@ -69,7 +68,7 @@ from actors.delivery.control.restore import restore
 from actors.delivery.control.saves import Saves
 from actors.delivery.control.source import SubscriptionSource
 from actors.delivery.control.trees import Plant
-from actors.delivery.document.subscription import Consumer, HandlerMethod, redact_uri
+from actors.delivery.document.subscription import Consumer, summary
 from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import (
     DeliveryError,
@@ -141,7 +140,8 @@ class ControlActor(Actor):
         self.leaving = Leaving(self, trees.stop_trees, trees.release_member, self._forget,
                                lambda key: self.registry.known(key).consumer)
         self.saves = Saves(self, source)  # the files, written off the mailbox
-        self.joining = Joining(self, trees, self._joined)  # trees started off the mailbox
+        self.joining = Joining(self, trees, self.registry, self.saves,  # trees started
+                               programmed.consumers)  # off the mailbox
         trees.handlers = programmed.handlers
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -271,8 +271,8 @@ class ControlActor(Actor):
 
     # -- subscribe and unsubscribe -------------------------------------------------------
     async def _subscribe(self, message: Subscribe) -> Pending:
-        """List the subscription; its tree starts beside the mailbox with the others asked
-        meanwhile (actors/delivery/control/joining.py), and `_joined` answers."""
+        """List the subscription and start writing its file; its tree starts beside the
+        mailbox with the others asked meanwhile (actors/delivery/control/joining.py)."""
         consumer, key = message.consumer, message.consumer.key
         self.admission.refuse_new(consumer, message.persist)
         if message.handler is not None:
@@ -280,27 +280,6 @@ class ControlActor(Actor):
         self.registry.add(consumer, in_process=message.handler is not None)
         saved = self.saves.save(consumer) if message.persist else None
         return self.joining.ask(consumer, saved)
-
-    async def _joined(self, join: Join, error: Exception | None) -> None:
-        """A subscribe's tree started (the answer: once its file is written, when stored)
-        or did not (it is forgotten, its file deleted, and the error is the answer)."""
-        consumer, key = join.consumer, join.consumer.key
-        if error is not None:
-            self.trees.handlers.pop(key, None)
-            self.registry.remove(key)
-            if join.saved is not None:
-                await self.saves.forget([key], self.registry)
-            _settle(join.answer, error=error)
-            return
-        self.registry.started(key)
-        if self.registry.in_process(key):
-            self.programmed.consumers[key] = consumer
-        log.info("subscribed %s: %s", key, summary(consumer))
-        if join.saved is None:
-            _settle(join.answer)
-            return
-        join.saved.add_done_callback(lambda done: _settle(
-            join.answer, done.exception() if not done.cancelled() else None))
 
     def _unsaved(self, key: str) -> None:
         if key in self.registry and not self.leaving.leaving(key):
@@ -548,16 +527,6 @@ def _ended_key(message: object) -> str | None:
     return None
 
 
-def _settle(answer: asyncio.Future[Any], error: BaseException | None = None) -> None:
-    """Answer a subscribe (None, or its error) unless its asker went."""
-    if answer.done():
-        return
-    if error is None:
-        answer.set_result(None)
-    else:
-        answer.set_exception(error)
-
-
 def _changed_key(message: object) -> str | None:
     """The subscription a change asked of the mailbox is about (None: not a change)."""
     if isinstance(message, Subscribe):
@@ -565,11 +534,3 @@ def _changed_key(message: object) -> str | None:
     if isinstance(message, Update | PauseSubscription | ResumeSubscription | Replay):
         return message.key
     return None
-
-
-def summary(consumer: Consumer) -> str:
-    topics = ", ".join(t.name or f"/{t.pattern}/" for t in consumer.topics)
-    method = consumer.subscriptionMethod
-    if isinstance(method, HandlerMethod):
-        return f"{topics} -> handler {method.handler}"
-    return f"{topics} -> {method.method} {redact_uri(method.uri)}"

@@ -14,7 +14,7 @@ that did not start is forgotten and its file deleted before the answer (so a sub
 of it asked next finds nothing; a crash in that moment restores it like any stored one,
 and it starts or is retried). Subscriptions that ride the instance member and those with
 a Kafka client of their own (pinned partitions: a client's start waits for the broker)
-are separate lanes, so a rider never waits for a client. Any other change to a
+are separate lanes, so a rider never waits for a client. Every other change to a
 subscription that is joining waits until its start settled and is then asked again, as
 if it had queued behind it.
 
@@ -25,23 +25,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import logging
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from actors.delivery.control.messages import Pending, TreesStarted, ask
+from actors.delivery.control.registry import SubscriptionRegistry
+from actors.delivery.control.saves import Saves
 from actors.delivery.control.trees import Plant, Starting, rides
-from actors.delivery.document.subscription import Consumer
+from actors.delivery.document.subscription import Consumer, summary
 from runtime.errors import ActorDeadError
 from runtime.kernel.actor import Actor
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
+W = TypeVar("W")
 JOIN_BATCH: Final = 64
 """Subscribes started together at most (a batch's trees are built in one turn)."""
 
 
 @dataclass(slots=True)
-class JoinBook(Generic[T]):
+class JoinBook(Generic[T, W]):
     """Subscribes asked and not settled: `queued` wait for their lane's next batch,
     `starting` are in a batch under way (one per lane at most); `waiting` are the other
     changes asked meanwhile about a joining key, to ask again once it settled."""
@@ -49,7 +53,7 @@ class JoinBook(Generic[T]):
     batch: int = JOIN_BATCH
     queued: dict[str, tuple[bool, T]] = field(default_factory=dict)
     starting: dict[str, tuple[bool, T]] = field(default_factory=dict)
-    waiting: dict[str, list[Any]] = field(default_factory=dict)
+    waiting: dict[str, list[W]] = field(default_factory=dict)
 
     def ask(self, key: str, lane: bool, join: T) -> None:
         """A subscribe of `key` (which is not joining) in `lane`."""
@@ -59,7 +63,7 @@ class JoinBook(Generic[T]):
     def joining(self, key: str) -> bool:
         return key in self.queued or key in self.starting
 
-    def wait(self, key: str, waiter: Any) -> None:
+    def wait(self, key: str, waiter: W) -> None:
         """`waiter` is told when `key`'s start settled (`key` is joining)."""
         self.waiting.setdefault(key, []).append(waiter)
 
@@ -79,13 +83,13 @@ class JoinBook(Generic[T]):
                 batches.append([self.starting[key][1] for key in keys])
         return batches
 
-    def settled(self, keys: list[str]) -> tuple[list[T], list[Any]]:
+    def settled(self, keys: list[str]) -> tuple[list[T], list[W]]:
         """A batch's starts settled: its subscribes and the waiters of their keys."""
         joins = [self.starting.pop(key)[1] for key in keys if key in self.starting]
         waiters = [w for key in keys for w in self.waiting.pop(key, [])]
         return joins, waiters
 
-    def abandon(self) -> tuple[list[T], list[Any]]:
+    def abandon(self) -> tuple[list[T], list[W]]:
         """Everything still waiting (the actor stops before it is done)."""
         joins = [join for _, join in [*self.starting.values(), *self.queued.values()]]
         waiters = [w for ws in self.waiting.values() for w in ws]
@@ -100,22 +104,21 @@ class Join:
 
     consumer: Consumer
     saved: asyncio.Future[None] | None
-    answer: asyncio.Future[Any]
-
-
-Settle = Callable[[Join, Exception | None], Awaitable[None]]
-"""The mailbox's end of one subscribe: started (None) or failed (the error)."""
+    answer: asyncio.Future[None]
 
 
 class Joining:
-    def __init__(self, control: Actor, trees: Plant, settle: Settle) -> None:
-        self.control, self.trees, self._settle = control, trees, settle
-        self.book: JoinBook[Join] = JoinBook()
+    def __init__(self, control: Actor, trees: Plant, registry: SubscriptionRegistry,
+                 saves: Saves, programmed: dict[str, Consumer]) -> None:
+        self.control, self.trees, self.registry = control, trees, registry
+        self.saves = saves
+        self.programmed = programmed  # the in-process subscriptions, by key
+        self.book: JoinBook[Join, asyncio.Future[None]] = JoinBook()
 
     def ask(self, consumer: Consumer, saved: asyncio.Future[None] | None) -> Pending:
         """Start `consumer`'s tree (it is listed, and its file is being written when
         `saved`); the answer comes once it settled."""
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.book.ask(consumer.key, rides(consumer), Join(consumer, saved, answer))
         self._next()
         return Pending(answer)
@@ -140,11 +143,32 @@ class Joining:
         failed = await self.trees.settle(starting)
         joins, waiters = self.book.settled([c.key for c in starting.consumers])
         for join in joins:
-            await self._settle(join, failed.get(join.consumer.key))
+            await self._joined(join, failed.get(join.consumer.key))
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._next()
+
+    async def _joined(self, join: Join, error: Exception | None) -> None:
+        """A subscribe's tree started (the answer: once its file is written, when stored)
+        or did not (it is forgotten, its file deleted, and the error is the answer)."""
+        consumer, key = join.consumer, join.consumer.key
+        if error is not None:
+            self.trees.handlers.pop(key, None)
+            self.registry.remove(key)
+            if join.saved is not None:
+                await self.saves.forget([key], self.registry)
+            _settle(join.answer, error)
+            return
+        self.registry.started(key)
+        if self.registry.in_process(key):
+            self.programmed[key] = consumer
+        log.info("subscribed %s: %s", key, summary(consumer))
+        if join.saved is None:
+            _settle(join.answer)
+            return
+        join.saved.add_done_callback(lambda done: _settle(
+            join.answer, done.exception() if not done.cancelled() else None))
 
     def abandon(self) -> None:
         joins, waiters = self.book.abandon()
@@ -161,3 +185,13 @@ class Joining:
         with contextlib.suppress(ActorDeadError):
             await self.trees.launch(starting)
         await self.control.tell(TreesStarted(starting))
+
+
+def _settle(answer: asyncio.Future[None], error: BaseException | None = None) -> None:
+    """Answer a subscribe (None, or its error) unless its asker went."""
+    if answer.done():
+        return
+    if error is None:
+        answer.set_result(None)
+    else:
+        answer.set_exception(error)

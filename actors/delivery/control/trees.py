@@ -236,33 +236,13 @@ class Trees:
             raise UnknownBroker("unknown broker", str(exc)) from None
 
     def check_retry_topics(self, consumer: Consumer) -> str | None:
-        """With `retryTopics`: the delay queue's bootstrap, after checking that its delays
-        fit the config's levels and that the delay queue runs on the subscription's broker
-        (it forwards to the retry topic, which the subscription consumes). Raises
-        `InvalidSubscription` naming what is missing."""
-        retry = consumer.subscriptionMethod.retryTopics
-        if retry is None:
-            return None
-        delay = self.runtime.config.delay
-        check_levels(retry, delay.levels)
-        delay_broker = delay.broker or self.runtime.config.brokers[0].name
-        if delay_broker != consumer.broker:
-            raise InvalidSubscription(
-                "invalid subscriptionMethod.retryTopics",
-                f"the delay queue runs on broker {delay_broker!r}, the subscription reads "
-                f"{consumer.broker!r}: retry topics need them to be the same")
-        return self.runtime.bootstrap(delay_broker)
+        return check_retry_topics(self.runtime, consumer)
+
+    def own_topics(self) -> set[str]:
+        return own_topics(self.runtime.config)
 
     def broker_down(self, consumer: Consumer) -> bool:
         return consumer.broker in self.runtime.probe.problems
-
-    def own_topics(self) -> set[str]:
-        """The runtime's own topics: the cluster's subscriptions and status topics (they
-        hold every subscription's document, secrets included) and the delay levels'."""
-        config = self.runtime.config
-        cluster = config.cluster
-        own = {t for level in config.delay.levels for t in level.topics}
-        return own | {t for t in (cluster.subscriptions_topic, cluster.status_topic) if t}
 
     def forget(self, key: str) -> None:
         """Subscription `key` is gone (unsubscribed): its attempts ring goes, and what its
@@ -307,23 +287,8 @@ class Trees:
         return starting
 
     async def launch(self, starting: Starting) -> None:
-        """Start what `prepare` built: the members, then the trees whose member runs,
-        each step in parallel; failures go into `starting.failed`. It asks the
-        supervisors and writes nothing of ours: it may run beside the control actor."""
-        broken = await _start_all(self.wires.groups, starting.members)
-        for member in starting.members:
-            if member.name not in broken:
-                log.info("group member %s started", member.name)
-        ready: dict[str, ChildSpec] = {}
-        for consumer in starting.consumers:
-            spec = starting.trees.get(consumer.key)
-            error = broken.get(member_name(consumer)) if rides(consumer) else None
-            if error is not None:
-                starting.failed[consumer.key] = start_failure(error)
-            elif spec is not None:
-                ready[consumer.key] = spec
-        errors = await _start_all(self.wires.delivery, list(ready.values()))
-        starting.failed.update((key, start_failure(error)) for key, error in errors.items())
+        """Start what `prepare` built (`launch`): it may run beside the control actor."""
+        await launch(starting, self.wires.groups, self.wires.delivery)
 
     async def settle(self, starting: Starting) -> dict[str, DeliveryError]:
         """On the control actor's task, once `launch` is done: the seats of the trees that
@@ -504,12 +469,6 @@ class Trees:
         return self.riders.get(member_name(consumer), {}).pop(consumer.key, None)
 
     # -- shared instance members (actors/delivery/path/member/) ----------------------
-    def instance_group(self) -> str:
-        """The consumer group the runtime's instances share (`[delivery] instance_group`;
-        by default derived from what instances of one deployment have in common: the
-        cluster's subscriptions topic, else the persistence folder)."""
-        return instance_group(self.runtime.config)
-
     async def restore_member(self, consumer: Consumer) -> bool:
         """Start `consumer`'s member again if it is gone (its supervisor was restarted
         empty); False (and a warning) when it could not start."""
@@ -537,7 +496,7 @@ class Trees:
             raise SubscriptionStartFailed("subscription failed to start",
                                           f"its group member {name} is starting")
         self.riders.setdefault(name, {})
-        runtime, group = self.runtime, self.instance_group()
+        runtime, group = self.runtime, instance_group(self.runtime.config)
         wiring = self._member_wirings.setdefault(name, Wiring(
             ChildRef(self.wires.groups, name), self.bootstrap(consumer), DRAIN_MS,
             fetch_size(largest_buffer(consumer)),
@@ -712,3 +671,51 @@ async def _start_all(parent: ChildRef, specs: list[ChildSpec]) -> dict[str, Acto
     except ActorDeadError as exc:
         errors = [ActorStartError(str(exc))] * len(specs)
     return {spec.name: error for spec, error in zip(specs, errors, strict=True) if error}
+
+
+async def launch(starting: Starting, groups: ChildRef, delivery: ChildRef) -> None:
+    """Start what `Trees.prepare` built: the members (under `groups`), then the trees
+    whose member runs (under `delivery`), each step in parallel; failures go into
+    `starting.failed`. It asks the supervisors and writes no state of the control actor's:
+    it may run on a task beside it."""
+    broken = await _start_all(groups, starting.members)
+    for member in starting.members:
+        if member.name not in broken:
+            log.info("group member %s started", member.name)
+    ready: dict[str, ChildSpec] = {}
+    for consumer in starting.consumers:
+        spec = starting.trees.get(consumer.key)
+        error = broken.get(member_name(consumer)) if rides(consumer) else None
+        if error is not None:
+            starting.failed[consumer.key] = start_failure(error)
+        elif spec is not None:
+            ready[consumer.key] = spec
+    errors = await _start_all(delivery, list(ready.values()))
+    starting.failed.update((key, start_failure(error)) for key, error in errors.items())
+
+
+def check_retry_topics(runtime: Runtime, consumer: Consumer) -> str | None:
+    """With `retryTopics`: the delay queue's bootstrap, after checking that its delays fit
+    the config's levels and that the delay queue runs on the subscription's broker (it
+    forwards to the retry topic, which the subscription consumes). Raises
+    `InvalidSubscription` naming what is missing."""
+    retry = consumer.subscriptionMethod.retryTopics
+    if retry is None:
+        return None
+    delay = runtime.config.delay
+    check_levels(retry, delay.levels)
+    delay_broker = delay.broker or runtime.config.brokers[0].name
+    if delay_broker != consumer.broker:
+        raise InvalidSubscription(
+            "invalid subscriptionMethod.retryTopics",
+            f"the delay queue runs on broker {delay_broker!r}, the subscription reads "
+            f"{consumer.broker!r}: retry topics need them to be the same")
+    return runtime.bootstrap(delay_broker)
+
+
+def own_topics(config: Config) -> set[str]:
+    """The runtime's own topics: the cluster's subscriptions and status topics (they hold
+    every subscription's document, secrets included) and the delay levels'."""
+    cluster = config.cluster
+    own = {t for level in config.delay.levels for t in level.topics}
+    return own | {t for t in (cluster.subscriptions_topic, cluster.status_topic) if t}

@@ -794,3 +794,11 @@ def redact_pair(pair: str) -> str:
     name, sep, _ = pair.partition("=")
     return f"{name}=***" if sep else "***"
 
+
+def summary(consumer: Consumer) -> str:
+    """A subscription in a log line: its topics and where its records go."""
+    topics = ", ".join(t.name or f"/{t.pattern}/" for t in consumer.topics)
+    method = consumer.subscriptionMethod
+    if isinstance(method, HandlerMethod):
+        return f"{topics} -> handler {method.handler}"
+    return f"{topics} -> {method.method} {redact_uri(method.uri)}"
