@@ -335,6 +335,7 @@ class Trees:
         await sup.stop_children(trees)
         self.riders.clear()
         self._held.clear()
+        self._starting_members.clear()  # the launches of a crashed incarnation ended
         return len(trees)
 
     async def start_replay(self, consumer: Consumer, request: ReplayRequest,
