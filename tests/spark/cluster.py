@@ -1,6 +1,8 @@
 """A real Spark standalone cluster on loopback, from the installed pyspark: one master and
 `workers` workers (`spark-class org.apache.spark.deploy.master.Master` / `...worker.Worker`),
-each a JVM this module starts and stops by its PID.
+each a JVM this module starts and stops by its PID. Each worker starts one executor JVM
+per application, and a driver (`python -m runtime report --master spark://...`) is one
+more: a master and one worker make four JVMs with the driver's.
 
 Stopping: SIGTERM to the workers (a worker kills its executors on the way out), then the
 master; whatever has not exited after `STOP_TIMEOUT_S`, executors included (found as the
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,21 +37,26 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def loopback_env(base: Path, java_options: str = "") -> dict[str, str]:
-    """Environment for every process of the cluster and its drivers: loopback only, and
-    `java_options` for the master, the workers, drivers and executors."""
+def loopback_env(base: Path, java_options: str = "",
+                 driver_conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for every process of the cluster and its drivers: loopback only,
+    `java_options` for the master, the workers, drivers and executors, and `driver_conf`
+    as `--conf key=value` of every driver (pyspark's submit arguments)."""
     local = base / "local"
     local.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOCAL_DIRS": str(local), "SPARK_LOG_DIR": str(base / "logs"),
            "SPARK_NO_DAEMONIZE": "1",
            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    conf = dict(driver_conf or {})
     if java_options:
         env["SPARK_DAEMON_JAVA_OPTS"] = java_options
-        env["PYSPARK_SUBMIT_ARGS"] = " ".join((  # pyspark splits it as a shell would
-            "--conf", shlex.quote(f"spark.driver.extraJavaOptions={java_options}"),
-            "--conf", shlex.quote(f"spark.executor.extraJavaOptions={java_options}"),
-            "pyspark-shell"))
+        conf |= {"spark.driver.extraJavaOptions": java_options,
+                 "spark.executor.extraJavaOptions": java_options}
+    if conf:  # pyspark splits it as a shell would
+        env["PYSPARK_SUBMIT_ARGS"] = " ".join(
+            [*(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in conf.items()),
+             "pyspark-shell"])
     return env
 
 
@@ -59,11 +67,12 @@ class StandaloneCluster:
     web_url: str
     workers: int
     java_options: str = ""
+    driver_conf: Mapping[str, str] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         """The environment for a driver of this cluster."""
-        return loopback_env(self.base, self.java_options)
+        return loopback_env(self.base, self.java_options, self.driver_conf)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until the master lists every worker as ALIVE; AssertionError with the logs if
@@ -139,16 +148,19 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=STOP_TIMEOUT_S)
 
 
-def start(base: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
-          java_options: str = "") -> StandaloneCluster:
-    """Start the master and the workers (without waiting: see `wait_ready`)."""
+def start(base: Path, workers: int = 1, cores: int = 1, memory: str = "1g",
+          java_options: str = "", driver_conf: Mapping[str, str] | None = None,
+          ) -> StandaloneCluster:
+    """Start the master and the workers (without waiting: see `wait_ready`); `driver_conf`
+    goes to the drivers that `env()` serves."""
     spark_class = str(spark_home() / "bin" / "spark-class")
     env = loopback_env(base, java_options)
     out = base / "out"
     out.mkdir(parents=True, exist_ok=True)
     port, web_port = free_port(), free_port()
     cluster = StandaloneCluster(base, f"spark://127.0.0.1:{port}",
-                                f"http://127.0.0.1:{web_port}", workers, java_options)
+                                f"http://127.0.0.1:{web_port}", workers, java_options,
+                                dict(driver_conf or {}))
 
     def spawn(name: str, *args: str) -> None:
         log = (out / f"{name}.log").open("wb")
