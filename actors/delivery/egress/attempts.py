@@ -48,6 +48,7 @@ RESPONSE_BYTES: Final = 1024
 JOURNAL_RESPONSE_BYTES: Final = 256
 Outcome = Literal["delivered", "failed", "skipped"]
 OUTCOMES: Final[tuple[Outcome, ...]] = ("delivered", "failed", "skipped")
+_OUTCOME_INDEX: Final = {outcome: index for index, outcome in enumerate(OUTCOMES)}
 NAN: Final = float("nan")
 State = Literal["delivered", "retrying", "dead_lettered", "skipped", "filtered", "pending",
                 "unknown"]
@@ -220,7 +221,7 @@ class AttemptRing:
             self._wide.extend((offset, record_ts_ms, at))
             self._ints.extend((partition, number, -1 if status is None else status))
             self._latency.append(latency)
-            self._outcomes.append(OUTCOMES.index(outcome))
+            self._outcomes.append(_OUTCOME_INDEX[outcome])
             self._topics.append(topic)
         else:  # full: the oldest slot is overwritten
             slot, self._head = self._head, (self._head + 1) % self.capacity
@@ -229,7 +230,7 @@ class AttemptRing:
             ints[at3], ints[at3 + 1], ints[at3 + 2] = (
                 partition, number, -1 if status is None else status)
             self._latency[slot] = latency
-            self._outcomes[slot] = OUTCOMES.index(outcome)
+            self._outcomes[slot] = _OUTCOME_INDEX[outcome]
             self._topics[slot] = topic
             self._extras.pop(slot, None)
         self._added += 1

@@ -212,10 +212,9 @@ class EgressActor(OutletActor):
 
     __slots__ = ("_batch_size", "_batches", "_charset", "_event_loop", "_fail_fast",
                  "_finished", "_gone", "_has_body", "_headers", "_keys", "_lean", "_linger_ms",
-                 "_m_breaker",
-                 "_m_transitions", "_method", "_pushes", "_query_key", "_redact", "_session",
-                 "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
-                 "transport_name")
+                 "_m_breaker", "_m_transitions", "_method", "_pushes", "_query_key", "_redact",
+                 "_session", "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin",
+                 "settings", "slots", "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
@@ -228,6 +227,7 @@ class EgressActor(OutletActor):
         # shared with every subscription pushing to the same origin (the service's
         # registry); changed only through its methods (actors/delivery/egress/origin.py)
         self.origin = origin or Origin(origin_of(settings.uri))
+        self.slots = self.origin.slots  # made once per origin, never replaced
         self.settings = settings
         self._method = settings.method
         self._has_body = self._method not in BODYLESS_METHODS
@@ -411,6 +411,14 @@ class EgressActor(OutletActor):
 
     def answer_of(self, reply: Reply) -> Answer:
         """What an answered request means, told to the origin."""
+        status, _, action, body = reply
+        if action is None and not body and 200 <= status < 300:  # the usual answer
+            answer = _SUCCESS.get(status) or Answer(status)  # `_answer`, `_settle_origin`
+            origin = self.origin
+            origin.answered(True, self.context.clock.monotonic_ms())
+            if origin.breaker.transitions:
+                self._report_transitions()
+            return answer
         answer = self._answer(*reply)
         self._settle_origin(answer)
         return answer
@@ -591,8 +599,10 @@ class EgressActor(OutletActor):
             self.on_gone(self.settings.subscription, f"{self.endpoint} answered 410 Gone")
 
     def _origin_answered(self, ok: bool) -> None:
-        self.origin.answered(ok, self.context.clock.monotonic_ms())
-        self._report_transitions()
+        origin = self.origin
+        origin.answered(ok, self.context.clock.monotonic_ms())
+        if origin.breaker.transitions:  # `_report_transitions` has none to take else
+            self._report_transitions()
 
     def _report_transitions(self) -> None:
         """Log, journal and count the origin's breaker changes this actor takes (the

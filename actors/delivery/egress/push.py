@@ -28,7 +28,7 @@ import time
 from typing import Protocol
 
 from actors.delivery.egress.batching import Queued
-from actors.delivery.egress.origin import Origin, Ticket
+from actors.delivery.egress.origin import Origin, Slots, Ticket
 from actors.delivery.egress.outlet import Answer
 from actors.delivery.egress.transport import Done, Exchange, Reply
 from actors.shared.messages import Deliver
@@ -44,6 +44,8 @@ class Owner(Protocol):
 
     context: ActorContext
     origin: Origin
+    slots: Slots
+    """`origin.slots`, read once (issue 37: a property call twice a push)."""
 
     @property
     def subscription(self) -> str: ...
@@ -111,8 +113,9 @@ class Push:
                 clock = owner.context.clock
                 self._alarm = clock.call_at(clock.monotonic_ms() + verdict, self._go)
             else:
-                self._probe = owner.origin.breaker.probing  # `hold` made this the probe
-                self._ticket = owner.origin.slots.take(owner.subscription, self._send)
+                breaker = owner.origin.breaker  # `hold` may have made this the probe
+                self._probe = breaker.state != "closed" and breaker.probing
+                self._ticket = owner.slots.take(owner.subscription, self._send)
                 if self._ticket is None:
                     self._send()
         except Exception as exc:
@@ -136,7 +139,7 @@ class Push:
         self._exchange = None
         if self._holding:
             self._holding = False
-            owner.origin.slots.give()
+            owner.slots.give()
         try:
             answer = owner.answer_of(reply) if reply is not None else \
                 owner.error_answer(exc or RuntimeError("no reply"))
@@ -157,7 +160,7 @@ class Push:
             exchange.cancel()
         if self._holding:
             self._holding = False
-            self._owner.origin.slots.give()
+            self._owner.slots.give()
         self._owner.origin.unanswered(self._probe)  # no answer: the next may probe (#34)
 
     def __repr__(self) -> str:

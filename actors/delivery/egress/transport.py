@@ -306,9 +306,12 @@ class _Connection(asyncio.Protocol):
             self._complete()
 
     def on_message_complete(self) -> None:
-        if not self._parser.should_keep_alive():
+        parser = self._parser
+        if not parser.should_keep_alive():
             self.reusable = False
-        self._complete()
+        if self._done is not None and self._ready is None:  # `_complete`, inline (#37)
+            self._ready = (parser.get_status_code(), self._retry_after, self._action,
+                           self._snippet)
 
     # requests
     def request(self, data: bytes, head: bool, done: Done) -> None:
@@ -406,6 +409,7 @@ class LeanTransport:
     def __init__(self, settings: TransportSettings, url: URL, shelf: Shelf | None = None,
                  owner: Spawner | None = None) -> None:
         self._settings = settings
+        self.total_s = settings.total_s  # an attribute: read by every request (#37)
         # asyncio.get_running_loop() costs a getpid() system call on Python 3.11: once here
         self.loop = asyncio.get_running_loop()
         self._host, self._port = url.host or "", url.port or 80
@@ -563,14 +567,6 @@ class LeanTransport:
                 self._overriding[names] = known
         return known
 
-    @property
-    def total_s(self) -> float:
-        return self._settings.total_s
-
-    def using(self, connection: _Connection) -> None:
-        """`connection` carries a request of ours (closed if this transport closes)."""
-        self._using.add(connection)
-
     def release(self, connection: _Connection) -> None:
         """Its request is over: back on the shelf, or closed when not reusable."""
         self._using.discard(connection)
@@ -665,7 +661,7 @@ class _Exchange:
 
     def send_on(self, connection: _Connection) -> None:
         self._connection = connection
-        self._owner.using(connection)
+        self._owner._using.add(connection)  # `using`, inline: once per request (#37)
         try:
             connection.request(self._data, self._head, self._answered)
         except ConnectionLost as exc:
