@@ -214,7 +214,7 @@ class EgressActor(OutletActor):
                  "_finished", "_gone", "_has_body", "_headers", "_keys", "_lean", "_linger_ms",
                  "_m_breaker", "_m_transitions", "_method", "_pushes", "_query_key", "_redact",
                  "_session", "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin",
-                 "settings", "slots", "transport_name")
+                 "settings", "slots", "subscription", "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
@@ -228,6 +228,7 @@ class EgressActor(OutletActor):
         # registry); changed only through its methods (actors/delivery/egress/origin.py)
         self.origin = origin or Origin(origin_of(settings.uri))
         self.slots = self.origin.slots  # made once per origin, never replaced
+        self.subscription = settings.subscription  # whose turn a push waits in (push.py)
         self.settings = settings
         self._method = settings.method
         self._has_body = self._method not in BODYLESS_METHODS
@@ -309,10 +310,6 @@ class EgressActor(OutletActor):
         return None
 
     # -- single records: pushes by callback (actors/delivery/egress/push.py) ------------
-    @property
-    def subscription(self) -> str:
-        return self._subscription
-
     def _accept(self, deliver: Deliver) -> None:
         """Push now if fewer than `pool` are under way, else after one of them ended."""
         if self._pending is None:
@@ -346,7 +343,7 @@ class EgressActor(OutletActor):
                     pushes.add(push)
                     self._inflight += 1
                     gauge.value += 1  # `inc()`, without the call
-                    push.begin()
+                    push.go()
                 return
             while len(pushes) < self.pool:
                 job, linger_ms = self._next_job()

@@ -47,8 +47,7 @@ class Owner(Protocol):
     slots: Slots
     """`origin.slots`, read once (issue 37: a property call twice a push)."""
 
-    @property
-    def subscription(self) -> str: ...
+    subscription: str
 
     def may_go(self, job: Job) -> int | Answer | None: ...
 
@@ -89,7 +88,7 @@ class Push:
             clock = self._owner.context.clock
             self._alarm = clock.call_at(clock.monotonic_ms() + linger_ms, self._lingered)
         else:
-            self._go()
+            self.go()
 
     def _lingered(self) -> None:
         assert isinstance(self.job, list)  # only batches linger
@@ -99,9 +98,9 @@ class Push:
             self._owner.push_crashed(exc)
             return
         self.started = time.perf_counter()  # the linger is not the request's time
-        self._go()
+        self.go()
 
-    def _go(self) -> None:
+    def go(self) -> None:
         """Ask the origin: go now, wait for it on an alarm, or fail at once."""
         self._alarm = None
         owner = self._owner
@@ -111,7 +110,7 @@ class Push:
                 owner.pushed(self, verdict)
             elif verdict is not None:
                 clock = owner.context.clock
-                self._alarm = clock.call_at(clock.monotonic_ms() + verdict, self._go)
+                self._alarm = clock.call_at(clock.monotonic_ms() + verdict, self.go)
             else:
                 breaker = owner.origin.breaker  # `hold` may have made this the probe
                 self._probe = breaker.state != "closed" and breaker.probing

@@ -460,7 +460,14 @@ class LeanTransport:
             template = self._templates[method] = \
                 f"{method} {self._path} HTTP/1.1\r\n{self._fixed_block}"
         data = f"{template}{lines}Content-Length: {len(body)}\r\n\r\n".encode()
-        return self._begin(data + body if body else data, False, done)
+        exchange = _Exchange(self, data + body if body else data, False, done)  # `_begin`
+        self.deadlines.add(exchange)
+        connection = self._shelf.take()
+        if connection is not None:
+            exchange.send_on(connection)
+        else:  # rare once warm: a new connection, the one step that needs a task
+            exchange.task = self._tasks.spawn(self._connect_for(exchange), "egress:connect")
+        return exchange
 
     def _begin(self, data: bytes, head: bool, done: Done) -> Exchange:
         exchange = _Exchange(self, data, head, done)
@@ -670,11 +677,15 @@ class _Exchange:
     def _answered(self, reply: Reply | None, exc: BaseException | None) -> None:
         connection, self._connection = self._connection, None
         owner = self._owner
-        if connection is not None:
+        if connection is not None:  # `owner.release`, inline: once per request (#37)
             if exc is not None:
                 connection.close()  # a half-read answer makes it unusable
-            owner.release(connection)
-        done, self._done = self._done, None  # `tell`, inline: once per request (#37)
+            owner._using.discard(connection)
+            if connection.reusable and not owner._closed:
+                owner._shelf.put(connection)
+            else:
+                connection.close()
+        done, self._done = self._done, None  # `tell`, inline
         if done is not None:
             self._data = b""  # `_Deadlines` may keep this object a while: not its bytes
             owner.deadlines.drop_over()
