@@ -65,6 +65,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from hashlib import sha256
 from typing import Final
 
 import aiohttp
@@ -73,7 +74,7 @@ from yarl import URL
 
 from actors.delivery.document.secrets import resolved_headers, resolved_secret
 from actors.delivery.document.settings import EgressSettings
-from actors.delivery.document.signing import sign_all, signing_keys, webhook_id, webhook_id_of
+from actors.delivery.document.signing import sign_all, signing_keys, webhook_id_of
 from actors.delivery.document.subscription import (
     BODYLESS_METHODS,
     redact_uri,
@@ -469,9 +470,8 @@ class EgressActor(OutletActor):
             record.timestamp_ms, record.fetched_ms, status, self.endpoint))
         ring = self.attempts
         if ring is not None:
-            ring.record(topic, partition, offset, record.timestamp_ms,
-                        now_wall - round(latency_ms), 1, "delivered", status, latency_ms,
-                        None, None)
+            ring.delivered(topic, partition, offset, record.timestamp_ms,
+                           now_wall - round(latency_ms), 1, status or 0, latency_ms)
         self._finish_soon(deliver.reply_to,
                           Delivered(record, deliver.epoch, status or 0, latency_ms))
 
@@ -655,9 +655,11 @@ class EgressActor(OutletActor):
         body (the body is the record's value): the same names, values and order, one
         string formatted instead of a dict joined (issue 37; the same bytes on the wire:
         tests/integration/test_egress_template.py)."""
-        if record.retry is None:  # the record's own coordinates (`webhook_id_of`, inline)
+        timestamp_ms = record.timestamp_ms
+        if record.retry is None and timestamp_ms >= 0:  # `webhook_id_of`, inline
             topic, partition, offset = record.topic, record.partition, record.offset
-            msg_id = webhook_id(topic, partition, offset, record.timestamp_ms)
+            msg_id = "msg_" + sha256(
+                f"{topic}/{partition}/{offset}/{timestamp_ms}".encode()).hexdigest()[:32]
         else:
             topic, partition, offset = record.coordinates()
             msg_id = webhook_id_of(record)
