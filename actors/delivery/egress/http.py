@@ -259,7 +259,8 @@ class EgressActor(OutletActor):
         self._starting = False  # `_start_pending` is running (a push may end inside it)
         # records delivered in this turn of the loop, per cursor incarnation, told at its
         # end in one message (made on first use)
-        self._finished: dict[tuple[int, int], tuple[Ref, list[Delivered]]] | None = None
+        self._finished: dict[tuple[int, int], tuple[Ref, list[Record], int, float]] | None \
+            = None
         self._event_loop: asyncio.AbstractEventLoop | None = None  # set at the start
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
@@ -472,19 +473,20 @@ class EgressActor(OutletActor):
         if ring is not None:
             ring.delivered(topic, partition, offset, record.timestamp_ms,
                            now_wall - round(latency_ms), 1, status or 0, latency_ms)
-        self._finish_soon(deliver.reply_to,
-                          Delivered(record, deliver.epoch, status or 0, latency_ms))
+        self._finish_soon(deliver.reply_to, record, deliver.epoch, status or 0, latency_ms)
 
     def _told(self, deliver: Deliver, answer: Answer, latency_ms: float) -> None:
         record = deliver.record
         self._account((record,), answer, latency_ms)
         outcome = outcome_of(record, deliver.epoch, answer, latency_ms)
         if record.replay is None and isinstance(outcome, Delivered):
-            self._finish_soon(deliver.reply_to, outcome)
+            self._finish_soon(deliver.reply_to, record, outcome.epoch, outcome.status,
+                              outcome.latency_ms)
         else:
             deliver.reply_to.tell_system(outcome)
 
-    def _finish_soon(self, reply_to: Ref, delivered: Delivered) -> None:
+    def _finish_soon(self, reply_to: Ref, record: Record, epoch: int, status: int,
+                     latency_ms: float) -> None:
         """Gather the records delivered in this turn of the loop for their cursor (issue
         37, outcomes in bursts): uvloop hands over every socket that is ready in one turn,
         so a burst's answers arrive together, and the cursor finishes them in one turn of
@@ -493,27 +495,28 @@ class EgressActor(OutletActor):
         answered one by one, as its actor expects). A record delivered alone in its turn
         goes as its `Delivered`, at once when no other push is under way (nothing else
         can end in this turn: at fan-out, a subscription's one record costs no loop
-        callback). Failures go at once, each its own."""
+        callback). Failures go at once, each its own. A `Delivered` is made only for a
+        record told alone (a burst's records are kept as records: issue 37)."""
         finished = self._finished
-        if not finished and not self._inflight:
-            reply_to.tell_system(delivered)  # the last under way: no burst to wait for
+        if not finished and not self._inflight:  # the last under way: no burst to wait for
+            reply_to.tell_system(Delivered(record, epoch, status, latency_ms))
             return
         if finished is None:
             finished = self._finished = {}
         if not finished:
             (self._event_loop or asyncio.get_running_loop()).call_soon(self._tell_finished)
-        key = (id(reply_to), delivered.epoch)
+        key = (id(reply_to), epoch)
         found = finished.get(key)
         if found is None:
-            finished[key] = (reply_to, [delivered])
+            finished[key] = (reply_to, [record], status, latency_ms)
         else:
-            found[1].append(delivered)
+            found[1].append(record)
 
     def _tell_finished(self) -> None:
         finished, self._finished = self._finished, None
-        for reply_to, outcomes in (finished or {}).values():
-            reply_to.tell_system(outcomes[0] if len(outcomes) == 1 else BatchOutcome(
-                [outcome.record for outcome in outcomes], outcomes[0].epoch, None))
+        for (_, epoch), (reply_to, records, status, latency_ms) in (finished or {}).items():
+            reply_to.tell_system(Delivered(records[0], epoch, status, latency_ms)
+                                 if len(records) == 1 else BatchOutcome(records, epoch, None))
 
     def push_crashed(self, error: Exception) -> None:
         """A push's step raised in a callback: crash the egress in its own turn."""
