@@ -3,6 +3,9 @@ kept for the newest failures only, and the state of a record from its attempts."
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from actors.delivery.document.signing import webhook_id
 from actors.delivery.egress.attempts import (
     Attempt,
@@ -105,3 +108,24 @@ def test_a_response_leaves_with_its_slot_and_only_the_newest_are_kept() -> None:
     ring.add(attempt(3, outcome="delivered", response=None))  # overwrites offset 0's slot
     ring.add(attempt(4, outcome="delivered", response=None))
     assert [(a.offset, a.response) for a in ring] == [(2, "no"), (3, None), (4, None)]
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 90_000), st.floats(0, 70_000)),
+                max_size=60))
+def test_a_delivered_attempt_is_kept_as_record_keeps_it(
+        steps: list[tuple[bool, int, float]]) -> None:
+    general, fast = AttemptRing(capacity=7, responses=2), AttemptRing(capacity=7, responses=2)
+    at = 0
+    for offset, (ok, step, latency) in enumerate(steps):
+        at += step
+        if ok:
+            general.record("t", 1, offset, 5, at, 1, "delivered", 200, latency, None, None)
+            fast.delivered("t", 1, offset, 5, at, 1, 200, latency)
+        else:
+            for ring in (general, fast):
+                ring.record("t", 1, offset, 5, at, 2, "failed", 503, latency, "HTTP 503",
+                            "busy")
+    assert list(fast) == list(general)
+    assert fast.failed(10) == general.failed(10)
+    assert fast.series.as_dict(at) == general.series.as_dict(at)
+    assert repr(fast) == repr(general)

@@ -3,7 +3,11 @@ throttling by Retry-After."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
 
 from actors.delivery.egress.origin import (
     DEFAULT_OPEN_MS,
@@ -188,3 +192,38 @@ def test_a_probe_that_ends_unanswered_lets_the_next_request_probe() -> None:
     assert origin.hold(102) is not None  # and only one
     origin.answered(True, 103)
     assert origin.state == "closed"
+
+
+class _Window:
+    """The breaker's window as it was before issue 37: a tuple per answer."""
+
+    def __init__(self, window_ms: int, min_requests: int, ratio: float) -> None:
+        self.window_ms, self.min_requests, self.ratio = window_ms, min_requests, ratio
+        self.answers: deque[tuple[int, bool]] = deque()
+
+    def opens(self, ok: bool, now_ms: int) -> bool:
+        while self.answers and self.answers[0][0] <= now_ms - self.window_ms:
+            self.answers.popleft()
+        self.answers.append((now_ms, ok))
+        failures = sum(not answer for _, answer in self.answers)
+        if len(self.answers) >= self.min_requests and \
+                failures / len(self.answers) >= self.ratio:
+            self.answers.clear()  # opened: the probe decides; a closed breaker starts afresh
+            return True
+        return False
+
+
+@given(st.lists(st.tuples(st.integers(0, 2).map(bool), st.sampled_from([0, 0, 1, 2, 9])),
+                min_size=20, max_size=400))
+def test_the_window_kept_as_runs_decides_as_one_answer_each(
+        answers: list[tuple[bool, int]]) -> None:
+    breaker = CircuitBreaker(failure_ratio=0.5, min_requests=10, window_ms=20)
+    model = _Window(20, 10, 0.5)
+    now = 0
+    for ok, step in answers:
+        now += step  # many answers share a millisecond: runs of more than one
+        opened = breaker.record(ok, now) == "open"
+        assert opened == model.opens(ok, now)
+        if opened:  # back to closed through a good probe, as the origin would
+            breaker.allow(now + breaker.open_ms)
+            assert breaker.record(True, now) == "closed"

@@ -65,6 +65,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from hashlib import sha256
 from typing import Final
 
 import aiohttp
@@ -101,6 +102,7 @@ from actors.delivery.egress.status import OriginStatus, OutletStatus
 from actors.delivery.egress.transport import (
     Done,
     Exchange,
+    LeanTransport,
     Reply,
     Transport,
     TransportName,
@@ -210,10 +212,10 @@ class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
     __slots__ = ("_batch_size", "_batches", "_charset", "_event_loop", "_fail_fast",
-                 "_finished", "_gone", "_has_body", "_headers", "_keys", "_linger_ms", "_m_breaker",
-                 "_m_transitions", "_method", "_pushes", "_query_key", "_redact", "_session",
-                 "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin", "settings",
-                 "transport_name")
+                 "_finished", "_gone", "_has_body", "_headers", "_keys", "_lean", "_linger_ms",
+                 "_m_breaker", "_m_transitions", "_method", "_pushes", "_query_key", "_redact",
+                 "_session", "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin",
+                 "settings", "slots", "subscription", "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
                  guard: DestinationGuard | None = None, origin: Origin | None = None,
@@ -226,6 +228,8 @@ class EgressActor(OutletActor):
         # shared with every subscription pushing to the same origin (the service's
         # registry); changed only through its methods (actors/delivery/egress/origin.py)
         self.origin = origin or Origin(origin_of(settings.uri))
+        self.slots = self.origin.slots  # made once per origin, never replaced
+        self.subscription = settings.subscription  # whose turn a push waits in (push.py)
         self.settings = settings
         self._method = settings.method
         self._has_body = self._method not in BODYLESS_METHODS
@@ -237,6 +241,9 @@ class EgressActor(OutletActor):
         self._keys: list[bytes] = []
         self._redact = Redactor(())  # the secrets it sends, once they are resolved
         self._session: Transport | None = None
+        # the lean transport of a method with a body: single records go as a template
+        # and a string of their own headers (`_lines`), not a dict (issue 37)
+        self._lean: LeanTransport | None = None
         self.on_gone = on_gone
         self._gone = False
         # bounded retries: attempts while the breaker is open fail at once and count
@@ -252,7 +259,8 @@ class EgressActor(OutletActor):
         self._starting = False  # `_start_pending` is running (a push may end inside it)
         # records delivered in this turn of the loop, per cursor incarnation, told at its
         # end in one message (made on first use)
-        self._finished: dict[tuple[int, int], tuple[Ref, list[Delivered]]] | None = None
+        self._finished: dict[tuple[int, int], tuple[Ref, list[Record], int, float]] | None \
+            = None
         self._event_loop: asyncio.AbstractEventLoop | None = None  # set at the start
 
     def _bind_origin_metrics(self, metrics: Registry) -> None:
@@ -284,6 +292,8 @@ class EgressActor(OutletActor):
             self._url, self._headers, self.pool, settings.timeout_ms / 1000,
             settings.connect_timeout_ms / 1000, self.guard.socket_factory, ssl_setting),
             self.transport_name, self.origin.shelf, owner=self)
+        if isinstance(self._session, LeanTransport) and self._has_body:
+            self._lean = self._session
 
     async def handle(self, message: object) -> OutletStatus | None:
         if isinstance(message, Deliver) and self._batch_size == 1:
@@ -302,10 +312,6 @@ class EgressActor(OutletActor):
         return None
 
     # -- single records: pushes by callback (actors/delivery/egress/push.py) ------------
-    @property
-    def subscription(self) -> str:
-        return self._subscription
-
     def _accept(self, deliver: Deliver) -> None:
         """Push now if fewer than `pool` are under way, else after one of them ended."""
         if self._pending is None:
@@ -332,6 +338,15 @@ class EgressActor(OutletActor):
             pushes = self._pushes = set()
         self._starting = True
         try:
+            if self._batch_size == 1:  # single records: `_next_job`, inline (issue 37)
+                pending, pool, gauge = self._pending, self.pool, self._inflight_gauge
+                while pending and len(pushes) < pool:
+                    push = Push(self, pending.popleft()[0])
+                    pushes.add(push)
+                    self._inflight += 1
+                    gauge.value += 1  # `inc()`, without the call
+                    push.go()
+                return
             while len(pushes) < self.pool:
                 job, linger_ms = self._next_job()
                 if job is None:
@@ -354,9 +369,6 @@ class EgressActor(OutletActor):
             return None, 0
         return batch, self._linger_ms if len(batch) < self._batch_size else 0
 
-    def _has_jobs(self) -> bool:
-        return bool(self._pending) or bool(self._batches)
-
     def top_up(self, batch: list[Queued]) -> None:
         """A short batch lingered: more of its partition's records, up to `batchSize`."""
         record = batch[0][0]
@@ -370,8 +382,10 @@ class EgressActor(OutletActor):
         loop and no attempt is spent (actors/delivery/egress/origin.py says why). A
         replay is pressed once, after an outage: its pushes wait for the probe like
         records retried forever instead of failing at the breaker still open (#25)."""
-        held = self.origin.hold(self.context.clock.monotonic_ms())
-        self._report_transitions()
+        origin = self.origin
+        held = origin.hold(self.context.clock.monotonic_ms())
+        if origin.breaker.transitions:  # `_report_transitions` has none to take else
+            self._report_transitions()
         if held is None:
             return None
         first = job.record if isinstance(job, Deliver) else job[0][0]
@@ -384,6 +398,10 @@ class EgressActor(OutletActor):
                       local=True)
 
     def start_request(self, job: Job, done: Done) -> Exchange:
+        lean = self._lean
+        if lean is not None and isinstance(job, Deliver):
+            record = job.record
+            return lean.post(self._method, self._lines(record), record.value or b"", done)
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
         headers, body, params = (self._build(job.record) if isinstance(job, Deliver) else
@@ -392,6 +410,14 @@ class EgressActor(OutletActor):
 
     def answer_of(self, reply: Reply) -> Answer:
         """What an answered request means, told to the origin."""
+        status, _, action, body = reply
+        if action is None and not body and 200 <= status < 300:  # the usual answer
+            answer = _SUCCESS.get(status) or Answer(status)  # `_answer`, `_settle_origin`
+            origin = self.origin
+            origin.answered(True, self.context.clock.monotonic_ms())
+            if origin.breaker.transitions:
+                self._report_transitions()
+            return answer
         answer = self._answer(*reply)
         self._settle_origin(answer)
         return answer
@@ -408,28 +434,59 @@ class EgressActor(OutletActor):
         if self._pushes is not None:
             self._pushes.discard(push)
         self._inflight -= 1
-        self._inflight_gauge.inc(-1)
+        self._inflight_gauge.value -= 1  # `inc(-1)`, without the call
         self._duration.observe(latency_ms)
         job = push.job
         if isinstance(job, Deliver):
-            self._told(job, answer, latency_ms)
+            record = job.record
+            if answer.error is None and answer.action is None and record.attempt == 1 \
+                    and record.retry is None and record.replay is None:
+                self._delivered(job, record, answer, latency_ms)
+            else:
+                self._told(job, answer, latency_ms)
         else:
             records = [queued[0] for queued in job]
             self._account(records, answer, latency_ms)
             self._reply(job, answer, latency_ms)
-        if not self._starting and self._has_jobs():
+        if not self._starting and (self._pending or (self._batch_size > 1 and self._batches)):
             self._start_pending()
+
+    def _delivered(self, deliver: Deliver, record: Record, answer: Answer,
+                   latency_ms: float) -> None:
+        """`_told` of the usual push: a first attempt's 2xx, no retry topic, no replay;
+        what `_account`, `_journal_outcome`, `_remember`, `outcome_of` and `_finish_soon`
+        do for it, in one call (issue 37: a dozen calls per push before; the attempts
+        and the journal's ledger are checked against the general path in
+        tests/integration/test_egress_template.py)."""
+        status = answer.status
+        self._requests["2xx"].value += 1  # `_requests_of("2xx").inc(1)`, without the call
+        now_wall = self.context.clock.wall_ms()
+        if self._failing_logged:
+            self._observe(True, status, None, now_wall)
+        else:  # a success never starts the failing log: only its end is looked for
+            self.health.record(True, status, None, now_wall)
+        topic, partition, offset = record.topic, record.partition, record.offset
+        self.context.delivered((
+            self._subscription, topic, partition, offset, now_wall, int(latency_ms * 1000),
+            record.timestamp_ms, record.fetched_ms, status, self.endpoint))
+        ring = self.attempts
+        if ring is not None:
+            ring.delivered(topic, partition, offset, record.timestamp_ms,
+                           now_wall - round(latency_ms), 1, status or 0, latency_ms)
+        self._finish_soon(deliver.reply_to, record, deliver.epoch, status or 0, latency_ms)
 
     def _told(self, deliver: Deliver, answer: Answer, latency_ms: float) -> None:
         record = deliver.record
         self._account((record,), answer, latency_ms)
         outcome = outcome_of(record, deliver.epoch, answer, latency_ms)
         if record.replay is None and isinstance(outcome, Delivered):
-            self._finish_soon(deliver.reply_to, outcome)
+            self._finish_soon(deliver.reply_to, record, outcome.epoch, outcome.status,
+                              outcome.latency_ms)
         else:
             deliver.reply_to.tell_system(outcome)
 
-    def _finish_soon(self, reply_to: Ref, delivered: Delivered) -> None:
+    def _finish_soon(self, reply_to: Ref, record: Record, epoch: int, status: int,
+                     latency_ms: float) -> None:
         """Gather the records delivered in this turn of the loop for their cursor (issue
         37, outcomes in bursts): uvloop hands over every socket that is ready in one turn,
         so a burst's answers arrive together, and the cursor finishes them in one turn of
@@ -438,27 +495,28 @@ class EgressActor(OutletActor):
         answered one by one, as its actor expects). A record delivered alone in its turn
         goes as its `Delivered`, at once when no other push is under way (nothing else
         can end in this turn: at fan-out, a subscription's one record costs no loop
-        callback). Failures go at once, each its own."""
+        callback). Failures go at once, each its own. A `Delivered` is made only for a
+        record told alone (a burst's records are kept as records: issue 37)."""
         finished = self._finished
-        if not finished and not self._inflight:
-            reply_to.tell_system(delivered)  # the last under way: no burst to wait for
+        if not finished and not self._inflight:  # the last under way: no burst to wait for
+            reply_to.tell_system(Delivered(record, epoch, status, latency_ms))
             return
         if finished is None:
             finished = self._finished = {}
         if not finished:
             (self._event_loop or asyncio.get_running_loop()).call_soon(self._tell_finished)
-        key = (id(reply_to), delivered.epoch)
+        key = (id(reply_to), epoch)
         found = finished.get(key)
         if found is None:
-            finished[key] = (reply_to, [delivered])
+            finished[key] = (reply_to, [record], status, latency_ms)
         else:
-            found[1].append(delivered)
+            found[1].append(record)
 
     def _tell_finished(self) -> None:
         finished, self._finished = self._finished, None
-        for reply_to, outcomes in (finished or {}).values():
-            reply_to.tell_system(outcomes[0] if len(outcomes) == 1 else BatchOutcome(
-                [outcome.record for outcome in outcomes], outcomes[0].epoch, None))
+        for (_, epoch), (reply_to, records, status, latency_ms) in (finished or {}).items():
+            reply_to.tell_system(Delivered(records[0], epoch, status, latency_ms)
+                                 if len(records) == 1 else BatchOutcome(records, epoch, None))
 
     def push_crashed(self, error: Exception) -> None:
         """A push's step raised in a callback: crash the egress in its own turn."""
@@ -501,6 +559,7 @@ class EgressActor(OutletActor):
         self._tell_finished()  # what was delivered is told, even on the way out
         self._abandon_pushes()  # before the session: a closed connection tells nobody
         session, self._session = self._session, None
+        self._lean = None
         if session is not None:
             await session.close()
 
@@ -540,8 +599,10 @@ class EgressActor(OutletActor):
             self.on_gone(self.settings.subscription, f"{self.endpoint} answered 410 Gone")
 
     def _origin_answered(self, ok: bool) -> None:
-        self.origin.answered(ok, self.context.clock.monotonic_ms())
-        self._report_transitions()
+        origin = self.origin
+        origin.answered(ok, self.context.clock.monotonic_ms())
+        if origin.breaker.transitions:  # `_report_transitions` has none to take else
+            self._report_transitions()
 
     def _report_transitions(self) -> None:
         """Log, journal and count the origin's breaker changes this actor takes (the
@@ -591,6 +652,38 @@ class EgressActor(OutletActor):
         if self._keys:
             headers["webhook-signature"] = sign_all(self._keys, msg_id, timestamp_s, payload)
         return headers, body, params
+
+    def _lines(self, record: Record) -> str:
+        """`_build`'s headers as the lines the lean transport writes, for a method with a
+        body (the body is the record's value): the same names, values and order, one
+        string formatted instead of a dict joined (issue 37; the same bytes on the wire:
+        tests/integration/test_egress_template.py)."""
+        timestamp_ms = record.timestamp_ms
+        if record.retry is None and timestamp_ms >= 0:  # `webhook_id_of`, inline
+            topic, partition, offset = record.topic, record.partition, record.offset
+            msg_id = "msg_" + sha256(
+                f"{topic}/{partition}/{offset}/{timestamp_ms}".encode()).hexdigest()[:32]
+        else:
+            topic, partition, offset = record.coordinates()
+            msg_id = webhook_id_of(record)
+        key = record.key
+        encoded = False
+        if key is None:
+            text = ""
+        else:
+            text, encoded = key_header(key)
+        timestamp_s = self.context.clock.wall_ms() // 1000
+        lines = (f"QOH-Topic: {topic}\r\nQOH-Partition: {partition}\r\n"
+                 f"QOH-Message-Key: {text}\r\nQOH-Message-Number: {offset}\r\n"
+                 f"webhook-id: {msg_id}\r\nwebhook-timestamp: {timestamp_s}\r\n")
+        if encoded:
+            lines += "QOH-Message-Key-Encoding: base64\r\n"
+        if record.replay is not None:
+            lines += f"QOH-Replay: {record.replay}\r\n"
+        if self._keys:
+            signature = sign_all(self._keys, msg_id, timestamp_s, record.value or b"")
+            lines += f"webhook-signature: {signature}\r\n"
+        return lines
 
     def _build_batch(self, records: list[Record],
                      ) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:

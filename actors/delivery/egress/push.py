@@ -28,7 +28,7 @@ import time
 from typing import Protocol
 
 from actors.delivery.egress.batching import Queued
-from actors.delivery.egress.origin import Origin, Ticket
+from actors.delivery.egress.origin import Origin, Slots, Ticket
 from actors.delivery.egress.outlet import Answer
 from actors.delivery.egress.transport import Done, Exchange, Reply
 from actors.shared.messages import Deliver
@@ -44,9 +44,10 @@ class Owner(Protocol):
 
     context: ActorContext
     origin: Origin
+    slots: Slots
+    """`origin.slots`, read once (issue 37: a property call twice a push)."""
 
-    @property
-    def subscription(self) -> str: ...
+    subscription: str
 
     def may_go(self, job: Job) -> int | Answer | None: ...
 
@@ -87,7 +88,7 @@ class Push:
             clock = self._owner.context.clock
             self._alarm = clock.call_at(clock.monotonic_ms() + linger_ms, self._lingered)
         else:
-            self._go()
+            self.go()
 
     def _lingered(self) -> None:
         assert isinstance(self.job, list)  # only batches linger
@@ -97,9 +98,9 @@ class Push:
             self._owner.push_crashed(exc)
             return
         self.started = time.perf_counter()  # the linger is not the request's time
-        self._go()
+        self.go()
 
-    def _go(self) -> None:
+    def go(self) -> None:
         """Ask the origin: go now, wait for it on an alarm, or fail at once."""
         self._alarm = None
         owner = self._owner
@@ -109,10 +110,11 @@ class Push:
                 owner.pushed(self, verdict)
             elif verdict is not None:
                 clock = owner.context.clock
-                self._alarm = clock.call_at(clock.monotonic_ms() + verdict, self._go)
+                self._alarm = clock.call_at(clock.monotonic_ms() + verdict, self.go)
             else:
-                self._probe = owner.origin.breaker.probing  # `hold` made this the probe
-                self._ticket = owner.origin.slots.take(owner.subscription, self._send)
+                breaker = owner.origin.breaker  # `hold` may have made this the probe
+                self._probe = breaker.state != "closed" and breaker.probing
+                self._ticket = owner.slots.take(owner.subscription, self._send)
                 if self._ticket is None:
                     self._send()
         except Exception as exc:
@@ -136,7 +138,7 @@ class Push:
         self._exchange = None
         if self._holding:
             self._holding = False
-            owner.origin.slots.give()
+            owner.slots.give()
         try:
             answer = owner.answer_of(reply) if reply is not None else \
                 owner.error_answer(exc or RuntimeError("no reply"))
@@ -157,7 +159,7 @@ class Push:
             exchange.cancel()
         if self._holding:
             self._holding = False
-            self._owner.origin.slots.give()
+            self._owner.slots.give()
         self._owner.origin.unanswered(self._probe)  # no answer: the next may probe (#34)
 
     def __repr__(self) -> str:
