@@ -1,8 +1,8 @@
 """The egress's fast paths (issue 37) behave as the general ones they stand for.
 
 - A single record on the lean transport is written from a template and a string of its
-  own headers (`EgressActor._lines`, `LeanTransport.post`): the bytes on the wire are
-  those of the general request (`EgressActor._build`'s headers through
+  own headers (`Requests.lines`, `LeanTransport.post`): the bytes on the wire are
+  those of the general request (`Requests.build`'s headers through
   `LeanTransport.start`), checked on a real loopback server that keeps what it read.
 - A first attempt's 2xx is accounted in one call (`EgressActor._delivered`): the same
   ledger row, attempt, counters and outcome as the general `_told`.
@@ -110,8 +110,8 @@ RECORDS = [
 
 async def general_bytes(egress: EgressActor, url: str, requests: list[bytes],
                         arrived: asyncio.Event, rec: Record) -> bytes:
-    """What the general path writes for `rec`: `_build`'s headers through `start`."""
-    headers, body, params = egress._build(rec)
+    """What the general path writes for `rec`: `Requests.build`'s headers through `start`."""
+    headers, body, params = egress._form.build(rec, egress.context.clock.wall_ms() // 1000)
     transport = make_transport(TransportSettings(
         egress._url, egress._headers, 1, 5.0, 5.0, egress.guard.socket_factory), "lean")
     assert isinstance(transport, LeanTransport)

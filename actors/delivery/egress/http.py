@@ -59,13 +59,11 @@ instead of being read to the end.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from hashlib import sha256
 from typing import Final
 
 import aiohttp
@@ -74,7 +72,7 @@ from yarl import URL
 
 from actors.delivery.document.secrets import resolved_headers, resolved_secret
 from actors.delivery.document.settings import EgressSettings
-from actors.delivery.document.signing import sign_all, signing_keys, webhook_id_of
+from actors.delivery.document.signing import signing_keys
 from actors.delivery.document.subscription import (
     BODYLESS_METHODS,
     redact_uri,
@@ -82,13 +80,12 @@ from actors.delivery.document.subscription import (
 )
 from actors.delivery.document.tls import files_context
 from actors.delivery.egress.batching import (
-    BATCH_CONTENT_TYPE,
     PartitionQueues,
     Queued,
-    batch_body,
 )
+from actors.delivery.egress.breaker_watch import BreakerWatch
 from actors.delivery.egress.guard import DestinationDenied, DestinationGuard
-from actors.delivery.egress.origin import STATE_VALUES, Origin, origin_of
+from actors.delivery.egress.origin import Origin, origin_of
 from actors.delivery.egress.outlet import (
     Answer,
     OutletActor,
@@ -98,6 +95,7 @@ from actors.delivery.egress.outlet import (
 )
 from actors.delivery.egress.push import Job, Push
 from actors.delivery.egress.redaction import Redactor, sent_secrets
+from actors.delivery.egress.requests import Requests
 from actors.delivery.egress.status import OriginStatus, OutletStatus
 from actors.delivery.egress.transport import (
     Done,
@@ -116,7 +114,6 @@ from actors.shared.messages import (
     DeliverMany,
     Record,
 )
-from runtime.host.journal import Event
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Ref
 from runtime.kernel.backoff import parse_retry_after
@@ -128,19 +125,6 @@ USER_AGENT: Final = "hookstream/0.1"
 def header_safe(text: str) -> str:
     """`text` without CR and LF, which would end the header (header injection)."""
     return text.replace("\r", "").replace("\n", "")
-
-
-def key_header(key: bytes | None) -> tuple[str, bool]:
-    """The `QOH-Message-Key` value and whether it is base64 (see the module docstring)."""
-    if key is None:
-        return "", False
-    try:
-        text = key.decode()
-    except UnicodeDecodeError:
-        return base64.b64encode(key).decode(), True
-    if text.isprintable() and text == text.strip():
-        return text, False
-    return base64.b64encode(key).decode(), True
 
 
 def static_headers(settings: EgressSettings, has_body: bool,
@@ -211,10 +195,10 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
-    __slots__ = ("_batch_size", "_batches", "_charset", "_event_loop", "_fail_fast",
-                 "_finished", "_gone", "_has_body", "_headers", "_keys", "_lean", "_linger_ms",
-                 "_m_breaker", "_m_transitions", "_method", "_pushes", "_query_key", "_redact",
-                 "_session", "_starting", "_timeout_ms", "_url", "guard", "on_gone", "origin",
+    __slots__ = ("_batch_size", "_batches", "_event_loop", "_fail_fast", "_finished",
+                 "_form", "_gone", "_has_body", "_headers", "_lean", "_linger_ms",
+                 "_method", "_pushes", "_redact", "_session",
+                 "_starting", "_timeout_ms", "_url", "_watch", "guard", "on_gone", "origin",
                  "settings", "slots", "subscription", "transport_name")
 
     def __init__(self, name: str, settings: EgressSettings, metrics: Registry,
@@ -233,12 +217,10 @@ class EgressActor(OutletActor):
         self.settings = settings
         self._method = settings.method
         self._has_body = self._method not in BODYLESS_METHODS
-        self._query_key = settings.query_param_key
-        self._charset = settings.charset
         self._timeout_ms = settings.timeout_ms
         self._headers = static_headers(settings, self._has_body)
         self._url: URL | str = settings.uri
-        self._keys: list[bytes] = []
+        self._form = Requests(self._has_body, settings.charset, settings.query_param_key)
         self._redact = Redactor(())  # the secrets it sends, once they are resolved
         self._session: Transport | None = None
         # the lean transport of a method with a body: single records go as a template
@@ -249,7 +231,7 @@ class EgressActor(OutletActor):
         # bounded retries: attempts while the breaker is open fail at once and count
         # (actors/delivery/egress/origin.py); retrying forever: they wait for the probe
         self._fail_fast = settings.fail_fast
-        self._bind_origin_metrics(metrics)
+        self._watch = BreakerWatch(self.origin.name, metrics)
         self.transport_name = transport  # None: the default (actors/delivery/egress/transport.py)
         self._batch_size = settings.batch_size
         self._linger_ms = settings.batch_linger_ms
@@ -263,15 +245,6 @@ class EgressActor(OutletActor):
             = None
         self._event_loop: asyncio.AbstractEventLoop | None = None  # set at the start
 
-    def _bind_origin_metrics(self, metrics: Registry) -> None:
-        name = self.origin.name
-        self._m_breaker = metrics.gauge(
-            "hookstream_origin_breaker_state",
-            "Circuit breaker per origin: 0 closed, 1 half-open, 2 open").labels(origin=name)
-        self._m_transitions = metrics.counter(
-            "hookstream_origin_breaker_transitions_total",
-            "Circuit breaker state changes per origin, by the state entered")
-
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
         self._event_loop = asyncio.get_running_loop()  # a getpid() call each on 3.11
@@ -280,7 +253,9 @@ class EgressActor(OutletActor):
         headers = resolved_headers(settings.headers, allowed)
         secret = resolved_secret(settings.signing_secret, allowed)
         ssl_setting = files_context(settings.tls, allowed)
-        self._keys = signing_keys(secret) if secret else []  # a bad secret fails the start
+        keys = signing_keys(secret) if secret else []  # a bad secret fails the start
+        self._form = Requests(self._has_body, settings.charset, settings.query_param_key,
+                                  keys)
         self._redact = Redactor(sent_secrets(settings.uri, headers, secret))
         if headers != settings.headers:
             self._headers = static_headers(settings, self._has_body, headers)
@@ -401,11 +376,14 @@ class EgressActor(OutletActor):
         lean = self._lean
         if lean is not None and isinstance(job, Deliver):
             record = job.record
-            return lean.post(self._method, self._lines(record), record.value or b"", done)
+            lines = self._form.lines(record, self.context.clock.wall_ms() // 1000)
+            return lean.post(self._method, lines, record.value or b"", done)
         if self._session is None:
             raise RuntimeError(f"{self.path} has no HTTP session (not started or stopped)")
-        headers, body, params = (self._build(job.record) if isinstance(job, Deliver) else
-                                 self._build_batch([queued[0] for queued in job]))
+        now_s = self.context.clock.wall_ms() // 1000
+        headers, body, params = (self._form.build(job.record, now_s)
+                                 if isinstance(job, Deliver) else
+                                 self._form.batch([queued[0] for queued in job], now_s))
         return self._session.start(self._method, headers, body, params, done)
 
     def answer_of(self, reply: Reply) -> Answer:
@@ -605,105 +583,10 @@ class EgressActor(OutletActor):
             self._report_transitions()
 
     def _report_transitions(self) -> None:
-        """Log, journal and count the origin's breaker changes this actor takes (the
-        origin hands each out once: whichever of its egress actors asks first)."""
-        changes = self.origin.take_transitions()
-        if not changes:
-            return
-        name, clock = self.origin.name, self.context.clock
-        for change in changes:
-            level = logging.WARNING if change.after == "open" else logging.INFO
-            log.log(level, "%s: circuit breaker for %s %s -> %s: %s", self._subscription,
-                    name, change.before, change.after, change.why)
-            self.context.emit(Event(
-                type="breaker_changed", ts_ms=clock.wall_ms(), subscription=self._subscription,
-                endpoint=name, reason=f"{change.before} -> {change.after}: {change.why}"))
-            self._m_transitions.labels(origin=name, state=change.after).inc()
-        self._m_breaker.set(STATE_VALUES[self.origin.state])
+        """Log, journal and count the breaker's changes (its origin hands each out once:
+        whichever of its egress actors asks first)."""
+        self._watch.report(self.origin, self._subscription, self.context)
 
     def describe(self, exc: BaseException) -> str:
         """An error's text may quote what the receiver answered (#34)."""
         return describe(exc, self._timeout_ms, self._redact)
-
-    def _build(self, record: Record) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
-        """The per-record headers (the static ones are the session's defaults), body, query."""
-        key, encoded = key_header(record.key)
-        topic, partition, offset = record.coordinates()  # a retry: the original ones
-        msg_id = webhook_id_of(record)
-        timestamp_s = self.context.clock.wall_ms() // 1000
-        headers = {
-            "QOH-Topic": topic,  # Kafka topic names are [a-zA-Z0-9._-]: header-safe
-            "QOH-Partition": str(partition),
-            "QOH-Message-Key": key,
-            "QOH-Message-Number": str(offset),
-            "webhook-id": msg_id,
-            "webhook-timestamp": str(timestamp_s),
-        }
-        if encoded:
-            headers["QOH-Message-Key-Encoding"] = "base64"
-        if record.replay is not None:
-            headers["QOH-Replay"] = record.replay
-        value = record.value or b""
-        if self._has_body:
-            body, params, payload = value, None, value
-        else:
-            text = value.decode(self._charset, errors="replace")
-            body, params, payload = None, {self._query_key: text}, text.encode()
-        if self._keys:
-            headers["webhook-signature"] = sign_all(self._keys, msg_id, timestamp_s, payload)
-        return headers, body, params
-
-    def _lines(self, record: Record) -> str:
-        """`_build`'s headers as the lines the lean transport writes, for a method with a
-        body (the body is the record's value): the same names, values and order, one
-        string formatted instead of a dict joined (issue 37; the same bytes on the wire:
-        tests/integration/test_egress_template.py)."""
-        timestamp_ms = record.timestamp_ms
-        if record.retry is None and timestamp_ms >= 0:  # `webhook_id_of`, inline
-            topic, partition, offset = record.topic, record.partition, record.offset
-            msg_id = "msg_" + sha256(
-                f"{topic}/{partition}/{offset}/{timestamp_ms}".encode()).hexdigest()[:32]
-        else:
-            topic, partition, offset = record.coordinates()
-            msg_id = webhook_id_of(record)
-        key = record.key
-        encoded = False
-        if key is None:
-            text = ""
-        else:
-            text, encoded = key_header(key)
-        timestamp_s = self.context.clock.wall_ms() // 1000
-        lines = (f"QOH-Topic: {topic}\r\nQOH-Partition: {partition}\r\n"
-                 f"QOH-Message-Key: {text}\r\nQOH-Message-Number: {offset}\r\n"
-                 f"webhook-id: {msg_id}\r\nwebhook-timestamp: {timestamp_s}\r\n")
-        if encoded:
-            lines += "QOH-Message-Key-Encoding: base64\r\n"
-        if record.replay is not None:
-            lines += f"QOH-Replay: {record.replay}\r\n"
-        if self._keys:
-            signature = sign_all(self._keys, msg_id, timestamp_s, record.value or b"")
-            lines += f"webhook-signature: {signature}\r\n"
-        return lines
-
-    def _build_batch(self, records: list[Record],
-                     ) -> tuple[dict[str, str], bytes | None, dict[str, str] | None]:
-        """A batch's headers and JSON body (actors/delivery/egress/batching.py). `webhook-id`
-        names the first and last record, so a batch grouped the same way again keeps it."""
-        first, last = records[0], records[-1]
-        msg_id = f"{webhook_id_of(first)}-{last.offset}"
-        timestamp_s = self.context.clock.wall_ms() // 1000
-        body = batch_body(records)
-        headers = {
-            "Content-Type": BATCH_CONTENT_TYPE,
-            "QOH-Topic": first.topic,
-            "QOH-Partition": str(first.partition),
-            "QOH-Message-Number": str(first.offset),
-            "QOH-Batch-Size": str(len(records)),
-            "webhook-id": msg_id,
-            "webhook-timestamp": str(timestamp_s),
-        }
-        if first.replay is not None:
-            headers["QOH-Replay"] = first.replay
-        if self._keys:
-            headers["webhook-signature"] = sign_all(self._keys, msg_id, timestamp_s, body)
-        return headers, body, None
