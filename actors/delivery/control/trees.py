@@ -477,7 +477,7 @@ class Trees:
             return True
         try:
             await self._ensure_member(consumer)
-        except (ActorStartError, ActorDeadError) as exc:
+        except (ActorStartError, ActorDeadError, DeliveryError) as exc:  # or starting
             log.warning("group member %s could not start again: %r", member_name(consumer), exc)
             return False
         return True
