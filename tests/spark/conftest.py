@@ -21,6 +21,8 @@ from runtime.kernel.clock import FakeClock
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from tests.spark.reference_journal import ReferenceReports
+
 WriteJournal = Callable[..., Journal]  # the type of the `journal_writer` fixture
 SPARK = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 """Every Spark test file's `pytestmark`: under pytest-xdist (`--dist loadgroup`, as `make
@@ -118,3 +120,13 @@ def write_journal(
 @pytest.fixture(scope="session")
 def journal_writer() -> WriteJournal:
     return write_journal
+
+
+@pytest.fixture(scope="session")
+def reference_reports(spark: SparkSession,
+                      tmp_path_factory: pytest.TempPathFactory) -> ReferenceReports:
+    """The reference engine's two reports that the reference cases of three files share
+    (tests/spark/reference_journal.py says which and why)."""
+    from tests.spark.reference_journal import reference_reports
+
+    return reference_reports(tmp_path_factory.mktemp("reference"))

@@ -7,8 +7,6 @@ with per-record `fetched` events (journals before issue 35), and reads both."""
 from __future__ import annotations
 
 import asyncio
-import csv
-import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -17,76 +15,52 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-from runtime.host import journal as journal_module
-from runtime.host.journal import Event, Journal, offset_ranges
-from runtime.kernel.clock import FakeClock
+from runtime.host.journal import Event
+from tests.spark.reference_journal import (
+    GAP_FROM,
+    GAP_SUB,
+    GAP_T0,
+    GAP_TO,
+    GAP_TOPIC,
+    fetched_batch,
+    report,
+    write_with_a_gap,
+)
 
 pytestmark = pytest.mark.spark
-SUB, TOPIC, T0 = "s_g", "events", 1_700_000_000_000
-
-
-def fetched_batch(offsets: list[int], ts_ms: int) -> Event:
-    return Event(type="fetched", ts_ms=ts_ms, subscription=SUB, topic=TOPIC, partition=0,
-                 offset=offsets[0], count=len(offsets), offsets=offset_ranges(offsets))
-
-
-def record(kind: str, offset: int, ts_ms: int) -> Event:
-    more: dict[str, Any] = {"endpoint": "http://h/x", "status": 200, "latency_ms": 1.0} \
-        if kind == "delivered" else {}
-    return Event(type=kind, ts_ms=ts_ms, subscription=SUB, topic=TOPIC,  # type: ignore[arg-type]
-                 partition=0, offset=offset, **more)
-
-
-def disk_full(fd: int, data: bytes, offset: int) -> None:
-    raise OSError(errno.ENOSPC, "No space left on device")
-
-
-async def write_with_a_gap(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Journal:
-    journal = Journal(directory, clock=FakeClock())
-    await journal.open()
-    journal.emit(fetched_batch(list(range(30)), T0))  # one event for offsets 0-29
-    for offset in range(10):
-        journal.emit(record("delivered", offset, T0 + 10 + offset))
-    await journal.flush()
-    for offset in range(10, 20):  # these deliveries hit a full disk
-        journal.emit(record("delivered", offset, T0 + 100 + offset))
-    with monkeypatch.context() as patch:
-        patch.setattr(journal_module, "_pwrite_all", disk_full)
-        await journal.flush()
-    for offset in range(20, 28):  # 28 and 29: no outcome, fetched before the gap
-        journal.emit(record("delivered", offset, T0 + 200 + offset))
-    for offset in (30, 31):  # the old shape; fetched after the gap, never delivered: lost
-        journal.emit(record("fetched", offset, T0 + 300 + offset))
-    await journal.stop()
-    return journal
+SUB, TOPIC, T0 = GAP_SUB, GAP_TOPIC, GAP_T0
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_a_write_error_makes_records_unknown_not_lost(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
-    from runtime.report import main
+        spark: Any, tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> None:
+    # the journal (tests/spark/reference_journal.py, `write_with_a_gap`): offsets 0-29
+    # fetched in one batch; 0-9 delivered, 10-19 delivered on a full disk (their events
+    # dropped), 20-27 delivered; 30 and 31 fetched after the gap, never delivered
+    if engine == "reference":  # one report shared with two other files' journals
+        shared = request.getfixturevalue("reference_reports")
+        dropped, got = shared.dropped, shared.per_record
+    else:
+        dropped = asyncio.run(write_with_a_gap(tmp_path / "journal")).dropped
+        got = report([tmp_path / "journal"], tmp_path / "report", engine)
+    assert dropped == 10
 
-    journal = asyncio.run(write_with_a_gap(tmp_path / "journal", monkeypatch))
-    assert journal.dropped == 10
-    out = tmp_path / "report"
-    assert main([str(tmp_path / "journal"), "--out", str(out), "--engine", engine]) == 0
-
-    summary = json.loads((out / "summary.json").read_text())
-    assert (summary["delivered"], summary["lost"], summary["unknown"]) == (18, 2, 12)
-    assert summary["records_fetched"] == 32
+    summary = got.summary
+    ours = got.subscription(SUB)  # the other journals' subscriptions lost nothing
+    assert (ours["delivered"], ours["lost"], summary["unknown"]) == (18, 2, 12)
+    assert ours["records_fetched"] == 32
     assert summary["journal_dropped"] == 10
     gap = summary["journal_gap"]
     assert (gap["dropped"], gap["unknown"]) == (10, 12)
-    assert gap["from"].startswith("2023-11-14T22:13:20.110") and \
-        gap["to"].startswith("2023-11-14T22:13:20.119")  # T0 + 110 .. T0 + 119
-    [audit] = summary["audit"]
+    assert gap["from"].startswith(GAP_FROM) and gap["to"].startswith(GAP_TO)
+    [audit] = [row for row in summary["audit"] if row["subscription"] == SUB]
     assert (audit["lost"], audit["unknown"], audit["lost_offsets"]) == (2, 12, [30, 31])
 
-    with (out / "csv" / "audit_offsets.csv").open() as rows:
-        problems = {int(r["offset"]): r["problem"] for r in csv.DictReader(rows)}
+    problems = {int(r["offset"]): r["problem"] for r in got.csv("audit_offsets")
+                if r["subscription"] == SUB}
     unknown = dict.fromkeys([*range(10, 20), 28, 29], "unknown: journal gap")
     assert problems == {**unknown, 30: "lost", 31: "lost"}
-    text = (out / "summary.md").read_text()
+    text = (got.out / "summary.md").read_text()
     assert "**The journal dropped 10 event(s)**" in text
     assert "12 record(s) fetched by then with no outcome journaled are **unknown: " \
         "journal gap**, not lost" in text
