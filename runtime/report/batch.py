@@ -67,6 +67,10 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in df.collect()]
 
 
+def _groups(parts: facts.Parts) -> list[dict[str, Any]]:
+    return facts.merge_groups(*(_rows(part) for part in parts))
+
+
 def type_rows(small: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The `type` facts as `tables.Aggregates.types` rows."""
     return [{"type": r["s1"], "events": r["n"], "first_ms": r["first_ms"],
@@ -80,11 +84,14 @@ def record_groups(records: DataFrame, events: DataFrame, small: list[dict[str, A
     endpoints resolved; the rare records whose events name two endpoints get the
     smallest, as in the reference, at the cost of a second pass."""
     only = facts.only_endpoints(small)
-    more = None if clean is None else ranges.clean_views(facts.resolve_endpoints(clean, only))
-    groups = _rows(facts.record_groups(facts.resolve_endpoints(records, only), more))
+    more = None
+    if clean is not None:
+        resolved = facts.resolve_endpoints(clean, only)
+        more = ranges.clean_counts(resolved), ranges.clean_latencies(resolved)
+    groups = _groups(facts.record_groups(facts.resolve_endpoints(records, only), more))
     if any(g["ambiguous"] for g in groups):
         smallest = facts.smallest_endpoints(events, facts.ambiguous(records))
-        groups = _rows(facts.record_groups(
+        groups = _groups(facts.record_groups(
             facts.resolve_endpoints(records, only, smallest), more))
     try:
         return facts.named_groups(groups, facts.names(small))
@@ -97,11 +104,13 @@ def audit_groups(events: DataFrame, gap: gaps.JournalGap | None,
     """`record_groups` on ranges: clean cursors from sums, the others record by record
     (runtime/report/ranges.py)."""
     states = ranges.cursor_states(events).cache()
+    # few rows, read by each part of `facts.record_groups` (and `smallest_endpoints`)
+    unclean = ranges.unclean_events(events, states).cache()
     try:
-        unclean = ranges.unclean_events(events, states)
         return record_groups(facts.record_facts(unclean, gap), unclean, small,
                              ranges.clean_cursors(states))
     finally:
+        unclean.unpersist()
         states.unpersist()
 
 

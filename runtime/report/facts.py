@@ -377,24 +377,63 @@ def record_views(records: DataFrame) -> DataFrame:
         .cast(PROBLEM).alias("problem"))
 
 
-def record_groups(records: DataFrame, more: DataFrame | None = None) -> DataFrame:
-    """Records (with `ep`), and `more` rows of `record_views`' shape (the clean cursors of
-    runtime/report/ranges.py) -> per view and group: counts, end-to-end latency
-    percentiles (endpoint view) and the lost and duplicated records (partition view)."""
-    c = F.col
-    rows = record_views(records)
+GROUP_COUNTS = dict(zip(VIEW_COUNTS, (
+    "records_fetched", "delivered", "deliveries", "attempts", "failed_attempts", "retries",
+    "dead_lettered", "lost", "unknown", "ambiguous"), strict=True))
+Parts = tuple[DataFrame, DataFrame, DataFrame]
+
+
+def record_groups(records: DataFrame, more: tuple[DataFrame, DataFrame] | None = None) -> Parts:
+    """Records (with `ep`), and `more` rows from elsewhere (the clean cursors of
+    runtime/report/ranges.py: rows of `VIEW_KEYS`, `VIEW_COUNTS` and `e2e_latency_ms`,
+    then rows of `VIEW_KEYS` and `e2e_latency_ms`) -> per view and group: the counts,
+    the end-to-end latency percentiles (endpoint view) and the lost and duplicated
+    records (partition view), three aggregations that `merge_groups` puts together.
+
+    Apart, because the counts take fixed-width buffers (a hash aggregation) and the
+    percentiles only the latencies: in one aggregation every row was sorted with all of
+    them (Spark's object aggregation falls back to sorting past 128 groups)."""
+    views = record_views(records)
+    counts = views.select(*VIEW_KEYS, *VIEW_COUNTS, "e2e_latency_ms")
+    latencies = views.select(*VIEW_KEYS, "e2e_latency_ms")
     if more is not None:
-        rows = rows.unionByName(more)
+        counts, latencies = counts.unionByName(more[0]), latencies.unionByName(more[1])
+    return group_counts(counts), group_latencies(latencies), group_problems(views)
+
+
+def group_counts(rows: DataFrame) -> DataFrame:
     return rows.groupBy(*VIEW_KEYS).agg(
-        *(F.sum(name).alias(alias) for name, alias in zip(VIEW_COUNTS, (
-            "records_fetched", "delivered", "deliveries", "attempts", "failed_attempts",
-            "retries", "dead_lettered", "lost", "unknown", "ambiguous"), strict=True)),
-        F.percentile_approx(F.when(c("view") == "endpoint", c("e2e_latency_ms")),
-                            transforms.PERCENTILES,
-                            transforms.PERCENTILE_ACCURACY).alias("e2e_pct"),
-        F.max("e2e_latency_ms").alias("e2e_max"),
-        F.collect_list("problem").alias("problems"),
-    )
+        *(F.sum(name).alias(alias) for name, alias in GROUP_COUNTS.items()),
+        F.max("e2e_latency_ms").alias("e2e_max"))
+
+
+def group_latencies(rows: DataFrame) -> DataFrame:
+    """The endpoint view's latencies -> `e2e_pct` per group (groups without one: none)."""
+    c = F.col
+    known = rows.filter((c("view") == "endpoint") & c("e2e_latency_ms").isNotNull())
+    return known.groupBy(*VIEW_KEYS).agg(F.percentile_approx(
+        "e2e_latency_ms", transforms.PERCENTILES, transforms.PERCENTILE_ACCURACY,
+    ).alias("e2e_pct"))
+
+
+def group_problems(views: DataFrame) -> DataFrame:
+    problems = views.filter(F.col("problem").isNotNull())
+    return problems.groupBy(*VIEW_KEYS).agg(F.collect_list("problem").alias("problems"))
+
+
+def merge_groups(counts: Sequence[Mapping[str, Any]], latencies: Sequence[Mapping[str, Any]],
+                 problems: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`record_groups`' three parts, collected -> one row per group: its counts,
+    `e2e_pct` (None without latencies) and `problems` ([] without)."""
+    def key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(row[name] for name in VIEW_KEYS)
+
+    groups = {key(row): {**row, "e2e_pct": None, "problems": []} for row in counts}
+    for row in latencies:
+        groups[key(row)]["e2e_pct"] = row["e2e_pct"]
+    for row in problems:
+        groups[key(row)]["problems"] = row["problems"]
+    return list(groups.values())
 
 
 def named_groups(groups: Sequence[Mapping[str, Any]],

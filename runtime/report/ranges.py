@@ -50,34 +50,48 @@ def _count_if(condition: Column) -> Column:
 
 # -- throughput ticks and latencies ---------------------------------------------------------
 
-def _one_second() -> Column:
-    """A ranged event whose records all fall in one second (their times from
-    `ts_deltas_ms`, a list for every record or none): one `tick_rows` row."""
+TICK_ENTRIES = "array<struct<n:bigint,first:bigint,last:bigint,offset:bigint>>"
+
+
+def _entry(n: Column, first: Column, last: Column, offset: Column) -> Column:
+    return F.struct(n.alias("n"), first.alias("first"), last.alias("last"),
+                    offset.alias("offset"))
+
+
+def _tick_entries() -> Column:
+    """Per row, what it stands for in `facts.tick_facts`: a ranged event whose records
+    share a second (their times from `ts_deltas_ms`, a list for every record or none) one
+    entry of `n` records; another ranged event an entry per record, its time and offset
+    as `transforms.one_row_per_offset` gives them; any other row itself."""
     c = F.col
-    deltas, offsets = c("ts_deltas_ms"), transforms.named_offsets(c("offsets"))
-    second = [F.floor((c("ts_ms") + F.coalesce(pick(deltas), F.lit(0))) / facts.TICK_MS)
-              for pick in (F.array_min, F.array_max)]
-    whole = transforms.is_valid_event() & transforms.is_ranged() & offsets.isNotNull() \
-        & ~_is(*facts.DETAILED_TYPES) \
-        & (deltas.isNull() | (F.size(deltas) == F.size(offsets))) & (second[0] == second[1])
-    return F.coalesce(whole, F.lit(False))
+    offsets, deltas, ts = c("_offsets"), c("ts_deltas_ms"), c("ts_ms")
+    low, high = (ts + F.coalesce(pick(deltas), F.lit(0)) for pick in (F.array_min, F.array_max))
+    whole = ~_is(*facts.DETAILED_TYPES) & (deltas.isNull() | (F.size(deltas) == F.size(offsets))) \
+        & (F.floor(low / facts.TICK_MS) == F.floor(high / facts.TICK_MS))
+    one = F.lit(1).cast("long")
+
+    def each(offset: Column, i: Column) -> Column:
+        at = F.coalesce(ts + F.get(deltas, i), ts)
+        return _entry(one, at, at, offset)
+
+    entries = F.when(offsets.isNull(), F.array(_entry(one, ts, ts, c("offset")))).when(
+        F.coalesce(whole, F.lit(False)),
+        F.array(_entry(F.size(offsets).cast("long"), low, high, F.array_max(offsets)))).otherwise(
+        F.transform(offsets, each))
+    return entries.cast(TICK_ENTRIES)
 
 
 def tick_rows(raw: DataFrame) -> DataFrame:
-    """Raw rows (one per event) -> `facts.tick_facts` rows with `facts.WEIGHTS`: a ranged
-    event whose records share a second as one row of `_n` records (`offset` their largest,
-    `count` null as on a record's own row), any other event one row per record."""
+    """Raw rows (one per event) -> `facts.tick_facts` rows with `facts.WEIGHTS`, one per
+    `_tick_entries` entry (`count` null for a ranged event's, as on a record's own row)."""
     c = F.col
-    offsets = transforms.named_offsets(c("offsets"))
-    deltas = F.coalesce(c("ts_deltas_ms"), F.array(F.lit(0).cast("long")))
-    grouped = raw.filter(_one_second()).withColumns({
-        "_n": F.size(offsets).cast("long"),
-        "_first": c("ts_ms") + F.array_min(deltas), "_last": c("ts_ms") + F.array_max(deltas),
-        "offset": F.array_max(offsets), "count": F.lit(None).cast("long"),
-    })
-    single = transforms.one_row_per_offset(raw.filter(~_one_second())).withColumns({
-        "_n": F.lit(1).cast("long"), "_first": c("ts_ms"), "_last": c("ts_ms")})
-    return grouped.unionByName(single)
+    ranged = raw.select("*", F.when(transforms.is_ranged(), transforms.named_offsets(
+        c("offsets"))).alias("_offsets"))
+    kept = [name for name in raw.columns if name not in ("offset", "count")]
+    count = F.when(c("_offsets").isNull(), c("count")).cast("long").alias("count")
+    rows = ranged.select(*kept, count, F.explode(_tick_entries()).alias("_e"))
+    return rows.select(*kept, "count", c("_e.offset").alias("offset"), c("_e.n").alias("_n"),
+                       c("_e.first").alias("_first"), c("_e.last").alias("_last"))
 
 
 def latency_rows(events: DataFrame) -> DataFrame:
@@ -97,9 +111,10 @@ def _offsets() -> Column:
 
 
 def _e2e() -> Column:
-    """A `delivered` event's end-to-end latency per record it names: each record's time
-    minus its Kafka time, as `transforms.one_row_per_offset` gives them (item i of
-    `ts_deltas_ms` and `record_ts_deltas_ms` added; the event's value past a list's end)."""
+    """A `delivered` event's end-to-end latency per record it names (`_offsets`): each
+    record's time minus its Kafka time, as `transforms.one_row_per_offset` gives them
+    (item i of `ts_deltas_ms` and `record_ts_deltas_ms` added; past a list's end, the
+    event's value)."""
     c = F.col
 
     def each(_offset: Column, i: Column) -> Column:
@@ -108,7 +123,7 @@ def _e2e() -> Column:
                            c("record_ts_ms"))
         return ts - kafka
 
-    ranged = F.transform(transforms.named_offsets(c("offsets")), each)
+    ranged = F.transform(c("_offsets"), each)
     return F.when(_is("delivered"), F.when(c("offsets").isNotNull(), ranged).otherwise(
         F.array(c("ts_ms") - c("record_ts_ms"))))
 
@@ -117,9 +132,11 @@ def _record_events(events: DataFrame) -> DataFrame:
     c = F.col
     keyed = _is(*RECORD_EVENTS) & c("subscription").isNotNull() & c("topic").isNotNull() \
         & c("partition").isNotNull() & (c("offset").isNotNull() | c("offsets").isNotNull())
-    return facts.hashed(events.filter(keyed)).select(
-        *CURSOR, "type", "record_ts_ms", facts.name_hash(c("endpoint")).alias("eh"),
-        _offsets().alias("_offsets"), _e2e().alias("_e2e"))
+    rows = facts.hashed(events.filter(keyed)).select("*", _offsets().alias("_offsets"))
+    # apart: `_e2e` reads `_offsets`, computed once
+    return rows.select(*CURSOR, "type", "record_ts_ms",
+                       facts.name_hash(c("endpoint")).alias("eh"), "_offsets",
+                       _e2e().alias("_e2e"))
 
 
 def _clean() -> Column:
@@ -167,26 +184,27 @@ def unclean_events(events: DataFrame, states: DataFrame) -> DataFrame:
     return transforms.one_row_per_offset(theirs)
 
 
-def clean_views(clean: DataFrame) -> DataFrame:
-    """Clean cursors (with `ep`: `facts.resolve_endpoints`) -> `facts.record_views` rows:
-    per cursor one partition-view row counting its records, and per record one
-    endpoint-view row with its end-to-end latency."""
+def clean_counts(clean: DataFrame) -> DataFrame:
+    """Clean cursors (with `ep`: `facts.resolve_endpoints`) -> a row per cursor and view
+    for `facts.group_counts`: its records fetched, delivered once and attempted once."""
     c = F.col
-    n, zero = c("records"), F.lit(0).cast("long")
-    counts = dict.fromkeys(facts.VIEW_COUNTS, zero)
-    no_problem = F.lit(None).cast(facts.PROBLEM).alias("problem")
+    zero = F.lit(0).cast("long")
+    counts = {**dict.fromkeys(facts.VIEW_COUNTS, zero),
+              **dict.fromkeys(facts.VIEW_COUNTS[:4], c("records"))}
 
-    def row(view: str, k2: Column, k3: Column, counted: Column, e2e: Column) -> list[Column]:
-        counted_ = {**counts, **dict.fromkeys(facts.VIEW_COUNTS[:4], counted)}
-        return [F.lit(view).alias("view"), c("sh").alias("k1"), k2.alias("k2"),
-                k3.cast("long").alias("k3"),
-                *(v.alias(k) for k, v in counted_.items()),
-                e2e.alias("e2e_latency_ms"), no_problem]
+    def view(name: str, k2: Column, k3: Column) -> DataFrame:
+        return clean.select(F.lit(name).alias("view"), c("sh").alias("k1"), k2.alias("k2"),
+                            k3.cast("long").alias("k3"), *(v.alias(k) for k, v in counts.items()),
+                            F.array_max("e2e").alias("e2e_latency_ms"))
 
-    per_cursor = clean.select(*row("partition", c("th"), c("partition"), n,
-                                   F.array_max("e2e")))
-    records = clean.select("sh", facts.known_endpoint().alias("_ep"),
-                           F.explode("e2e").alias("_e2e"))
-    per_record = records.select(*row("endpoint", c("_ep"), F.lit(None), F.lit(1).cast("long"),
-                                     c("_e2e")))
-    return per_cursor.unionByName(per_record)
+    return view("endpoint", facts.known_endpoint(), F.lit(None)).unionByName(
+        view("partition", c("th"), c("partition")))
+
+
+def clean_latencies(clean: DataFrame) -> DataFrame:
+    """Clean cursors (with `ep`) -> a row per record with its end-to-end latency, for
+    `facts.group_latencies`."""
+    c = F.col
+    return clean.select(F.lit("endpoint").alias("view"), c("sh").alias("k1"),
+                        facts.known_endpoint().alias("k2"), F.lit(None).cast("long").alias("k3"),
+                        F.explode("e2e").alias("e2e_latency_ms"))
