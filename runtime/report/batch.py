@@ -13,7 +13,7 @@ definitions in runtime/report/transforms.py), computed with fewer passes
 3. the audit on ranges (runtime/report/ranges.py): per cursor, fetched offsets against
    delivered ones; a clean cursor counted from sums, the others record by record
    (`facts.record_facts`); one aggregation for both the per endpoint summary and the per
-   partition audit (`facts.record_groups`);
+   partition audit (`groups.record_groups`);
 4. one pass over the send and delay events, one row per record, for the latency
    percentiles;
 5. the driver builds the tables (runtime/report/tables.py) and writes them with pyarrow
@@ -30,7 +30,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from runtime.errors import UsageError
-from runtime.report import facts, gaps, output, ranges, tables, transforms
+from runtime.report import facts, gaps, groups, output, ranges, tables, transforms
 from runtime.report.job import Progress, Steps, choose_bucket_ms, read_raw
 from runtime.report.sources import JournalFiles
 from runtime.report.store import Store, compact, read_events
@@ -67,8 +67,8 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in df.collect()]
 
 
-def _groups(parts: facts.Parts) -> list[dict[str, Any]]:
-    return facts.merge_groups(*(_rows(part) for part in parts))
+def _groups(parts: groups.Parts) -> list[dict[str, Any]]:
+    return groups.merge_groups(*(_rows(part) for part in parts))
 
 
 def type_rows(small: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -80,7 +80,7 @@ def type_rows(small: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def record_groups(records: DataFrame, events: DataFrame, small: list[dict[str, Any]],
                   clean: DataFrame | None = None) -> list[dict[str, Any]]:
-    """`facts.record_groups` of the records and the `clean` cursors (`ranges`), with
+    """`groups.record_groups` of the records and the `clean` cursors (`ranges`), with
     endpoints resolved; the rare records whose events name two endpoints get the
     smallest, as in the reference, at the cost of a second pass."""
     only = facts.only_endpoints(small)
@@ -88,13 +88,13 @@ def record_groups(records: DataFrame, events: DataFrame, small: list[dict[str, A
     if clean is not None:
         resolved = facts.resolve_endpoints(clean, only)
         more = ranges.clean_counts(resolved), ranges.clean_latencies(resolved)
-    groups = _groups(facts.record_groups(facts.resolve_endpoints(records, only), more))
-    if any(g["ambiguous"] for g in groups):
+    found = _groups(groups.record_groups(facts.resolve_endpoints(records, only), more))
+    if any(g["ambiguous"] for g in found):
         smallest = facts.smallest_endpoints(events, facts.ambiguous(records))
-        groups = _groups(facts.record_groups(
+        found = _groups(groups.record_groups(
             facts.resolve_endpoints(records, only, smallest), more))
     try:
-        return facts.named_groups(groups, facts.names(small))
+        return groups.named_groups(found, facts.names(small))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -104,7 +104,7 @@ def audit_groups(events: DataFrame, gap: gaps.JournalGap | None,
     """`record_groups` on ranges: clean cursors from sums, the others record by record
     (runtime/report/ranges.py)."""
     states = ranges.cursor_states(events).cache()
-    # few rows, read by each part of `facts.record_groups` (and `smallest_endpoints`)
+    # few rows, read by each part of `groups.record_groups` (and `smallest_endpoints`)
     unclean = ranges.unclean_events(events, states).cache()
     try:
         return record_groups(facts.record_facts(unclean, gap), unclean, small,
@@ -132,12 +132,12 @@ def aggregates(raw: DataFrame, label: str, steps: Steps) -> tables.Aggregates:
     finally:
         ticks.unpersist()
     gap = gaps.journal_gap(events)
-    groups = audit_groups(events, gap, small)
-    steps.done(f"records, audit and throughput ... {len(groups)} group(s), "
+    found = audit_groups(events, gap, small)
+    steps.done(f"records, audit and throughput ... {len(found)} group(s), "
                f"{len(coarse)} throughput row(s)")
     latencies = _rows(facts.latency_percentiles(ranges.latency_rows(events)))
     steps.done(f"latency percentiles ... {len(latencies)} row(s)")
-    return tables.Aggregates(types, coarse, bucket_ms, small, groups, latencies,
+    return tables.Aggregates(types, coarse, bucket_ms, small, found, latencies,
                              None if gap is None else dataclasses.asdict(gap))
 
 

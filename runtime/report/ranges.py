@@ -31,7 +31,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from runtime.report import facts, transforms
+from runtime.report import facts, groups, transforms
 from runtime.report.transforms import RECORD_EVENTS
 
 CURSOR = ["sh", "th", "partition"]
@@ -186,25 +186,25 @@ def unclean_events(events: DataFrame, states: DataFrame) -> DataFrame:
 
 def clean_counts(clean: DataFrame) -> DataFrame:
     """Clean cursors (with `ep`: `facts.resolve_endpoints`) -> a row per cursor and view
-    for `facts.group_counts`: its records fetched, delivered once and attempted once."""
+    for `groups.group_counts`: its records fetched, delivered once and attempted once."""
     c = F.col
     zero = F.lit(0).cast("long")
-    counts = {**dict.fromkeys(facts.VIEW_COUNTS, zero),
-              **dict.fromkeys(facts.VIEW_COUNTS[:4], c("records"))}
+    counts = {**dict.fromkeys(groups.VIEW_COUNTS, zero),
+              **dict.fromkeys(groups.VIEW_COUNTS[:4], c("records"))}
 
     def view(name: str, k2: Column, k3: Column) -> DataFrame:
         return clean.select(F.lit(name).alias("view"), c("sh").alias("k1"), k2.alias("k2"),
                             k3.cast("long").alias("k3"), *(v.alias(k) for k, v in counts.items()),
                             F.array_max("e2e").alias("e2e_latency_ms"))
 
-    return view("endpoint", facts.known_endpoint(), F.lit(None)).unionByName(
+    return view("endpoint", groups.known_endpoint(), F.lit(None)).unionByName(
         view("partition", c("th"), c("partition")))
 
 
 def clean_latencies(clean: DataFrame) -> DataFrame:
     """Clean cursors (with `ep`) -> a row per record with its end-to-end latency, for
-    `facts.group_latencies`."""
+    `groups.group_latencies`."""
     c = F.col
     return clean.select(F.lit("endpoint").alias("view"), c("sh").alias("k1"),
-                        facts.known_endpoint().alias("k2"), F.lit(None).cast("long").alias("k3"),
+                        groups.known_endpoint().alias("k2"), F.lit(None).cast("long").alias("k3"),
                         F.explode("e2e").alias("e2e_latency_ms"))
