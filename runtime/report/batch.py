@@ -6,13 +6,16 @@ definitions in runtime/report/transforms.py), computed with fewer passes
 
 1. input: the journal's JSON segments, or, with `--store`, the Parquet store
    (runtime/report/store.py) after compacting the segments not yet in it, plus any crash
-   leftovers (read as JSON, since they are not closed segments);
-2. `facts.keyed` + `facts.aggregate` in one pass, cached: one row per record and per small
-   fact (event type and second, actor, partition movement, commit, endpoint);
-3. from the cached facts: per event type, throughput buckets, the small facts, and one
-   aggregation over the records for both the per endpoint summary and the per partition
-   audit (`facts.record_groups`);
-4. one pass over the send and delay events for the latency percentiles;
+   leftovers (read as JSON, since they are not closed segments): one row per event (a
+   commit round one per position), cached; ranged events are not expanded here;
+2. `facts.tick_facts` over `ranges.tick_rows` (a ranged event whose records share a
+   second is one row), cached: per event type, throughput buckets, the small facts;
+3. the audit on ranges (runtime/report/ranges.py): per cursor, fetched offsets against
+   delivered ones; a clean cursor counted from sums, the others record by record
+   (`facts.record_facts`); one aggregation for both the per endpoint summary and the per
+   partition audit (`groups.record_groups`);
+4. one pass over the send and delay events, one row per record, for the latency
+   percentiles;
 5. the driver builds the tables (runtime/report/tables.py) and writes them with pyarrow
    (runtime/report/output.py): a report is a handful of Spark jobs, not one per file.
 """
@@ -27,7 +30,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from runtime.errors import UsageError
-from runtime.report import facts, gaps, output, tables, transforms
+from runtime.report import facts, gaps, groups, output, ranges, tables, transforms
 from runtime.report.job import Progress, Steps, choose_bucket_ms, read_raw
 from runtime.report.sources import JournalFiles
 from runtime.report.store import Store, compact, read_events
@@ -44,14 +47,14 @@ class Input:
 def read_input(spark: SparkSession, files: JournalFiles, store: Store | None) -> Input:
     """Raw journal rows: from the store (with crash leftovers as JSON), or all JSON."""
     if store is None:
-        return Input(read_raw(spark, files), "json")
+        return Input(read_raw(spark, files, per_record=False), "json")
     compact(spark, files.directories, store)
     parts = []
     if store.has_events():
-        parts.append(read_events(spark, store))
+        parts.append(read_events(spark, store, per_record=False))
     if files.recovered_tails:
         tails = JournalFiles(files.directories, [], files.recovered_tails, [])
-        parts.append(read_raw(spark, tails))
+        parts.append(read_raw(spark, tails, per_record=False))
     if not parts:
         raise UsageError(f"journal {files.label} has no events")
     raw = parts[0]
@@ -64,6 +67,10 @@ def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict(recursive=True) for row in df.collect()]
 
 
+def _groups(parts: groups.Parts) -> list[dict[str, Any]]:
+    return groups.merge_groups(*(_rows(part) for part in parts))
+
+
 def type_rows(small: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The `type` facts as `tables.Aggregates.types` rows."""
     return [{"type": r["s1"], "events": r["n"], "first_ms": r["first_ms"],
@@ -71,25 +78,46 @@ def type_rows(small: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for r in small if r["kind"] == "type"]
 
 
-def record_groups(records: DataFrame, events: DataFrame,
-                  small: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`facts.record_groups` with endpoints resolved; the rare records whose events name
-    two endpoints get the smallest, as in the reference, at the cost of a second pass."""
+def record_groups(records: DataFrame, events: DataFrame, small: list[dict[str, Any]],
+                  clean: DataFrame | None = None) -> list[dict[str, Any]]:
+    """`groups.record_groups` of the records and the `clean` cursors (`ranges`), with
+    endpoints resolved; the rare records whose events name two endpoints get the
+    smallest, as in the reference, at the cost of a second pass."""
     only = facts.only_endpoints(small)
-    groups = _rows(facts.record_groups(facts.resolve_endpoints(records, only)))
-    if any(g["ambiguous"] for g in groups):
+    more = None
+    if clean is not None:
+        resolved = facts.resolve_endpoints(clean, only)
+        more = ranges.clean_counts(resolved), ranges.clean_latencies(resolved)
+    found = _groups(groups.record_groups(facts.resolve_endpoints(records, only), more))
+    if any(g["ambiguous"] for g in found):
         smallest = facts.smallest_endpoints(events, facts.ambiguous(records))
-        groups = _rows(facts.record_groups(facts.resolve_endpoints(records, only, smallest)))
+        found = _groups(groups.record_groups(
+            facts.resolve_endpoints(records, only, smallest), more))
     try:
-        return facts.named_groups(groups, facts.names(small))
+        return groups.named_groups(found, facts.names(small))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def audit_groups(events: DataFrame, gap: gaps.JournalGap | None,
+                 small: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`record_groups` on ranges: clean cursors from sums, the others record by record
+    (runtime/report/ranges.py)."""
+    states = ranges.cursor_states(events).cache()
+    # few rows, read by each part of `groups.record_groups` (and `smallest_endpoints`)
+    unclean = ranges.unclean_events(events, states).cache()
+    try:
+        return record_groups(facts.record_facts(unclean, gap), unclean, small,
+                             ranges.clean_cursors(states))
+    finally:
+        unclean.unpersist()
+        states.unpersist()
 
 
 def aggregates(raw: DataFrame, label: str, steps: Steps) -> tables.Aggregates:
     """Run the Spark side; everything returned is small."""
     events = transforms.valid_events(raw)
-    ticks = facts.tick_facts(raw).cache()
+    ticks = facts.tick_facts(ranges.tick_rows(raw)).cache()
     try:
         small = facts.small_facts(_rows(facts.tick_totals(ticks)))
         types = type_rows(small)
@@ -104,12 +132,12 @@ def aggregates(raw: DataFrame, label: str, steps: Steps) -> tables.Aggregates:
     finally:
         ticks.unpersist()
     gap = gaps.journal_gap(events)
-    groups = record_groups(facts.record_facts(events, gap), events, small)
-    steps.done(f"records, audit and throughput ... {len(groups)} group(s), "
+    found = audit_groups(events, gap, small)
+    steps.done(f"records, audit and throughput ... {len(found)} group(s), "
                f"{len(coarse)} throughput row(s)")
-    latencies = _rows(facts.latency_percentiles(events))
+    latencies = _rows(facts.latency_percentiles(ranges.latency_rows(events)))
     steps.done(f"latency percentiles ... {len(latencies)} row(s)")
-    return tables.Aggregates(types, coarse, bucket_ms, small, groups, latencies,
+    return tables.Aggregates(types, coarse, bucket_ms, small, found, latencies,
                              None if gap is None else dataclasses.asdict(gap))
 
 

@@ -111,15 +111,16 @@ def name_hash(name: Column) -> Column:
 
 
 HASHED_KEY = ["sh", "th", "partition", "offset"]  # subscription and topic hashed
+WEIGHTS = ("_n", "_first", "_last")  # a `tick_facts` row for several events
 
 
 def record_facts(events: DataFrame, gap: JournalGap | None = None) -> DataFrame:
     """Valid events -> one row per record (see the module doc), with `with_outcomes`
     and `unknown` (a journal `gap`, runtime/report/gaps.py); keyed by `HASHED_KEY`, whose
     fixed-width keys let Spark use its fast hash map."""
-    rows = _hashed(events.filter(_is(*RECORD_EVENTS) & _has_record_key()))
+    rows = hashed(events.filter(_is(*RECORD_EVENTS) & _has_record_key()))
     records = with_outcomes(rows.groupBy(*HASHED_KEY).agg(*_record_measures()))
-    ranges = transforms.filtered_ranges(_hashed(events), HASHED_KEY[:-1])
+    ranges = transforms.filtered_ranges(hashed(events), HASHED_KEY[:-1])
     return split_lost(transforms.excuse_filtered(records, ranges, HASHED_KEY), gap)
 
 
@@ -137,8 +138,14 @@ def tick_facts(raw: DataFrame) -> DataFrame:
     """Raw rows -> per `type` (null for malformed lines), subscription, endpoint, topic and
     `second`, for `RARE_TYPES` and `DETAILED_TYPES` also partition, actor and reason, and
     for `DETAILED_TYPES` the record's offset (`record_offset`) and `attempt`: `n` events,
-    `first_ms`, `last_ms`, `max_offset` and `count_sum` (sum of `count`)."""
+    `first_ms`, `last_ms`, `max_offset` and `count_sum` (sum of `count`).
+
+    A row stands for one event, or, with `WEIGHTS` (`ranges.tick_rows`), for `_n` events
+    of one second from `_first` to `_last`."""
     c = F.col
+    if WEIGHTS[0] not in raw.columns:
+        raw = raw.withColumns({WEIGHTS[0]: F.lit(1).cast("long"), WEIGHTS[1]: c("ts_ms"),
+                               WEIGHTS[2]: c("ts_ms")})
     valid = transforms.is_valid_event()
     detailed = valid & _is(*DETAILED_TYPES)
     instance = transforms.instance_column(raw)
@@ -147,7 +154,7 @@ def tick_facts(raw: DataFrame) -> DataFrame:
         F.when(valid, c("type")).alias("type"),
         F.when(valid, c("subscription")).alias("subscription"),
         F.when(valid, c("endpoint")).alias("endpoint"),
-        F.when(valid, F.floor(c("ts_ms") / TICK_MS) * TICK_MS).alias("second"),
+        F.when(valid, F.floor(c("_first") / TICK_MS) * TICK_MS).alias("second"),
         F.when(valid, c("topic")).alias("topic"),
         *(F.when(rare, c(name)).alias(name) for name in ("partition", "actor")),
         F.when(rare, detail_reason()).alias("reason"),
@@ -155,8 +162,8 @@ def tick_facts(raw: DataFrame) -> DataFrame:
         F.when(detailed, c("attempt")).alias("attempt"),
         instance.alias("instance"),
     ).agg(
-        F.count(F.lit(1)).alias("n"), F.min("ts_ms").alias("first_ms"),
-        F.max("ts_ms").alias("last_ms"), F.max("offset").alias("max_offset"),
+        F.sum("_n").alias("n"), F.min("_first").alias("first_ms"),
+        F.max("_last").alias("last_ms"), F.max("offset").alias("max_offset"),
         F.sum("count").alias("count_sum"),
     )
 
@@ -269,7 +276,7 @@ def latency_percentiles(events: DataFrame) -> DataFrame:
 
 # -- endpoints of records -----------------------------------------------------------------
 
-def _hashed(events: DataFrame) -> DataFrame:
+def hashed(events: DataFrame) -> DataFrame:
     c = F.col
     return events.withColumns({"sh": name_hash(c("subscription")),
                                "th": name_hash(c("topic"))})
@@ -283,16 +290,8 @@ def ambiguous(records: DataFrame) -> DataFrame:
 def smallest_endpoints(events: DataFrame, keys: DataFrame) -> DataFrame:
     """For the given record keys: the hash of the lexicographically smallest endpoint of
     their events (a string aggregate, so only for the few records `ambiguous` finds)."""
-    joined = _hashed(events).join(F.broadcast(keys), HASHED_KEY)
+    joined = hashed(events).join(F.broadcast(keys), HASHED_KEY)
     return joined.groupBy(*HASHED_KEY).agg(name_hash(F.min("endpoint")).alias("_smallest"))
-
-
-def _lookup(mapping: Mapping[Any, Any], key: Column, kind: str) -> Column:
-    """`mapping[key]` as a column (a literal map: the driver knows the few endpoints)."""
-    if not mapping:
-        return F.lit(None).cast(kind)
-    pairs = [item for k, v in sorted(mapping.items()) for item in (F.lit(k), F.lit(v))]
-    return F.element_at(F.create_map(*pairs), key)
 
 
 def names(small: Sequence[Mapping[str, Any]]) -> dict[int, str]:
@@ -320,9 +319,14 @@ def resolve_endpoints(records: DataFrame, only: Mapping[int, int],
                       smallest: DataFrame | None = None) -> DataFrame:
     """Adds `ep`, the hash of the record's endpoint: `eh`, else its subscription's only
     endpoint (`only`), as `transforms.fill_endpoints` does; `smallest`
-    (`smallest_endpoints`) settles the ambiguous records. Adds `ambiguous`."""
+    (`smallest_endpoints`) settles the ambiguous records. Adds `ambiguous`.
+
+    `only` is joined as a broadcast table: as a literal map (`element_at`) it was a
+    linear search per row, at 10,000 subscriptions most of the report's time."""
     c = F.col
-    candidates = [c("eh"), _lookup(only, c("sh"), "long")]
+    table = records.sparkSession.createDataFrame(sorted(only.items()), "sh long, _only long")
+    records = records.join(F.broadcast(table), "sh", "left")
+    candidates = [c("eh"), c("_only")]
     if smallest is not None:
         records = records.join(F.broadcast(smallest), HASHED_KEY, "left")
         candidates.insert(0, c("_smallest"))
@@ -330,59 +334,7 @@ def resolve_endpoints(records: DataFrame, only: Mapping[int, int],
         "ep": F.coalesce(*candidates),
         "ambiguous": F.coalesce(c("eh") != c("eh_max"), F.lit(False)),
     })
-    return resolved.drop("eh", "eh_max", "_smallest")
-
-
-def record_groups(records: DataFrame) -> DataFrame:
-    """Records (with `ep`) -> per subscription and endpoint (`view` = "endpoint"; `k1`,
-    `k2` = their hashes, null for no endpoint or "") and per subscription and
-    topic-partition (`view` = "partition"; `k1`, `k2`, `k3`): counts, end-to-end latency
-    percentiles (endpoint view) and the lost and duplicated records (partition view)."""
-    c = F.col
-    endpoint = F.when(c("ep") != F.xxhash64(F.lit("")), c("ep"))  # "" is "no endpoint"
-    views = F.array(
-        F.struct(F.lit("endpoint").alias("view"), c("sh").alias("k1"), endpoint.alias("k2"),
-                 F.lit(None).cast("long").alias("k3")),
-        F.struct(F.lit("partition").alias("view"), c("sh").alias("k1"), c("th").alias("k2"),
-                 c("partition").alias("k3")),
-    )
-    rows = records.select("*", F.explode(views).alias("_v")).select("*", "_v.*").drop("_v")
-    problem = c("lost") | c("unknown") | (c("deliveries") > 1)
-    in_endpoint_view = c("view") == "endpoint"
-    return rows.groupBy("view", "k1", "k2", "k3").agg(
-        _count_if(c("fetches") > 0).alias("records_fetched"),
-        _count_if(c("deliveries") > 0).alias("delivered"),
-        F.sum("deliveries").alias("deliveries"),
-        F.sum("attempts").alias("attempts"),
-        F.sum("failures").alias("failed_attempts"),
-        F.sum("retries").alias("retries"),
-        _count_if(c("dead_letters") > 0).alias("dead_lettered"),
-        _count_if(c("lost")).alias("lost"),
-        _count_if(c("unknown")).alias("unknown"),
-        F.percentile_approx(F.when(in_endpoint_view, c("e2e_latency_ms")),
-                            transforms.PERCENTILES,
-                            transforms.PERCENTILE_ACCURACY).alias("e2e_pct"),
-        F.max("e2e_latency_ms").alias("e2e_max"),
-        F.collect_list(F.when(~in_endpoint_view & problem, F.struct(
-            "offset", "fetches", "deliveries", "lost", "unknown"))).alias("problems"),
-        _count_if(c("ambiguous")).alias("ambiguous"),
-    )
-
-
-def named_groups(groups: Sequence[Mapping[str, Any]],
-                 names_: Mapping[int, str]) -> list[dict[str, Any]]:
-    """`record_groups` rows with the hashes mapped back to names (endpoint view: "" for
-    none), as `tables.Aggregates.groups` wants them."""
-    named = []
-    for group in groups:
-        row = dict(group)
-        row["k1"] = names_[group["k1"]]
-        if group["view"] == "endpoint":
-            row["k2"] = names_.get(group["k2"], "") if group["k2"] is not None else ""
-        else:
-            row["k2"] = names_[group["k2"]]
-        named.append(row)
-    return named
+    return resolved.drop("eh", "eh_max", "_smallest", "_only")
 
 
 # -- follow: one aggregation for everything ------------------------------------------------

@@ -57,8 +57,10 @@ def choose_bucket_ms(span_ms: int) -> int:
     return BUCKET_CHOICES_MS[-1] * (span_ms // (BUCKET_CHOICES_MS[-1] * MAX_BUCKETS) + 1)
 
 
-def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
-    """The journal's lines, each tagged with its directory (`transforms.INSTANCE`)."""
+def read_raw(spark: SparkSession, files: JournalFiles, *, per_record: bool = True) -> DataFrame:
+    """The journal's lines, each tagged with its directory (`transforms.INSTANCE`), with
+    one row per record (`transforms.one_row_per_record`), or with `per_record=False` one
+    per event, a commit round's positions apart (`transforms.one_row_per_position`)."""
     frames = []
     for directory in files.directories:
         paths = [str(p) for p in files.paths if p.parent == directory]
@@ -68,7 +70,10 @@ def read_raw(spark: SparkSession, files: JournalFiles) -> DataFrame:
                 .option("mode", "PERMISSIVE")
                 .option("columnNameOfCorruptRecord", transforms.CORRUPT)
                 .json(paths), str(directory)))
-    return transforms.one_row_per_record(reduce(DataFrame.unionByName, frames))
+    raw = reduce(DataFrame.unionByName, frames)
+    if per_record:
+        return transforms.one_row_per_record(raw)
+    return transforms.one_row_per_position(raw)
 
 
 class _Cache:

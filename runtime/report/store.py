@@ -165,7 +165,10 @@ def compact(spark: SparkSession, journal_dirs: tuple[Path, ...], store: Store) -
         atomic_write(store.segments_file, (json.dumps(sorted(closed | done)) + "\n").encode())
 
 
-def read_events(spark: SparkSession, store: Store) -> DataFrame:
-    """Everything the store holds (committed micro-batches only), as raw journal rows."""
+def read_events(spark: SparkSession, store: Store, *, per_record: bool = True) -> DataFrame:
+    """Everything the store holds (committed micro-batches only), as raw journal rows:
+    one per record, or with `per_record=False` one per event (`job.read_raw`)."""
     raw = spark.read.schema(transforms.stored_schema()).parquet(str(store.events))
-    return transforms.one_row_per_record(raw)
+    if per_record:
+        return transforms.one_row_per_record(raw)
+    return transforms.one_row_per_position(raw)

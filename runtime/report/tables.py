@@ -41,7 +41,7 @@ class Aggregates:
     - `ticks`: per `bucket_start_ms`, `subscription` ("" for none) and `type`: `n`.
     - `small`: facts rows of kinds endpoint, actor, crash, move, commit, dead_letter,
       replay, instance.
-    - `groups`: `record_groups` rows: view "endpoint" (k1, k2 = subscription, endpoint) and
+    - `groups`: `groups.record_groups` rows: view "endpoint" (k1, k2 = subscription, endpoint) and
       view "partition" (k1, k2, k3 = subscription, topic, partition, with `problems`).
     - `latencies`: view "endpoint" (added `a_*`, HTTP `b_*`) and view "lateness" (`b_*`).
     """

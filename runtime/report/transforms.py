@@ -162,16 +162,31 @@ def one_row_per_record(raw: DataFrame) -> DataFrame:
     (and `filtered`, which `filtered_ranges` reads as ranges) pass as they are. Applied
     where the journal is read (`job.read_raw`, the store, the follow stream), after
     `one_row_per_position` (a commit round, one row per cursor)."""
-    raw = one_row_per_position(raw)
-    c = F.col
-    ranged = c("type").isin(RECORD_EVENTS) & c("offsets").isNotNull()
+    return one_row_per_offset(one_row_per_position(raw))
+
+
+def named_offsets(offsets: Column) -> Column:
+    """Ranges ("3-7,9") -> the offsets they name, in order ([3, 4, 5, 6, 7, 9]); null for
+    null or an unreadable first bound."""
 
     def span(part: Column) -> Column:
         bounds = F.split(part, "-")  # F.get: null past the end (ANSI mode)
         first = F.get(bounds, 0).cast("long")
         return F.sequence(first, F.coalesce(F.get(bounds, 1).cast("long"), first))
 
-    offsets = F.flatten(F.transform(F.split(c("offsets"), ","), span))
+    return F.flatten(F.transform(F.split(offsets, ","), span))
+
+
+def is_ranged() -> Column:
+    """A record event that names its records as ranges (`offsets`)."""
+    return F.col("type").isin(RECORD_EVENTS) & F.col("offsets").isNotNull()
+
+
+def one_row_per_offset(raw: DataFrame) -> DataFrame:
+    """`one_row_per_record` of rows whose commit rounds are expanded already."""
+    c = F.col
+    ranged = is_ranged()
+    offsets = named_offsets(c("offsets"))
     lists = [name for name, _, _ in PER_RECORD_FIELDS if name in raw.columns]
     rows = raw.select("*", F.posexplode_outer(F.when(ranged, offsets)).alias(
         "_pos", "_fetched"))
