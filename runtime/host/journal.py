@@ -84,7 +84,7 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, Protocol, get_args
@@ -199,6 +199,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     topics: list[str] | None = None
     partitions: list[int] | None = None
     positions: list[int] | None = None
+    keys: list[int] | None = None
+    record_offsets: list[int] | None = None
+    endpoints: list[str] | None = None
+    statuses: list[int] | None = None
 
 
 PER_RECORD_FIELDS: Final = (
@@ -439,6 +443,91 @@ def _one_range(first: DeliveryRow, columns: tuple[tuple[Any, ...], ...],
         list(map(sub, fetched, repeat(fetched0))))
 
 
+def columnar(rows: Sequence[DeliveryRow], shift_ms: int) -> list[Event]:
+    """Ledger rows -> one columnar `delivered` event (issue 35): one list per column,
+    straight from the transposed rows, so the work per row is C's (zip, dict, map) and
+    there is no Python work per cursor. A row whose status or endpoint is None, and a
+    single row, go as per-record events."""
+    if len(rows) <= 1:
+        return [row_event(row, shift_ms) for row in rows]
+    columns = tuple(zip(*rows, strict=True))
+    kinds = dict.fromkeys(_kind_of_each(columns))
+    if any(kind[2] is None or kind[3] is None for kind in kinds):  # rare: split them
+        plain = [row for row in rows if row[8] is not None and row[9] is not None]
+        odd = [row_event(row, shift_ms) for row in rows if row[8] is None or row[9] is None]
+        return [*columnar(plain, shift_ms), *odd] if plain else odd
+    return [_columnar_event(columns, kinds, _kind_ids(columns, kinds), shift_ms)]
+
+
+def _kind_ids(columns: tuple[tuple[Any, ...], ...],
+              kinds: dict[tuple[str, str, str, int], None]) -> list[int]:
+    """Each row's index into the event's tables (`kinds`, in order of first sight): by
+    its subscription when each subscription has one topic, endpoint and status here
+    (the usual case: a string look-up per row), else by all four."""
+    subs = dict.fromkeys(columns[0])
+    if len(subs) == len(kinds):  # same first-sight order as `kinds`
+        return list(map(dict(zip(subs, itertools.count())).__getitem__, columns[0]))
+    index = dict(zip(kinds, itertools.count()))
+    return list(map(index.__getitem__, _kind_of_each(columns)))
+
+
+def _kind_of_each(columns: tuple[tuple[Any, ...], ...]) -> Iterator[tuple[Any, ...]]:
+    """Each row's (subscription, topic, endpoint, status)."""
+    return zip(columns[0], columns[1], columns[9], columns[8], strict=True)
+
+
+def _one_or_all(values: Sequence[Any]) -> tuple[Any, list[Any] | None]:
+    """A table column: its value when every item holds it, else the items."""
+    return (values[0], None) if values.count(values[0]) == len(values) else (None, list(values))
+
+
+def _deltas(values: tuple[int, ...]) -> tuple[int, list[int] | None]:
+    """The smallest value and each value minus it (None when all are equal)."""
+    low = min(values)
+    if values.count(low) == len(values):
+        return low, None
+    return low, list(map(operator.sub, values, itertools.repeat(low)))
+
+
+def _columnar_event(columns: tuple[tuple[Any, ...], ...],
+                    kinds: dict[tuple[str, str, str, int], None], ids: list[int],
+                    shift_ms: int) -> Event:
+    subs, topics, endpoints, statuses = (list(c) for c in zip(*kinds, strict=True))
+    topic, topic_list = _one_or_all(topics)
+    endpoint, endpoint_list = _one_or_all(endpoints)
+    status, status_list = _one_or_all(statuses)
+    ts0, ts_deltas = _deltas(columns[4])
+    record_ts0, record_ts_deltas = _deltas(columns[6])
+    fetched0, fetched_deltas = _deltas(columns[7])
+    return Event(
+        type="delivered", ts_ms=ts0, endpoint=endpoint, topic=topic, attempt=1,
+        status=status, record_ts_ms=record_ts0, fetched_ts_ms=fetched0 + shift_ms,
+        count=len(ids), latencies_us=list(columns[5]), ts_deltas_ms=ts_deltas,
+        record_ts_deltas_ms=record_ts_deltas, fetched_ts_deltas_ms=fetched_deltas,
+        subscriptions=subs, topics=topic_list, partitions=list(columns[2]), keys=ids,
+        record_offsets=list(columns[3]), endpoints=endpoint_list, statuses=status_list)
+
+
+def expand_columnar(event: Event) -> list[Event]:
+    """A columnar `delivered` -> the per-record events it stands for, in its row order."""
+    subs, keys = event.subscriptions or [], event.keys or []
+    offsets, partitions = event.record_offsets or [], event.partitions or []
+    n = len(offsets)
+    zeros = [0] * n
+    ts, record_ts = event.ts_deltas_ms or zeros, event.record_ts_deltas_ms or zeros
+    fetched, latencies = event.fetched_ts_deltas_ms or zeros, event.latencies_us or zeros
+    topics = event.topics or [event.topic or ""] * len(subs)
+    endpoints: Sequence[str | None] = event.endpoints or [event.endpoint] * len(subs)
+    statuses: Sequence[int | None] = event.statuses or [event.status] * len(subs)
+    return [Event(type="delivered", ts_ms=event.ts_ms + ts[i], subscription=subs[k],
+                  endpoint=endpoints[k], topic=topics[k], partition=partitions[i],
+                  offset=offsets[i], attempt=1, status=statuses[k],
+                  latency_ms=latencies[i] / 1000,
+                  record_ts_ms=(event.record_ts_ms or 0) + record_ts[i],
+                  fetched_ts_ms=(event.fetched_ts_ms or 0) + fetched[i])
+            for i, k in enumerate(keys)]
+
+
 Position = tuple[str, str, int, int]
 """One cursor's committed position: (subscription, topic, partition, offset)."""
 
@@ -483,6 +572,8 @@ def expand(event: Event) -> list[Event]:
         return [Event(type="committed", ts_ms=event.ts_ms, subscription=sub, topic=topic,
                       partition=partition, offset=offset)
                 for sub, topic, partition, offset in committed_positions(event)]
+    if event.record_offsets is not None and event.type == "delivered":
+        return expand_columnar(event)
     if event.offsets is None or event.type not in RECORD_EVENT_TYPES:
         return [event]
     offsets = [o for first, last in ranges_of(event.offsets) for o in range(first, last + 1)]
