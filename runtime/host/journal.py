@@ -15,9 +15,9 @@ length with a limit and appends the Struct to a list. The commonest event, a pla
 first-attempt delivery, is not even that: the egress appends a `DeliveryRow` tuple to the
 journal's `ledger` through `ActorContext.delivered`, which in a runtime is that list's
 `append` (no Python call per delivery; issue 35). At each commit (and, without one, every
-`RANGE_MAX_AGE_MS` / 2 of flushes) the journal files the ledger with one sort into
-`DeliveryRanges`, which writes each cursor's deliveries as one ranged `delivered` ahead
-of the commit that passes them. Encoding (one reused
+`RANGE_MAX_AGE_MS` / 2 of flushes) the journal writes the ledger's rows as one columnar
+`delivered` (`columnar`: a list per column, no Python work per cursor) ahead of the
+commit, so no commit reaches the disk before the deliveries it passes. Encoding (one reused
 `msgspec.json.Encoder`, `encode_lines` per batch) and writing happen in a flush task every
 `flush_interval_ms`; the encode+write of a batch runs in a worker thread
 (`asyncio.to_thread`) so neither a big batch nor a slow disk stalls the event loop.
@@ -156,7 +156,14 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       microseconds) and, where the records differ, `ts_deltas_ms`,
       `record_ts_deltas_ms` and `fetched_ts_deltas_ms` (each record's `ts_ms`,
       `record_ts_ms` and `fetched_ts_ms` minus the event's); JSON arrays of integers.
-      `expand` gives the per-record events back.
+      `expand` gives the per-record events back. Written until columnar deliveries.
+    - `delivered` as columns (issue 35, since 2026-11-28; `columnar`): the ledger's
+      first-attempt deliveries at a commit, one event, row i one delivery. Tables, item
+      by item: `subscriptions`, and `topics`, `endpoints`, `statuses` (or the event's
+      `topic`, `endpoint`, `status` when all are the same); per row `keys` (the row's
+      index into the tables), `partitions`, `record_offsets`, `latencies_us` and the
+      three deltas as above, from the event's `ts_ms`, `record_ts_ms`, `fetched_ts_ms`
+      (the smallest of each). `expand` gives the per-record events back.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
@@ -342,7 +349,11 @@ class DeliveryRanges:
     cursors go straight out.
     A pure book: `file` holds, `release(cursor)`, `release_older(ticks)`, `release_all()`
     return the events to buffer; the caller gives its clock's wall minus monotonic time
-    (`fetched_ms` is monotonic)."""
+    (`fetched_ms` is monotonic).
+
+    Since columnar deliveries the journal no longer uses it (`columnar` writes a round's
+    rows without per-cursor work): it makes the ranged events that journals before hold,
+    for the tests and scripts that write such journals."""
 
     __slots__ = ("_since", "_tick", "held")
 
@@ -508,9 +519,12 @@ def _columnar_event(columns: tuple[tuple[Any, ...], ...],
         record_offsets=list(columns[3]), endpoints=endpoint_list, statuses=status_list)
 
 
-def expand_columnar(event: Event) -> list[Event]:
-    """A columnar `delivered` -> the per-record events it stands for, in its row order."""
+def expand_columnar(event: Event, subscription: str | None = None) -> list[Event]:
+    """A columnar `delivered` -> the per-record events it stands for, in its row order
+    (only `subscription`'s, when given)."""
     subs, keys = event.subscriptions or [], event.keys or []
+    wanted = None if subscription is None else {
+        k for k, sub in enumerate(subs) if sub == subscription}
     offsets, partitions = event.record_offsets or [], event.partitions or []
     n = len(offsets)
     zeros = [0] * n
@@ -525,7 +539,7 @@ def expand_columnar(event: Event) -> list[Event]:
                   latency_ms=latencies[i] / 1000,
                   record_ts_ms=(event.record_ts_ms or 0) + record_ts[i],
                   fetched_ts_ms=(event.fetched_ts_ms or 0) + fetched[i])
-            for i, k in enumerate(keys)]
+            for i, k in enumerate(keys) if wanted is None or k in wanted]
 
 
 Position = tuple[str, str, int, int]
@@ -768,15 +782,13 @@ class Journal:
         self._accept = max_buffered
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
-        self._ranges = DeliveryRanges()
         self.ledger: list[DeliveryRow] = [] if ledger is None else ledger
         """Plain first-attempt deliveries not filed yet: the egress appends its rows here
         (`ActorContext.delivered` is this list's `append`: no Python call per delivery);
-        filed into `DeliveryRanges` at every commit and at stop, and at a flush when
+        written as one columnar event at every commit and at stop, and at a flush when
         `RANGE_MAX_AGE_MS` / 2 passed since the last filing or it holds `max_buffered`
-        rows: filed at a commit round, a cursor's rows since its last commit are side by
-        side (one range); filed at every flush, they would come one by one. Rows
-        appended after `stop()` are not seen (a runtime stops its actors first)."""
+        rows (a round's rows in one event: its tables are written once). Rows appended
+        after `stop()` are not seen (a runtime stops its actors first)."""
         self._ticks = self._filed_at = 0  # flushes so far; the one the ledger was filed at
         self.tap: Callable[[list[DeliveryRow]], None] | None = None
         """Told the ledger's rows as they are filed (the runtime's `delivered` listeners)."""
@@ -828,16 +840,16 @@ class Journal:
         if self._state == "stopped":
             self._drop([row_event(row, self._shift) for row in rows], "stopped")
             return
-        self._queue(self._ranges.file(rows, self._shift))
+        self._queue(columnar(rows, self._shift))
 
     def _commit(self, event: Event) -> None:
-        """A commit releases its cursors' deliveries (in the ledger and held) into the
-        buffer ahead of it."""
+        """A commit puts the ledger's deliveries, as one columnar event, into the buffer
+        ahead of it."""
         rows, self._filed_at = self.ledger.copy(), self._ticks
         self.ledger.clear()  # in place: the egress holds this list's `append`
         if rows and self.tap is not None:
             self.tap(rows)
-        released = self._ranges.file(rows, self._shift, set(committed_cursors(event)))
+        released = columnar(rows, self._shift)
         released.append(event)
         if len(self._buffer) + len(released) <= self._accept:
             self._buffer += released
@@ -902,7 +914,6 @@ class Journal:
         self._state, self._accept = "stopped", 0
         self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
-            self._buffer += self._ranges.release_all(self._shift_ms())
             await self._flush_locked()
             await self._close_segment()
         self._log_drops(force=True)
@@ -959,7 +970,7 @@ class Journal:
         self._ticks += 1
         if self._ticks - self._filed_at >= ticks // 2 or len(self.ledger) >= self._max_buffered:
             self._file()  # else the next commit files it: a cursor's rows side by side
-        self._buffer += self._ranges.release_older(ticks, self._shift_ms())
+        self._shift_ms()
         if self._buffer or self._unreported:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():

@@ -13,7 +13,15 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-from runtime.host.journal import Delivery, DeliveryRow, Event, closed_segments, columnar
+from runtime.host.journal import (
+    Delivery,
+    DeliveryRanges,
+    DeliveryRow,
+    Event,
+    closed_segments,
+    columnar,
+    committed_cursors,
+)
 from tests.spark.conftest import SPARK
 from tests.spark.test_ranged_deliveries import (
     RECORDS,
@@ -42,6 +50,20 @@ def as_columnar(events: list[Event | Delivery]) -> list[Event]:
             rows = []
         out.append(one)
     return [*out, *columnar(rows, SHIFT)]
+
+
+def as_ranged(events: list[Event | Delivery]) -> list[Event]:
+    """The journal as the writer wrote it before columnar deliveries: a cursor's
+    deliveries as one ranged event ahead of its commit."""
+    book, out = DeliveryRanges(), []
+    for one in events:
+        if isinstance(one, Delivery):
+            out += book.file([one.row()], SHIFT)
+            continue
+        if one.type == "committed":
+            out += book.file([], SHIFT, set(committed_cursors(one)))
+        out.append(one)
+    return [*out, *book.release_all(SHIFT)]
 
 
 def write_lines(directory: Path, events: list[Event], name: str) -> None:
@@ -77,20 +99,26 @@ def test_a_columnar_journal_reports_its_planted_loss_and_duplicate_exactly(
         assert got[key] == want[key], key
 
 
-def test_a_ranged_journal_reads_as_before_next_to_a_columnar_one(
+def test_a_ranged_journal_reads_as_before_alone_and_next_to_a_columnar_one(
         spark: Any, tmp_path: Path) -> None:
     per_record = all_events()
-    write_through_journal(tmp_path / "ranged", per_record)  # the ranged shape, issue 35
-    ranged = report(tmp_path / "ranged", tmp_path / "out-ranged", "fast")
-    write_lines(tmp_path / "mixed", as_columnar(per_record[: len(per_record) // 2]),
+    write_raw(tmp_path / "per-record", per_record)
+    old = as_ranged(per_record)
+    assert sum(1 for e in old if e.offsets is not None and e.type == "delivered") > 1
+    write_lines(tmp_path / "ranged", old, "segment-1700000000000-00000000-000000.jsonl")
+    half = len(per_record) // 2
+    write_lines(tmp_path / "mixed", as_ranged(per_record[:half]),
                 "segment-1700000000000-00000000-000000.jsonl")
-    halves = per_record[len(per_record) // 2:]
-    tail = tmp_path / "tail"
-    write_through_journal(tail, halves)
-    for n, path in enumerate(closed_segments(tail)):
+    write_through_journal(tmp_path / "tail", per_record[half:])  # columnar
+    for n, path in enumerate(closed_segments(tmp_path / "tail")):
         path.rename(tmp_path / "mixed" / f"segment-17000000001{n:02d}-00000000-000000.jsonl")
 
+    want = report(tmp_path / "per-record", tmp_path / "out-per-record", "fast")
+    ranged = report(tmp_path / "ranged", tmp_path / "out-ranged", "fast")
     mixed = report(tmp_path / "mixed", tmp_path / "out-mixed", "fast")
 
-    for key in ("records_fetched", "delivered", "lost", "duplicates", "audit"):
-        assert mixed[key] == ranged[key], key
+    assert (ranged["lost"], ranged["duplicates"]) == (1, 1)
+    for key in ("records_fetched", "delivered", "lost", "duplicates", "audit",
+                "delivery_summary"):
+        assert ranged[key] == want[key], key
+        assert mixed[key] == want[key], key

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import msgspec
 
-from runtime.host.journal import Delivery, DeliveryRow, Event, columnar, expand, row_event
+from runtime.host.journal import (
+    Delivery,
+    DeliveryRow,
+    Event,
+    columnar,
+    expand,
+    expand_columnar,
+    row_event,
+)
 
 T0 = 1_700_000_000_000
 SHIFT = 5_000
@@ -32,6 +40,7 @@ def test_a_round_is_one_event_with_a_table_of_subscriptions_and_a_column_per_fie
     assert (event.ts_ms, event.ts_deltas_ms) == (T0, [0, 3, 0, 5])
     assert event.latencies_us == [1028, 1063, 1014, 1063]
     assert expand(through_json(event)) == [row_event(r, SHIFT) for r in rows]
+    assert expand_columnar(event, "b_g") == [row_event(r, SHIFT) for r in rows[1::2]]
 
 
 def test_topics_endpoints_and_statuses_that_differ_are_listed_per_table_entry() -> None:
