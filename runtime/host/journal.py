@@ -15,9 +15,9 @@ length with a limit and appends the Struct to a list. The commonest event, a pla
 first-attempt delivery, is not even that: the egress appends a `DeliveryRow` tuple to the
 journal's `ledger` through `ActorContext.delivered`, which in a runtime is that list's
 `append` (no Python call per delivery; issue 35). At each commit (and, without one, every
-`RANGE_MAX_AGE_MS` / 2 of flushes) the journal files the ledger with one sort into
-`DeliveryRanges`, which writes each cursor's deliveries as one ranged `delivered` ahead
-of the commit that passes them. Encoding (one reused
+`RANGE_MAX_AGE_MS` / 2 of flushes) the journal writes the ledger's rows as one columnar
+`delivered` (`columnar`: a list per column, no Python work per cursor) ahead of the
+commit, so no commit reaches the disk before the deliveries it passes. Encoding (one reused
 `msgspec.json.Encoder`, `encode_lines` per batch) and writing happen in a flush task every
 `flush_interval_ms`; the encode+write of a batch runs in a worker thread
 (`asyncio.to_thread`) so neither a big batch nor a slow disk stalls the event loop.
@@ -84,7 +84,7 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal, Protocol, get_args
@@ -156,7 +156,14 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       microseconds) and, where the records differ, `ts_deltas_ms`,
       `record_ts_deltas_ms` and `fetched_ts_deltas_ms` (each record's `ts_ms`,
       `record_ts_ms` and `fetched_ts_ms` minus the event's); JSON arrays of integers.
-      `expand` gives the per-record events back.
+      `expand` gives the per-record events back. Written until columnar deliveries.
+    - `delivered` as columns (issue 35, since 2026-11-28; `columnar`): the ledger's
+      first-attempt deliveries at a commit, one event, row i one delivery. Tables, item
+      by item: `subscriptions`, and `topics`, `endpoints`, `statuses` (or the event's
+      `topic`, `endpoint`, `status` when all are the same); per row `keys` (the row's
+      index into the tables), `partitions`, `record_offsets`, `latencies_us` and the
+      three deltas as above, from the event's `ts_ms`, `record_ts_ms`, `fetched_ts_ms`
+      (the smallest of each). `expand` gives the per-record events back.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
@@ -199,6 +206,10 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     topics: list[str] | None = None
     partitions: list[int] | None = None
     positions: list[int] | None = None
+    keys: list[int] | None = None
+    record_offsets: list[int] | None = None
+    endpoints: list[str] | None = None
+    statuses: list[int] | None = None
 
 
 PER_RECORD_FIELDS: Final = (
@@ -338,7 +349,11 @@ class DeliveryRanges:
     cursors go straight out.
     A pure book: `file` holds, `release(cursor)`, `release_older(ticks)`, `release_all()`
     return the events to buffer; the caller gives its clock's wall minus monotonic time
-    (`fetched_ms` is monotonic)."""
+    (`fetched_ms` is monotonic).
+
+    Since columnar deliveries the journal no longer uses it (`columnar` writes a round's
+    rows without per-cursor work): it makes the ranged events that journals before hold,
+    for the tests and scripts that write such journals."""
 
     __slots__ = ("_since", "_tick", "held")
 
@@ -439,6 +454,94 @@ def _one_range(first: DeliveryRow, columns: tuple[tuple[Any, ...], ...],
         list(map(sub, fetched, repeat(fetched0))))
 
 
+def columnar(rows: Sequence[DeliveryRow], shift_ms: int) -> list[Event]:
+    """Ledger rows -> one columnar `delivered` event (issue 35): one list per column,
+    straight from the transposed rows, so the work per row is C's (zip, dict, map) and
+    there is no Python work per cursor. A row whose status or endpoint is None, and a
+    single row, go as per-record events."""
+    if len(rows) <= 1:
+        return [row_event(row, shift_ms) for row in rows]
+    columns = tuple(zip(*rows, strict=True))
+    kinds = dict.fromkeys(_kind_of_each(columns))
+    if any(kind[2] is None or kind[3] is None for kind in kinds):  # rare: split them
+        plain = [row for row in rows if row[8] is not None and row[9] is not None]
+        odd = [row_event(row, shift_ms) for row in rows if row[8] is None or row[9] is None]
+        return [*columnar(plain, shift_ms), *odd] if plain else odd
+    return [_columnar_event(columns, kinds, _kind_ids(columns, kinds), shift_ms)]
+
+
+def _kind_ids(columns: tuple[tuple[Any, ...], ...],
+              kinds: dict[tuple[str, str, str, int], None]) -> list[int]:
+    """Each row's index into the event's tables (`kinds`, in order of first sight): by
+    its subscription when each subscription has one topic, endpoint and status here
+    (the usual case: a string look-up per row), else by all four."""
+    subs = dict.fromkeys(columns[0])
+    if len(subs) == len(kinds):  # same first-sight order as `kinds`
+        return list(map(dict(zip(subs, itertools.count())).__getitem__, columns[0]))
+    index = dict(zip(kinds, itertools.count()))
+    return list(map(index.__getitem__, _kind_of_each(columns)))
+
+
+def _kind_of_each(columns: tuple[tuple[Any, ...], ...]) -> Iterator[tuple[Any, ...]]:
+    """Each row's (subscription, topic, endpoint, status)."""
+    return zip(columns[0], columns[1], columns[9], columns[8], strict=True)
+
+
+def _one_or_all(values: Sequence[Any]) -> tuple[Any, list[Any] | None]:
+    """A table column: its value when every item holds it, else the items."""
+    return (values[0], None) if values.count(values[0]) == len(values) else (None, list(values))
+
+
+def _deltas(values: tuple[int, ...]) -> tuple[int, list[int] | None]:
+    """The smallest value and each value minus it (None when all are equal)."""
+    low = min(values)
+    if values.count(low) == len(values):
+        return low, None
+    return low, list(map(operator.sub, values, itertools.repeat(low)))
+
+
+def _columnar_event(columns: tuple[tuple[Any, ...], ...],
+                    kinds: dict[tuple[str, str, str, int], None], ids: list[int],
+                    shift_ms: int) -> Event:
+    subs, topics, endpoints, statuses = (list(c) for c in zip(*kinds, strict=True))
+    topic, topic_list = _one_or_all(topics)
+    endpoint, endpoint_list = _one_or_all(endpoints)
+    status, status_list = _one_or_all(statuses)
+    ts0, ts_deltas = _deltas(columns[4])
+    record_ts0, record_ts_deltas = _deltas(columns[6])
+    fetched0, fetched_deltas = _deltas(columns[7])
+    return Event(
+        type="delivered", ts_ms=ts0, endpoint=endpoint, topic=topic, attempt=1,
+        status=status, record_ts_ms=record_ts0, fetched_ts_ms=fetched0 + shift_ms,
+        count=len(ids), latencies_us=list(columns[5]), ts_deltas_ms=ts_deltas,
+        record_ts_deltas_ms=record_ts_deltas, fetched_ts_deltas_ms=fetched_deltas,
+        subscriptions=subs, topics=topic_list, partitions=list(columns[2]), keys=ids,
+        record_offsets=list(columns[3]), endpoints=endpoint_list, statuses=status_list)
+
+
+def expand_columnar(event: Event, subscription: str | None = None) -> list[Event]:
+    """A columnar `delivered` -> the per-record events it stands for, in its row order
+    (only `subscription`'s, when given)."""
+    subs, keys = event.subscriptions or [], event.keys or []
+    wanted = None if subscription is None else {
+        k for k, sub in enumerate(subs) if sub == subscription}
+    offsets, partitions = event.record_offsets or [], event.partitions or []
+    n = len(offsets)
+    zeros = [0] * n
+    ts, record_ts = event.ts_deltas_ms or zeros, event.record_ts_deltas_ms or zeros
+    fetched, latencies = event.fetched_ts_deltas_ms or zeros, event.latencies_us or zeros
+    topics = event.topics or [event.topic or ""] * len(subs)
+    endpoints: Sequence[str | None] = event.endpoints or [event.endpoint] * len(subs)
+    statuses: Sequence[int | None] = event.statuses or [event.status] * len(subs)
+    return [Event(type="delivered", ts_ms=event.ts_ms + ts[i], subscription=subs[k],
+                  endpoint=endpoints[k], topic=topics[k], partition=partitions[i],
+                  offset=offsets[i], attempt=1, status=statuses[k],
+                  latency_ms=latencies[i] / 1000,
+                  record_ts_ms=(event.record_ts_ms or 0) + record_ts[i],
+                  fetched_ts_ms=(event.fetched_ts_ms or 0) + fetched[i])
+            for i, k in enumerate(keys) if wanted is None or k in wanted]
+
+
 Position = tuple[str, str, int, int]
 """One cursor's committed position: (subscription, topic, partition, offset)."""
 
@@ -483,6 +586,8 @@ def expand(event: Event) -> list[Event]:
         return [Event(type="committed", ts_ms=event.ts_ms, subscription=sub, topic=topic,
                       partition=partition, offset=offset)
                 for sub, topic, partition, offset in committed_positions(event)]
+    if event.record_offsets is not None and event.type == "delivered":
+        return expand_columnar(event)
     if event.offsets is None or event.type not in RECORD_EVENT_TYPES:
         return [event]
     offsets = [o for first, last in ranges_of(event.offsets) for o in range(first, last + 1)]
@@ -677,15 +782,13 @@ class Journal:
         self._accept = max_buffered
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
-        self._ranges = DeliveryRanges()
         self.ledger: list[DeliveryRow] = [] if ledger is None else ledger
         """Plain first-attempt deliveries not filed yet: the egress appends its rows here
         (`ActorContext.delivered` is this list's `append`: no Python call per delivery);
-        filed into `DeliveryRanges` at every commit and at stop, and at a flush when
+        written as one columnar event at every commit and at stop, and at a flush when
         `RANGE_MAX_AGE_MS` / 2 passed since the last filing or it holds `max_buffered`
-        rows: filed at a commit round, a cursor's rows since its last commit are side by
-        side (one range); filed at every flush, they would come one by one. Rows
-        appended after `stop()` are not seen (a runtime stops its actors first)."""
+        rows (a round's rows in one event: its tables are written once). Rows appended
+        after `stop()` are not seen (a runtime stops its actors first)."""
         self._ticks = self._filed_at = 0  # flushes so far; the one the ledger was filed at
         self.tap: Callable[[list[DeliveryRow]], None] | None = None
         """Told the ledger's rows as they are filed (the runtime's `delivered` listeners)."""
@@ -737,16 +840,16 @@ class Journal:
         if self._state == "stopped":
             self._drop([row_event(row, self._shift) for row in rows], "stopped")
             return
-        self._queue(self._ranges.file(rows, self._shift))
+        self._queue(columnar(rows, self._shift))
 
     def _commit(self, event: Event) -> None:
-        """A commit releases its cursors' deliveries (in the ledger and held) into the
-        buffer ahead of it."""
+        """A commit puts the ledger's deliveries, as one columnar event, into the buffer
+        ahead of it."""
         rows, self._filed_at = self.ledger.copy(), self._ticks
         self.ledger.clear()  # in place: the egress holds this list's `append`
         if rows and self.tap is not None:
             self.tap(rows)
-        released = self._ranges.file(rows, self._shift, set(committed_cursors(event)))
+        released = columnar(rows, self._shift)
         released.append(event)
         if len(self._buffer) + len(released) <= self._accept:
             self._buffer += released
@@ -811,7 +914,6 @@ class Journal:
         self._state, self._accept = "stopped", 0
         self.gate.reopen()  # later emits are dropped: no actor waits for this journal
         async with self._lock:
-            self._buffer += self._ranges.release_all(self._shift_ms())
             await self._flush_locked()
             await self._close_segment()
         self._log_drops(force=True)
@@ -868,7 +970,7 @@ class Journal:
         self._ticks += 1
         if self._ticks - self._filed_at >= ticks // 2 or len(self.ledger) >= self._max_buffered:
             self._file()  # else the next commit files it: a cursor's rows side by side
-        self._buffer += self._ranges.release_older(ticks, self._shift_ms())
+        self._shift_ms()
         if self._buffer or self._unreported:
             await self._write_batch()
         if self._writer.path is not None and self._segment_full():

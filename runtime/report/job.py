@@ -60,7 +60,8 @@ def choose_bucket_ms(span_ms: int) -> int:
 def read_raw(spark: SparkSession, files: JournalFiles, *, per_record: bool = True) -> DataFrame:
     """The journal's lines, each tagged with its directory (`transforms.INSTANCE`), with
     one row per record (`transforms.one_row_per_record`), or with `per_record=False` one
-    per event, a commit round's positions apart (`transforms.one_row_per_position`)."""
+    per event, a commit round's positions and a columnar event's deliveries apart
+    (`transforms.one_row_per_event`)."""
     frames = []
     for directory in files.directories:
         paths = [str(p) for p in files.paths if p.parent == directory]
@@ -73,7 +74,7 @@ def read_raw(spark: SparkSession, files: JournalFiles, *, per_record: bool = Tru
     raw = reduce(DataFrame.unionByName, frames)
     if per_record:
         return transforms.one_row_per_record(raw)
-    return transforms.one_row_per_position(raw)
+    return transforms.one_row_per_event(raw)
 
 
 class _Cache:

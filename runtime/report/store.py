@@ -171,4 +171,4 @@ def read_events(spark: SparkSession, store: Store, *, per_record: bool = True) -
     raw = spark.read.schema(transforms.stored_schema()).parquet(str(store.events))
     if per_record:
         return transforms.one_row_per_record(raw)
-    return transforms.one_row_per_position(raw)
+    return transforms.one_row_per_event(raw)

@@ -151,6 +151,56 @@ def one_row_per_position(raw: DataFrame) -> DataFrame:
                          for name in raw.columns))
 
 
+COLUMNAR_LISTS = ("subscriptions", "topics", "endpoints", "statuses", "partitions", "keys",
+                   "record_offsets", *(name for name, _, _ in PER_RECORD_FIELDS))
+
+
+def one_row_per_delivery(raw: DataFrame) -> DataFrame:
+    """A columnar `delivered` (issue 35: a commit round's plain deliveries, one list per
+    column, `runtime.host.journal.columnar`) -> one row per delivery, as the per-record
+    event it stands for: row i's `keys[i]` indexes the tables (`subscriptions`, and
+    `topics`, `endpoints`, `statuses` where the event lists them, else its `topic`,
+    `endpoint`, `status`), `partitions[i]`, `record_offsets[i]`, `latencies_us[i]` and
+    the deltas are its own. Other rows pass."""
+    if "record_offsets" not in raw.columns:  # a store written before columnar events
+        return raw
+    c = F.col
+    is_columnar = (c("type") == "delivered") & c("record_offsets").isNotNull()
+    rows = raw.select("*", F.posexplode_outer(F.when(is_columnar, c("record_offsets"))).alias(
+        "_i", "_offset"))
+    one, key = c("_offset").isNotNull(), F.get(c("keys"), c("_i"))
+
+    def typed(name: str, value: Column) -> Column:
+        return F.when(one, value).otherwise(c(name)).cast(raw.schema[name].dataType)
+
+    def plus(name: str, deltas: str) -> Column:
+        return typed(name, c(name) + F.coalesce(F.get(c(deltas), c("_i")), F.lit(0)))
+
+    replaced = {
+        "subscription": typed("subscription", F.get(c("subscriptions"), key)),
+        **{name: typed(name, F.coalesce(F.get(c(table), key), c(name)))
+           for name, table in (("topic", "topics"), ("endpoint", "endpoints"),
+                               ("status", "statuses"))},
+        "partition": typed("partition", F.get(c("partitions"), c("_i"))),
+        "offset": typed("offset", c("_offset")),
+        "latency_ms": typed("latency_ms", F.get(c("latencies_us"), c("_i")) / 1000.0),
+        "ts_ms": plus("ts_ms", "ts_deltas_ms"),
+        "record_ts_ms": plus("record_ts_ms", "record_ts_deltas_ms"),
+        "fetched_ts_ms": plus("fetched_ts_ms", "fetched_ts_deltas_ms"),
+        "count": typed("count", F.lit(None)),
+        **{name: typed(name, F.lit(None)) for name in COLUMNAR_LISTS},
+    }
+    return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)
+                         for name in raw.columns))
+
+
+def one_row_per_event(raw: DataFrame) -> DataFrame:
+    """The rows of the report on ranges (runtime/report/ranges.py): one per event, but a
+    commit round's positions apart (`one_row_per_position`) and a columnar `delivered`'s
+    deliveries apart (`one_row_per_delivery`: its rows belong to many cursors)."""
+    return one_row_per_delivery(one_row_per_position(raw))
+
+
 def one_row_per_record(raw: DataFrame) -> DataFrame:
     """A record event for several records (`offsets` as ranges "3-7,9", `offset` the
     first, `count` of them: issue 35; the partition actor journals a batch's `fetched` so,
@@ -161,8 +211,9 @@ def one_row_per_record(raw: DataFrame) -> DataFrame:
     `record_ts_ms`, `fetched_ts_ms` minus the event's): each row gets its own. Other rows
     (and `filtered`, which `filtered_ranges` reads as ranges) pass as they are. Applied
     where the journal is read (`job.read_raw`, the store, the follow stream), after
-    `one_row_per_position` (a commit round, one row per cursor)."""
-    return one_row_per_offset(one_row_per_position(raw))
+    `one_row_per_position` (a commit round, one row per cursor) and
+    `one_row_per_delivery` (a columnar `delivered`, one row per delivery)."""
+    return one_row_per_offset(one_row_per_delivery(one_row_per_position(raw)))
 
 
 def named_offsets(offsets: Column) -> Column:

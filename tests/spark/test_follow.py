@@ -128,12 +128,14 @@ def follow_jobs(tmp_path: Path) -> Any:
 
 def event_rows(segment: Path) -> int:
     """The events a report counts in a segment: a line each, a record event with offset
-    ranges (a batch's `fetched`, a cursor's ranged `delivered`) once per offset it names
-    and a commit round once per position (as journals before issue 35 wrote them)."""
+    ranges (a batch's `fetched`, a cursor's ranged `delivered`) once per offset it names,
+    a columnar `delivered` once per row and a commit round once per position (as
+    journals before issue 35 wrote them)."""
     rows = 0
     for line in segment.read_bytes().splitlines():
         event = json.loads(line)
-        ranged = event["type"] in RECORD_EVENT_TYPES and "offsets" in event
+        ranged = event["type"] in RECORD_EVENT_TYPES and (
+            "offsets" in event or "record_offsets" in event)
         rows += event["count"] if ranged else len(event.get("positions") or [None])
     return rows
 

@@ -1,5 +1,7 @@
-"""A cursor's first-attempt deliveries journaled as one ranged `delivered` event (issue 35):
-held until that cursor's commit, written ahead of it, and read back record by record."""
+"""First-attempt deliveries journaled in bulk (issue 35): since columnar deliveries, the
+ledger's rows as one columnar `delivered` event ahead of the commit that passes them
+(until then a cursor's as one ranged event, still read), and read back record by
+record."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from runtime.host.journal import (
     commit_round,
     committed_positions,
     expand,
+    ranged,
 )
 from runtime.kernel.clock import FakeClock
 
@@ -59,37 +62,31 @@ def runtime_with_journal(tmp_path: Path, *, enabled: bool) -> Runtime:
 
 
 
-async def test_deliveries_are_held_until_their_cursor_commits_then_written_ahead_of_it(
+async def test_a_commit_writes_the_deliveries_so_far_as_one_columnar_event_ahead_of_it(
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, clock=FakeClock())
     await journal.open()
-    for offset in (2, 0, 1, 5, 3):  # answers come back out of order
-        journal.emit(delivered(offset, after_ms=offset))
-    journal.emit(delivered(0, sub="other_g"))  # another cursor: still held
+    events = [delivered(offset, after_ms=offset) for offset in (2, 0, 1, 5, 3)]
+    events.append(delivered(0, sub="other_g"))  # another cursor: in the same event
+    for event in events:  # answers come back out of order
+        journal.emit(event)
     journal.emit(committed(6))
     assert journal.buffered == 2
     await journal.stop()
 
-    ranged, commit, other = lines(tmp_path)
-    assert (commit.type, other.subscription) == ("committed", "other_g")
-    assert (ranged.offset, ranged.count, ranged.offsets) == (0, 5, "0-3,5")
-    assert ranged.latency_ms is None and ranged.fetched_ts_deltas_ms is None  # one fetch
-    assert (ranged.ts_deltas_ms, ranged.fetched_ts_ms) == ([0, 1, 2, 3, 5], T0 - 40)
-    assert ranged.latencies_us == [1250, 1260, 1270, 1280, 1300]
+    deliveries, commit = lines(tmp_path)
+    assert commit.type == "committed"
+    assert (deliveries.count, deliveries.subscriptions, deliveries.record_offsets) == (
+        6, ["s_g", "other_g"], [2, 0, 1, 5, 3, 0])
+    assert deliveries.fetched_ts_deltas_ms is None  # one fetch
+    assert expand(deliveries) == [event.event(SHIFT) for event in events]
 
 
-async def test_a_ranged_delivery_expands_to_the_per_record_events_it_stands_for(
-        tmp_path: Path) -> None:
-    journal = Journal(tmp_path, clock=FakeClock())
-    await journal.open()
+def test_a_ranged_delivery_expands_to_the_per_record_events_it_stands_for() -> None:
     events = [delivered(offset, after_ms=7 * offset) for offset in (10, 11, 11, 14)]
-    for event in events:  # 11 twice: a redelivery stays a duplicate
-        journal.emit(event)
-    await journal.stop()
-
-    (ranged,) = lines(tmp_path)
-    assert ranged.offsets == "10-11,11,14"
-    assert expand(ranged) == [event.event(SHIFT) for event in events]
+    (one,) = ranged([e.row() for e in events], SHIFT)  # as journals wrote it until now
+    assert one.offsets == "10-11,11,14"
+    assert expand(one) == [event.event(SHIFT) for event in events]
 
 
 async def test_events_other_than_a_delivery_are_written_as_they_came(
@@ -108,27 +105,20 @@ async def test_events_other_than_a_delivery_are_written_as_they_came(
     assert lines(tmp_path) == kept
 
 
-async def test_held_deliveries_go_out_when_many_old_or_at_stop(tmp_path: Path) -> None:
-    clock = FakeClock()
-    journal = Journal(tmp_path, clock=clock)
+async def test_deliveries_go_out_at_a_commit_and_at_stop(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
     await journal.open()
     for offset in range(RANGE_MAX_RECORDS):
         journal.emit(delivered(offset))
     journal.emit(delivered(0, partition=1))
     assert journal.buffered == 0  # in the ledger until a commit (or late flush) files it
     journal.emit(committed(0, sub="other_g"))
-    assert journal.buffered == 2  # the cursor's thousand, as one event; the commit
-
-    for _ in range(RANGE_MAX_AGE_MS // journal.flush_interval_ms - 1):
-        await journal.flush()
-    assert journal.written == 2
-    await journal.flush()
-    assert journal.written == 3  # held for RANGE_MAX_AGE_MS worth of flushes: out
+    assert journal.buffered == 2  # the thousand and one, as one event; the commit
 
     journal.emit(delivered(0, partition=2))
     await journal.stop()
-    assert journal.written == 4
-    assert sorted(e.partition or 0 for e in lines(tmp_path)) == [0, 0, 1, 2]
+    assert journal.written == 3
+    assert sum(len(expand(e)) for e in lines(tmp_path)) == RANGE_MAX_RECORDS + 3
 
 
 def test_the_book_keeps_cursors_and_statuses_apart_and_releases_the_oldest_first() -> None:
@@ -163,16 +153,16 @@ async def test_a_commit_round_is_one_event_ahead_of_which_its_cursors_deliveries
                        delivered(1).row(), delivered(0, sub="idle_g").row()]
     journal.emit(commit_round(T0 + 100, [("s_g", "t", 0, 2), ("s_g", "t", 1, 1),
                                          ("x_g", "u", 3, 9)]))
-    assert (journal.buffered, journal.ledger) == (3, [])  # idle_g's stays held
+    assert (journal.buffered, journal.ledger) == (2, [])  # idle_g's goes out too
     await journal.stop()
 
-    first, second, round_, idle = lines(tmp_path)
-    assert [(e.partition, e.count) for e in (first, second)] == [(0, 2), (1, None)]
+    deliveries, round_ = lines(tmp_path)
+    assert [(e.subscription, e.partition, e.offset) for e in expand(deliveries)] == [
+        ("s_g", 0, 0), ("s_g", 1, 0), ("s_g", 0, 1), ("idle_g", 0, 0)]
     assert (round_.subscriptions, round_.topics, round_.partitions, round_.positions) == (
         ["s_g", "s_g", "x_g"], ["t", "t", "u"], [0, 1, 3], [2, 1, 9])
     assert [(e.subscription, e.topic, e.partition, e.offset) for e in expand(round_)] == [
         ("s_g", "t", 0, 2), ("s_g", "t", 1, 1), ("x_g", "u", 3, 9)]
-    assert idle.subscription == "idle_g"
 
 
 def test_a_round_of_one_topic_names_it_once_and_a_round_of_one_is_the_old_event() -> None:
@@ -221,9 +211,6 @@ async def test_without_a_commit_the_ledger_is_filed_by_the_flushes_of_half_the_m
         await journal.flush()
     assert journal.ledger != []  # left for a commit: a cursor's rows side by side
     await journal.flush()
-    assert journal.ledger == [] and journal.written == 0  # filed, held by its cursor
-    for _ in range(2 * half + 1):
-        await journal.flush()
-    assert journal.written == 1  # out after RANGE_MAX_AGE_MS held, before the stop
+    assert journal.ledger == [] and journal.written == 1  # filed and written
     await journal.stop()
     assert [(e.offset, e.latency_ms) for e in lines(tmp_path)] == [(3, 1.28)]

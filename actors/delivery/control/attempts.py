@@ -32,7 +32,14 @@ from actors.delivery.egress.attempts import (
     State,
     state_of,
 )
-from runtime.host.journal import Event, closed_segments, expand, open_segments, ranges_of
+from runtime.host.journal import (
+    Event,
+    closed_segments,
+    expand,
+    expand_columnar,
+    open_segments,
+    ranges_of,
+)
 
 SCAN_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_LIMIT: Final = 20
@@ -72,9 +79,12 @@ class Scan:
                 event = _DECODER.decode(line)
             except msgspec.DecodeError:
                 continue  # a torn last line of an open segment
-            if event.subscription != self.subscription:
+            if event.type == "delivered" and event.record_offsets is not None:
+                # a round's first deliveries, columnar (issue 35): every subscription's
+                yield from expand_columnar(event, self.subscription)
+            elif event.subscription != self.subscription:
                 continue
-            if event.type == "delivered" and event.offsets is not None:
+            elif event.type == "delivered" and event.offsets is not None:
                 yield from expand(event)  # first deliveries of a cursor, ranged (issue 35)
             else:
                 yield event
