@@ -462,8 +462,10 @@ class SubscribeParts:
         from actors.delivery.control.source import Direct
 
         self.times: dict[str, dict[str, float]] = {}
+        from actors.delivery.control.joining import Joining
+
         times, asked, turn = self.times, Direct.subscribe, ControlActor._subscribe
-        joined = ControlActor._joined
+        joined = Joining._joined
 
         async def ask(source: Any, control: Any, consumer: Any) -> None:
             times[consumer.key] = {"asked": time.perf_counter()}
@@ -480,9 +482,9 @@ class SubscribeParts:
                     lambda _: mine.setdefault("answered", time.perf_counter()))
             return pending
 
-        def join(actor: Any, one: Any, error: Any) -> None:
+        async def join(room: Any, one: Any, error: Any) -> None:
             times.get(one.consumer.key, {})["joined"] = time.perf_counter()
-            joined(actor, one, error)
+            await joined(room, one, error)
 
         from actors.delivery.document.store import SubscriptionStore
         write_all = SubscriptionStore._write_all
@@ -513,7 +515,7 @@ class SubscribeParts:
             kind.handle = _timed_turns(kind.handle)  # type: ignore[method-assign]
         Direct.subscribe = ask  # type: ignore[method-assign]
         ControlActor._subscribe = subscribe  # type: ignore[method-assign]
-        ControlActor._joined = join  # type: ignore[method-assign]
+        Joining._joined = join  # type: ignore[method-assign]
 
     def report(self) -> list[str]:
         """p50/p99/max of each part, and the parts of the slowest 1% of subscribes."""
