@@ -432,7 +432,12 @@ def ranged(held: list[DeliveryRow], shift_ms: int, *, in_order: bool = False) ->
             for group in kinds.values()]
 
 
-def _one_range(first: DeliveryRow, columns: tuple[tuple[Any, ...], ...],
+Column = tuple[Any, ...]
+"""One field of the ledger's rows, transposed (`zip(*rows)`)."""
+Columns = tuple[Column, ...]
+
+
+def _one_range(first: DeliveryRow, columns: Columns,
                shift_ms: int) -> Event:
     """This runs per cursor and commit: the per-record work is C's (zip, count, map),
     the event is made positionally (`Event`'s field order), and the differences from the
@@ -470,7 +475,7 @@ def columnar(rows: Sequence[DeliveryRow], shift_ms: int) -> list[Event]:
     return [_columnar_event(columns, kinds, _kind_ids(columns, kinds), shift_ms)]
 
 
-def _kind_ids(columns: tuple[tuple[Any, ...], ...],
+def _kind_ids(columns: Columns,
               kinds: dict[tuple[str, str, str, int], None]) -> list[int]:
     """Each row's index into the event's tables (`kinds`, in order of first sight): by
     its subscription when each subscription has one topic, endpoint and status here
@@ -482,7 +487,7 @@ def _kind_ids(columns: tuple[tuple[Any, ...], ...],
     return list(map(index.__getitem__, _kind_of_each(columns)))
 
 
-def _kind_of_each(columns: tuple[tuple[Any, ...], ...]) -> Iterator[tuple[Any, ...]]:
+def _kind_of_each(columns: Columns) -> Iterator[Column]:
     """Each row's (subscription, topic, endpoint, status)."""
     return zip(columns[0], columns[1], columns[9], columns[8], strict=True)
 
@@ -500,7 +505,7 @@ def _deltas(values: tuple[int, ...]) -> tuple[int, list[int] | None]:
     return low, list(map(operator.sub, values, itertools.repeat(low)))
 
 
-def _columnar_event(columns: tuple[tuple[Any, ...], ...],
+def _columnar_event(columns: Columns,
                     kinds: dict[tuple[str, str, str, int], None], ids: list[int],
                     shift_ms: int) -> Event:
     subs, topics, endpoints, statuses = (list(c) for c in zip(*kinds, strict=True))

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from runtime.errors import ActorDeadError
 from runtime.host.app import Runtime
-from runtime.host.journal import ranges_of
+from runtime.host.journal import Event, expand_columnar, ranges_of
 from runtime.kafka import create_topics
 from runtime.kernel.supervisor import Supervisor
 from tests.integration.delivery_harness import (
@@ -271,6 +272,21 @@ def _delivered_once(journal: Path, ok: Counter[tuple[str, int, int]]) -> list[di
             if e["type"] == "delivered" and all(ok[r] == 1 for r in _named(e))]
 
 
+def _one_line_per_delivery(journal: Path) -> None:
+    """A commit round's columnar `delivered` (issue 35) rewritten as the per-record
+    events it stands for, which the report reads alike (tests/spark/
+    test_columnar_deliveries.py): here a fault is planted by moving one delivery's line."""
+    for path in journal.glob("segment-*.jsonl"):
+        lines = []
+        for raw in path.read_bytes().splitlines():
+            event = msgspec.json.decode(raw, type=Event)
+            if event.type == "delivered" and event.record_offsets is not None:
+                lines += [msgspec.json.encode(one) for one in expand_columnar(event)]
+            else:
+                lines.append(raw)
+        path.write_bytes(b"".join(line + b"\n" for line in lines))
+
+
 def _move_line(event: dict[str, Any], source: Path) -> None:
     """Take the event's line out of its segment in `source` (rewritten in place)."""
     line = json.dumps(event, separators=(",", ":")).encode()
@@ -291,6 +307,8 @@ def test_three_journals_with_planted_faults_give_the_exact_audit(
     for journal, copy in zip(real_run.journals, copies, strict=True):
         shutil.copytree(journal, copy)
     first, second, third = copies
+    for copy in copies:  # faults are planted a delivery at a time
+        _one_line_per_delivery(copy)
     # fetched by the first instance, delivered (only) by the second
     crossed, doubled = _delivered_once(first, real_run.ok)[:2]
     _move_line(crossed, first)
