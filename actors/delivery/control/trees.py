@@ -333,10 +333,15 @@ class Trees:
         trees = sup.children()
         await groups.stop_children(groups.children())
         await sup.stop_children(trees)
+        # a start a crashed incarnation's launch asked before its end is answered before
+        # these stops (one mailbox): what it started is there now, and goes too
+        late = [name for name in sup.children() if name not in trees]
+        await groups.stop_children(groups.children())
+        await sup.stop_children(late)
         self.riders.clear()
         self._held.clear()
         self._starting_members.clear()  # the launches of a crashed incarnation ended
-        return len(trees)
+        return len(trees) + len(late)
 
     async def start_replay(self, consumer: Consumer, request: ReplayRequest,
                            progress: ReplayProgress) -> None:
