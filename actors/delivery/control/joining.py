@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
-from actors.delivery.control.messages import Pending, TreesStarted, ask
+from actors.delivery.control.messages import Pending, TreesStarted, asked_again
 from actors.delivery.control.registry import SubscriptionRegistry
 from actors.delivery.control.saves import Saves
 from actors.delivery.control.trees import Plant, Starting, rides
@@ -130,12 +130,7 @@ class Joining:
         """`message` changes a subscription that is joining: asked again once it settled."""
         settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.book.wait(key, settled)
-
-        async def again() -> object:
-            await settled
-            return await ask(self.control, message)
-
-        return Pending(self.control.spawn_answer(again(), name=f"{self.control.path}:after"))
+        return asked_again(self.control, settled, message)
 
     async def started(self, starting: Starting) -> None:
         """The mailbox's turn: a batch's trees started (or not); each subscribe settles,

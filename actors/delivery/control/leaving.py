@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from actors.delivery.control.messages import Pending, TreesStopped, ask
+from actors.delivery.control.messages import Pending, TreesStopped, asked_again
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.errors import DeliveryError
 from runtime.errors import ActorDeadError
@@ -94,13 +94,7 @@ class Leaving:
         """`message` changes a subscription that is leaving: asked again once it left."""
         left: asyncio.Future[Consumer] = asyncio.get_running_loop().create_future()
         self.book.ask(key, left)
-
-        async def again() -> object:
-            with contextlib.suppress(Exception):
-                await left
-            return await ask(self.control, message)
-
-        return Pending(self.control.spawn_answer(again(), name=f"{self.control.path}:after"))
+        return asked_again(self.control, left, message)
 
     async def stopped(self, keys: tuple[str, ...]) -> None:
         """The mailbox's turn: a batch's trees stopped; each is forgotten and answered

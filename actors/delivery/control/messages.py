@@ -4,15 +4,18 @@ change to the subscriptions is one of these, handled one at a time by its mailbo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.delivery.control.trees import Starting
 from actors.delivery.document.replay import ReplayRequest
 from actors.delivery.document.subscription import Consumer
 from actors.delivery.egress.handler import HandlerDestination
 from actors.delivery.errors import DeliveryError
-from runtime.kernel.actor import Ref
+from runtime.kernel.actor import Actor, Ref
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +163,18 @@ class Refused:
     """The answer when the control actor refuses a change: the error for the asker."""
 
     error: DeliveryError
+
+
+def asked_again(control: Actor, after: asyncio.Future[T], message: object) -> Pending:
+    """`message`, asked of `control` again once `after` is done (either way): a change
+    queued behind a subscribe's start or an unsubscribe's leave (joining.py, leaving.py)."""
+
+    async def again() -> object:
+        with contextlib.suppress(Exception):
+            await after
+        return await ask(control, message)
+
+    return Pending(control.spawn_answer(again(), name=f"{control.path}:after"))
 
 
 async def ask(control: Ref, message: object) -> Any:

@@ -460,14 +460,7 @@ class LeanTransport:
             template = self._templates[method] = \
                 f"{method} {self._path} HTTP/1.1\r\n{self._fixed_block}"
         data = f"{template}{lines}Content-Length: {len(body)}\r\n\r\n".encode()
-        exchange = _Exchange(self, data + body if body else data, False, done)  # `_begin`
-        self.deadlines.add(exchange)
-        connection = self._shelf.take()
-        if connection is not None:
-            exchange.send_on(connection)
-        else:  # rare once warm: a new connection, the one step that needs a task
-            exchange.task = self._tasks.spawn(self._connect_for(exchange), "egress:connect")
-        return exchange
+        return self._begin(data + body if body else data, False, done)
 
     def _begin(self, data: bytes, head: bool, done: Done) -> Exchange:
         exchange = _Exchange(self, data, head, done)
