@@ -104,8 +104,10 @@ def _lacks_folder_marker(item: pytest.Item) -> bool:
 # workers idle. A hint for the schedule only: no test depends on it.
 _ONE_WORKER = ("tests/spark/",)
 _SPARK_UNIT_A = tuple(f"tests/spark/{name}.py::" for name in (
-    "test_ranged_deliveries", "test_attempt_latency", "test_journal_gaps", "test_transforms",
-    "test_audit", "test_follow_state"))  # about half the Spark unit's time, by --durations
+    "test_ranged_deliveries", "test_attempt_latency", "test_journal_gaps",
+    "test_columnar_deliveries", "test_filtered_audit", "test_transforms", "test_audit",
+    "test_follow_state"))
+# about half the Spark tests' CPU, measured per test
 _OWN_UNIT = ("tests/spark/test_follow.py::",
              "tests/spark/test_report_end_to_end.py::test_the_standalone_cluster_")
 _LONG_FIRST = (  # the longest first, as measured with --durations in a parallel run

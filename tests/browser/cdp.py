@@ -45,7 +45,8 @@ class Browser:
         profile = Path(self._profile.name)
         self._process = await asyncio.create_subprocess_exec(
             self.executable, *FLAGS, f"--user-data-dir={profile}", "about:blank",
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "TMPDIR": str(profile)})  # its singleton socket dies with it
         try:
             port = await self._devtools_port(profile / "DevToolsActivePort")
             self._session = aiohttp.ClientSession()

@@ -21,7 +21,7 @@ from runtime.kernel.clock import FakeClock
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from tests.spark.reference_journal import ReferenceReports
+    from tests.spark.reference_journal import SharedReports
 
 WriteJournal = Callable[..., Journal]  # the type of the `journal_writer` fixture
 SPARK = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
@@ -123,10 +123,17 @@ def journal_writer() -> WriteJournal:
 
 
 @pytest.fixture(scope="session")
-def reference_reports(spark: SparkSession,
-                      tmp_path_factory: pytest.TempPathFactory) -> ReferenceReports:
-    """The reference engine's two reports that the reference cases of three files share
-    (tests/spark/reference_journal.py says which and why)."""
-    from tests.spark.reference_journal import reference_reports
+def shared_reports(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory,
+                   ) -> Callable[[str], SharedReports]:
+    """Each engine's two reports that four files share, made once per session on first
+    use (tests/spark/reference_journal.py says which and why)."""
+    from tests.spark.reference_journal import shared_reports
 
-    return reference_reports(tmp_path_factory.mktemp("reference"))
+    made: dict[str, SharedReports] = {}
+
+    def of(engine: str) -> SharedReports:
+        if engine not in made:
+            made[engine] = shared_reports(tmp_path_factory.mktemp(engine), engine)
+        return made[engine]
+
+    return of

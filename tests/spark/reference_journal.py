@@ -1,20 +1,23 @@
-"""The journals of three Spark test files (issue 35) and the reference engine's reports of
-them all at once (issue 33).
+"""The journals of four Spark test files (issue 35) and each engine's reports of them all
+at once (issue 33).
 
-A `--engine reference` report costs several CPU-seconds of planning and writing whatever
-its data (about 30 CPU-s for the four such reports of `test_ranged_deliveries`,
-`test_attempt_latency` and `test_journal_gaps`). So their reference cases share two
-reports, each over the three files' journals:
+A report costs seconds of CPU in planning and writing whatever its data (a `--engine
+reference` one about 9, a fast one about 6, nearly all of it in the JVM). So the cases of
+`test_ranged_deliveries`, `test_attempt_latency`, `test_journal_gaps` and
+`test_columnar_deliveries` share two reports per engine (the `shared_reports` fixture),
+each over the three journals below:
 
 - `per-record`: the per-record journal of the ranged-deliveries test (with an older
   journal's `sent` events), the attempt-latency journal and the journal with a gap, their
   segments in one directory;
-- `ranged`: the same, with the ranged journal in place of the per-record one.
+- `ranged`: the same, with the journal writer's own output (ranged fetches, columnar
+  deliveries) in place of the per-record one.
 
 Each test still asserts its own facts, on the rows of its subscriptions (and the gap's,
-which only the gap journal has). The parts keep apart: different subscriptions, and the
-gap journal's events are ten seconds older than the others' (the gap makes lost-looking
-records fetched before its end "unknown", whichever journal they are in).
+which only the gap journal has); `part` takes a report's figures for some subscriptions.
+The parts keep apart: different subscriptions, and the gap journal's events are ten
+seconds older than the others' (the gap makes lost-looking records fetched before its end
+"unknown", whichever journal they are in).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import csv
 import errno
 import json
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -239,14 +243,26 @@ def report(journals: list[Path], out: Path, engine: str) -> Report:
     return Report(out, summary)
 
 
+def part(of: Report, subs: Iterable[str]) -> dict[str, Any]:
+    """What a report says of some subscriptions: their totals, audit and delivery rows."""
+    keep = set(subs)
+    totals = [of.subscription(sub) for sub in sorted(keep)]
+    return {**{key: sum(t[key] for t in totals) for key in TOTALS},
+            **{table: [row for row in of.summary[table] if row["subscription"] in keep]
+               for table in ("audit", "delivery_summary")}}
+
+
+TOTALS = ("records_fetched", "delivered", "lost", "duplicates")
+
+
 @dataclass(frozen=True)
-class ReferenceReports:
+class SharedReports:
     per_record: Report  # the per-record journal, the latency journal, the gap journal
-    ranged: Report  # the ranged journal in place of the per-record one
+    ranged: Report  # the writer's output in place of the per-record journal
     dropped: int  # what the gap journal's writer counted as dropped
 
 
-def reference_reports(base: Path) -> ReferenceReports:
+def shared_reports(base: Path, engine: str) -> SharedReports:
     per_record, ranged = write_ranged_journals(base)
     write_through_journal(base / "latency", list(latency_events()))
     gap = asyncio.run(write_with_a_gap(base / "gap"))
@@ -255,6 +271,5 @@ def reference_reports(base: Path) -> ReferenceReports:
     for segment in [*closed_segments(base / "latency"), *closed_segments(base / "gap")]:
         for journal in (per_record, ranged):
             shutil.copy(segment, journal / segment.name)  # writer-made names: unique
-    return ReferenceReports(report([per_record], base / "out-per-record", "reference"),
-                            report([ranged], base / "out-ranged", "reference"),
-                            gap.dropped)
+    return SharedReports(report([per_record], base / "out-per-record", engine),
+                         report([ranged], base / "out-ranged", engine), gap.dropped)

@@ -5,30 +5,24 @@ engines agree."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
 
-from tests.spark.conftest import write_journal
-from tests.spark.reference_journal import latency_events, report
+from tests.spark.reference_journal import SharedReports
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_the_added_latency_comes_from_the_attempt_events_without_sent(
-        spark: Any, tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> None:
+        engine: str, shared_reports: Callable[[str], SharedReports]) -> None:
     # `one_g` has no `sent` events (the added latency from its attempts' `fetched_ts_ms`),
-    # `two_g` has them (tests/spark/reference_journal.py, `attempts`)
-    if engine == "reference":  # shared with two other files' journals
-        rows = request.getfixturevalue("reference_reports").per_record.csv("delivery_summary")
-    else:
-        write_journal(tmp_path / "journal", latency_events())
-        rows = report([tmp_path / "journal"], tmp_path / "report", engine).csv(
-            "delivery_summary")
+    # `two_g` has them (tests/spark/reference_journal.py, `attempts`); the report is shared
+    # with two other files' journals
+    rows = shared_reports(engine).per_record.csv("delivery_summary")
     summary = {r["subscription"]: r for r in rows}
     for sub in ("one_g", "two_g"):  # the same figures from either shape
         assert float(summary[sub]["added_max_ms"]) == 9

@@ -6,8 +6,8 @@ with per-record `fetched` events (journals before issue 35), and reads both."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,8 @@ from tests.spark.reference_journal import (
     GAP_T0,
     GAP_TO,
     GAP_TOPIC,
+    SharedReports,
     fetched_batch,
-    report,
-    write_with_a_gap,
 )
 
 pytestmark = pytest.mark.spark
@@ -33,16 +32,13 @@ SUB, TOPIC, T0 = GAP_SUB, GAP_TOPIC, GAP_T0
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_a_write_error_makes_records_unknown_not_lost(
-        spark: Any, tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> None:
+        engine: str, shared_reports: Callable[[str], SharedReports]) -> None:
     # the journal (tests/spark/reference_journal.py, `write_with_a_gap`): offsets 0-29
     # fetched in one batch; 0-9 delivered, 10-19 delivered on a full disk (their events
-    # dropped), 20-27 delivered; 30 and 31 fetched after the gap, never delivered
-    if engine == "reference":  # one report shared with two other files' journals
-        shared = request.getfixturevalue("reference_reports")
-        dropped, got = shared.dropped, shared.per_record
-    else:
-        dropped = asyncio.run(write_with_a_gap(tmp_path / "journal")).dropped
-        got = report([tmp_path / "journal"], tmp_path / "report", engine)
+    # dropped), 20-27 delivered; 30 and 31 fetched after the gap, never delivered. One
+    # report per engine, shared with two other files' journals.
+    shared = shared_reports(engine)
+    dropped, got = shared.dropped, shared.per_record
     assert dropped == 10
 
     summary = got.summary
