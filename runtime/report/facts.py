@@ -353,14 +353,20 @@ def _row(kind: str, **keys: Column) -> Column:
     return F.struct(*fields)
 
 
-def _key_rows() -> list[Column]:
-    """One `when(condition, row)` per kind of keyed row; null where it does not apply."""
+def _key_rows(records: bool = True) -> list[Column]:
+    """One `when(condition, row)` per kind of keyed row; null where it does not apply.
+    Without `records`, no `record` and `filtered` rows (the follow job keeps those apart,
+    runtime/report/follow_batch.py)."""
     c = F.col
     sub, endpoint = F.coalesce(c("subscription"), F.lit("")), F.coalesce(c("endpoint"), F.lit(""))
+    record = [F.when(_is(*RECORD_EVENTS) & _has_record_key(), _row(
+        "record", s1=c("subscription"), s2=c("topic"), n1=c("partition"), n2=c("offset")))]
+    filtered = [F.when(_is("filtered") & c("offsets").isNotNull() & c("subscription").isNotNull()
+                       & c("topic").isNotNull() & c("partition").isNotNull(), _row(
+                           "filtered", s1=c("subscription"), s2=c("topic"), s3=c("offsets"),
+                           n1=c("partition")))]
     return [
-        F.when(_is(*RECORD_EVENTS) & _has_record_key(), _row(
-            "record", s1=c("subscription"), s2=c("topic"), n1=c("partition"),
-            n2=c("offset"))),
+        *(record if records else []),
         _row("tick", s1=c("type"), s2=c("subscription"),
              n1=F.floor(c("ts_ms") / TICK_MS) * TICK_MS),
         F.when(c("endpoint").isNotNull(), _row(
@@ -378,10 +384,7 @@ def _key_rows() -> list[Column]:
             kind, s1=c("subscription"), s2=c("topic"), s3=detail_reason(), n1=c("partition"),
             n2=c("offset"), v=c("attempt")))
           for type_, kind in (("dead_lettered", "dead_letter"), ("replayed", "replay"))),
-        F.when(_is("filtered") & c("offsets").isNotNull() & c("subscription").isNotNull()
-               & c("topic").isNotNull() & c("partition").isNotNull(), _row(
-                   "filtered", s1=c("subscription"), s2=c("topic"), s3=c("offsets"),
-                   n1=c("partition"))),
+        *(filtered if records else []),
         F.when(c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
         F.when(_is("sent") | (_is("delivered", "failed") & c("fetched_ts_ms").isNotNull()),
                _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
@@ -392,7 +395,7 @@ def _key_rows() -> list[Column]:
     ]
 
 
-def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
+def keyed(raw: DataFrame, *, stamp: Column | None = None, records: bool = True) -> DataFrame:
     """Raw journal rows -> rows of `KEY` plus the event columns `aggregate` reads.
 
     | kind | from | s1 | s2 | s3 | n1 | n2 | v |
@@ -411,11 +414,12 @@ def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
     | added, http, lateness | sent, delivered, delay fwd. | sub. or topic | endpoint | | | | value |
 
     Latency values are rounded (`round_latency`) so the histograms stay small. `stamp`
-    is carried as `_stamp`, the micro-batch's time (see `aggregate`).
+    is carried as `_stamp`, the micro-batch's time (see `aggregate`). Without `records`,
+    no `record` and `filtered` rows.
     """
     if transforms.INSTANCE not in raw.columns:
         raw = raw.withColumn(transforms.INSTANCE, transforms.instance_column(raw))
-    rows = F.filter(F.array(*_key_rows()), lambda row: row.isNotNull())
+    rows = F.filter(F.array(*_key_rows(records)), lambda row: row.isNotNull())
     exploded = F.when(transforms.is_valid_event(), rows).otherwise(F.array(_row("malformed")))
     measures = ["type", "ts_ms", "endpoint", "offset", "record_ts_ms", "count"]
     columns = [F.col(name) for name in measures]

@@ -3,6 +3,7 @@ against a plain dict of one tally per offset."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -70,9 +71,9 @@ def test_runs_agree_with_one_tally_per_offset(seed: int) -> None:
             plain[offset] = combine(plain.get(offset, Tally()), tally)
         assert expanded(runs) == plain
         listed = list(runs)
-        assert all(a.last < b.first for a, b in zip(listed, listed[1:], strict=False))
+        assert all(a.last < b.first for a, b in itertools.pairwise(listed))
         assert all(a.tally != b.tally or a.last + 1 < b.first
-                   for a, b in zip(listed, listed[1:], strict=False))
+                   for a, b in itertools.pairwise(listed))
 
 
 def test_intervals_merge_and_subtract() -> None:
