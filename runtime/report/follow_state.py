@@ -103,7 +103,7 @@ class OpenRun(NamedTuple):
     def size(self) -> int:
         return self.last - self.first + 1
 
-    def keys(self) -> Iterator[RecordKey]:
+    def records(self) -> Iterator[RecordKey]:
         return ((*self.cursor, offset) for offset in range(self.first, self.last + 1))
 
 
