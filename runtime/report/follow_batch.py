@@ -3,7 +3,8 @@
 Spark reduces the batch's new journal rows statelessly (`changes`):
 
 - the small facts: `facts.keyed` without the record rows, aggregated over this batch
-  alone (a few hundred rows; `follow_state.merge_fact` adds them up across batches);
+  alone (`follow_state.merge_fact` adds them up across batches); a ranged `fetched` is
+  one row there too, weighted by its records (`fact_rows`);
 - the record rows (`record_rows`): one per event, but a ranged `fetched` (and a
   `filtered`) keeps its ranges as they are, a columnar `delivered` is one row per delivery
   (`transforms.one_row_per_event`) and other ranged record events one per record; only
@@ -46,37 +47,143 @@ def _is(*types: str) -> Column:
 
 
 def record_rows(raw: DataFrame) -> DataFrame:
-    """Raw rows of a batch -> the audit's rows (see the module doc): `type`, the cursor,
-    `offset`, `ranges` (a `fetched` or `filtered` event's offsets), `ts_ms`, `eh_low` and
-    `eh_high` (the endpoint's hash, or the extremes of a long for none: a null long
-    would reach pandas as a float), `e2e_ms` (a delivery's end-to-end latency)."""
+    """Raw rows of a batch -> the audit's rows (see the module doc): `type`, the cursor
+    and `cursor_id` (its hash), `offset`, `ranges` (a `fetched` or `filtered` event's
+    offsets), `ts_ms`, `eh_low` and `eh_high` (the endpoint's hash, or the extremes of a
+    long for none: a null long would reach pandas as a float), `e2e_ms` (a delivery's
+    end-to-end latency), and what `delivered_facts` reads of every `delivered` row (all
+    of them, a key or not)."""
     c = F.col
-    events = transforms.one_row_per_event(raw).filter(
-        transforms.is_valid_event() & _is(*RECORD_EVENTS, "filtered")
-        & c("subscription").isNotNull() & c("topic").isNotNull() & c("partition").isNotNull()
-        & (c("offset").isNotNull() | c("offsets").isNotNull()))
+    events = transforms.one_row_per_position(raw)
+    if "record_offsets" in events.columns:  # a columnar `delivered` apart: it alone is big
+        columnar = F.coalesce(_is("delivered") & c("record_offsets").isNotNull(), F.lit(False))
+        deliveries = transforms.one_row_per_delivery(events.filter(columnar))
+        events = events.filter(~columnar)
     kept = events.withColumns({
         "ranges": F.when(_is(*KEPT_AS_RANGES), c("offsets")),
         "offsets": F.when(~_is(*KEPT_AS_RANGES), c("offsets")),
     })
     rows = transforms.one_row_per_offset(kept)
+    if "record_offsets" in raw.columns:
+        rows = rows.unionByName(deliveries.withColumn("ranges", F.lit(None).cast("string")))
+    keyed = _is(*RECORD_EVENTS, "filtered") & c("subscription").isNotNull() \
+        & c("topic").isNotNull() & c("partition").isNotNull() \
+        & (c("offset").isNotNull() | c("ranges").isNotNull())
+    rows = rows.filter(transforms.is_valid_event() & (keyed | _is("delivered")))
     eh = facts.name_hash(c("endpoint"))
+    delivered = _is("delivered")
     return rows.select(
-        "type", *CURSOR, "offset", "ranges", "ts_ms",
+        "type", *CURSOR, F.xxhash64(*CURSOR).alias("cursor_id"), "offset", "ranges", "ts_ms",
         F.coalesce(eh, F.lit(int(NO_HASH_LOW))).alias("eh_low"),
         F.coalesce(eh, F.lit(int(NO_HASH_HIGH))).alias("eh_high"),
-        F.when(_is("delivered"), c("ts_ms") - c("record_ts_ms")).cast("double").alias("e2e_ms"),
+        F.when(delivered, c("ts_ms") - c("record_ts_ms")).cast("double").alias("e2e_ms"),
+        *(F.when(delivered, c(name)).alias(name) for name in (
+            "endpoint", "latency_ms", "fetched_ts_ms", "attempt", "count")),
+        F.when(delivered, transforms.instance_column(rows)).alias(transforms.INSTANCE),
     )
 
 
+def fact_rows(raw: DataFrame) -> DataFrame:
+    """Raw rows of a batch -> rows for `facts.keyed`: as `transforms.one_row_per_record`
+    gives them, but a ranged `fetched` one row standing for its records (`facts.WEIGHT`;
+    its records share every field the small facts read, its largest offset as `offset`)."""
+    c = F.col
+    rows = transforms.one_row_per_event(raw)
+    fetched = transforms.is_ranged() & _is("fetched")
+    named = transforms.named_offsets(c("offsets"))
+    weighted = rows.withColumns({
+        facts.WEIGHT: F.when(fetched & named.isNotNull(), F.size(named)).otherwise(1).cast(
+            "long"),
+        "offset": F.when(fetched, F.coalesce(F.array_max(named), c("offset"))).otherwise(
+            c("offset")),
+        "count": F.when(fetched, F.lit(None)).otherwise(c("count")).cast("long"),
+        "offsets": F.when(fetched, F.lit(None)).otherwise(c("offsets")),
+    })
+    return transforms.one_row_per_offset(weighted)
+
+
 def changes(batch: DataFrame) -> BatchChanges:
-    """A micro-batch's raw rows (the store's columns) -> what `FollowState.apply` folds in."""
-    keyed = facts.keyed(transforms.one_row_per_record(batch), records=False)
-    fact_rows = [row.asDict() for row in facts.aggregate(keyed).collect()]
+    """A micro-batch's raw rows (the store's columns) -> what `FollowState.apply` folds in:
+    the small facts of the deliveries from the rows collected for the audit
+    (`delivered_facts`), those of every other row from Spark (few: a ranged `fetched` is
+    one row)."""
+    # filtered before the rows are expanded: a columnar `delivered` is never exploded here
+    others = fact_rows(batch.filter(~(transforms.is_valid_event() & _is("delivered"))))
+    keyed = facts.keyed(others, records=False)
+    small = [row.asDict() for row in facts.aggregate(keyed).collect()]
     table = record_rows(batch).toArrow().to_pandas()
     result = cursor_changes(table)
-    result.facts = fact_rows
+    result.facts = small + delivered_facts(table)
     return result
+
+
+def _rounded(values: pd.Series) -> Any:
+    """`facts.round_latency` of each value (NaN for none)."""
+    numbers = values.to_numpy(np.float64, na_value=np.nan)
+    return np.where(np.isnan(numbers), np.nan, round3_array(np.nan_to_num(numbers)))
+
+
+def delivered_facts(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """The `delivered` rows of `record_rows` -> their small facts, as `facts.aggregate`
+    over `facts.keyed(..., records=False)` gives them: `tick`, `endpoint`, `instance`,
+    `added` and `http` rows."""
+    found = rows[rows["type"] == "delivered"]
+    if found.empty:
+        return []
+    hashed = found["eh_low"] != NO_HASH_LOW
+    first = found["fetched_ts_ms"].notna() & (found["attempt"].isna() | (found["attempt"] <= 1))
+    sent_at = found["ts_ms"] - np.floor(found["latency_ms"] + 0.5)  # Spark's round: half up
+    frame = found.assign(
+        second=(found["ts_ms"] // facts.TICK_MS) * facts.TICK_MS,
+        sub_known=found["subscription"].fillna(""), ep_known=found["endpoint"].fillna(""),
+        added=(sent_at - found["fetched_ts_ms"]).where(first),
+    )
+    facts_: list[dict[str, Any]] = []
+
+    def add(kind: str, part: pd.DataFrame, keys: dict[str, str], value: str | None = None,
+            **fixed: Any) -> None:
+        columns = list(keys.values())
+        if value is not None:
+            part = part.assign(_v=_rounded(part[value]))
+            columns.append("_v")
+        grouped = part.groupby(columns, dropna=False, sort=False).agg(
+            n=("ts_ms", "size"), first_ms=("ts_ms", "min"), last_ms=("ts_ms", "max"),
+            max_offset=("offset", "max"), count_sum=("count", "sum"),
+            counted=("count", "count")).reset_index()
+        for record in grouped.to_dict("records"):
+            fact = {**dict.fromkeys(facts.KEY), **fixed, "kind": kind}
+            for name, column in keys.items():
+                fact[name] = _plain(record[column])
+            if value is not None:
+                fact["v"] = _plain(record["_v"])
+            facts_.append(_measures(fact, record))
+
+    add("tick", frame, {"s2": "subscription", "n1": "second"}, s1="delivered")
+    add("endpoint", frame[hashed], {"s1": "subscription", "s2": "endpoint", "n1": "eh_low"})
+    add("instance", frame[frame[transforms.INSTANCE].notna()],
+        {"s1": transforms.INSTANCE}, s2="delivered")
+    add("added", frame[frame["fetched_ts_ms"].notna()], {"s1": "sub_known", "s2": "ep_known"},
+        "added")
+    add("http", frame, {"s1": "sub_known", "s2": "ep_known"}, "latency_ms")
+    return facts_
+
+
+def _plain(value: Any) -> Any:
+    """numpy and pandas scalars -> Python's (msgpack and the state's keys want them)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _measures(fact: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    n = int(record["n"])
+    fact.update(dict.fromkeys((name for _, name in facts.TYPE_COUNTS), 0))
+    fact.update(n=n, deliveries=n, first_ms=int(record["first_ms"]),
+                last_ms=int(record["last_ms"]), max_offset=_plain(record["max_offset"]),
+                count_sum=int(record["count_sum"]) if record["counted"] else None)
+    if fact["max_offset"] is not None:
+        fact["max_offset"] = int(fact["max_offset"])
+    return fact
 
 
 def cursor_changes(rows: pd.DataFrame) -> BatchChanges:
@@ -89,7 +196,9 @@ def cursor_changes(rows: pd.DataFrame) -> BatchChanges:
     for sub, topic, partition, ranges in rows.loc[filtered, [*CURSOR, "ranges"]].itertuples(
             index=False):
         result.filtered.append(((sub, topic, int(partition)), ranges))
-    records = rows[~filtered]
+    keyed = rows["subscription"].notna() & rows["topic"].notna() & rows["partition"].notna() \
+        & (rows["offset"].notna() | rows["ranges"].notna())
+    records = rows[~filtered & keyed]
     ranged = records["ranges"].notna()
 
     def cursor(key: PartitionKey) -> CursorChanges:
@@ -126,18 +235,26 @@ def _hashes(low: Any, high: Any) -> tuple[int | None, int | None]:
             None if high == NO_HASH_HIGH else int(high))
 
 
+def _cursor_names(rows: pd.DataFrame) -> dict[int, PartitionKey]:
+    """`cursor_id` -> the cursor it hashes."""
+    first = rows.drop_duplicates("cursor_id")
+    return {int(i): (sub, topic, int(partition)) for i, sub, topic, partition in first[
+        ["cursor_id", *CURSOR]].itertuples(index=False)}
+
+
 def _single_runs(singles: pd.DataFrame) -> list[tuple[PartitionKey, Run]]:
     """Rows of one offset each -> per offset the sums of its events, then runs of
-    consecutive offsets with equal sums."""
+    consecutive offsets with equal sums. Grouped by the cursor's hash (`cursor_id`):
+    strings made pandas' grouping most of a batch's time."""
     kind = singles["type"]
     summed = singles.assign(
         f=(kind == "fetched").astype(np.int64), d=(kind == "delivered").astype(np.int64),
         x=(kind == "dead_lettered").astype(np.int64),
         lf=singles["ts_ms"].where(kind == "fetched", -1).astype(np.int64),
-    ).groupby([*CURSOR, "offset"], sort=True).agg(
+    ).groupby(["cursor_id", "offset"], sort=True).agg(
         f=("f", "sum"), d=("d", "sum"), x=("x", "sum"), lf=("lf", "max"),
         low=("eh_low", "min"), high=("eh_high", "max")).reset_index()
-    cursors = summed.groupby(CURSOR, sort=False).ngroup().to_numpy()
+    cursors = summed["cursor_id"].to_numpy(np.int64)
     offsets = summed["offset"].to_numpy(np.int64)
     values = summed[["f", "d", "x", "lf", "low", "high"]].to_numpy(np.int64)
     breaks = np.ones(len(summed), dtype=bool)
@@ -145,14 +262,13 @@ def _single_runs(singles: pd.DataFrame) -> list[tuple[PartitionKey, Run]]:
         values[1:] != values[:-1]).any(axis=1)
     starts = np.flatnonzero(breaks)
     ends = np.append(starts[1:], len(summed)) - 1
-    keys = summed[CURSOR].to_numpy()
+    names = _cursor_names(singles)
     runs = []
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         f, d, x, lf, low, high = values[start].tolist()
         open_ = f > 0 and d == 0 and x == 0
         tally = Tally(f, d, x, lf if open_ and lf >= 0 else None, *_hashes(low, high))
-        sub, topic, partition = keys[start]
-        runs.append(((sub, topic, int(partition)),
+        runs.append((names[int(cursors[start])],
                      Run(int(offsets[start]), int(offsets[end]), tally)))
     return runs
 
@@ -163,10 +279,11 @@ def _first_deliveries(singles: pd.DataFrame) -> list[tuple[PartitionKey, Any, An
     delivered = singles[(singles["type"] == "delivered") & singles["e2e_ms"].notna()]
     if delivered.empty:
         return []
-    first = delivered.sort_values([*CURSOR, "offset", "ts_ms"]).drop_duplicates(
-        [*CURSOR, "offset"])
+    first = delivered.sort_values(["cursor_id", "offset", "ts_ms"]).drop_duplicates(
+        ["cursor_id", "offset"])
+    names = _cursor_names(first)
     found = []
-    for (sub, topic, partition), rows in first.groupby(CURSOR, sort=False):
-        found.append(((sub, topic, int(partition)), rows["offset"].to_numpy(np.int64),
+    for cursor_id, rows in first.groupby("cursor_id", sort=False):
+        found.append((names[int(cursor_id)], rows["offset"].to_numpy(np.int64),
                       round3_array(rows["e2e_ms"].to_numpy(np.float64))))
     return found

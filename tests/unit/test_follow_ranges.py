@@ -25,7 +25,8 @@ def row(type_: str, sub: str, partition: int, offset: int | None, ts: int, *,
         ranges: str | None = None, eh: int | None = None,
         e2e: float | None = None) -> dict[str, Any]:
     return {"type": type_, "subscription": sub, "topic": TOPIC, "partition": partition,
-            "offset": offset, "ranges": ranges, "ts_ms": ts,
+            "cursor_id": hash((sub, TOPIC, partition)), "offset": offset, "ranges": ranges,
+            "ts_ms": ts,
             "eh_low": NO_HASH_LOW if eh is None else eh,
             "eh_high": NO_HASH_HIGH if eh is None else eh, "e2e_ms": e2e}
 
