@@ -33,8 +33,8 @@ stores every version (`encode`) and, when Spark runs a batch again after a crash
 again from version N-1, so nothing is counted twice.
 
 Attribution differs from the batch report in two corners only: a record whose events
-name two endpoints is counted under the smaller name of the smallest and the largest
-endpoint hash (the batch report: the smallest name of all); a record's end-to-end latency
+name more than two endpoints is counted under the smaller name of the smallest and the
+largest endpoint hash (the batch report: the smallest name of all); a record's end-to-end latency
 takes the Kafka time of the delivery that counts (the batch report: the largest any of
 its events carries; the journal writes the same on each). Latency percentiles come from
 histograms of values rounded to 3 significant digits.
