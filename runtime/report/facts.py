@@ -430,14 +430,15 @@ def keyed(raw: DataFrame, *, stamp: Column | None = None, records: bool = True) 
     is carried as `_stamp`, the micro-batch's time (see `aggregate`). Without `records`,
     no `record` and `filtered` rows.
     """
-    if transforms.INSTANCE not in raw.columns:
-        raw = raw.withColumn(transforms.INSTANCE, transforms.instance_column(raw))
+    names = raw.columns  # one call: each `.columns` asks the JVM again
+    if transforms.INSTANCE not in names:
+        raw = raw.withColumn(transforms.INSTANCE, F.lit(None).cast("string"))
     # exploded, then the nulls dropped: `F.filter` over the array (a lambda) is not
     # compiled and made this most of a follow micro-batch's time
     rows = F.array(*_key_rows(records))
     exploded = F.when(transforms.is_valid_event(), rows).otherwise(F.array(_row("malformed")))
     measures = ["type", "ts_ms", "endpoint", "offset", "record_ts_ms", "count"]
-    if WEIGHT in raw.columns:
+    if WEIGHT in names:
         measures.append(WEIGHT)
     columns = [F.col(name) for name in measures]
     if stamp is not None:
@@ -457,7 +458,8 @@ def aggregate(rows: DataFrame) -> DataFrame:
     for the first time in this batch".
     """
     ts = F.col("ts_ms")
-    weight = F.col(WEIGHT) if WEIGHT in rows.columns else None
+    names = rows.columns
+    weight = F.col(WEIGHT) if WEIGHT in names else None
     measures = [
         (F.count(F.lit(1)) if weight is None else F.sum(weight)).alias("n"),
         *_record_measures(weight),
@@ -465,7 +467,7 @@ def aggregate(rows: DataFrame) -> DataFrame:
         F.min(ts).alias("first_ms"), F.max(ts).alias("last_ms"),
         F.max("offset").alias("max_offset"), F.sum("count").alias("count_sum"),
     ]
-    if "_stamp" in rows.columns:
+    if "_stamp" in names:
         stamp = F.col("_stamp")
         measures += [
             _min_if(_is("fetched"), stamp).alias("first_fetch_stamp"),

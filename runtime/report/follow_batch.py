@@ -84,11 +84,16 @@ def record_rows(raw: DataFrame) -> DataFrame:
 
 
 def fact_rows(raw: DataFrame) -> DataFrame:
-    """Raw rows of a batch -> rows for `facts.keyed`: as `transforms.one_row_per_record`
-    gives them, but a ranged `fetched` one row standing for its records (`facts.WEIGHT`;
-    its records share every field the small facts read, its largest offset as `offset`)."""
+    """Raw rows of a batch -> rows for `facts.keyed` of all but its (valid) `delivered`
+    events (`delivered_facts` has theirs): as `transforms.one_row_per_record` gives them,
+    but a ranged `fetched` one row standing for its records (`facts.WEIGHT`; its records
+    share every field the small facts read, its largest offset as `offset`). Without the
+    deliveries no columnar event is left to expand (one step less to build: each costs
+    the driver Spark's analysis of the plan, per micro-batch)."""
     c = F.col
-    rows = transforms.one_row_per_event(raw)
+    others = raw.filter(~F.coalesce(transforms.is_valid_event() & _is("delivered"),
+                                    F.lit(False)))
+    rows = transforms.one_row_per_position(others)
     fetched = transforms.is_ranged() & _is("fetched")
     named = transforms.named_offsets(c("offsets"))
     weighted = rows.withColumns({
@@ -107,9 +112,7 @@ def changes(batch: DataFrame) -> BatchChanges:
     the small facts of the deliveries from the rows collected for the audit
     (`delivered_facts`), those of every other row from Spark (few: a ranged `fetched` is
     one row)."""
-    # filtered before the rows are expanded: a columnar `delivered` is never exploded here
-    others = fact_rows(batch.filter(~(transforms.is_valid_event() & _is("delivered"))))
-    keyed = facts.keyed(others, records=False)
+    keyed = facts.keyed(fact_rows(batch), records=False)
     small = [row.asDict() for row in facts.aggregate(keyed).collect()]
     table = record_rows(batch).toArrow().to_pandas()
     result = cursor_changes(table)
