@@ -5,13 +5,12 @@ offset and a duplicate in one range) is still found offset by offset."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
-
-import itertools
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
