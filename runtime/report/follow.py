@@ -105,10 +105,10 @@ class StateKeeper:
         return FollowState.decode(path.read_bytes())
 
     def apply(self, batch: DataFrame, batch_id: int) -> None:
-        """foreachBatch: fold batch `batch_id` (the store's new rows) into version
-        `batch_id - 1`."""
+        """foreachBatch: fold batch `batch_id` (the store's new rows, as
+        `follow_batch.prepared` makes them) into version `batch_id - 1`."""
         started = time.monotonic()
-        changes = follow_batch.changes(batch)
+        changes = follow_batch.prepared_changes(batch)
         with self._lock:
             state = self._state
             if state.version != batch_id - 1:  # Spark runs this batch again after a crash
@@ -165,7 +165,7 @@ def start_queries(spark: SparkSession, dirs: tuple[Path, ...], options: FollowOp
     store.events.mkdir(parents=True, exist_ok=True)  # the stream below needs the directory
     events = spark.readStream.schema(transforms.stored_schema()).parquet(str(store.events))
     aggregate = (
-        events.writeStream.queryName("hookstream-follow")
+        follow_batch.prepared(events).writeStream.queryName("hookstream-follow")
         .foreachBatch(keeper.apply)
         .option("checkpointLocation", str(options.checkpoint))
         .trigger(processingTime=trigger).start()

@@ -15,7 +15,7 @@ import pytest
 
 from runtime.host.journal import Event
 from runtime.report import tables, transforms
-from runtime.report.follow_batch import NO_HASH_HIGH, NO_HASH_LOW, cursor_changes
+from runtime.report.follow_batch import NO_HASH_HIGH, NO_HASH_LOW, cursor_changes, prepared
 from runtime.report.follow_state import BatchChanges, FollowState, nearest_rank, round3
 from tests.spark.conftest import SPARK
 
@@ -168,7 +168,7 @@ def test_the_keeper_stores_a_version_per_batch_and_replays_from_the_previous_one
 
     def frame(*events: Event) -> Any:
         rows = [[*msgspec.structs.astuple(e), None, None] for e in events]
-        return spark.createDataFrame(rows, transforms.stored_schema())
+        return prepared(spark.createDataFrame(rows, transforms.stored_schema()))
 
     fetched = Event(type="fetched", ts_ms=1_000, subscription=SUB, topic=TOPIC, partition=0,
                     offset=0, count=3, offsets="0-2")
