@@ -1,14 +1,16 @@
 """One micro-batch of the follow job -> `follow_state.BatchChanges` (issue 35, item 4).
 
-Spark reduces the batch's new journal rows statelessly (`changes`):
+Spark reduces the batch's new journal rows statelessly (`prepared`, a part of the
+streaming query, then `prepared_changes` in its `foreachBatch`; `changes` both at once):
 
-- the small facts: `facts.keyed` without the record rows, aggregated over this batch
-  alone (`follow_state.merge_fact` adds them up across batches); a ranged `fetched` is
-  one row there too, weighted by its records (`fact_rows`);
+- the small facts: `facts.keyed` without the record rows and the deliveries, aggregated
+  over this batch alone (`follow_state.merge_fact` adds them up across batches); a ranged
+  `fetched` is one row there too, weighted by its records (`fact_rows`);
 - the record rows (`record_rows`): one per event, but a ranged `fetched` (and a
   `filtered`) keeps its ranges as they are, a columnar `delivered` is one row per delivery
   (`transforms.one_row_per_event`) and other ranged record events one per record; only
-  the columns the audit reads, collected as Arrow.
+  the columns the audit reads, collected as Arrow. The deliveries' small facts are made
+  from these in pandas (`delivered_facts`): no second pass of Spark over them.
 
 `cursor_changes` (pandas and numpy, no Spark) then makes each cursor's runs
 (runtime/report/runs.py): a ranged `fetched` one run per range, and the other rows, one
