@@ -88,6 +88,33 @@ class Reported:
                 self.delivered = int(found.group(1).replace(",", ""))
 
 
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants (the follow job's JVM)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    tree, grown = {pid}, True
+    while grown:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grown = bool(more)
+    total = 0
+    for member in tree:
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+BATCH = re.compile(r"batch (\d+):")
+
+
 def stop(child: subprocess.Popen[str]) -> None:
     if child.poll() is None:
         child.send_signal(signal.SIGTERM)
@@ -127,15 +154,30 @@ def main() -> None:
             while not any(line.startswith("following") for line in reported.lines) \
                     and time.monotonic() < ready and child.poll() is None:
                 time.sleep(0.5)
+            cpu_before = tree_cpu_s(child.pid)
+            batch_before = _last_batch(reported)
+            started = time.monotonic()
             written, lags = run(args, journal, per_cursor, rate, reported)
+            elapsed = time.monotonic() - started
+            cpu = tree_cpu_s(child.pid) - cpu_before
+            batches = max(1, _last_batch(reported) - batch_before)
         finally:
             stop(child)
         print("\n".join(reported.lines[-5:]))
         caught = reported.delivered == written
+        print(f"audited {reported.delivered / elapsed:,.0f} deliveries/s against "
+              f"{rate:,.0f} written ({reported.delivered / elapsed / rate:.2f} x) over "
+              f"{elapsed:.1f} s; follow job CPU {cpu:.1f} s in {batches} micro-batches, "
+              f"{cpu / batches:.2f} s per micro-batch", flush=True)
         print(f"written {written:,}, reported {reported.delivered:,}; worst lag while "
               f"writing {max(lags, default=0):.1f} s; "
               f"{'caught up' if caught else 'NOT caught up'}; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
+
+
+def _last_batch(reported: Reported) -> int:
+    found = [BATCH.search(line) for line in reported.lines]
+    return max((int(m.group(1)) for m in found if m), default=0)
 
 
 def run(args: argparse.Namespace, journal: Path, per_cursor: int, rate: float,

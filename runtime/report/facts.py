@@ -39,6 +39,7 @@ RARE_TYPES = ("actor_started", "actor_crashed", "actor_restarted", "actor_stoppe
 # kept per record (offset, attempt, reason): the dead letters and replays tables list them
 DETAILED_TYPES = ("dead_lettered", "replayed")
 KEY = ["kind", "s1", "s2", "s3", "n1", "n2", "v"]
+WEIGHT = "_n"  # on a `keyed` row: the records it stands for (a ranged `fetched`), else 1
 STAMPS = ["first_fetch_stamp", "first_delivery_stamp", "first_dead_letter_stamp", "last_stamp"]
 TYPE_COUNTS = [
     ("fetched", "fetches"), ("delivered", "deliveries"), ("failed", "failures"),
@@ -68,8 +69,11 @@ def detail_reason() -> Column:
                   packed).otherwise(c("reason"))
 
 
-def _count_if(condition: Column) -> Column:
-    return F.count(F.when(condition, 1))
+def _count_if(condition: Column, weight: Column | None = None) -> Column:
+    """Rows where `condition` holds; with a `weight` (`WEIGHT`), the sum of theirs."""
+    if weight is None:
+        return F.count(F.when(condition, 1))
+    return F.coalesce(F.sum(F.when(condition, weight)), F.lit(0)).cast("long")
 
 
 def _min_if(condition: Column, value: Column) -> Column:
@@ -89,10 +93,10 @@ def _has_record_key() -> Column:
     return keyed_
 
 
-def _record_measures() -> list[Column]:
+def _record_measures(weight: Column | None = None) -> list[Column]:
     ts = F.col("ts_ms")
     return [
-        *(_count_if(_is(t)).alias(name) for t, name in RECORD_COUNTS),
+        *(_count_if(_is(t), weight).alias(name) for t, name in RECORD_COUNTS),
         F.max("record_ts_ms").alias("record_ts_ms"),
         _min_if(_is("fetched"), ts).alias("first_fetched_ms"),
         F.max(F.when(_is("fetched"), ts)).alias("last_fetched_ms"),
@@ -353,46 +357,58 @@ def _row(kind: str, **keys: Column) -> Column:
     return F.struct(*fields)
 
 
-def _key_rows() -> list[Column]:
+def _key_rows(records: bool = True) -> list[Column]:
     """One `when(condition, row)` per kind of keyed row; null where it does not apply."""
+    return [F.when(condition, row) if condition is not None else row
+            for condition, row in _key_pairs(records)]
+
+
+def _key_pairs(records: bool = True) -> list[tuple[Column | None, Column]]:
+    """(condition, row) per kind of keyed row (None: every valid event). Without
+    `records`, no `record` and `filtered` rows (the follow job keeps those apart,
+    runtime/report/follow_batch.py)."""
     c = F.col
     sub, endpoint = F.coalesce(c("subscription"), F.lit("")), F.coalesce(c("endpoint"), F.lit(""))
+    record: list[tuple[Column | None, Column]] = [(
+        _is(*RECORD_EVENTS) & _has_record_key(),
+        _row("record", s1=c("subscription"), s2=c("topic"), n1=c("partition"),
+             n2=c("offset")))]
+    filtered: list[tuple[Column | None, Column]] = [(
+        _is("filtered") & c("offsets").isNotNull() & c("subscription").isNotNull()
+        & c("topic").isNotNull() & c("partition").isNotNull(),
+        _row("filtered", s1=c("subscription"), s2=c("topic"), s3=c("offsets"),
+             n1=c("partition")))]
     return [
-        F.when(_is(*RECORD_EVENTS) & _has_record_key(), _row(
-            "record", s1=c("subscription"), s2=c("topic"), n1=c("partition"),
-            n2=c("offset"))),
-        _row("tick", s1=c("type"), s2=c("subscription"),
-             n1=F.floor(c("ts_ms") / TICK_MS) * TICK_MS),
-        F.when(c("endpoint").isNotNull(), _row(
+        *(record if records else []),
+        (None, _row("tick", s1=c("type"), s2=c("subscription"),
+                    n1=F.floor(c("ts_ms") / TICK_MS) * TICK_MS)),
+        (c("endpoint").isNotNull(), _row(
             "endpoint", s1=c("subscription"), s2=c("endpoint"),
             n1=name_hash(c("endpoint")))),
-        F.when(c("type").startswith("actor_") & c("actor").isNotNull(),
-               _row("actor", s1=c("actor"))),
-        F.when(_is("actor_crashed") & c("actor").isNotNull(), _row(
+        (c("type").startswith("actor_") & c("actor").isNotNull(),
+         _row("actor", s1=c("actor"))),
+        (_is("actor_crashed") & c("actor").isNotNull(), _row(
             "crash", s1=c("actor"), s2=c("reason"), n1=c("ts_ms"))),
-        F.when(_is("partition_assigned", "partition_revoked"), _row(
+        (_is("partition_assigned", "partition_revoked"), _row(
             "move", s1=c("subscription"), s2=c("topic"), s3=c("actor"), n1=c("partition"))),
-        F.when(_is("committed") & c("offset").isNotNull(), _row(
+        (_is("committed") & c("offset").isNotNull(), _row(
             "commit", s1=c("subscription"), s2=c("topic"), n1=c("partition"))),
-        *(F.when(_is(type_) & c("offset").isNotNull(), _row(
+        *((_is(type_) & c("offset").isNotNull(), _row(
             kind, s1=c("subscription"), s2=c("topic"), s3=detail_reason(), n1=c("partition"),
             n2=c("offset"), v=c("attempt")))
           for type_, kind in (("dead_lettered", "dead_letter"), ("replayed", "replay"))),
-        F.when(_is("filtered") & c("offsets").isNotNull() & c("subscription").isNotNull()
-               & c("topic").isNotNull() & c("partition").isNotNull(), _row(
-                   "filtered", s1=c("subscription"), s2=c("topic"), s3=c("offsets"),
-                   n1=c("partition"))),
-        F.when(c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
-        F.when(_is("sent") | (_is("delivered", "failed") & c("fetched_ts_ms").isNotNull()),
-               _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
-        F.when(_is("delivered"), _row("http", s1=sub, s2=endpoint,
-                                      v=round_latency(c("latency_ms")))),
-        F.when(_is("delay_forwarded"), _row("lateness", s1=c("topic"),
-                                            v=round_latency(c("lateness_ms")))),
+        *(filtered if records else []),
+        (c("instance").isNotNull(), _row("instance", s1=c("instance"), s2=c("type"))),
+        (_is("sent") | (_is("delivered", "failed") & c("fetched_ts_ms").isNotNull()),
+         _row("added", s1=sub, s2=endpoint, v=round_latency(added_ms()))),
+        (_is("delivered"), _row("http", s1=sub, s2=endpoint,
+                                v=round_latency(c("latency_ms")))),
+        (_is("delay_forwarded"), _row("lateness", s1=c("topic"),
+                                      v=round_latency(c("lateness_ms")))),
     ]
 
 
-def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
+def keyed(raw: DataFrame, *, stamp: Column | None = None, records: bool = True) -> DataFrame:
     """Raw journal rows -> rows of `KEY` plus the event columns `aggregate` reads.
 
     | kind | from | s1 | s2 | s3 | n1 | n2 | v |
@@ -411,17 +427,24 @@ def keyed(raw: DataFrame, *, stamp: Column | None = None) -> DataFrame:
     | added, http, lateness | sent, delivered, delay fwd. | sub. or topic | endpoint | | | | value |
 
     Latency values are rounded (`round_latency`) so the histograms stay small. `stamp`
-    is carried as `_stamp`, the micro-batch's time (see `aggregate`).
+    is carried as `_stamp`, the micro-batch's time (see `aggregate`). Without `records`,
+    no `record` and `filtered` rows.
     """
-    if transforms.INSTANCE not in raw.columns:
-        raw = raw.withColumn(transforms.INSTANCE, transforms.instance_column(raw))
-    rows = F.filter(F.array(*_key_rows()), lambda row: row.isNotNull())
+    names = raw.columns  # one call: each `.columns` asks the JVM again
+    if transforms.INSTANCE not in names:
+        raw = raw.withColumn(transforms.INSTANCE, F.lit(None).cast("string"))
+    # exploded, then the nulls dropped: `F.filter` over the array (a lambda) is not
+    # compiled and made this most of a follow micro-batch's time
+    rows = F.array(*_key_rows(records))
     exploded = F.when(transforms.is_valid_event(), rows).otherwise(F.array(_row("malformed")))
     measures = ["type", "ts_ms", "endpoint", "offset", "record_ts_ms", "count"]
+    if WEIGHT in names:
+        measures.append(WEIGHT)
     columns = [F.col(name) for name in measures]
     if stamp is not None:
         columns.append(stamp.alias("_stamp"))
-    flat = raw.select(*columns, F.explode(exploded).alias("_key"))
+    flat = raw.select(*columns, F.explode(exploded).alias("_key")).filter(
+        F.col("_key").isNotNull())
     return flat.select(*(F.col(f"_key.{name}").alias(name) for name in KEY), *measures,
                        *(["_stamp"] if stamp is not None else []))
 
@@ -435,14 +458,16 @@ def aggregate(rows: DataFrame) -> DataFrame:
     for the first time in this batch".
     """
     ts = F.col("ts_ms")
+    names = rows.columns
+    weight = F.col(WEIGHT) if WEIGHT in names else None
     measures = [
-        F.count(F.lit(1)).alias("n"),
-        *_record_measures(),
-        *(_count_if(_is(t)).alias(name) for t, name in TYPE_COUNTS[5:]),
+        (F.count(F.lit(1)) if weight is None else F.sum(weight)).alias("n"),
+        *_record_measures(weight),
+        *(_count_if(_is(t), weight).alias(name) for t, name in TYPE_COUNTS[5:]),
         F.min(ts).alias("first_ms"), F.max(ts).alias("last_ms"),
         F.max("offset").alias("max_offset"), F.sum("count").alias("count_sum"),
     ]
-    if "_stamp" in rows.columns:
+    if "_stamp" in names:
         stamp = F.col("_stamp")
         measures += [
             _min_if(_is("fetched"), stamp).alias("first_fetch_stamp"),

@@ -4,11 +4,13 @@ Two Structured Streaming queries and a loop that rewrites the report:
 
 1. compaction (runtime/report/store.py): closed segments, as they appear, into the Parquet
    store (`OUT/store` unless `--store`);
-2. the aggregation: the store's new files -> `facts.keyed` -> `facts.aggregate`, a stateful
-   streaming aggregation (RocksDB state store, checkpoint in `OUT/follow/checkpoint`) in
-   output mode "update", whose changed keys `FollowState.apply` folds into the report's
-   state (runtime/report/follow_state.py), one stored version per micro-batch in
-   `OUT/follow/state/`;
+2. the audit: the store's new files, a micro-batch at a time (`foreachBatch`, checkpoint
+   in `OUT/follow/checkpoint-ranges`), reduced by Spark without streaming state
+   (runtime/report/follow_batch.py: the batch's small facts, and its record events as
+   ranges per cursor) and folded by `FollowState.apply` into the report's state
+   (runtime/report/follow_state.py: per cursor, runs of offsets with equal tallies, so a
+   batch costs per cursor, not per record), one stored version per micro-batch in
+   `OUT/follow/state-ranges/`;
 3. every `--refresh-s` seconds (and whenever a batch changed something), the tables,
    charts and summary in OUT are rewritten from that state, and a progress line printed.
 
@@ -34,13 +36,12 @@ from types import FrameType
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from runtime.errors import UsageError
 from runtime.host.files import atomic_write
 from runtime.host.journal import closed_segments, open_segments
-from runtime.report import facts, output, tables, transforms
+from runtime.report import follow_batch, output, tables, transforms
 from runtime.report.follow_state import FollowState
 from runtime.report.job import choose_bucket_ms
 from runtime.report.sources import GLOB_CHARACTERS, journal_directories
@@ -49,7 +50,6 @@ from runtime.report.store import Store, compaction
 Progress = Callable[[str], None]
 STATE_SUFFIX = ".msgpack"
 KEEP_VERSIONS = 3
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 MAX_QUIET_S = 10.0  # rewrite the report at least this often, changed or not
 
 
@@ -60,13 +60,16 @@ class FollowOptions:
     grace_ms: int = 300_000
     refresh_s: float = 5.0
 
+    # new names since the audit on ranges (the state's form and the query changed): a
+    # follow directory of an older version starts over from the store, counting nothing
+    # twice, instead of failing on a checkpoint of another query
     @property
     def checkpoint(self) -> Path:
-        return self.out_dir / "follow" / "checkpoint"
+        return self.out_dir / "follow" / "checkpoint-ranges"
 
     @property
     def state_dir(self) -> Path:
-        return self.out_dir / "follow" / "state"
+        return self.out_dir / "follow" / "state-ranges"
 
 
 class StateKeeper:
@@ -79,6 +82,7 @@ class StateKeeper:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._state = self._load_latest()
+        self.last_batch_s = 0.0  # the last batch's time in `apply`
 
     def _path(self, version: int) -> Path:
         return self._dir / f"{version:012d}{STATE_SUFFIX}"
@@ -100,18 +104,21 @@ class StateKeeper:
                              f"delete {self._dir.parent} to start the follow job over")
         return FollowState.decode(path.read_bytes())
 
-    def apply(self, changes: DataFrame, batch_id: int) -> None:
-        """foreachBatch: fold batch `batch_id` into version `batch_id - 1`."""
-        rows = [row.asDict() for row in changes.collect()]
+    def apply(self, batch: DataFrame, batch_id: int) -> None:
+        """foreachBatch: fold batch `batch_id` (the store's new rows, as
+        `follow_batch.prepared` makes them) into version `batch_id - 1`."""
+        started = time.monotonic()
+        changes = follow_batch.prepared_changes(batch)
         with self._lock:
             state = self._state
             if state.version != batch_id - 1:  # Spark runs this batch again after a crash
                 state = self._load(batch_id - 1)
-            state.apply(rows, batch_id)
+            state.apply(changes, batch_id)
             atomic_write(self._path(batch_id), state.encode())
             self._state = state
         for old in self._versions()[:-KEEP_VERSIONS]:
             self._path(old).unlink(missing_ok=True)
+        self.last_batch_s = time.monotonic() - started
 
     @property
     def version(self) -> int:
@@ -127,12 +134,14 @@ class StateKeeper:
             last = max((f["last_ms"] for f in types), default=0)
             bucket_ms = choose_bucket_ms(last - first)
             report = tables.build(state.aggregates(grace_ms, bucket_ms))
+            in_flight_records = sum(run.size for run in in_flight)
             extra = {"follow": {
-                "batch": state.version, "grace_s": grace_ms / 1000, "in_flight": len(in_flight),
-                "open_records": len(state.open),
+                "batch": state.version, "grace_s": grace_ms / 1000,
+                "in_flight": in_flight_records, "open_records": state.open_records(),
+                "batch_s": round(self.last_batch_s, 3),
             }}
         report.extra.update(extra)
-        report.extra["in_flight"] = len(in_flight)
+        report.extra["in_flight"] = in_flight_records
         return report, bucket_ms, extra
 
 
@@ -142,11 +151,7 @@ def _segments(dirs: tuple[Path, ...]) -> dict[str, int]:
 
 
 def _configure(spark: SparkSession) -> None:
-    """State in RocksDB (on disk, incremental checkpoints), few state partitions. Both
-    are fixed by the checkpoint at the first start."""
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-                   "true")
+    """Few shuffle partitions: a micro-batch's aggregations are small."""
     spark.conf.set("spark.sql.shuffle.partitions",
                    str(max(2, spark.sparkContext.defaultParallelism)))
 
@@ -158,12 +163,9 @@ def start_queries(spark: SparkSession, dirs: tuple[Path, ...], options: FollowOp
     store = options.store
     compact = compaction(spark, dirs, store).trigger(processingTime=trigger).start()
     store.events.mkdir(parents=True, exist_ok=True)  # the stream below needs the directory
-    events = transforms.one_row_per_record(
-        spark.readStream.schema(transforms.stored_schema()).parquet(str(store.events)))
-    stamp = F.unix_millis(F.current_timestamp())  # the micro-batch's time in a stream
-    changes = facts.aggregate(facts.keyed(events, stamp=stamp))
+    events = spark.readStream.schema(transforms.stored_schema()).parquet(str(store.events))
     aggregate = (
-        changes.writeStream.queryName("hookstream-follow").outputMode("update")
+        follow_batch.prepared(events).writeStream.queryName("hookstream-follow")
         .foreachBatch(keeper.apply)
         .option("checkpointLocation", str(options.checkpoint))
         .trigger(processingTime=trigger).start()
@@ -202,7 +204,8 @@ class _Follow:
         return (f"{prefix} batch {result['follow']['batch']}: {result['events']:,} events, "
                 f"delivered {delivered:,} (+{grown:,}), lost {result['lost']:,}, in flight "
                 f"{result['in_flight']:,}, duplicates {result['duplicates']:,}, "
-                f"dead-lettered {result['dead_lettered']:,}")
+                f"dead-lettered {result['dead_lettered']:,} "
+                f"(last batch {result['follow']['batch_s']:.2f} s)")
 
 
 @contextlib.contextmanager

@@ -1,49 +1,61 @@
 """The follow job's state between micro-batches: what the live report is built from.
 
-The follow job's streaming aggregation (runtime/report/facts.py, `keyed` + `aggregate`,
-output mode "update") hands every micro-batch the keys it changed, each with its full
-current measures: for records, their counts so far and the stamps of the batches that first
-brought a fetch, a delivery and a dead letter. `FollowState.apply` folds such a batch in:
+The follow job (runtime/report/follow.py) hands every micro-batch of new journal rows,
+reduced by Spark and runtime/report/follow_batch.py, to `FollowState.apply` as
+`BatchChanges`:
 
-- small facts (event types per second, actors, partitions, commits, endpoints, latency
-  histograms) replace their previous value;
-- a record whose first fetch, delivery or dead letter came in this batch
-  (`first_*_stamp == last_stamp`) adds one to the per partition and per endpoint counts,
-  and a first delivery adds its end-to-end latency to a histogram;
-- records fetched and not yet delivered nor dead-lettered are kept (`open`), as are records
-  delivered more than once (`duplicates`); every other record is only in Spark's state
-  store, so this state stays small (records in flight, lost and duplicated, plus facts);
-- a `filtered` event (a subscription's filter left these offsets out, issue 26) closes the
-  open records its ranges hold, after the batch's records (one fetched before a filter
-  change and filtered when fetched again is accounted for, as in the batch report); it
-  is not kept.
+- `facts`: the batch's small facts (`facts.keyed` without records, aggregated over the
+  batch alone: event types per second, actors, partitions, commits, endpoints, latency
+  histograms), which `merge_fact` adds to the facts so far (counts summed, first and
+  last times and offsets kept at their extremes);
+- `cursors`: per cursor (subscription, topic, partition), the batch's record events as
+  runs of offsets with one `runs.Tally` each (a ranged `fetched` one run per range, a
+  commit round's deliveries one run per cursor when their offsets are consecutive), and
+  the end-to-end latency of each record's first delivery in the batch;
+- `filtered`: the offset ranges a subscription's filter left out (issue 26).
 
-Lost with a grace period: an open record is lost once the newest event in the journal is
-at least `grace_ms` later than its last fetch; before that it is in flight. Event time,
-not the wall clock, so catching up on an old journal reports the same as following it.
+The audit is kept per cursor as `runs.Runs`: each offset's fetches, deliveries and dead
+letters so far, its last fetch time while it is open and its endpoint, in maximal runs of
+equal tallies. A cursor whose records were each fetched and delivered once is one run,
+however many records it has, so a micro-batch costs per cursor and per irregularity (a
+loss, a duplicate, a retry, a refetch splits a run), not per record; and the counts the
+report shows (records fetched, delivered, dead-lettered, lost, in flight, duplicates) are
+sums over runs, exact. A record delivered for the first time in a batch adds its
+end-to-end latency to a histogram (the latency of the batch's earliest delivery of it).
+
+Lost with a grace period: an open record (fetched, neither delivered nor dead-lettered,
+nor in a `filtered` range) is lost once the newest event in the journal is at least
+`grace_ms` later than its last fetch; before that it is in flight. Event time, not the
+wall clock, so catching up on an old journal reports the same as following it.
 
 Exactly once: `apply` is a pure step from version N-1 to version N (the batch id); the job
 stores every version (`encode`) and, when Spark runs a batch again after a crash, starts
 again from version N-1, so nothing is counted twice.
 
-Attribution differs from the batch report in one corner only: a subscription that used
-several endpoints has its records counted under the endpoint known when each count was
-made. Latency percentiles come from histograms of values rounded to 3 significant digits.
+Attribution differs from the batch report in two corners only: a record whose events
+name more than two endpoints is counted under the smaller name of the smallest and the
+largest endpoint hash (the batch report: the smallest name of all); a record's end-to-end latency
+takes the Kafka time of the delivery that counts (the batch report: the largest any of
+its events carries; the journal writes the same on each). Latency percentiles come from
+histograms of values rounded to 3 significant digits.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from runtime.host.journal import ranges_of
 from runtime.report import tables
 from runtime.report.facts import THROUGHPUT_TYPES
+from runtime.report.runs import Run, Runs, Tally, combine, merge_intervals, subtract
 from runtime.report.transforms import PERCENTILES
 
 Row = dict[str, Any]
@@ -54,13 +66,45 @@ EndpointKey = tuple[str, int | None]  # subscription, endpoint hash
 KEY = ("kind", "s1", "s2", "s3", "n1", "n2", "v")
 HISTOGRAM_KINDS = ("added", "http", "lateness")
 COUNTS = ("records_fetched", "delivered", "dead_lettered")
+SUMMED = ("n", "fetches", "deliveries", "failures", "retries", "dead_letters", "started",
+          "crashed", "restarted", "stopped", "assigned", "revoked")
+Floats = npt.NDArray[np.float64]
+Longs = npt.NDArray[np.int64]
 
 
 @dataclass(slots=True)
-class OpenRecord:
-    last_fetched_ms: int
-    fetches: int
-    eh: int | None
+class CursorChanges:
+    """One cursor's record events in a micro-batch (see the module doc). `runs` may
+    overlap (each is added); `e2e_offsets` (sorted) and `e2e_ms` (rounded, `round3`) are
+    the end-to-end latency of each record's earliest delivery in the batch, where its
+    Kafka time is known."""
+
+    runs: list[Run] = field(default_factory=list)
+    e2e_offsets: Longs = field(default_factory=lambda: np.zeros(0, np.int64))
+    e2e_ms: Floats = field(default_factory=lambda: np.zeros(0, np.float64))
+
+
+@dataclass(slots=True)
+class BatchChanges:
+    facts: list[Row] = field(default_factory=list)
+    cursors: dict[PartitionKey, CursorChanges] = field(default_factory=dict)
+    filtered: list[tuple[PartitionKey, str]] = field(default_factory=list)  # offsets "3-7,9"
+
+
+class OpenRun(NamedTuple):
+    """Open records of a cursor: first..last, all with `tally`."""
+
+    cursor: PartitionKey
+    first: int
+    last: int
+    tally: Tally
+
+    @property
+    def size(self) -> int:
+        return self.last - self.first + 1
+
+    def records(self) -> Iterator[RecordKey]:
+        return ((*self.cursor, offset) for offset in range(self.first, self.last + 1))
 
 
 class _Stored(msgspec.Struct, frozen=True):
@@ -68,11 +112,33 @@ class _Stored(msgspec.Struct, frozen=True):
 
     version: int
     facts: list[Row]
-    open: list[tuple[str, str, int, int, int, int, int | None]]
-    duplicates: list[tuple[str, str, int, int, int, int]]
-    by_partition: list[tuple[str, str, int, int, int, int]]
-    by_endpoint: list[tuple[str, int | None, int, int, int]]
-    e2e: list[tuple[str, int | None, int, int]]
+    runs: list[tuple[str, str, int, int, int, int, int, int, int | None, int | None,
+                     int | None]]
+    filtered: list[tuple[str, str, int, int, int]]
+    e2e: list[tuple[str, int | None, float, int]]
+
+
+def merge_fact(old: Row | None, new: Mapping[str, Any]) -> Row:
+    """A fact so far and the same key's fact from one more batch, as one."""
+    if old is None:
+        return {k: new[k] for k in _FACT_FIELDS}
+    merged = dict(old)
+    for name in SUMMED:
+        merged[name] = (old[name] or 0) + (new[name] or 0)
+    for name, pick in (("first_ms", min), ("last_ms", max), ("max_offset", max)):
+        values = [v for v in (old[name], new[name]) if v is not None]
+        merged[name] = pick(values) if values else None
+    if new["count_sum"] is not None:
+        merged["count_sum"] = (old["count_sum"] or 0) + new["count_sum"]
+    return merged
+
+
+def round3_array(values: Floats) -> Floats:
+    """`round3` of every value (numpy)."""
+    magnitude = np.floor(np.log10(np.abs(np.where(values == 0, 1.0, values))))
+    scale = 10.0 ** (2 - magnitude)
+    rounded = np.floor(np.abs(values) * scale + 0.5) * np.sign(values) / scale
+    return np.where(values == 0, 0.0, rounded)
 
 
 def round3(value: float) -> float:
@@ -105,55 +171,45 @@ def nearest_rank(histogram: Mapping[float, int]) -> tuple[list[float] | None, fl
 class FollowState:
     version: int = -1  # the id of the last micro-batch applied
     facts: dict[FactKey, Row] = field(default_factory=dict)
-    open: dict[RecordKey, OpenRecord] = field(default_factory=dict)
-    duplicates: dict[RecordKey, tuple[int, int]] = field(default_factory=dict)  # deliv., fetches
-    by_partition: dict[PartitionKey, list[int]] = field(default_factory=dict)  # COUNTS
-    by_endpoint: dict[EndpointKey, list[int]] = field(default_factory=dict)  # COUNTS
+    cursors: dict[PartitionKey, Runs] = field(default_factory=dict)
+    filtered: dict[PartitionKey, list[tuple[int, int]]] = field(default_factory=dict)
     e2e: dict[EndpointKey, dict[float, int]] = field(default_factory=dict)
 
     # -- one micro-batch -------------------------------------------------------------------
 
-    def apply(self, rows: Iterable[Mapping[str, Any]], batch_id: int) -> None:
-        """Fold in one micro-batch's changed keys (see the module doc)."""
-        filtered: list[Mapping[str, Any]] = []
-        for row in rows:
-            if row["kind"] == "record":
-                self._record(row)
-            elif row["kind"] == "filtered":
-                filtered.append(row)
-            else:
-                self.facts[tuple(row[k] for k in KEY)] = {k: row[k] for k in _FACT_FIELDS}
-        for row in filtered:
-            self._filtered(row["s1"], row["s2"], row["n1"], row["s3"])
+    def apply(self, batch: BatchChanges, batch_id: int) -> None:
+        """Fold in one micro-batch (see the module doc)."""
+        for row in batch.facts:
+            if row["kind"] in ("record", "filtered"):
+                continue
+            key = tuple(row[k] for k in KEY)
+            self.facts[key] = merge_fact(self.facts.get(key), row)
+        for cursor, changes in batch.cursors.items():
+            self._cursor(cursor, changes)
+        for cursor, offsets in batch.filtered:
+            held = self.filtered.get(cursor, [])
+            self.filtered[cursor] = merge_intervals([*held, *ranges_of(offsets)])
         self.version = batch_id
 
-    def _filtered(self, subscription: str, topic: str, partition: int, offsets: str) -> None:
-        """Close the open records of the partition that the ranges ("3-7,9") hold."""
-        ranges = ranges_of(offsets)
-        for key in [k for k in self.open if k[:3] == (subscription, topic, partition)]:
-            if any(first <= key[3] <= last for first, last in ranges):
-                del self.open[key]
+    def _cursor(self, cursor: PartitionKey, changes: CursorChanges) -> None:
+        runs = self.cursors.setdefault(cursor, Runs())
+        for first, last, tally in changes.runs:
+            before = runs.add(first, last, tally)
+            if tally.deliveries == 0:
+                continue
+            for piece in before:
+                if piece.tally.deliveries == 0:  # first delivered in this batch
+                    eh = combine(piece.tally, tally).eh
+                    self._add_e2e((cursor[0], eh), changes, piece.first, piece.last)
 
-    def _record(self, row: Mapping[str, Any]) -> None:
-        key: RecordKey = (row["s1"], row["s2"], row["n1"], row["n2"])
-        last = row["last_stamp"]
-        first = [row[f"first_{name}_stamp"] == last
-                 for name in ("fetch", "delivery", "dead_letter")]
-        if any(first):
-            for counts in (self.by_partition.setdefault(key[:3], [0, 0, 0]),
-                           self.by_endpoint.setdefault((key[0], row["eh"]), [0, 0, 0])):
-                for i, new in enumerate(first):
-                    counts[i] += new
-        if first[1] and row["record_ts_ms"] is not None:
-            e2e = row["first_delivered_ms"] - row["record_ts_ms"]
-            histogram = self.e2e.setdefault((key[0], row["eh"]), {})
-            histogram[round3(e2e)] = histogram.get(round3(e2e), 0) + 1
-        if row["fetches"] > 0 and row["deliveries"] == 0 and row["dead_letters"] == 0:
-            self.open[key] = OpenRecord(row["last_fetched_ms"], row["fetches"], row["eh"])
-        else:
-            self.open.pop(key, None)
-        if row["deliveries"] > 1:
-            self.duplicates[key] = (row["deliveries"], row["fetches"])
+    def _add_e2e(self, key: EndpointKey, changes: CursorChanges, first: int, last: int) -> None:
+        lo, hi = np.searchsorted(changes.e2e_offsets, [first, last + 1])
+        if lo == hi:
+            return
+        values, counts = np.unique(changes.e2e_ms[lo:hi], return_counts=True)
+        histogram = self.e2e.setdefault(key, {})
+        for value, n in zip(values.tolist(), counts.tolist(), strict=True):
+            histogram[value] = histogram.get(value, 0) + n
 
     # -- persistence -------------------------------------------------------------------
 
@@ -161,12 +217,11 @@ class FollowState:
         return msgspec.msgpack.encode(_Stored(
             version=self.version,
             facts=list(self.facts.values()),
-            open=[(*k, o.last_fetched_ms, o.fetches, o.eh) for k, o in self.open.items()],
-            duplicates=[(*k, *v) for k, v in self.duplicates.items()],
-            by_partition=[(*k, *v) for k, v in self.by_partition.items()],  # type: ignore[misc]
-            by_endpoint=[(*k, *v) for k, v in self.by_endpoint.items()],  # type: ignore[misc]
-            e2e=[(k[0], k[1], int(value), n) for k, h in self.e2e.items()
-                 for value, n in h.items()],
+            runs=[(*cursor, r.first, r.last, *r.tally) for cursor, runs in self.cursors.items()
+                  for r in runs],
+            filtered=[(*cursor, first, last) for cursor, held in self.filtered.items()
+                      for first, last in held],
+            e2e=[(k[0], k[1], value, n) for k, h in self.e2e.items() for value, n in h.items()],
         ))
 
     @classmethod
@@ -174,28 +229,51 @@ class FollowState:
         stored = msgspec.msgpack.decode(data, type=_Stored)
         state = cls(version=stored.version)
         state.facts = {tuple(row[k] for k in KEY): row for row in stored.facts}
-        state.open = {(s, t, p, o): OpenRecord(ms, f, eh)
-                      for s, t, p, o, ms, f, eh in stored.open}
-        state.duplicates = {(s, t, p, o): (d, f) for s, t, p, o, d, f in stored.duplicates}
-        state.by_partition = {(s, t, p): [a, b, c] for s, t, p, a, b, c in stored.by_partition}
-        state.by_endpoint = {(s, eh): [a, b, c] for s, eh, a, b, c in stored.by_endpoint}
+        runs: dict[PartitionKey, list[Run]] = defaultdict(list)
+        for s, t, p, first, last, f, d, x, fetched_ms, eh, eh_max in stored.runs:
+            runs[(s, t, p)].append(Run(first, last, Tally(f, d, x, fetched_ms, eh, eh_max)))
+        state.cursors = {cursor: Runs(listed) for cursor, listed in runs.items()}
+        for s, t, p, first, last in stored.filtered:
+            state.filtered.setdefault((s, t, p), []).append((first, last))
         for sub, eh, value, n in stored.e2e:
-            state.e2e.setdefault((sub, eh), {})[float(value)] = n
+            state.e2e.setdefault((sub, eh), {})[value] = n
         return state
 
-    # -- the report ----------------------------------------------------------------------
+    # -- the audit -----------------------------------------------------------------------
+
+    def open_runs(self) -> Iterator[OpenRun]:
+        """Open records, in runs, without those a `filtered` range holds."""
+        for cursor, runs in self.cursors.items():
+            holes = self.filtered.get(cursor, [])
+            for run in runs:
+                if run.tally.open:
+                    for first, last in subtract(run.first, run.last, holes):
+                        yield OpenRun(cursor, first, last, run.tally)
+
+    def duplicates(self) -> Iterator[tuple[RecordKey, Tally]]:
+        """Records delivered more than once, one by one (few)."""
+        for cursor, runs in self.cursors.items():
+            for run in runs:
+                if run.tally.deliveries > 1:
+                    for offset in range(run.first, run.last + 1):
+                        yield (*cursor, offset), run.tally
+
+    def open_records(self) -> int:
+        return sum(run.size for run in self.open_runs())
 
     def latest_ms(self) -> int | None:
         """The newest event's time: the follow job's "now"."""
         return max((f["last_ms"] for f in self._kind("tick")), default=None)
 
-    def lost_and_in_flight(self, grace_ms: int) -> tuple[list[RecordKey], list[RecordKey]]:
+    def lost_and_in_flight(self, grace_ms: int) -> tuple[list[OpenRun], list[OpenRun]]:
         latest = self.latest_ms()
-        lost: list[RecordKey] = []
-        in_flight: list[RecordKey] = []
-        for key, record in self.open.items():
-            late = latest is not None and latest - record.last_fetched_ms >= grace_ms
-            (lost if late else in_flight).append(key)
+        lost: list[OpenRun] = []
+        in_flight: list[OpenRun] = []
+        for run in self.open_runs():
+            fetched_ms = run.tally.last_fetched_ms
+            late = latest is not None and fetched_ms is not None and \
+                latest - fetched_ms >= grace_ms
+            (lost if late else in_flight).append(run)
         return lost, in_flight
 
     def gap(self) -> Row | None:
@@ -210,14 +288,14 @@ class FollowState:
                 "from_ms": min(f["first_ms"] for f in ticks),
                 "to_ms": max(f["last_ms"] for f in ticks)}
 
-    def lost_and_unknown(self, grace_ms: int) -> tuple[list[RecordKey], list[RecordKey]]:
+    def lost_and_unknown(self, grace_ms: int) -> tuple[list[OpenRun], list[OpenRun]]:
         """`lost_and_in_flight`'s lost records, those a journal gap may hide apart."""
         lost, _ = self.lost_and_in_flight(grace_ms)
         gap = self.gap()
         if gap is None:
             return lost, []
-        hidden = [key for key in lost if self.open[key].last_fetched_ms <= gap["to_ms"]]
-        return [key for key in lost if self.open[key].last_fetched_ms > gap["to_ms"]], hidden
+        hidden = [run for run in lost if (run.tally.last_fetched_ms or 0) <= gap["to_ms"]]
+        return [run for run in lost if (run.tally.last_fetched_ms or 0) > gap["to_ms"]], hidden
 
     def _kind(self, kind: str) -> list[Row]:
         return [f for f in self.facts.values() if f["kind"] == kind]
@@ -253,8 +331,8 @@ class FollowState:
         return [{"bucket_start_ms": f["n1"], "subscription": f["s2"] or "", "type": f["s1"],
                  "n": f["n"]} for f in self._kind("tick") if f["s1"] in THROUGHPUT_TYPES]
 
-    def _endpoint_groups(self, names: _Names, lost: Sequence[RecordKey],
-                         unknown: Sequence[RecordKey] = ()) -> list[Row]:
+    def _endpoint_groups(self, names: _Names, lost: Sequence[OpenRun],
+                         unknown: Sequence[OpenRun] = ()) -> list[Row]:
         groups: dict[tuple[str, str], Row] = {}
 
         def group(sub: str, endpoint: str) -> Row:
@@ -264,18 +342,19 @@ class FollowState:
                                  "lost", "unknown"), 0),
                 "_e2e": defaultdict(int)})
 
-        for (sub, eh), record_counts in self.by_endpoint.items():
-            row = group(sub, names.endpoint(sub, eh))
-            for name, value in zip(COUNTS, record_counts, strict=True):
-                row[name] += value
+        for (sub, _, _), runs in self.cursors.items():
+            for run in runs:
+                row = group(sub, names.of(sub, run.tally))
+                for name, value in zip(COUNTS, _record_counts(run), strict=True):
+                    row[name] += value
         for (sub, eh), histogram in self.e2e.items():
             target = group(sub, names.endpoint(sub, eh))["_e2e"]
             for e2e_ms, n in histogram.items():
                 target[e2e_ms] += n
-        for key in lost:
-            group(key[0], names.endpoint(key[0], self.open[key].eh))["lost"] += 1
-        for key in unknown:
-            group(key[0], names.endpoint(key[0], self.open[key].eh))["unknown"] += 1
+        for name, opened in (("lost", lost), ("unknown", unknown)):
+            for open_run in opened:
+                sub = open_run.cursor[0]
+                group(sub, names.of(sub, open_run.tally))[name] += open_run.size
         for (sub, endpoint), counts in self._event_counts(names).items():
             row = group(sub, endpoint)
             for name, value in counts.items():
@@ -315,29 +394,33 @@ class FollowState:
         row["problems"] = []
         return row
 
-    def _partition_groups(self, lost: Sequence[RecordKey],
-                          unknown: Sequence[RecordKey] = ()) -> list[Row]:
+    def _partition_groups(self, lost: Sequence[OpenRun],
+                          unknown: Sequence[OpenRun] = ()) -> list[Row]:
         groups: dict[PartitionKey, Row] = {}
+
         def group(key: PartitionKey) -> Row:
             return groups.setdefault(key, {
                 "view": "partition", "k1": key[0], "k2": key[1], "k3": key[2],
                 **dict.fromkeys(COUNTS, 0), "lost": 0, "unknown": 0, "problems": []})
 
-        for partition, counts in self.by_partition.items():
-            group(partition).update(zip(COUNTS, counts, strict=True))
-        for record in lost:
-            row = group(record[:3])
-            row["lost"] += 1
-            row["problems"].append({"offset": record[3], "fetches": self.open[record].fetches,
-                                    "deliveries": 0, "lost": True})
-        for record in unknown:
-            row = group(record[:3])
-            row["unknown"] += 1
-            row["problems"].append({"offset": record[3], "fetches": self.open[record].fetches,
-                                    "deliveries": 0, "lost": False, "unknown": True})
-        for record, (deliveries, fetches) in self.duplicates.items():
-            group(record[:3])["problems"].append({"offset": record[3], "fetches": fetches,
-                                                  "deliveries": deliveries, "lost": False})
+        for cursor, runs in self.cursors.items():
+            row = group(cursor)
+            for run in runs:
+                for name, value in zip(COUNTS, _record_counts(run), strict=True):
+                    row[name] += value
+        for problem, opened in (("lost", lost), ("unknown", unknown)):
+            for open_run in opened:
+                row = group(open_run.cursor)
+                row[problem] += open_run.size
+                row["problems"].extend(
+                    {"offset": offset, "fetches": open_run.tally.fetches, "deliveries": 0,
+                     "lost": problem == "lost", **({"unknown": True} if problem == "unknown"
+                                                    else {})}
+                    for offset in range(open_run.first, open_run.last + 1))
+        for record, tally in self.duplicates():
+            group(record[:3])["problems"].append({
+                "offset": record[3], "fetches": tally.fetches, "deliveries": tally.deliveries,
+                "lost": False})
         return list(groups.values())
 
     def _latencies(self) -> list[Row]:
@@ -379,6 +462,20 @@ class _Names:
         if eh is not None and eh in self._names:
             return self._names[eh] or ""
         return self._only.get(subscription, "") or ""
+
+    def of(self, subscription: str, tally: Tally) -> str:
+        """A record's endpoint: of its one endpoint hash, or the smaller name of two."""
+        name = self.endpoint(subscription, tally.eh)
+        if tally.eh_max is None or tally.eh_max == tally.eh:
+            return name
+        return min(name, self.endpoint(subscription, tally.eh_max))
+
+
+def _record_counts(run: Run) -> tuple[int, int, int]:
+    """A run's records fetched, delivered and dead-lettered (`COUNTS`)."""
+    tally = run.tally
+    return (run.size if tally.fetches else 0, run.size if tally.deliveries else 0,
+            run.size if tally.dead_letters else 0)
 
 
 _TYPE_FIELDS = {"delivered": "deliveries", "failed": "failures",

@@ -127,7 +127,8 @@ def one_row_per_position(raw: DataFrame) -> DataFrame:
     offsets, and item by item `subscriptions`, `partitions` and, when the round spans
     topics, `topics`) -> one `committed` row per position, as a per-cursor `committed`
     is, so the commit definitions read one event per cursor. Other rows pass."""
-    if "positions" not in raw.columns:  # a store written before commit rounds
+    schema = raw.schema  # one call: each `.schema` or `.columns` asks the JVM again
+    if "positions" not in schema.names:  # a store written before commit rounds
         return raw
     c = F.col
     is_round = (c("type") == "committed") & c("positions").isNotNull()
@@ -137,18 +138,18 @@ def one_row_per_position(raw: DataFrame) -> DataFrame:
 
     def item(name: str, fallback: str) -> Column:
         return F.when(one, F.coalesce(F.get(c(name), c("_i")), c(fallback))).otherwise(
-            c(fallback)).cast(raw.schema[fallback].dataType)
+            c(fallback)).cast(schema[fallback].dataType)
 
     replaced = {
         "subscription": item("subscriptions", "subscription"),
         "topic": item("topics", "topic"),
         "partition": item("partitions", "partition"),
-        "offset": F.coalesce(c("_position"), c("offset")).cast(raw.schema["offset"].dataType),
-        **{name: F.when(one, F.lit(None)).otherwise(c(name)).cast(raw.schema[name].dataType)
+        "offset": F.coalesce(c("_position"), c("offset")).cast(schema["offset"].dataType),
+        **{name: F.when(one, F.lit(None)).otherwise(c(name)).cast(schema[name].dataType)
            for name in ROUND_LISTS},
     }
     return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)
-                         for name in raw.columns))
+                         for name in schema.names))
 
 
 COLUMNAR_LISTS = ("subscriptions", "topics", "endpoints", "statuses", "partitions", "keys",
@@ -162,7 +163,8 @@ def one_row_per_delivery(raw: DataFrame) -> DataFrame:
     `topics`, `endpoints`, `statuses` where the event lists them, else its `topic`,
     `endpoint`, `status`), `partitions[i]`, `record_offsets[i]`, `latencies_us[i]` and
     the deltas are its own. Other rows pass."""
-    if "record_offsets" not in raw.columns:  # a store written before columnar events
+    schema = raw.schema
+    if "record_offsets" not in schema.names:  # a store written before columnar events
         return raw
     c = F.col
     is_columnar = (c("type") == "delivered") & c("record_offsets").isNotNull()
@@ -171,7 +173,7 @@ def one_row_per_delivery(raw: DataFrame) -> DataFrame:
     one, key = c("_offset").isNotNull(), F.get(c("keys"), c("_i"))
 
     def typed(name: str, value: Column) -> Column:
-        return F.when(one, value).otherwise(c(name)).cast(raw.schema[name].dataType)
+        return F.when(one, value).otherwise(c(name)).cast(schema[name].dataType)
 
     def plus(name: str, deltas: str) -> Column:
         return typed(name, c(name) + F.coalesce(F.get(c(deltas), c("_i")), F.lit(0)))
@@ -191,7 +193,7 @@ def one_row_per_delivery(raw: DataFrame) -> DataFrame:
         **{name: typed(name, F.lit(None)) for name in COLUMNAR_LISTS},
     }
     return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)
-                         for name in raw.columns))
+                         for name in schema.names))
 
 
 def one_row_per_event(raw: DataFrame) -> DataFrame:
@@ -238,7 +240,8 @@ def one_row_per_offset(raw: DataFrame) -> DataFrame:
     c = F.col
     ranged = is_ranged()
     offsets = named_offsets(c("offsets"))
-    lists = [name for name, _, _ in PER_RECORD_FIELDS if name in raw.columns]
+    schema = raw.schema  # one call: each `.schema` or `.columns` asks the JVM again
+    lists = [name for name, _, _ in PER_RECORD_FIELDS if name in schema.names]
     rows = raw.select("*", F.posexplode_outer(F.when(ranged, offsets)).alias(
         "_pos", "_fetched"))
     one = c("_fetched").isNotNull()
@@ -246,18 +249,18 @@ def one_row_per_offset(raw: DataFrame) -> DataFrame:
         "offset": F.coalesce(c("_fetched"), c("offset")),
         "count": F.when(one, F.lit(None).cast("long")).otherwise(c("count")),
         "offsets": F.when(one, F.lit(None).cast("string")).otherwise(c("offsets")),
-        **{name: F.when(one, F.lit(None)).otherwise(c(name)).cast(raw.schema[name].dataType)
+        **{name: F.when(one, F.lit(None)).otherwise(c(name)).cast(schema[name].dataType)
            for name in lists},
     }
     for name, target, relative in PER_RECORD_FIELDS:
-        if name not in lists or target not in raw.columns:
+        if name not in lists or target not in schema.names:
             continue
         item = F.get(c(name), c("_pos"))
         value = c(target) + item if relative else item / 1000.0
         replaced[target] = F.coalesce(F.when(one, value), c(target)).cast(
-            raw.schema[target].dataType)
+            schema[target].dataType)
     return rows.select(*(replaced[name].alias(name) if name in replaced else c(name)
-                         for name in raw.columns))
+                         for name in schema.names))
 
 
 def valid_events(raw: DataFrame) -> DataFrame:

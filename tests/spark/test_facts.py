@@ -113,7 +113,7 @@ def test_keyed_rows_carry_the_batch_stamp_of_a_records_first_fetch_and_delivery(
 
 def test_dead_letters_and_replays_agree_on_the_three_paths(spark: SparkSession) -> None:
     """Reference transforms, the batch's small facts and the follow job's keyed facts."""
-    from runtime.report.follow_state import FollowState
+    from runtime.report.follow_state import BatchChanges, FollowState
 
     raw = raw_frame(spark, [
         rec("fetched", 1, 3), rec("dead_lettered", 5, 3, attempt=2, reason="exhausted"),
@@ -134,8 +134,8 @@ def test_dead_letters_and_replays_agree_on_the_three_paths(spark: SparkSession) 
         for name, frame in (("dead_letters", transforms.dead_letters(events)),
                             ("replays", transforms.replays(events)))}
     state = FollowState()
-    state.apply([r.asDict() for r in facts.aggregate(facts.keyed(raw, stamp=F.lit(1)))
-                 .collect()], 0)
+    state.apply(BatchChanges(facts=[r.asDict() for r in facts.aggregate(
+        facts.keyed(raw, stamp=F.lit(1))).collect()]), 0)
     follow = state.aggregates(0, 1_000).small
     for small in (small_of(raw), follow):
         assert tables.dead_letters(small).rows == reference["dead_letters"]
@@ -151,3 +151,37 @@ def test_dead_letters_and_replays_agree_on_the_three_paths(spark: SparkSession) 
         (6, "gave up", None, "<html>no status: a reset</html>")]
     assert [(r["replay_id"], r["subscription"], r["delivered"], r["failed"])
             for r in reference["replays"]] == [("r-10", "other", 1, 0), ("r-9", SUB, 1, 1)]
+
+
+def test_the_follow_jobs_facts_of_a_batch_are_those_of_one_row_per_record(
+    spark: SparkSession,
+) -> None:
+    """runtime/report/follow_batch.py makes the deliveries' small facts in pandas and a
+    ranged `fetched` one weighted row: the same facts as every record a row of its own."""
+    from runtime.report import follow_batch
+    from runtime.report.follow_state import BatchChanges, FollowState
+
+    columnar = Event(
+        type="delivered", ts_ms=2_000, topic=TOPIC, attempt=1, status=200, endpoint=URL,
+        record_ts_ms=1_000, fetched_ts_ms=1_500, count=3, subscriptions=[SUB, "other"],
+        keys=[0, 1, 0], partitions=[0, 0, 1], record_offsets=[1, 1, 7],
+        latencies_us=[1_500, 2_500, 999_999], ts_deltas_ms=[0, 700, 1_200])
+    raw = raw_frame(spark, [
+        rec("fetched", 1_000, 1, offsets="1-3,7", count=4), columnar,
+        rec("delivered", 3_100, 2, endpoint=URL, attempt=2, latency_ms=4.5,
+            fetched_ts_ms=1_000, record_ts_ms=900),
+        rec("delivered", 3_200, 3, latency_ms=0.5, fetched_ts_ms=3_000),
+        rec("failed", 3_300, 7, endpoint=URL, attempt=1, latency_ms=30.0, fetched_ts_ms=3_200),
+        Event(type="committed", ts_ms=3_400, topic=TOPIC, subscriptions=[SUB, SUB],
+              partitions=[0, 1], positions=[4, 8]),
+    ], malformed=1)
+
+    def folded(rows: list[dict[str, Any]]) -> dict[Any, Any]:
+        state = FollowState()
+        state.apply(BatchChanges(facts=rows), 0)
+        return state.facts
+
+    reference = facts.aggregate(facts.keyed(transforms.one_row_per_record(raw), records=False))
+    expected = folded([r.asDict() for r in reference.collect()])
+    assert folded(follow_batch.changes(raw).facts) == expected
+    assert {k[0] for k in expected} >= {"tick", "endpoint", "added", "http", "commit"}

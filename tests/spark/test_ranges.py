@@ -5,6 +5,7 @@ offset and a duplicate in one range) is still found offset by offset."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -156,3 +157,29 @@ def test_ticks_and_latencies_of_ranged_events_are_those_of_their_records(
     latencies = facts.latency_percentiles(ranges.latency_rows(transforms.valid_events(raw)))
     expected = facts.latency_percentiles(transforms.valid_events(per_record))
     assert sorted(map(repr, latencies.collect())) == sorted(map(repr, expected.collect()))
+
+
+def test_the_follow_jobs_micro_batches_count_what_the_batch_report_counts(
+        spark: SparkSession) -> None:
+    """The follow job audits on ranges too (runtime/report/follow_batch.py, follow_state.py):
+    after each micro-batch, its groups are the batch report's of the journal so far (with
+    no grace, an open record is lost, as the batch report calls it)."""
+    from runtime.report import follow_batch
+    from runtime.report.follow_state import FollowState
+
+    def counted(groups: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        names = ("records_fetched", "delivered", "dead_lettered", "lost", "unknown")
+        more = ("deliveries", "attempts", "retries", "failed_attempts")
+        return sorted((g["view"], g["k1"], g["k2"], g["k3"],
+                       *(g[n] for n in names + (more if g["view"] == "endpoint" else ())),
+                       sorted((p["offset"], p["deliveries"], p["lost"]) for p in g["problems"]))
+                      for g in groups)
+
+    events = journal()
+    bounds = [0, len(events) // 2, len(events)]  # two micro-batches, cutting cursors apart
+    state = FollowState()
+    for batch_id, (start, end) in enumerate(itertools.pairwise(bounds)):
+        state.apply(follow_batch.changes(raw_frame(spark, events[start:end])), batch_id)
+        so_far = raw_frame(spark, events[:end])
+        assert counted(state.aggregates(0, 1_000).groups) == counted(ranged_groups(so_far))
+    assert sum(len(runs) for runs in state.cursors.values()) < len(state.cursors) * 4
