@@ -194,9 +194,9 @@ class FlowControl:
     """The cursor's subscription, where one consumer serves several (issue 24)."""
 
 
-@dataclass(frozen=True, slots=True)
-class CommitRequest:
-    """Partition -> consumer: commit `offset` (the next position) for this partition."""
+class CommitRequest(msgspec.Struct, frozen=True, gc=False):
+    """Partition -> consumer: commit `offset` (the next position) for this partition.
+    A Struct: a cursor sends one or two per burst it finishes (issue 37, see above)."""
 
     topic: str
     partition: int
