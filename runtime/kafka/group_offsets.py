@@ -37,9 +37,10 @@ from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.api import Response
-from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+from aiokafka.protocol.commit import OffsetFetchRequest
 
 from runtime.kafka.client import make_client
+from runtime.kafka.commit_wire import FastOffsetCommitRequest
 
 log = logging.getLogger(__name__)
 GROUP_COORDINATOR = 0  # FindCoordinator key type
@@ -137,7 +138,7 @@ class GroupOffsets:
                           metadata: str) -> Refusal | None:
         topics = [(topic, [(p, off, metadata) for p, off in parts])
                   for topic, parts in _by_topic(positions).items()]
-        request = OffsetCommitRequest(group, NO_GENERATION, NO_MEMBER, KEEP_FOREVER, topics)
+        request = FastOffsetCommitRequest(group, NO_GENERATION, NO_MEMBER, KEEP_FOREVER, topics)
         try:
             response = await self._send(group, request)
         except (KafkaError, OSError, RuntimeError, TimeoutError) as exc:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from actors.delivery.document.settings import egress_settings
@@ -104,7 +104,7 @@ RECORDS = [
     record(12, value=b""),
     record(13, replay="rp-1"),
     record(14, retry=RetryInfo("orders", 1, 5, 1, 1_000, stage=1, timestamp_ms=42)),
-    dataclasses.replace(record(15), timestamp_ms=-1),  # no timestamp: a shorter webhook-id
+    msgspec.structs.replace(record(15), timestamp_ms=-1),  # no timestamp: a shorter webhook-id
 ]
 
 

@@ -291,7 +291,7 @@ class EgressActor(OutletActor):
         """Push now if fewer than `pool` are under way, else after one of them ended."""
         if self._pending is None:
             self._pending = deque()
-        self._pending.append((deliver, deliver.reply_to))
+        self._pending.append(deliver)
         if not self._starting:
             self._start_pending()
 
@@ -300,8 +300,7 @@ class EgressActor(OutletActor):
         if self._pending is None:
             self._pending = deque()
         epoch, reply_to = many.epoch, many.reply_to
-        self._pending.extend([(Deliver(record, epoch, reply_to), reply_to)
-                              for record in many.records])
+        self._pending.extend([Deliver(record, epoch, reply_to) for record in many.records])
         if not self._starting:
             self._start_pending()
 
@@ -316,7 +315,7 @@ class EgressActor(OutletActor):
             if self._batch_size == 1:  # single records: `_next_job`, inline (issue 37)
                 pending, pool, gauge = self._pending, self.pool, self._inflight_gauge
                 while pending and len(pushes) < pool:
-                    push = Push(self, pending.popleft()[0])
+                    push = Push(self, pending.popleft())
                     pushes.add(push)
                     self._inflight += 1
                     gauge.value += 1  # `inc()`, without the call
@@ -338,7 +337,7 @@ class EgressActor(OutletActor):
         """The next record, or batch (with how long a short one lingers for more)."""
         if self._batch_size == 1:
             pending = self._pending
-            return (pending.popleft()[0] if pending else None), 0
+            return (pending.popleft() if pending else None), 0
         batch = self._batches.take(self._batch_size)
         if not batch:
             return None, 0

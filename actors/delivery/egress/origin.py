@@ -285,10 +285,13 @@ class Slots:
     than arrival order: each cursor then got its outcomes one at a time, a turn of its
     own for each; sixteen keep most of a burst's outcomes of a cursor together."""
 
-    __slots__ = ("_free", "_queues", "_served", "_turns", "_waiting")
+    __slots__ = ("_free", "_loop", "_queues", "_served", "_turns", "_waiting")
 
     def __init__(self, limit: int) -> None:
         self._free = limit
+        # where hand-overs run, read once: `asyncio.get_running_loop()` makes a getpid()
+        # system call on Python 3.11, and at fan-out most pushes are handed a slot (#37)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._queues: dict[object, deque[Ticket]] = {}
         self._turns: deque[object] = deque()  # users with waiters, the current turn first
         self._served = 0  # slots handed to the current turn's user
@@ -334,7 +337,10 @@ class Slots:
             return
         ticket.granted = True
         self._waiting -= 1
-        asyncio.get_running_loop().call_soon(ticket.run)
+        loop = self._loop
+        if loop is None or not loop.is_running():  # first, or a later loop (tests)
+            loop = self._loop = asyncio.get_running_loop()
+        loop.call_soon(ticket.run)
 
     def _next(self) -> Ticket | None:
         turns, queues = self._turns, self._queues

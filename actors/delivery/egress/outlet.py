@@ -53,7 +53,7 @@ from actors.shared.messages import (
 from runtime.errors import UsageError
 from runtime.host.journal import Event, EventType
 from runtime.host.metrics import Registry, Value
-from runtime.kernel.actor import Actor, Ref
+from runtime.kernel.actor import Actor
 
 log = logging.getLogger(__name__)
 CODES: Final = ("1xx", "2xx", "3xx", "4xx", "5xx", "error")
@@ -207,7 +207,7 @@ class OutletActor(Actor):
         self._subscription = subscription
         # accepted, not yet pushed; idle workers' wakeups (both made on first use: an
         # empty deque is 760 bytes, issue 24)
-        self._pending: deque[tuple[Deliver, Ref]] | None = None
+        self._pending: deque[Deliver] | None = None
         self._parked: deque[asyncio.Future[bool]] | None = None
         self._workers = 0
         self._handled = 0  # records taken, to see whether any came since the trim was set
@@ -282,7 +282,7 @@ class OutletActor(Actor):
     def _take(self, deliver: Deliver) -> None:
         if self._pending is None:
             self._pending = deque()
-        self._pending.append((deliver, deliver.reply_to))
+        self._pending.append(deliver)
         self._handled += 1
         self._wake_or_grow()
 
@@ -309,9 +309,9 @@ class OutletActor(Actor):
                 if not await self.park(loop):
                     return  # idle for WORKER_IDLE_MS: ended
                 continue  # another worker may have taken the record it was woken for
-            deliver, reply_to = pending.popleft()
+            deliver = pending.popleft()
             outcome = await self._attempt(deliver)
-            reply_to.tell_system(outcome)
+            deliver.reply_to.tell_system(outcome)
 
     async def park(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Wait, idle, until `_wake_or_grow` wakes this worker (True) or the outlet ends

@@ -59,6 +59,7 @@ from runtime.host.logs import Throttle
 from runtime.host.metrics import Counter, Labels, Registry, Value, label_key
 from runtime.kernel import Actor, Ref
 from runtime.kernel.clock import Alarm
+from runtime.kernel.errors import MailboxFullError
 
 log = logging.getLogger(__name__)
 IDLE_COMMIT_PERIOD_MS = 1000
@@ -266,10 +267,14 @@ class PartitionActor(Actor):
         message per record was a turn of the outlet's mailbox each): `DeliverMany`,
         which a batching egress groups into requests and the others push one by one."""
         records = self.book.dispatch()
-        if len(records) > 1 or (records and self.traits.batched):
-            await self.peers.egress.tell(DeliverMany(records, self.epoch, self))
-        elif records:
-            await self.peers.egress.tell(Deliver(records[0], self.epoch, self))
+        if records:
+            message = DeliverMany(records, self.epoch, self) if len(records) > 1 or \
+                self.traits.batched else Deliver(records[0], self.epoch, self)
+            egress = self.peers.egress
+            try:  # the usual case without the coroutines of `tell` (issue 37)
+                egress.tell_nowait(message)
+            except MailboxFullError:
+                await egress.tell(message)  # waits for room, as before
         self.m_inflight.set(self.book.inflight)
 
     def _flow(self, paused: bool | None) -> None:
