@@ -487,7 +487,7 @@ class SubscribeParts:
             await joined(room, one, error)
 
         from actors.delivery.document.store import SubscriptionStore
-        write_all = SubscriptionStore._write_all
+        write_all = SubscriptionStore._write_files
 
         def timed(store: Any, files: Any) -> Any:
             began = time.perf_counter()
@@ -498,7 +498,7 @@ class SubscribeParts:
                 if took > 0.05:
                     note(f"  files at {began - T0:.2f} s: {len(files)} in {took * 1000:.0f} ms")
 
-        SubscriptionStore._write_all = timed  # type: ignore[method-assign]
+        SubscriptionStore._write_files = timed  # type: ignore[method-assign]
         real_fsync = os.fsync
 
         def fsync(fd: int) -> None:
