@@ -15,10 +15,12 @@ p99 69 ms against 82, the cursors 0.8 s after the last subscribe.)
 
 While subscriptions are joining (one joined less than `JOINING_MS` ago), a wave is
 `PER_WAVE_JOINING` starts: the share of the loop is the same (the rest is in proportion),
-but a subscribe's tree, whose actors start a loop cycle each, waits behind a quarter of
-the callbacks per cycle. (In the 2-3 s after the rebalance that brings 22,800 cursors,
-the slowest 1% of subscribes spent 100-160 ms in their tree's start, whole batches
-together, against 4-6 ms at the median; issue 32, item 12.)
+but a subscribe's tree, whose actors start a loop cycle each, waits behind fewer
+callbacks per cycle. (In the 2-3 s after the rebalance that brings 22,800 cursors, the
+slowest 1% of subscribes spent 100-160 ms in their tree's start, whole batches together,
+against 4-6 ms at the median; issue 32, item 12. `bench/fanout.py --subscribe-parts
+--compare`, 10,000 subscribers, the slowest 1% of tree starts: 128 per wave 93 ms
+against 32 per wave 36 ms, load 2.2-3.2; 32 against 16: 75 ms against 36, load 1.0-1.3.)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ S = TypeVar("S")
 
 PER_WAVE = 128
 """Starts per wave (each built in the member's turn)."""
-PER_WAVE_JOINING = 32
+PER_WAVE_JOINING = 16
 """Starts per wave while subscriptions are joining."""
 JOINING_MS = 1000
 """How long after a subscription joined the waves stay small."""
