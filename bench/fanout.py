@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -462,6 +462,8 @@ class SubscribeParts:
         from actors.delivery.control.source import Direct
 
         self.times: dict[str, dict[str, float]] = {}
+        self.started_cpu: list[tuple[float, float]] = []
+        """Per subscribe: its tree's start, wall and the loop thread's CPU meanwhile."""
         from actors.delivery.control.joining import Joining
 
         times, asked, turn = self.times, Direct.subscribe, ControlActor._subscribe
@@ -477,17 +479,23 @@ class SubscribeParts:
             mine["turn"] = time.perf_counter()
             pending = await turn(actor, message)
             mine["listed"] = time.perf_counter()
+            mine["listed_cpu"] = time.thread_time()
             if pending is not None:
                 pending.answer.add_done_callback(
                     lambda _: mine.setdefault("answered", time.perf_counter()))
             return pending
 
         async def join(room: Any, one: Any, error: Any) -> None:
-            times.get(one.consumer.key, {})["joined"] = time.perf_counter()
+            mine = times.get(one.consumer.key, {})
+            mine["joined"] = time.perf_counter()
+            if "listed_cpu" in mine:  # the loop thread's CPU while the tree started
+                self.started_cpu.append((mine["joined"] - mine["listed"],
+                                         time.thread_time() - mine["listed_cpu"]))
             await joined(room, one, error)
 
         from actors.delivery.document.store import SubscriptionStore
-        write_all = SubscriptionStore._write_all
+        name = "_write_files" if hasattr(SubscriptionStore, "_write_files") else "_write_all"
+        write_all = getattr(SubscriptionStore, name)
 
         def timed(store: Any, files: Any) -> Any:
             began = time.perf_counter()
@@ -498,7 +506,7 @@ class SubscribeParts:
                 if took > 0.05:
                     note(f"  files at {began - T0:.2f} s: {len(files)} in {took * 1000:.0f} ms")
 
-        SubscriptionStore._write_all = timed  # type: ignore[method-assign]
+        setattr(SubscriptionStore, name, timed)
         real_fsync = os.fsync
 
         def fsync(fd: int) -> None:
@@ -519,7 +527,7 @@ class SubscribeParts:
 
     def report(self) -> list[str]:
         """p50/p99/max of each part, and the parts of the slowest 1% of subscribes."""
-        rows = [t for t in self.times.values() if len(t) == 6]
+        rows = [t for t in self.times.values() if len(t) == 7]
         parts = {**self.PARTS, "in all": ("asked", "returned")}
         lines = [f"  subscribe parts ({len(rows)}): "]
         for name, (a, b) in parts.items():
@@ -531,6 +539,11 @@ class SubscribeParts:
         for name, (a, b) in self.PARTS.items():
             mean = sum(t[b] - t[a] for t in slow) / len(slow) * 1000
             lines.append(f"    slowest 1%: {name} mean {mean:.1f} ms")
+        cpu = sorted(self.started_cpu)  # by wall time: the slowest 1% of starts
+        slowest = cpu[-max(1, len(cpu) // 100):]
+        lines.append(f"    started: loop CPU meanwhile p50 {cpu[len(cpu) // 2][1] * 1000:.1f} "
+                     f"ms; slowest 1% of starts: wall {_mean(w for w, _ in slowest):.1f}, "
+                     f"loop CPU {_mean(c for _, c in slowest):.1f} ms")
         first = min(t["asked"] for t in rows)
         lines.append("    slowest 1% (s after the first: " + "/".join(self.PARTS) + " ms): "
                      + ", ".join(f"{t['asked'] - first:.2f}: " + "/".join(
@@ -541,6 +554,12 @@ class SubscribeParts:
 
 def _short(filename: str) -> str:
     return filename.split("/site-packages/")[-1].replace(str(HERE.parent) + "/", "")
+
+
+def _mean(values: Iterable[float]) -> float:
+    """The mean of seconds, in ms."""
+    listed = list(values)
+    return sum(listed) / max(1, len(listed)) * 1000
 
 
 class Stalls:

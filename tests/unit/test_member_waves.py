@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from actors.delivery.path.member.waves import Waves
+from actors.delivery.path.member.waves import JOINING_MS, Waves
 
 
 def _build(claim: int) -> list[int]:
@@ -36,10 +36,22 @@ def test_claims_that_need_no_cursor_are_passed_over_a_bounded_number_per_turn() 
     assert waves.ended(5, rested=False) is None  # nothing claimed: no rest
 
 
+def test_waves_are_small_while_subscriptions_join_and_grow_back_after() -> None:
+    waves: Waves[int] = Waves(per_wave=8, examined=64, rest=0.0, per_wave_joining=2)
+    waves.claim(range(0, 40, 2))
+    assert len(waves.take(0, _build) or []) == 8  # nobody joined yet
+    waves.ended(0, rested=True)
+    waves.joined(100)
+    assert waves.take(100, _build) == [16, 18]
+    waves.ended(100, rested=True)
+    assert waves.size(100 + JOINING_MS - 1) == 2
+    assert len(waves.take(100 + JOINING_MS, _build) or []) == 8  # none joined for a while
+
+
 class WavesMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.waves: Waves[int] = Waves(per_wave=3, examined=7, rest=0.5)
+        self.waves: Waves[int] = Waves(per_wave=3, examined=7, rest=0.5, per_wave_joining=2)
         self.now = 0
         self.claimed: list[int] = []
         self.started: list[int] = []
@@ -54,12 +66,19 @@ class WavesMachine(RuleBasedStateMachine):
         self.claimed += new
         self.waves.claim(new)
 
-    @rule(ms=st.integers(0, 50))
+    @rule()
+    def a_subscription_joins(self) -> None:
+        self.waves.joined(self.now)
+
+    @rule(ms=st.integers(0, 600))
     def time_passes(self, ms: int) -> None:
         self.now += ms
 
     @rule()
     def take(self) -> None:
+        size = self.waves.size(self.now)
+        joined = self.waves.joined_ms
+        assert size == (2 if joined is not None and self.now - joined < JOINING_MS else 3)
         starts = self.waves.take(self.now, _build)
         if self.under_way:
             assert starts is None  # never two waves at once, never during a rest
@@ -67,7 +86,7 @@ class WavesMachine(RuleBasedStateMachine):
         if starts is None:
             assert not self.waves.claims
             return
-        assert len(starts) <= 3
+        assert len(starts) <= size
         self.started += starts
         self.under_way, self.began, self.rest_until = True, self.now, None
 

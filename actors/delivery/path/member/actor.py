@@ -185,7 +185,7 @@ class InstanceMemberActor(Actor):
 
     def _on_roster(self, message: Join | Leave | Hold | Release | TopicsListed) -> None:
         if isinstance(message, Join):
-            self.roster.join(message.rider)
+            self.cursors.join(message.rider)
         elif isinstance(message, Leave):
             self.cursors.leave(message.rider, resolve(message.done))
         elif isinstance(message, TopicsListed):

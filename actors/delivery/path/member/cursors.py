@@ -99,6 +99,12 @@ class Cursors:
         if self.tuning.records:
             self.wiring.max_records = self.tuning.records
 
+    def join(self, rider: Rider) -> None:
+        """A subscription rides the member: on the roster (routed in a later turn), and
+        the waves stay small meanwhile (waves.py)."""
+        self.member.roster.join(rider)
+        self.waves.joined(self.member.context.clock.monotonic_ms())
+
     def route(self) -> None:
         """Riders that joined since get cursors on the partitions already owned (only
         theirs are looked at: a burst of thousands of joins must not rescan every one)."""
