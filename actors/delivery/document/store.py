@@ -27,11 +27,7 @@ batch is written, with its own error if its file could not be. 10,000 subscribes
 job and two fsyncs each, held the event loop a tenth of the time in thread hand-offs.
 The directory's fsync is a stage of its own: the next batch's files are written while it
 runs (actors/delivery/document/batches.py), so a save asked during a batch waits for that
-batch's files, not also for its directory fsync. (Measured against one job per batch,
-`bench/fanout.py --subscribe-parts --compare`, 10,000 subscribers, two pairs of runs at
-load 0.5-0.6: the save's p99 58.8/61.2 ms against 53.3/64.5, no gain while the disk is
-quiet; the stage hands back to the loop once more, and in the rebalance window the loop
-is busy. Under the disk load of other work it is unmeasured side by side.)
+batch's files, not also for its directory fsync.
 For one subscription the last rename wins, so only the control actor writes here: its
 mailbox orders the changes.
 """
