@@ -253,39 +253,3 @@ async def test_a_key_too_long_for_a_file_name_is_stored_under_a_bounded_one(
     assert await store.load_all() == ([long], [])
     await store.delete(long.key)
     assert os.listdir(tmp_path) == []
-
-
-async def test_a_save_is_written_while_the_last_batch_syncs_the_directory_and_answered_after(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stages pipeline: b's file is renamed while a's directory fsync hangs; neither is
-    answered before a directory fsync begun after its rename has ended."""
-    import actors.delivery.document.store as store_module
-    loop, release, syncs = asyncio.get_running_loop(), threading.Event(), []
-    syncing, written = asyncio.Event(), asyncio.Event()
-
-    def held_fsync(directory: Path) -> None:
-        syncs.append(sorted(os.listdir(directory)))
-        loop.call_soon_threadsafe(syncing.set)
-        release.wait(10)
-
-    monkeypatch.setattr(store_module, "fsync_directory", held_fsync)
-    store = SubscriptionStore(tmp_path)
-    write_files = store._write_files
-
-    def signalled(files: list[tuple[Path, bytes | None]]) -> list[OSError | None]:
-        try:
-            return write_files(files)
-        finally:
-            loop.call_soon_threadsafe(written.set)
-
-    monkeypatch.setattr(store, "_write_files", signalled)
-    first = asyncio.ensure_future(store.save(consumer("a")))
-    await syncing.wait()
-    written.clear()
-    second = asyncio.ensure_future(store.save(consumer("b")))
-    await written.wait()
-    assert "b_g.json" in os.listdir(tmp_path)
-    assert not first.done() and not second.done() and syncs == [["a_g.json"]]
-    release.set()
-    await asyncio.gather(first, second)
-    assert syncs == [["a_g.json"], ["a_g.json", "b_g.json"]] and store.batches == 2

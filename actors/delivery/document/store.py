@@ -25,9 +25,6 @@ group commit): the directory is prepared and fsynced once for all of them, each 
 still written to its own temp file, fsynced and renamed; each save is answered once its
 batch is written, with its own error if its file could not be. 10,000 subscribes, one
 job and two fsyncs each, held the event loop a tenth of the time in thread hand-offs.
-The directory's fsync is a stage of its own: the next batch's files are written while it
-runs (actors/delivery/document/batches.py), so a save asked during a batch waits for that
-batch's files, not also for its directory fsync.
 For one subscription the last rename wins, so only the control actor writes here: its
 mailbox orders the changes.
 """
@@ -40,11 +37,10 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 import msgspec
 
-from actors.delivery.document.batches import FileBatches
 from actors.delivery.document.identity import legacy_name, pair_of_key
 from actors.delivery.document.subscription import SAFE_ID, Consumer, decode_consumer, document
 from actors.delivery.errors import InvalidSubscription
@@ -53,7 +49,6 @@ from runtime.host.files import FILE_MODE, atomic_write, fsync_directory, replace
 log = logging.getLogger(__name__)
 SUFFIX: Final = ".json"
 DIRECTORY_MODE: Final = 0o700
-R = TypeVar("R")
 MAX_STEM: Final = 200
 """The longest file name stem: every key of a version before issue 25 fits."""
 
@@ -78,22 +73,22 @@ def file_stem(key: str) -> str:
     return f"{key[:MAX_STEM - len(digest) - 1]}~{digest}"
 
 
-Change = tuple["bytes | None", "asyncio.Future[None]"]
-"""A file's new content (None: delete it) and who waits for it."""
+Queued = tuple[Path, "bytes | None", "asyncio.Future[None]"]
+"""A file to write (None: to delete) and who waits for it."""
 
 
 class SubscriptionStore:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self._book: FileBatches[Path, Change] = FileBatches()
-        # one files stage at a time: four batches side by side made every fsync slower
-        # (1,000 subscribes 8 at a time: p50 16 ms against 9; bench/RESULTS.md)
+        self._queued: list[Queued] = []  # saves waiting for the batch being written
+        self._writing = False  # one batch at a time: four side by side made every fsync
+        # slower (1,000 subscribes 8 at a time: p50 16 ms against 9; bench/RESULTS.md)
         self.batches = 0
-        """Batches of files written (each one job of the thread pool)."""
+        """Batches written (each one job of the thread pool)."""
 
     async def save(self, consumer: Consumer) -> None:
         done = self._queue(self.path(consumer.key), encode(consumer))
-        self._advance()
+        self._write_queued()
         await done
 
     async def delete(self, *keys: str) -> None:
@@ -101,7 +96,7 @@ class SubscriptionStore:
         first failure is raised once all are done."""
         paths = [self.path(key) for key in keys]  # a bad name refuses before any
         outcomes = [self._queue(path, None) for path in paths]
-        self._advance()
+        self._write_queued()
         errors = [error for error in await asyncio.gather(*outcomes, return_exceptions=True)
                   if error is not None]
         if errors:
@@ -109,44 +104,42 @@ class SubscriptionStore:
 
     def _queue(self, path: Path, data: bytes | None) -> asyncio.Future[None]:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._book.ask(path, (data, done))
+        self._queued.append((path, data, done))
         return done
 
-    def _advance(self) -> None:
-        """Start what the book allows: the next batch's files, the next directory fsync
-        (each a thread job; its end answers and advances again: no task, the job's
+    def _write_queued(self) -> None:
+        """Hand the queued changes to one thread job unless one is under way, a file's
+        first change only (its next waits for the next batch: a batch writes before it
+        deletes); the job's end answers them and starts the next (no task: the job's
         future calls back)."""
-        loop = asyncio.get_running_loop()
-        batch = self._book.write()
-        if batch is not None:
-            self.batches += 1
-            files = loop.run_in_executor(
-                None, self._write_files, [(path, data) for path, (data, _) in batch])
-            files.add_done_callback(lambda job: self._files_written(batch, job))
-        if self._book.sync() is not None:
-            loop.run_in_executor(None, fsync_directory, self.directory).add_done_callback(
-                self._directory_synced)
+        if self._writing or not self._queued:
+            return
+        batch: list[Queued] = []
+        later: list[Queued] = []
+        paths: set[Path] = set()
+        for queued in self._queued:
+            (later if queued[0] in paths else batch).append(queued)
+            paths.add(queued[0])
+        self._queued = later
+        self._writing = True
+        self.batches += 1
+        job = asyncio.get_running_loop().run_in_executor(
+            None, self._write_all, [(path, data) for path, data, _ in batch])
+        job.add_done_callback(lambda written: self._answer(batch, written))
 
-    def _files_written(self, batch: list[tuple[Path, Change]],
-                       job: asyncio.Future[list[OSError | None]]) -> None:
-        """A batch's files are written: those that failed are answered, the others wait
-        for the directory's fsync."""
-        failure = _failure(job)
+    def _answer(self, batch: list[Queued], job: asyncio.Future[list[OSError | None]]) -> None:
+        self._writing = False
+        failure = None if job.cancelled() else job.exception()
         errors = [failure] * len(batch) if failure is not None else job.result()
-        durable: list[Change] = []
-        for (_path, change), error in zip(batch, errors, strict=True):
+        for (_path, _data, done), error in zip(batch, errors, strict=True):
+            if done.done():
+                continue  # its asker was cancelled: the file is written (or not) anyway
             if error is None:
-                durable.append(change)
+                done.set_result(None)
             else:
-                _settle(change[1], error)
-        self._book.files_done(durable)
-        self._advance()
-
-    def _directory_synced(self, job: asyncio.Future[None]) -> None:
-        failure = _failure(job)
-        for _data, done in self._book.synced():
-            _settle(done, failure)
-        self._advance()
+                done.set_exception(error)
+        if self._queued:
+            self._write_queued()
 
     async def load_all(self) -> tuple[list[Consumer], list[str]]:
         """Every stored subscription, plus a message per file that could not be read."""
@@ -164,13 +157,17 @@ class SubscriptionStore:
         if stat.S_IMODE(self.directory.stat().st_mode) != DIRECTORY_MODE:
             os.chmod(self.directory, DIRECTORY_MODE)
 
-    def _write_files(self, files: list[tuple[Path, bytes | None]]) -> list[OSError | None]:
-        """Each file written, fsynced and renamed (or removed); per file, its error
-        (every file fails when the directory cannot be prepared). The directory's fsync
-        is the next stage's."""
+    def _write_all(self, files: list[tuple[Path, bytes | None]]) -> list[OSError | None]:
+        """Each file written and renamed (or removed), then the directory fsynced once;
+        per file, its error (every file fails when the directory cannot be prepared or
+        synced)."""
         self._private_directory()
         written = iter(replace_all_synced([(p, d) for p, d in files if d is not None]))
-        return [next(written) if data is not None else _unlink(path) for path, data in files]
+        errors = [next(written) if data is not None else _unlink(path)
+                  for path, data in files]
+        if any(error is None for error in errors):
+            fsync_directory(self.directory)
+        return errors
 
     def _load_all(self) -> tuple[list[Consumer], list[str]]:
         if not self.directory.is_dir():
@@ -213,20 +210,3 @@ def _unlink(path: Path) -> OSError | None:
     except OSError as exc:
         return exc
     return None
-
-
-def _failure(job: asyncio.Future[R]) -> BaseException | None:
-    """A thread job's exception (cancelled: the loop is closing)."""
-    return asyncio.CancelledError() if job.cancelled() else job.exception()
-
-
-def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
-    """Answer a change: None or its error."""
-    if done.done():
-        return  # its asker was cancelled: the file is written (or not) anyway
-    if isinstance(error, asyncio.CancelledError):
-        done.cancel()
-    elif error is None:
-        done.set_result(None)
-    else:
-        done.set_exception(error)
