@@ -153,22 +153,11 @@ class Mailbox:
         if getter is not None and not getter.done():
             getter.set_result(None)
 
-    async def get(self) -> _Envelope:
-        """The next envelope, waiting for one; only one task may wait at a time."""
-        while len(self._items) == self._head:
-            getter = self.waiter()
-            try:
-                await getter
-            finally:
-                if self._getter is getter:  # cancelled while waiting
-                    self._getter = None
-        return self.get_nowait()
-
     def waiter(self) -> asyncio.Future[None]:
-        """The future the next put resolves, for the reader to await (`get` without its
-        coroutine: the actor loop awaits it directly, issue 37)."""
+        """The future the next put resolves, for the one reader to await (the actor loop
+        awaits it directly, without a coroutine of its own: issue 37)."""
         if self._getter is not None:
-            raise UsageError("Mailbox.get: another task is already waiting")
+            raise UsageError("Mailbox.waiter: another task is already waiting")
         getter: asyncio.Future[None] = (self.loop or asyncio.get_running_loop()
                                         ).create_future()
         self._getter = getter
@@ -474,7 +463,7 @@ class Actor:
         gate = self.context.pace if self.paced else OPEN
         items = mailbox._items  # cleared in place, never replaced
         while True:
-            # `mailbox.get()` without its coroutine (issue 37: an actor that keeps up
+            # the next envelope without a coroutine for it (issue 37: an actor that keeps up
             # waits for every message): the queued one, or the put's future awaited here
             while len(items) == mailbox._head:
                 getter = mailbox.waiter()
