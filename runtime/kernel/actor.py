@@ -425,15 +425,8 @@ class Actor:
         if self._timers is None:
             self._timers = set()
         timer = _Timer(self, message)
-        clock, loop = self.context.clock, self._mailbox.loop
-        if loop is not None and type(clock) is RealClock:
-            # `RealClock.call_at` on the actor's own loop, without the getpid() system
-            # call of asyncio.get_running_loop() on Python 3.11 (issue 37: a cursor sets
-            # its commit tick for each burst it gets)
-            timer.alarm = loop.call_later(max(deadline_ms - clock.monotonic_ms(), 0) / 1000,
-                                          timer.ring)
-        else:
-            timer.alarm = clock.call_at(deadline_ms, timer.ring)
+        timer.alarm = self.context.clock.call_at(deadline_ms, timer.ring,
+                                                 loop=self._mailbox.loop)
         self._timers.add(timer)
         return timer
 

@@ -33,8 +33,11 @@ class Clock(Protocol):
 
     async def sleep_ms(self, ms: int) -> None: ...
 
-    def call_at(self, deadline_ms: int, callback: Callable[..., object],
-                *args: object) -> Alarm: ...
+    def call_at(self, deadline_ms: int, callback: Callable[..., object], *args: object,
+                loop: asyncio.AbstractEventLoop | None = None) -> Alarm:
+        """`callback(*args)` at `deadline_ms`, on `loop` when the caller knows it (the
+        running one otherwise)."""
+        ...
 
 
 class Alarm(Protocol):
@@ -55,10 +58,12 @@ class RealClock:
     async def sleep_ms(self, ms: int) -> None:
         await asyncio.sleep(max(ms, 0) / 1000)
 
-    def call_at(self, deadline_ms: int, callback: Callable[..., object],
-                *args: object) -> Alarm:
+    def call_at(self, deadline_ms: int, callback: Callable[..., object], *args: object,
+                loop: asyncio.AbstractEventLoop | None = None) -> Alarm:
         delay_s = max(deadline_ms - self.monotonic_ms(), 0) / 1000
-        return asyncio.get_running_loop().call_later(delay_s, callback, *args)
+        # a known loop spares asyncio.get_running_loop()'s getpid() system call on Python
+        # 3.11 (issue 37: a cursor sets its commit tick for each burst it gets)
+        return (loop or asyncio.get_running_loop()).call_later(delay_s, callback, *args)
 
     def __repr__(self) -> str:
         return "<RealClock>"
@@ -181,11 +186,11 @@ class FakeClock:
         while alarms and alarms[0][0] <= now_ms:  # one may set another that is due too
             heapq.heappop(alarms)[2].ring()
 
-    def call_at(self, deadline_ms: int, callback: Callable[..., object],
-                *args: object) -> Alarm:
+    def call_at(self, deadline_ms: int, callback: Callable[..., object], *args: object,
+                loop: asyncio.AbstractEventLoop | None = None) -> Alarm:
         alarm = _FakeAlarm(callback, args)
         if deadline_ms <= self._now:  # due already: soon, as the loop's timer would
-            asyncio.get_running_loop().call_soon(alarm.ring)
+            (loop or asyncio.get_running_loop()).call_soon(alarm.ring)
         else:
             heapq.heappush(self._alarms, (deadline_ms, next(self._order), alarm))
         return alarm
