@@ -340,14 +340,14 @@ async def test_with_many_subscriptions_the_failing_come_first_and_each_round_is_
 
 async def test_a_refused_commit_shows_in_its_row_and_details_apart_from_the_accepted_one(
         chromium: str, kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
+        ) -> None:
     """#34 item 16: a live consumer in the subscription's group makes Kafka refuse the
     member's commits; the row says `commit refused` with both positions, the details list
     the refused position beside what Kafka holds."""
     from tests.integration.delivery_harness import Admin, LiveMember
 
     topic = await topic_factory(partitions=1)
-    other = await LiveMember(kafka_bootstrap, topic, "g-refused", **fast_group_kwargs).start()
+    other = await LiveMember(kafka_bootstrap, topic, "g-refused").start()
     receiver = await Receiver().start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:

@@ -218,13 +218,20 @@ def per_partition_offsets(pushes: list[Push]) -> dict[tuple[str, int], list[int]
 class LiveMember:
     """A consumer of the test's own in a subscription's group, polling and assigned: Kafka
     then refuses commits from outside the group's membership (the instance member's, #34).
-    `leave()` ends its membership at once; `stop()` is idempotent."""
+    `leave()` ends its membership at once; `stop()` is idempotent.
 
-    def __init__(self, bootstrap: str, topic: str, group: str, **settings: Any) -> None:
+    Its session is 6 s, not the 2 s of `fast_group_kwargs`: it heartbeats from the test's
+    event loop, which the runtime under test shares, and on a loaded machine a 2 s session
+    ran out there (a `make test` at load 8: the member left the group, so Kafka accepted
+    the commits the test expects refused). The join costs about 3 s on the embedded broker."""
+
+    SESSION = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
         from runtime.kafka.client import make_consumer
 
         self.consumer = make_consumer(bootstrap, topic, group_id=group,
-                                      enable_auto_commit=False, **settings)
+                                      enable_auto_commit=False, **self.SESSION)
         self._polling: asyncio.Task[None] | None = None
 
     async def start(self) -> LiveMember:

@@ -60,14 +60,13 @@ async def test_a_name_too_long_to_store_is_refused_before_anything_starts(
 
 
 async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-        fast_group_kwargs: dict[str, int]) -> None:
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
     """#34: with a live consumer in the subscription's group Kafka refuses the member's
     commits, and the status said `committed` 30 where Kafka held nothing."""
     from tests.integration.delivery_harness import LiveMember, Receiver, produce
 
     topic = await topic_factory(partitions=1)
-    old = await LiveMember(kafka_bootstrap, topic, "g-live", **fast_group_kwargs).start()
+    old = await LiveMember(kafka_bootstrap, topic, "g-live").start()
     receiver = await Receiver().start()
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
