@@ -47,7 +47,14 @@ PYTEST := $(BIN)/python -m pytest -q -rs -p no:cacheprovider
 NO_TESTS_FAIL := rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; \
 	exit 1; fi; exit $$rc
 
-test: $(STAMP) lint browser
+# A class-data archive of the Spark JVMs the tests start, once per installed venv: each
+# session, follow job and cluster driver then starts from mapped classes (about 5 CPU-s
+# less each; tests/spark/class_archive.py). Without Java or PySpark it writes nothing.
+SPARK_CLASSES := $(VENV)/spark-classes.jsa
+$(SPARK_CLASSES): $(STAMP)
+	$(BIN)/python -m tests.spark.class_archive $@
+
+test: $(STAMP) $(SPARK_CLASSES) lint browser
 	@echo "load average before: $$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup tests; $(NO_TESTS_FAIL)
 

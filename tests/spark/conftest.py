@@ -17,6 +17,7 @@ import pytest
 
 from runtime.host.journal import Event, Journal
 from runtime.kernel.clock import FakeClock
+from tests.spark.class_archive import java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,6 +36,9 @@ tests/conftest.py's scheduler does that by path: pytest-xdist's own cannot see t
 # about 1.5x the CPU). The serial collector spares the G1 threads, as the report's own
 # short jobs do (runtime/report/job.py, SHORT_JOB_JAVA_OPTIONS).
 QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+JVM_OPTIONS = java_options(QUICK_JIT)
+"""The options of every JVM the tests start: QUICK_JIT, and the classes mapped from the
+archive `make test` builds (tests/spark/class_archive.py) where it exists."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,11 +55,8 @@ def java_missing() -> bool:
     )
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
-    if java_missing():
-        pytest.skip("Spark needs Java 17+ (no java on PATH and no JAVA_HOME)")
+def make_session(java_options: str) -> SparkSession:
+    """The tests' SparkSession (the class archive's build runs one too)."""
     from pyspark.sql import SparkSession
 
     session = (
@@ -70,7 +71,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", QUICK_JIT)
+        .config("spark.driver.extraJavaOptions", java_options)
         # Adaptive query execution re-plans every query at its shuffles, which on frames
         # of a few hundred rows costs more than it saves: off, the heaviest files of the
         # unit took about a fifth less CPU. It changes plans, never results, and no test
@@ -86,6 +87,15 @@ def spark() -> Iterator[SparkSession]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    pytest.importorskip("pyspark", reason="pyspark is not installed: pip install -e '.[spark]'")
+    if java_missing():
+        pytest.skip("Spark needs Java 17+ (no java on PATH and no JAVA_HOME)")
+    session = make_session(JVM_OPTIONS)
     yield session
     session.stop()
 

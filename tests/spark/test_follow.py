@@ -34,7 +34,7 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.spark import cluster as standalone
-from tests.spark.conftest import QUICK_JIT, SPARK, java_missing
+from tests.spark.conftest import JVM_OPTIONS, SPARK, java_missing
 from tests.waits import until
 
 pytestmark = [*SPARK, pytest.mark.timeout(240)]  # a hang bound, stretched by SLACK
@@ -50,7 +50,7 @@ class FollowJob:
     def __init__(self, journal: Path, out: Path, base: Path) -> None:
         self.out = out
         self.log = base / f"follow-{time.monotonic_ns()}.log"
-        env = standalone.loopback_env(base, QUICK_JIT)
+        env = standalone.loopback_env(base, JVM_OPTIONS)
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "runtime", "report", str(journal), "--follow", "--out",

@@ -40,7 +40,7 @@ from tests.integration.delivery_harness import (
     subscription,
 )
 from tests.spark import cluster as standalone
-from tests.spark.conftest import QUICK_JIT, SPARK, java_missing
+from tests.spark.conftest import JVM_OPTIONS, SPARK, java_missing
 from tests.waits import SLACK, until
 
 pytestmark = SPARK
@@ -114,7 +114,7 @@ def spark_cluster(
     # about 8 CPU-s more of the executor; two still make every shuffle merge several
     # partitions, results unchanged.
     cluster = standalone.start(tmp_path_factory.mktemp("cluster"), workers=1, cores=2,
-                               java_options=QUICK_JIT,
+                               java_options=JVM_OPTIONS,
                                driver_conf={"spark.sql.shuffle.partitions": "2"})
     try:
         yield cluster
