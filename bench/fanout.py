@@ -97,7 +97,9 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         "admin": {"listen": "127.0.0.1:0"},
         "persistence": {"dir": str(workdir / "persist")},
         "journal": {"dir": str(workdir / "journal"), "enabled": True},
-        "runtime": {"shutdown_deadline_ms": 30_000},
+        "runtime": {"shutdown_deadline_ms": 30_000,
+                    **({"switch_interval_ms": args.switch_interval_ms}
+                       if args.switch_interval_ms else {})},
         "delivery": {"max_subscriptions": args.subscribers + 1000},
         **({"egress": {"origin_max_connections": args.origin_connections}}
            if args.origin_connections else {}),
@@ -715,6 +717,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     command += ["--tracemalloc"] if args.tracemalloc else []
     command += ["--stalls", "--stall-ms", str(args.stall_ms)] if args.stalls else []
     command += ["--subscribe-parts"] if args.subscribe_parts else []
+    if args.switch_interval_ms:
+        command += ["--switch-interval-ms", str(args.switch_interval_ms)]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -832,6 +836,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="where a subscribe's time goes (mailbox, turn, file)")
     parser.add_argument("--stall-ms", type=float, default=100.0,
                         help="--stalls: a loop beat later than this is a stall")
+    parser.add_argument("--switch-interval-ms", type=float, default=0.0,
+                        help="[runtime] switch_interval_ms (0: the default)")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="Python allocations per subscription and the top files (slow)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
