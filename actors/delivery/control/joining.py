@@ -185,8 +185,12 @@ class Joining:
 
 
 def _settle_saved(answer: asyncio.Future[None], saved: asyncio.Future[None]) -> None:
-    """Answer a subscribe whose tree started once its file's write `saved` ended."""
-    _settle(answer, saved.exception() if not saved.cancelled() else None)
+    """Answer a subscribe whose tree started once its file's write `saved` ended: a 2xx
+    only when the file is durable (a cancelled write is not)."""
+    if saved.cancelled():
+        _settle(answer, ActorDeadError("the subscription's file was not written"))
+    else:
+        _settle(answer, saved.exception())
 
 
 def _settle(answer: asyncio.Future[None], error: BaseException | None = None) -> None:
