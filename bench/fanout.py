@@ -97,7 +97,9 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         "admin": {"listen": "127.0.0.1:0"},
         "persistence": {"dir": str(workdir / "persist")},
         "journal": {"dir": str(workdir / "journal"), "enabled": True},
-        "runtime": {"shutdown_deadline_ms": 30_000},
+        "runtime": {"shutdown_deadline_ms": 30_000,
+                    **({"switch_interval_ms": args.switch_interval_ms}
+                       if args.switch_interval_ms else {})},
         "delivery": {"max_subscriptions": args.subscribers + 1000},
         **({"egress": {"origin_max_connections": args.origin_connections}}
            if args.origin_connections else {}),
@@ -462,6 +464,9 @@ class SubscribeParts:
         from actors.delivery.control.source import Direct
 
         self.times: dict[str, dict[str, float]] = {}
+        self.saving: dict[str, dict[str, float]] = {}
+        """Per file stem, the save's stages: queued (loop), thread (its batch's job began),
+        written (the job ended), stored (the store's future ran its callbacks)."""
         self.started_cpu: list[tuple[float, float]] = []
         """Per subscribe: its tree's start, wall and the loop thread's CPU meanwhile."""
         from actors.delivery.control.joining import Joining
@@ -502,11 +507,24 @@ class SubscribeParts:
             try:
                 return write_all(store, files)
             finally:
-                took = time.perf_counter() - began
+                ended = time.perf_counter()
+                took = ended - began
+                for path, _ in files:  # the save's stages (`saves` below), by file stem
+                    stage = self.saving.setdefault(path.stem, {})
+                    stage.update(thread=began, written=ended, batch=len(files))
                 if took > 0.05:
                     note(f"  files at {began - T0:.2f} s: {len(files)} in {took * 1000:.0f} ms")
 
         setattr(SubscriptionStore, name, timed)
+        queue = SubscriptionStore._queue
+
+        def queued(store: Any, path: Any, data: Any) -> Any:
+            done = queue(store, path, data)
+            stage = self.saving[path.stem] = {"queued": time.perf_counter()}
+            done.add_done_callback(lambda _: stage.setdefault("stored", time.perf_counter()))
+            return done
+
+        SubscriptionStore._queue = queued  # type: ignore[method-assign]
         real_fsync = os.fsync
 
         def fsync(fd: int) -> None:
@@ -539,6 +557,7 @@ class SubscribeParts:
         for name, (a, b) in self.PARTS.items():
             mean = sum(t[b] - t[a] for t in slow) / len(slow) * 1000
             lines.append(f"    slowest 1%: {name} mean {mean:.1f} ms")
+        lines += self._saves(slow)
         cpu = sorted(self.started_cpu)  # by wall time: the slowest 1% of starts
         slowest = cpu[-max(1, len(cpu) // 100):]
         lines.append(f"    started: loop CPU meanwhile p50 {cpu[len(cpu) // 2][1] * 1000:.1f} "
@@ -549,6 +568,33 @@ class SubscribeParts:
                      + ", ".join(f"{t['asked'] - first:.2f}: " + "/".join(
                          f"{(t[b] - t[a]) * 1000:.0f}" for a, b in self.PARTS.values())
                          for t in sorted(slow, key=lambda t: t["asked"])[:40]))
+        return lines
+
+
+    SAVES = {"to thread": ("queued", "thread"), "in thread": ("thread", "written"),
+             "to loop": ("written", "stored")}
+
+    def _saves(self, slow: list[dict[str, float]]) -> list[str]:
+        """The file's save split: waiting for its batch's thread job (the batch before,
+        the pool), the job (files, fsyncs, the GIL), the job's end reaching the loop;
+        then from the store's answer to the subscribe's (the hops to the asker)."""
+        stages = {key: stage for key, stage in self.saving.items() if len(stage) == 5}
+        lines = []
+        for name, (a, b) in self.SAVES.items():
+            ordered = sorted(s[b] - s[a] for s in stages.values())
+            if ordered:
+                lines.append(f"    save {name:9s} p50 {ordered[len(ordered) // 2] * 1000:6.1f} "
+                             f"p99 {ordered[int(len(ordered) * 0.99)] * 1000:6.1f} ms")
+        keys = [key for key, t in self.times.items() if t in slow]
+        mine = [(self.times[key], stages[key]) for key in keys if key in stages]
+        for name, (a, b) in self.SAVES.items():
+            lines.append(f"    slowest 1%: save {name} mean "
+                         f"{_mean(s[b] - s[a] for _, s in mine):.1f} ms")
+        lines.append(f"    slowest 1%: store answered -> subscribe answered mean "
+                     f"{_mean(t['answered'] - s['stored'] for t, s in mine):.1f} ms, "
+                     f"joined after stored {sum(t['joined'] > s['stored'] for t, s in mine)}"
+                     f"/{len(mine)}, batch mean "
+                     f"{sum(s['batch'] for _, s in mine) / max(1, len(mine)):.1f}")
         return lines
 
 
@@ -671,6 +717,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     command += ["--tracemalloc"] if args.tracemalloc else []
     command += ["--stalls", "--stall-ms", str(args.stall_ms)] if args.stalls else []
     command += ["--subscribe-parts"] if args.subscribe_parts else []
+    if args.switch_interval_ms:
+        command += ["--switch-interval-ms", str(args.switch_interval_ms)]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -788,6 +836,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="where a subscribe's time goes (mailbox, turn, file)")
     parser.add_argument("--stall-ms", type=float, default=100.0,
                         help="--stalls: a loop beat later than this is a stall")
+    parser.add_argument("--switch-interval-ms", type=float, default=0.0,
+                        help="[runtime] switch_interval_ms (0: the default)")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="Python allocations per subscription and the top files (slow)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -15,6 +15,7 @@ Blocking: call them from a worker thread (`asyncio.to_thread`), never on the eve
 from __future__ import annotations
 
 import os
+import random
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -82,7 +83,9 @@ _SYNCS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fsync")
 
 
 def _open_written(path: Path, data: bytes, mode: int) -> tuple[Path, Path, int] | OSError:
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    # the random part without a system call (`secrets` asks the kernel: one more wait for
+    # the GIL per file in a busy process); `O_EXCL` refuses a name taken all the same
+    temp = path.with_name(f".{path.name}.{random.getrandbits(32):08x}{TEMP_SUFFIX}")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     except OSError as exc:

@@ -377,8 +377,10 @@ async def test_the_lists_of_before_issue_25_name_a_pair_by_its_joined_name(
 
 
 class DiskFull(LocalFiles):
-    async def save(self, consumer: Consumer) -> None:
-        raise OSError(28, "No space left on device")
+    def save(self, consumer: Consumer) -> asyncio.Future[None]:
+        full: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        full.set_exception(OSError(28, "No space left on device"))
+        return full
 
 
 async def test_a_subscription_whose_file_cannot_be_written_is_refused_and_stopped(
@@ -500,8 +502,10 @@ class Topic:
     def check_name(self, key: str) -> None:
         return None
 
-    async def save(self, consumer: Consumer) -> None:
-        return None
+    def save(self, consumer: Consumer) -> asyncio.Future[None]:
+        kept: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        kept.set_result(None)
+        return kept
 
     async def delete(self, *keys: str) -> None:
         return None

@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.delivery.document.store import SubscriptionStore
+from actors.delivery.document.store import SubscriptionStore, encode
 from actors.delivery.document.subscription import (
     Consumer,
     InvalidSubscription,
@@ -157,6 +158,24 @@ async def test_two_saves_of_one_file_never_overlap_and_the_last_asked_stays(
     await asyncio.gather(*(store.save(c) for c in versions))
     assert store.batches == len(versions)  # each waited for the one before
     assert (await store.load_all())[0] == [versions[-1]]
+
+
+async def test_the_writer_takes_the_next_batch_without_waiting_for_the_loop(
+        tmp_path: Path) -> None:
+    """Two changes of one file are two batches; the second is written while the loop is
+    held (on purpose, here) and never ran the first one's completion (issue 32: a loop
+    turn at 10,000 subscribers is long, and each batch waited for one)."""
+    store = SubscriptionStore(tmp_path)
+    first, second = (consumer("s", uri=f"http://127.0.0.1:{port}/hook") for port in (8001, 8002))
+    saves = [store.save(first), store.save(second)]
+    path, wanted = store.path(second.key), encode(second)
+    held_until = time.monotonic() + 10
+    while not (path.exists() and path.read_bytes() == wanted):  # the loop thread held
+        assert time.monotonic() < held_until, "the second batch waited for the loop"
+        threading.Event().wait(0.005)
+    assert not any(save.done() for save in saves)  # answered on the loop, which was held
+    await asyncio.gather(*saves)
+    assert store.batches == 2
 
 
 def mode(path: Path) -> int:

@@ -162,8 +162,10 @@ class Joining:
         if join.saved is None:
             _settle(join.answer)
             return
-        join.saved.add_done_callback(lambda done: _settle(
-            join.answer, done.exception() if not done.cancelled() else None))
+        if join.saved.done():  # no callback's loop turn when it is known now
+            _settle_saved(join.answer, join.saved)
+        else:
+            join.saved.add_done_callback(lambda saved: _settle_saved(join.answer, saved))
 
     def abandon(self) -> None:
         joins, waiters = self.book.abandon()
@@ -180,6 +182,15 @@ class Joining:
         with contextlib.suppress(ActorDeadError):
             await self.trees.launch(starting)
         await self.control.tell(TreesStarted(starting))
+
+
+def _settle_saved(answer: asyncio.Future[None], saved: asyncio.Future[None]) -> None:
+    """Answer a subscribe whose tree started once its file's write `saved` ended: a 2xx
+    only when the file is durable (a cancelled write is not)."""
+    if saved.cancelled():
+        _settle(answer, ActorDeadError("the subscription's file was not written"))
+    else:
+        _settle(answer, saved.exception())
 
 
 def _settle(answer: asyncio.Future[None], error: BaseException | None = None) -> None:

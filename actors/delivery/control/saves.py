@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
 from typing import Final, Protocol
 
 from actors.delivery.control.messages import Unsaved
@@ -26,7 +25,7 @@ SAVES_TRACKED: Final = 256
 class Files(Protocol):
     """Where the subscriptions are kept (`SubscriptionSource`'s file part)."""
 
-    def save(self, consumer: Consumer) -> Coroutine[object, None, None]: ...
+    def save(self, consumer: Consumer) -> asyncio.Future[None]: ...
 
     async def delete(self, *keys: str) -> None: ...
 
@@ -40,7 +39,7 @@ class Flags(Protocol):
 
 
 class Saves:
-    """Owned by the control actor: its writes run as answers it spawned."""
+    """Owned by the control actor: its writes are the store's futures."""
 
     def __init__(self, control: Actor, files: Files) -> None:
         self.control, self.files = control, files
@@ -48,12 +47,19 @@ class Saves:
         self._flags_kept: tuple[list[str], dict[str, str]] | None = None  # as stored
 
     def save(self, consumer: Consumer) -> asyncio.Future[None]:
-        """Start writing `consumer`'s file; done once written."""
+        """Start writing `consumer`'s file; done once written. The store's own future,
+        no task of ours between: each was a loop turn before the subscribe's answer, and
+        at 10,000 subscribers a loop turn is long (issue 32). The write goes on if this
+        actor stops (it answers nobody then: `Joining.abandon` fails the subscribes)."""
         if len(self.saving) >= SAVES_TRACKED:
             self.saving = {k: f for k, f in self.saving.items() if not f.done()}
         key, control = consumer.key, self.control
-        saved = self.saving[key] = control.spawn_answer(self.files.save(consumer),
-                                                        name=f"{control.path}:save")
+        try:
+            saved = self.files.save(consumer)
+        except Exception as exc:  # refused before any write: the same path as a failed one
+            saved = asyncio.get_running_loop().create_future()
+            saved.set_exception(exc)
+        self.saving[key] = saved
 
         def failed(done: asyncio.Future[None]) -> None:
             if not done.cancelled() and done.exception() is not None:

@@ -101,7 +101,10 @@ class SubscriptionSource(Protocol):
         """`InvalidSubscription` for a name this source cannot keep."""
         ...
 
-    async def save(self, consumer: Consumer) -> None: ...
+    def save(self, consumer: Consumer) -> asyncio.Future[None]:
+        """Start storing `consumer`; the future is done once it is durable (a future, not
+        a coroutine: its answer reaches the asker without a task's turns between)."""
+        ...
 
     async def delete(self, *keys: str) -> None: ...
 
@@ -195,8 +198,8 @@ class LocalFiles(Direct):
     def check_name(self, key: str) -> None:
         self.store.path(key)  # InvalidSubscription for a key no pair has
 
-    async def save(self, consumer: Consumer) -> None:
-        await self.store.save(consumer)
+    def save(self, consumer: Consumer) -> asyncio.Future[None]:
+        return self.store.save(consumer)
 
     async def delete(self, *keys: str) -> None:
         await self.store.delete(*keys)
@@ -366,8 +369,10 @@ class ClusterTopic:
     def check_name(self, key: str) -> None:
         return None  # a key of the topic, not a file
 
-    async def save(self, consumer: Consumer) -> None:
-        return None  # the topic is the record
+    def save(self, consumer: Consumer) -> asyncio.Future[None]:
+        stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        stored.set_result(None)  # the topic is the record
+        return stored
 
     async def delete(self, *keys: str) -> None:
         return None

@@ -20,11 +20,16 @@ a version before issue 25 for a `group.id` with a `_`, say).
 
 The API is async: every file operation runs in a worker thread, because an fsync can take
 tens of milliseconds on a busy disk and the event loop runs the delivery actors meanwhile.
-Saves asked while others are written go together, in one job of the thread pool (a
-group commit): the directory is prepared and fsynced once for all of them, each file
-still written to its own temp file, fsynced and renamed; each save is answered once its
-batch is written, with its own error if its file could not be. 10,000 subscribes, one
-job and two fsyncs each, held the event loop a tenth of the time in thread hand-offs.
+Saves asked while others are written go together, in one batch (a group commit): the
+directory is prepared and fsynced once for all of them, each file still written to its
+own temp file, fsynced and renamed; each save is answered once its batch is durable,
+with its own error if its file could not be. 10,000 subscribes, one job and two fsyncs
+each, held the event loop a tenth of the time in thread hand-offs. One writer (a job of
+the loop's thread pool) takes batch after batch until nothing is queued
+(actors/delivery/document/writes.py): the next batch never waits for the loop to run the
+last one's completion, and a batch's answers reach the loop in one callback (issue 32:
+in the rebalance window at 10,000 subscribers a loop turn is long, and each hop between
+the thread and an answer was one).
 For one subscription the last rename wins, so only the control actor writes here: its
 mailbox orders the changes.
 """
@@ -32,10 +37,12 @@ mailbox orders the changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -43,6 +50,7 @@ import msgspec
 
 from actors.delivery.document.identity import legacy_name, pair_of_key
 from actors.delivery.document.subscription import SAFE_ID, Consumer, decode_consumer, document
+from actors.delivery.document.writes import WriteQueue
 from actors.delivery.errors import InvalidSubscription
 from runtime.host.files import FILE_MODE, atomic_write, fsync_directory, replace_all_synced
 
@@ -73,73 +81,67 @@ def file_stem(key: str) -> str:
     return f"{key[:MAX_STEM - len(digest) - 1]}~{digest}"
 
 
-Queued = tuple[Path, "bytes | None", "asyncio.Future[None]"]
-"""A file to write (None: to delete) and who waits for it."""
+Change = tuple["bytes | None", "asyncio.Future[None]"]
+"""A file's new content (None: delete it) and who waits for it."""
 
 
 class SubscriptionStore:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self._queued: list[Queued] = []  # saves waiting for the batch being written
-        self._writing = False  # one batch at a time: four side by side made every fsync
-        # slower (1,000 subscribes 8 at a time: p50 16 ms against 9; bench/RESULTS.md)
-        self.batches = 0
-        """Batches written (each one job of the thread pool)."""
+        # one writer at a time: four side by side made every fsync slower (1,000
+        # subscribes 8 at a time: p50 16 ms against 9; bench/RESULTS.md)
+        self._writes: WriteQueue[Change] = WriteQueue()
+        self._lock = threading.Lock()  # guards `_writes`: the loop asks, the writer takes
+        self._writer: asyncio.Future[None] | None = None
 
-    async def save(self, consumer: Consumer) -> None:
-        done = self._queue(self.path(consumer.key), encode(consumer))
-        self._write_queued()
-        await done
+    @property
+    def batches(self) -> int:
+        """Batches written (each one group commit)."""
+        return self._writes.batches
+
+    def save(self, consumer: Consumer) -> asyncio.Future[None]:
+        """Start writing `consumer`'s file; the future is done once it is durable (or
+        failed with the error of its write)."""
+        return self._queue(self.path(consumer.key), encode(consumer))
 
     async def delete(self, *keys: str) -> None:
         """Remove these subscriptions' files (in one batch when asked together); the
         first failure is raised once all are done."""
         paths = [self.path(key) for key in keys]  # a bad name refuses before any
         outcomes = [self._queue(path, None) for path in paths]
-        self._write_queued()
         errors = [error for error in await asyncio.gather(*outcomes, return_exceptions=True)
                   if error is not None]
         if errors:
             raise errors[0]
 
     def _queue(self, path: Path, data: bytes | None) -> asyncio.Future[None]:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queued.append((path, data, done))
+        """Queue a change; the writer is started unless one is under way (it takes what is
+        queued until nothing is: no loop turn between its batches)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            start = self._writes.ask(path, (data, done))
+        if start:
+            self._writer = loop.run_in_executor(None, self._write_until_none, loop)
         return done
 
-    def _write_queued(self) -> None:
-        """Hand the queued changes to one thread job unless one is under way, a file's
-        first change only (its next waits for the next batch: a batch writes before it
-        deletes); the job's end answers them and starts the next (no task: the job's
-        future calls back)."""
-        if self._writing or not self._queued:
-            return
-        batch: list[Queued] = []
-        later: list[Queued] = []
-        paths: set[Path] = set()
-        for queued in self._queued:
-            (later if queued[0] in paths else batch).append(queued)
-            paths.add(queued[0])
-        self._queued = later
-        self._writing = True
-        self.batches += 1
-        job = asyncio.get_running_loop().run_in_executor(
-            None, self._write_all, [(path, data) for path, data, _ in batch])
-        job.add_done_callback(lambda written: self._answer(batch, written))
-
-    def _answer(self, batch: list[Queued], job: asyncio.Future[list[OSError | None]]) -> None:
-        self._writing = False
-        failure = None if job.cancelled() else job.exception()
-        errors = [failure] * len(batch) if failure is not None else job.result()
-        for (_path, _data, done), error in zip(batch, errors, strict=True):
-            if done.done():
-                continue  # its asker was cancelled: the file is written (or not) anyway
-            if error is None:
-                done.set_result(None)
-            else:
-                done.set_exception(error)
-        if self._queued:
-            self._write_queued()
+    # -- the writer: a worker thread ------------------------------------------------------
+    def _write_until_none(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Write batch after batch until none is queued; each batch is answered on the
+        loop once written (one loop callback sets its futures: the answer waits for one
+        loop turn, the next batch for none)."""
+        while True:
+            with self._lock:
+                batch = self._writes.take()
+            if not batch:
+                return
+            files = [(path, data) for path, (data, _) in batch]
+            try:
+                errors: list[BaseException | None] = list(self._write_all(files))
+            except Exception as exc:  # its savers get it, and the writer goes on
+                errors = [exc] * len(batch)
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(_answer, [done for _, (_, done) in batch], errors)
 
     async def load_all(self) -> tuple[list[Consumer], list[str]]:
         """Every stored subscription, plus a message per file that could not be read."""
@@ -153,6 +155,10 @@ class SubscriptionStore:
     # -- blocking: run in a worker thread ----------------------------------------------
     def _private_directory(self) -> None:
         """Create the directory 0700, or make it so (preflight may have made it 0755)."""
+        with contextlib.suppress(FileNotFoundError):  # one system call when it is so
+            found = os.stat(self.directory)  # (each call is a wait for the GIL in a busy loop)
+            if stat.S_ISDIR(found.st_mode) and stat.S_IMODE(found.st_mode) == DIRECTORY_MODE:
+                return
         self.directory.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
         if stat.S_IMODE(self.directory.stat().st_mode) != DIRECTORY_MODE:
             os.chmod(self.directory, DIRECTORY_MODE)
@@ -202,6 +208,17 @@ class SubscriptionStore:
 
     def __repr__(self) -> str:
         return f"<SubscriptionStore {self.directory}>"
+
+
+def _answer(saves: list[asyncio.Future[None]], errors: list[BaseException | None]) -> None:
+    """On the loop: each save of a written batch answered, with its own error if any."""
+    for done, error in zip(saves, errors, strict=True):
+        if done.done():
+            continue  # its asker was cancelled: the file is written (or not) anyway
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
 
 
 def _unlink(path: Path) -> OSError | None:
