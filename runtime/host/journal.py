@@ -165,7 +165,8 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       `topic`, `endpoint`, `status` when all are the same); per row `keys` (the row's
       index into the tables), `partitions`, `record_offsets`, `latencies_us` and the
       three deltas as above, from the event's `ts_ms`, `record_ts_ms`, `fetched_ts_ms`
-      (the smallest of each). `expand` gives the per-record events back.
+      (the first row's since the flat ledger, so a delta may be negative; the smallest
+      of each before). `expand` gives the per-record events back.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch

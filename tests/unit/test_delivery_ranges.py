@@ -215,3 +215,17 @@ async def test_without_a_commit_the_ledger_is_filed_by_the_flushes_of_half_the_m
     assert journal.ledger == [] and journal.written == 1  # filed and written
     await journal.stop()
     assert [(e.offset, e.latency_ms) for e in lines(tmp_path)] == [(3, 1.28)]
+
+
+async def test_a_ledger_that_is_not_whole_rows_is_dropped_and_said_not_misread(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.open()
+    journal.ledger.extend(delivered(0).row())
+    journal.ledger.append(delivered(1).row())  # a sink fed a row whole: the ledger is flat
+    journal.emit(committed(2))
+    await journal.stop()
+
+    assert journal.dropped == 1
+    assert [(e.type, e.reason) for e in lines(tmp_path)] == [
+        ("committed", None), ("journal_dropped", "malformed")]
