@@ -502,13 +502,14 @@ def columnar_ledger(ledger: list[Any], shift_ms: int) -> list[Event]:
     columns = [ledger[i::ROW_WIDTH] for i in range(ROW_WIDTH)]
     subs = columns[0]
     order, ids = first_sight(subs)
-    per_sub = [_one_per(subs, order, columns[i]) for i in (1, 9, 8)]  # topic, url, status
-    if None not in per_sub:
-        topics, endpoints, statuses = per_sub
-        if None not in endpoints and None not in statuses:  # type: ignore[operator]
-            return [_columnar_event(columns, list(order), topics, endpoints,  # type: ignore[arg-type]
-                                    statuses, ids, shift_ms)]  # type: ignore[arg-type]
-    return _columnar_by_kind(ledger, columns, shift_ms)
+    topics = _one_per(subs, order, columns[1])
+    endpoints = _one_per(subs, order, columns[9])
+    statuses = _one_per(subs, order, columns[8])
+    if topics is None or endpoints is None or statuses is None \
+            or None in endpoints or None in statuses:
+        return _columnar_by_kind(ledger, columns, shift_ms)
+    return [_columnar_event(columns, list(order), topics, endpoints, statuses, ids,
+                            shift_ms)]
 
 
 def first_sight(values: list[Any]) -> tuple[dict[Any, int], list[int]]:
