@@ -34,6 +34,7 @@ from runtime.host.journal import (
     EventType,
     Journal,
     JournalFlusher,
+    Ledger,
     NullJournal,
     expand,
     journal_summary,
@@ -91,7 +92,7 @@ class Runtime:
         # the egress's plain first-attempt deliveries: rows' values added to the
         # journal's flat ledger without a Python call (issue 35); journal off, only
         # listeners hear them
-        self._ledger: list[Any] = []
+        self._ledger: Ledger = []
         self._delivered: Callable[[DeliveryRow], None] = \
             self._ledger.extend if config.journal.enabled else self._unjournaled
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
@@ -202,7 +203,7 @@ class Runtime:
                 except Exception:
                     log.exception("event listener %r failed on %s", listener, event.type)
 
-    def _heard(self, ledger: list[Any]) -> None:
+    def _heard(self, ledger: Ledger) -> None:
         """The egress's plain deliveries, as the journal files them (at the next commit or
         flush, not in the delivering actor's step; its flat ledger), to the `delivered`
         listeners."""

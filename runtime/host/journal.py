@@ -86,10 +86,10 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal, Protocol, get_args
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar, get_args
 
 import msgspec
 
@@ -279,9 +279,14 @@ ledger (`ROW_WIDTH` a row)."""
 
 ROW_WIDTH: Final = 10
 """Values per row in the journal's flat ledger (`DeliveryRow`'s length)."""
+Ledger = list[Any]
+"""The journal's flat ledger: the rows' values one after the other, `ROW_WIDTH` a row
+(a column is a slice, `ledger[i::ROW_WIDTH]`)."""
+_T = TypeVar("_T")
+_H = TypeVar("_H", bound=Hashable)
 
 
-def rows_of(ledger: Sequence[Any]) -> list[DeliveryRow]:
+def rows_of(ledger: Ledger) -> list[DeliveryRow]:
     """A flat ledger's rows (`ROW_WIDTH` values each) as `DeliveryRow` tuples."""
     return list(zip(*[iter(ledger)] * ROW_WIDTH, strict=True))
 
@@ -492,7 +497,7 @@ def columnar(rows: Sequence[DeliveryRow], shift_ms: int) -> list[Event]:
     return columnar_ledger(list(itertools.chain.from_iterable(rows)), shift_ms)
 
 
-def columnar_ledger(ledger: list[Any], shift_ms: int) -> list[Event]:
+def columnar_ledger(ledger: Ledger, shift_ms: int) -> list[Event]:
     """A flat ledger (`ROW_WIDTH` values a row) -> one columnar `delivered` event (issue
     35): each column a slice of the ledger, so the work per row is C's (slices, dict,
     map) and there is no Python work per cursor, nor per row. A row whose status or
@@ -512,17 +517,17 @@ def columnar_ledger(ledger: list[Any], shift_ms: int) -> list[Event]:
                             shift_ms)]
 
 
-def first_sight(values: list[Any]) -> tuple[dict[Any, int], list[int]]:
+def first_sight(values: Sequence[_H]) -> tuple[dict[_H, int], list[int]]:
     """The distinct values, each with its index in order of first sight, and each
     value's index. One dict operation per value, C's: `setdefault` is given the
     dict's length at that moment (`map(len, repeat(index))` is evaluated just before
     each call), which is what a new value gets, while a known value keeps its own."""
-    index: dict[Any, int] = {}
+    index: dict[_H, int] = {}
     ids = list(map(index.setdefault, values, map(len, itertools.repeat(index))))
     return index, ids
 
 
-def _one_per(subs: list[str], order: dict[str, int], column: list[Any]) -> list[Any] | None:
+def _one_per(subs: list[str], order: dict[str, int], column: Ledger) -> Ledger | None:
     """`column`'s value for each subscription in `order` when each has one (the usual
     case: a subscription's topic, endpoint and status), else None. All C's work: a
     column of one value is one `count`; else a dict of the last value per subscription,
@@ -536,7 +541,7 @@ def _one_per(subs: list[str], order: dict[str, int], column: list[Any]) -> list[
     return list(map(last.__getitem__, order))
 
 
-def _columnar_by_kind(ledger: list[Any], columns: list[list[Any]],
+def _columnar_by_kind(ledger: Ledger, columns: list[Ledger],
                       shift_ms: int) -> list[Event]:
     """The rare round: a subscription with two topics, endpoints or statuses here (the
     tables by all four), or rows without a status or an endpoint (per record)."""
@@ -551,7 +556,7 @@ def _columnar_by_kind(ledger: list[Any], columns: list[list[Any]],
     return [_columnar_event(columns, subs, topics, endpoints, statuses, ids, shift_ms)]
 
 
-def _one_or_all(values: Sequence[Any]) -> tuple[Any, list[Any] | None]:
+def _one_or_all(values: Sequence[_T]) -> tuple[_T | None, list[_T] | None]:
     """A table column: its value when every item holds it, else the items."""
     return (values[0], None) if values.count(values[0]) == len(values) else (None, list(values))
 
@@ -568,7 +573,7 @@ def _deltas(values: list[int]) -> tuple[int, list[int] | None]:
     return (first, deltas) if any(deltas) else (first, None)
 
 
-def _columnar_event(columns: list[list[Any]], subs: list[str], topics: list[str],
+def _columnar_event(columns: list[Ledger], subs: list[str], topics: list[str],
                     endpoints: list[str], statuses: list[int], ids: list[int],
                     shift_ms: int) -> Event:
     topic, topic_list = _one_or_all(topics)
@@ -830,7 +835,7 @@ class Journal:
         flush_interval_ms: int = 200,
         max_buffered: int = 100_000,
         pace: Gate | None = None,
-        ledger: list[Any] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         if max_segment_bytes <= 0 or max_segment_age_ms <= 0 or flush_interval_ms <= 0:
             raise UsageError("Journal sizes and intervals must be positive")
@@ -850,7 +855,7 @@ class Journal:
         self._accept = max_buffered
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
-        self.ledger: list[Any] = [] if ledger is None else ledger
+        self.ledger: Ledger = [] if ledger is None else ledger
         """Plain first-attempt deliveries not filed yet, flat: the egress's rows'
         values, `ROW_WIDTH` a row (`ActorContext.delivered` is this list's `extend`: no
         Python call per delivery, and the row's tuple is freed at once);
@@ -859,7 +864,7 @@ class Journal:
         rows (a round's rows in one event: its tables are written once). Rows appended
         after `stop()` are not seen (a runtime stops its actors first)."""
         self._ticks = self._filed_at = 0  # flushes so far; the one the ledger was filed at
-        self.tap: Callable[[list[Any]], None] | None = None
+        self.tap: Callable[[Ledger], None] | None = None
         """Told the ledger as it is filed, flat (the runtime's `delivered` listeners)."""
         self._shift = clock.wall_ms() - clock.monotonic_ms()
         self._written = 0
@@ -923,7 +928,7 @@ class Journal:
         finally:
             ledger.clear()
 
-    def _ledger_events(self, ledger: list[Any]) -> list[Event]:
+    def _ledger_events(self, ledger: Ledger) -> list[Event]:
         if len(ledger) % ROW_WIDTH:  # a sink fed something else than rows: cannot split
             log.error("journal: %d values in the ledger, not rows of %d; dropped",
                       len(ledger), ROW_WIDTH)
