@@ -8,7 +8,9 @@ around it: for `--records` records of each of `--cursors` cursors (subscription 
 partition; 4,000 is 1,000 subscriptions of a 4-partition topic), answers interleaved
 across the cursors as at fan-out, the egress's journal calls of a successful first
 attempt exactly as its outlet makes them (`_journal_sent` where the tree has it, then
-`_journal_outcome`; into the journal's ledger where the tree has one), a `committed`
+`_journal_outcome`; into the journal's ledger where the tree has one; where the ledger
+is flat, 2026-11-28, the HTTP egress's inline hand-over, `EgressActor._delivered`,
+expression for expression, or with `--via-outcome` `_journal_outcome`), a `committed`
 event per cursor every `--commit-every` deliveries (as the instance member journals its
 commit rounds; bench/journal_bytes.py's run says how often; a tree with commit rounds as
 one event, issue 35, gets one event per step holding every cursor's commit) and a flush
@@ -21,7 +23,10 @@ the medians over the rounds, the minimum and the ratio per round are printed, wi
 load average. The journal's work is the pass minus the same loop over the same work
 without the journal's calls (timed in the same child; until 2026-11-28 the pass was
 taken whole, charging the loop's own cost to the journal, and callgrind's baseline
-skipped the loop).
+skipped the loop). Where the outlet reads the wall clock once for the endpoint's health,
+the journal and the attempts ring, the baseline reads it too (since 2026-11-28): the
+health needs that read without the journal, and trees before kept it apart (their
+journal calls read the clock themselves, charged to the journal as before).
 
 `--instructions` counts instructions instead (valgrind's callgrind, each tree's child
 with and without the journal's work; independent of the machine's load): use a smaller
