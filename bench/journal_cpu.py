@@ -8,7 +8,9 @@ around it: for `--records` records of each of `--cursors` cursors (subscription 
 partition; 4,000 is 1,000 subscriptions of a 4-partition topic), answers interleaved
 across the cursors as at fan-out, the egress's journal calls of a successful first
 attempt exactly as its outlet makes them (`_journal_sent` where the tree has it, then
-`_journal_outcome`; into the journal's ledger where the tree has one), a `committed`
+`_journal_outcome`; into the journal's ledger where the tree has one; where the ledger
+is flat, 2026-11-28, the HTTP egress's inline hand-over, `EgressActor._delivered`,
+expression for expression, or with `--via-outcome` `_journal_outcome`), a `committed`
 event per cursor every `--commit-every` deliveries (as the instance member journals its
 commit rounds; bench/journal_bytes.py's run says how often; a tree with commit rounds as
 one event, issue 35, gets one event per step holding every cursor's commit) and a flush
@@ -21,7 +23,10 @@ the medians over the rounds, the minimum and the ratio per round are printed, wi
 load average. The journal's work is the pass minus the same loop over the same work
 without the journal's calls (timed in the same child; until 2026-11-28 the pass was
 taken whole, charging the loop's own cost to the journal, and callgrind's baseline
-skipped the loop).
+skipped the loop). Where the outlet reads the wall clock once for the endpoint's health,
+the journal and the attempts ring, the baseline reads it too (since 2026-11-28): the
+health needs that read without the journal, and trees before kept it apart (their
+journal calls read the clock themselves, charged to the journal as before).
 
 `--instructions` counts instructions instead (valgrind's callgrind, each tree's child
 with and without the journal's work; independent of the machine's load): use a smaller
@@ -41,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +81,11 @@ async def one_pass(args: argparse.Namespace, workdir: Path) -> float:
     outlets = [Instant(f"egress-{n}", f"s{n}_g-s{n}", "http://127.0.0.1:8080/hook", 20,
                        Registry()) for n in range(subs)]
     # since issue 35 the egress hands plain deliveries to the journal's ledger
-    ledger = {"delivered": journal.ledger.append} if hasattr(journal, "ledger") else {}
+    # (its `extend` since the ledger is flat, as in Runtime)
+    flat = getattr(journal_module, "ROW_WIDTH", None) is not None
+    ledger: dict[str, Any] = {
+        "delivered": journal.ledger.extend if flat else journal.ledger.append} \
+        if hasattr(journal, "ledger") else {}
     for outlet in outlets:
         outlet.context = ActorContext(path=f"/{outlet.name}", clock=clock, emit=runtime._emit,
                                       **ledger)
@@ -101,23 +111,39 @@ async def one_pass(args: argparse.Namespace, workdir: Path) -> float:
             work[-1] = (outlet, record, rounds(clock.wall_ms(), positions))
     sent = getattr(OutletActor, "_journal_sent", None)  # trees before issue 35 have it
     # since issue 35 the outlet reads the wall clock once per answer (health, journal and
-    # attempts ring share it) and hands it to `_journal_outcome`: read here the same
+    # attempts ring share it) and hands it to `_journal_outcome`: read here the same. The
+    # endpoint's health needs that read without the journal too (before, it read the
+    # clock itself, apart from the journal's reads), so the baseline reads it as well
+    # (since 2026-11-28; until then the journal was charged with it).
     shares_clock = "now_wall" in inspect.signature(OutletActor._journal_outcome).parameters
+    # a flat ledger (2026-11-28): the HTTP egress's hand-over is inline, in
+    # `EgressActor._delivered` (actors/delivery/egress/http.py, issue 37), no call:
+    # timed here as that code makes it
+    inline = getattr(journal_module, "ROW_WIDTH", None) is not None and not args.via_outcome
     emit = runtime._emit
     if args.runtime_gc:  # as the runtime sets it once started (runtime/host/app.py)
         gc.freeze()
         gc.set_threshold(20_000, *gc.get_threshold()[1:])
-    loop_s = 0.0 if args.no_loop_baseline else await loop_only(work, args)
+    wall = clock.wall_ms if shares_clock else None
+    loop_s = 0.0 if args.no_loop_baseline else await loop_only(work, args, wall)
     if args.skip_journal:  # the loop alone (`--instructions` counts it apart)
-        return await loop_only(work, args)
+        return await loop_only(work, args, wall)
+    latency_ms = 1.234
     start = time.process_time()
     for done, (outlet, record, commit) in enumerate(work, 1):
         if sent is not None:
             sent(outlet, record)  # the egress's journal calls of one attempt, as it makes them
-        if shares_clock:
-            outlet._journal_outcome("delivered", record, 200, 1.234, None, clock.wall_ms())
+        if inline:  # EgressActor._delivered's hand-over, expression for expression
+            now_wall = clock.wall_ms()
+            outlet.context.delivered((
+                outlet._subscription, record.topic, record.partition, record.offset,
+                now_wall, latency_ms, record.timestamp_ms, record.fetched_ms, 200,
+                outlet.endpoint))
+        elif shares_clock:
+            outlet._journal_outcome("delivered", record, 200, latency_ms, None,
+                                    clock.wall_ms())
         else:
-            outlet._journal_outcome("delivered", record, 200, 1.234, None)
+            outlet._journal_outcome("delivered", record, 200, latency_ms, None)
         if commit is not None:
             emit(commit)  # as the instance member journals its commit rounds
         if done % args.flush_every == 0:
@@ -126,11 +152,15 @@ async def one_pass(args: argparse.Namespace, workdir: Path) -> float:
     return time.process_time() - start - loop_s
 
 
-async def loop_only(work: list[Any], args: argparse.Namespace) -> float:
+async def loop_only(work: list[Any], args: argparse.Namespace,
+                    wall: Callable[[], int] | None) -> float:
     """CPU seconds of the measuring loop itself, without the journal's calls (the
-    baseline subtracted from the pass)."""
+    baseline subtracted from the pass), with the outlet's wall-clock read where the
+    outlet shares it with the endpoint's health (`wall`)."""
     start = time.process_time()
     for done, (_outlet, _record, commit) in enumerate(work, 1):
+        if wall is not None:
+            wall()
         if commit is not None:
             pass
         if done % args.flush_every == 0:
@@ -162,7 +192,8 @@ def child_command(args: argparse.Namespace, *more: str) -> list[str]:
             "--cursors", str(args.cursors), "--partitions", str(args.partitions),
             "--records", str(args.records), "--commit-every", str(args.commit_every),
             "--flush-every", str(args.flush_every),
-            *(["--runtime-gc"] if args.runtime_gc else []), *more]
+            *(["--runtime-gc"] if args.runtime_gc else []),
+            *(["--via-outcome"] if args.via_outcome else []), *more]
 
 
 def instructions(tree: Path, args: argparse.Namespace, *more: str) -> int:
@@ -212,6 +243,10 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip-journal", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-loop-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--via-outcome", action="store_true",
+                        help="hand deliveries over through OutletActor._journal_outcome (a "
+                             "handler's or a batch's path) even where the HTTP egress's "
+                             "hand-over is inline")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(child(args))))

@@ -34,10 +34,12 @@ from runtime.host.journal import (
     EventType,
     Journal,
     JournalFlusher,
+    Ledger,
     NullJournal,
     expand,
     journal_summary,
     row_event,
+    rows_of,
 )
 from runtime.host.metrics import Registry
 from runtime.host.preflight import listen_error, preflight
@@ -87,11 +89,12 @@ class Runtime:
         # the journal's backpressure: it closes the gate when its flushes fall behind and
         # the actors wait (runtime/kernel/gate.py)
         self.pace = Gate()
-        # the egress's plain first-attempt deliveries: rows appended to the journal's
-        # ledger without a Python call (issue 35); journal off, only listeners hear them
-        self._ledger: list[DeliveryRow] = []
+        # the egress's plain first-attempt deliveries: rows' values added to the
+        # journal's flat ledger without a Python call (issue 35); journal off, only
+        # listeners hear them
+        self._ledger: Ledger = []
         self._delivered: Callable[[DeliveryRow], None] = \
-            self._ledger.append if config.journal.enabled else self._unjournaled
+            self._ledger.extend if config.journal.enabled else self._unjournaled
         self.system = ActorSystem("hookstream", clock=self.clock, emit=self._emit,
                                   lifecycle=self._lifecycle, pace=self.pace,
                                   delivered=self._delivered)
@@ -200,18 +203,19 @@ class Runtime:
                 except Exception:
                     log.exception("event listener %r failed on %s", listener, event.type)
 
-    def _heard(self, rows: list[DeliveryRow]) -> None:
+    def _heard(self, ledger: Ledger) -> None:
         """The egress's plain deliveries, as the journal files them (at the next commit or
-        flush, not in the delivering actor's step), to the `delivered` listeners."""
+        flush, not in the delivering actor's step; its flat ledger), to the `delivered`
+        listeners."""
         listeners = self._listeners.get("delivered")
         if listeners:
             clock = self.clock
             shift = clock.wall_ms() - clock.monotonic_ms()
-            self._tell(listeners, [row_event(row, shift) for row in rows])
+            self._tell(listeners, [row_event(row, shift) for row in rows_of(ledger)])
 
     def _unjournaled(self, row: DeliveryRow) -> None:
         """The `delivered` sink with the journal off: the listeners only."""
-        self._heard([row])
+        self._heard(list(row))
 
     def _lifecycle(self, event: Lifecycle) -> None:
         self.journal.emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,

@@ -12,11 +12,13 @@ into delivery reports and a loss/duplicate audit.
 
 Hot path. `emit()` is synchronous, never blocks and never raises: it compares the buffer
 length with a limit and appends the Struct to a list. The commonest event, a plain
-first-attempt delivery, is not even that: the egress appends a `DeliveryRow` tuple to the
+first-attempt delivery, is not even that: the egress hands a `DeliveryRow` tuple to the
 journal's `ledger` through `ActorContext.delivered`, which in a runtime is that list's
-`append` (no Python call per delivery; issue 35). At each commit (and, without one, every
-`RANGE_MAX_AGE_MS` / 2 of flushes) the journal writes the ledger's rows as one columnar
-`delivered` (`columnar`: a list per column, no Python work per cursor) ahead of the
+`extend` (no Python call per delivery; issue 35): the ledger is flat, `ROW_WIDTH` values
+a row, so the tuple is freed at once and the columns are slices. At each commit (and,
+without one, every `RANGE_MAX_AGE_MS` / 2 of flushes) the journal writes the ledger's
+rows as one columnar `delivered` (`columnar_ledger`: a slice of the ledger per column,
+no Python work per cursor nor per row) ahead of the
 commit, so no commit reaches the disk before the deliveries it passes. Encoding (one reused
 `msgspec.json.Encoder`, `encode_lines` per batch) and writing happen in a flush task every
 `flush_interval_ms`; the encode+write of a batch runs in a worker thread
@@ -84,10 +86,10 @@ import logging
 import operator
 import os
 import secrets
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal, Protocol, get_args
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar, get_args
 
 import msgspec
 
@@ -163,7 +165,8 @@ class Event(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
       `topic`, `endpoint`, `status` when all are the same); per row `keys` (the row's
       index into the tables), `partitions`, `record_offsets`, `latencies_us` and the
       three deltas as above, from the event's `ts_ms`, `record_ts_ms`, `fetched_ts_ms`
-      (the smallest of each). `expand` gives the per-record events back.
+      (the first row's since the flat ledger, so a delta may be negative; the smallest
+      of each before). `expand` gives the per-record events back.
     - `filtered` (issue 26): the records of one fetched batch that a subscription's filter
       left out (finished without a request): `count` of them, `offset` the first, and
       `offsets` all of them as ascending ranges, `"3-7,9,12-15"` (one event per batch
@@ -265,12 +268,41 @@ RANGE_MAX_AGE_MS: Final = 5_000
 """... or this old (checked at every flush): a cursor that stops committing (a replay, a
 record read back from a retry topic under its original coordinates) still gets them out."""
 
-DeliveryRow = tuple[str, str, int, int, int, int, int, int, "int | None", "str | None"]
+DeliveryRow = tuple[str, str, int, int, int, float, int, int, "int | None", "str | None"]
 """A plain first-attempt delivery as the egress hands it to the journal's ledger (issue
-35): (subscription, topic, partition, offset, ts_ms, latency_us, record_ts_ms,
-fetched_ms, status, endpoint); `fetched_ms` is monotonic. A tuple in this order: built
-by the egress without a call, sorted by the journal without a key (its cursor, then its
-offset) and split into columns by `zip`."""
+35): (subscription, topic, partition, offset, ts_ms, latency_ms, record_ts_ms,
+fetched_ms, status, endpoint); `fetched_ms` is monotonic, `latency_ms` the float the
+egress measured (the journal writes it in whole microseconds, `micros`: the conversion
+is C's at the commit round, not the egress's per delivery). A tuple in this order:
+built by the egress without a call, and in a runtime its values appended to the flat
+ledger (`ROW_WIDTH` a row)."""
+
+ROW_WIDTH: Final = 10
+"""Values per row in the journal's flat ledger (`DeliveryRow`'s length)."""
+Ledger = list[Any]
+"""The journal's flat ledger: the rows' values one after the other, `ROW_WIDTH` a row
+(a column is a slice, `ledger[i::ROW_WIDTH]`)."""
+_T = TypeVar("_T")
+_H = TypeVar("_H", bound=Hashable)
+
+
+def rows_of(ledger: Ledger) -> list[DeliveryRow]:
+    """A flat ledger's rows (`ROW_WIDTH` values each) as `DeliveryRow` tuples."""
+    return list(zip(*[iter(ledger)] * ROW_WIDTH, strict=True))
+
+
+def micros(latencies_ms: Iterable[float]) -> list[int]:
+    """Latencies in ms -> whole microseconds, cut as the egress cut them before (C's
+    work, no Python frame per value; `float.__trunc__` is `int` without the type call,
+    0.6 x its instructions)."""
+    return list(map(float.__trunc__, map(operator.mul, latencies_ms,
+                                         itertools.repeat(1000.0))))
+
+
+def as_ms(latency_us: int) -> float:
+    """A latency in whole microseconds as a ledger row's milliseconds, half a microsecond
+    above it: `micros` cuts it back to the same integer, float rounding whatever."""
+    return (latency_us + 0.5) / 1000
 
 
 class Delivery(msgspec.Struct, frozen=True, gc=False):
@@ -292,13 +324,13 @@ class Delivery(msgspec.Struct, frozen=True, gc=False):
 
     @classmethod
     def of_row(cls, row: DeliveryRow) -> Delivery:
-        sub, topic, partition, offset, ts_ms, latency_us, record_ts, fetched, status, url = row
-        return cls(sub, url, topic, partition, offset, status, ts_ms, latency_us, record_ts,
-                   fetched)
+        sub, topic, partition, offset, ts_ms, latency_ms, record_ts, fetched, status, url = row
+        return cls(sub, url, topic, partition, offset, status, ts_ms, int(latency_ms * 1000),
+                   record_ts, fetched)
 
     def row(self) -> DeliveryRow:
         return (self.subscription, self.topic, self.partition, self.offset, self.ts_ms,
-                self.latency_us, self.record_ts_ms, self.fetched_ms, self.status,
+                as_ms(self.latency_us), self.record_ts_ms, self.fetched_ms, self.status,
                 self.endpoint)
 
     def event(self, wall_minus_mono_ms: int) -> Event:
@@ -307,11 +339,12 @@ class Delivery(msgspec.Struct, frozen=True, gc=False):
 
 
 def row_event(row: DeliveryRow, wall_minus_mono_ms: int) -> Event:
-    """The per-record `delivered` event a ledger row stands for."""
-    sub, topic, partition, offset, ts_ms, latency_us, record_ts, fetched, status, url = row
+    """The per-record `delivered` event a ledger row stands for (its latency in whole
+    microseconds, as the journal writes it)."""
+    sub, topic, partition, offset, ts_ms, latency_ms, record_ts, fetched, status, url = row
     return Event(type="delivered", ts_ms=ts_ms, subscription=sub, endpoint=url, topic=topic,
                  partition=partition, offset=offset, attempt=1, status=status,
-                 latency_ms=latency_us / 1000, record_ts_ms=record_ts,
+                 latency_ms=int(latency_ms * 1000) / 1000, record_ts_ms=record_ts,
                  fetched_ts_ms=fetched + wall_minus_mono_ms)
 
 
@@ -451,7 +484,7 @@ def _one_range(first: DeliveryRow, columns: Columns,
         "delivered", ts0, first[0], first[9], first[1], first[2], low, 1, first[8], None,
         record_ts0, fetched0 + shift_ms, None, None, None, count,
         f"{low}-{high}" if contiguous else offset_ranges(offsets), None, None,
-        latencies,  # type: ignore[arg-type]  # a tuple encodes as the same array
+        micros(latencies),
         None if ts.count(ts0) == count else list(map(sub, ts, repeat(ts0))),
         None if record_ts.count(record_ts0) == count else
         list(map(sub, record_ts, repeat(record_ts0))),
@@ -460,55 +493,89 @@ def _one_range(first: DeliveryRow, columns: Columns,
 
 
 def columnar(rows: Sequence[DeliveryRow], shift_ms: int) -> list[Event]:
-    """Ledger rows -> one columnar `delivered` event (issue 35): one list per column,
-    straight from the transposed rows, so the work per row is C's (zip, dict, map) and
-    there is no Python work per cursor. A row whose status or endpoint is None, and a
-    single row, go as per-record events."""
-    if len(rows) <= 1:
-        return [row_event(row, shift_ms) for row in rows]
-    columns = tuple(zip(*rows, strict=True))
-    kinds = dict.fromkeys(_kind_of_each(columns))
+    """Rows -> the events `columnar_ledger` makes of them (tests, scripts)."""
+    return columnar_ledger(list(itertools.chain.from_iterable(rows)), shift_ms)
+
+
+def columnar_ledger(ledger: Ledger, shift_ms: int) -> list[Event]:
+    """A flat ledger (`ROW_WIDTH` values a row) -> one columnar `delivered` event (issue
+    35): each column a slice of the ledger, so the work per row is C's (slices, dict,
+    map) and there is no Python work per cursor, nor per row. A row whose status or
+    endpoint is None, and a single row, go as per-record events."""
+    if len(ledger) <= ROW_WIDTH:
+        return [row_event(row, shift_ms) for row in rows_of(ledger)]
+    columns = [ledger[i::ROW_WIDTH] for i in range(ROW_WIDTH)]
+    subs = columns[0]
+    order, ids = first_sight(subs)
+    topics = _one_per(subs, order, columns[1])
+    endpoints = _one_per(subs, order, columns[9])
+    statuses = _one_per(subs, order, columns[8])
+    if topics is None or endpoints is None or statuses is None \
+            or None in endpoints or None in statuses:
+        return _columnar_by_kind(ledger, columns, shift_ms)
+    return [_columnar_event(columns, list(order), topics, endpoints, statuses, ids,
+                            shift_ms)]
+
+
+def first_sight(values: Sequence[_H]) -> tuple[dict[_H, int], list[int]]:
+    """The distinct values, each with its index in order of first sight, and each
+    value's index. One dict operation per value, C's: `setdefault` is given the
+    dict's length at that moment (`map(len, repeat(index))` is evaluated just before
+    each call), which is what a new value gets, while a known value keeps its own."""
+    index: dict[_H, int] = {}
+    ids = list(map(index.setdefault, values, map(len, itertools.repeat(index))))
+    return index, ids
+
+
+def _one_per(subs: list[str], order: dict[str, int], column: Ledger) -> Ledger | None:
+    """`column`'s value for each subscription in `order` when each has one (the usual
+    case: a subscription's topic, endpoint and status), else None. All C's work: a
+    column of one value is one `count`; else a dict of the last value per subscription,
+    looked up again for every row and compared with the column."""
+    first = column[0]
+    if column.count(first) == len(column):
+        return [first] * len(order)
+    last = dict(zip(subs, column, strict=True))
+    if list(map(last.__getitem__, subs)) != column:
+        return None
+    return list(map(last.__getitem__, order))
+
+
+def _columnar_by_kind(ledger: Ledger, columns: list[Ledger],
+                      shift_ms: int) -> list[Event]:
+    """The rare round: a subscription with two topics, endpoints or statuses here (the
+    tables by all four), or rows without a status or an endpoint (per record)."""
+    kinds_of_rows = list(zip(columns[0], columns[1], columns[9], columns[8], strict=True))
+    kinds, ids = first_sight(kinds_of_rows)
     if any(kind[2] is None or kind[3] is None for kind in kinds):  # rare: split them
+        rows = rows_of(ledger)
         plain = [row for row in rows if row[8] is not None and row[9] is not None]
         odd = [row_event(row, shift_ms) for row in rows if row[8] is None or row[9] is None]
         return [*columnar(plain, shift_ms), *odd] if plain else odd
-    return [_columnar_event(columns, kinds, _kind_ids(columns, kinds), shift_ms)]
+    subs, topics, endpoints, statuses = (list(c) for c in zip(*kinds, strict=True))
+    return [_columnar_event(columns, subs, topics, endpoints, statuses, ids, shift_ms)]
 
 
-def _kind_ids(columns: Columns,
-              kinds: dict[tuple[str, str, str, int], None]) -> list[int]:
-    """Each row's index into the event's tables (`kinds`, in order of first sight): by
-    its subscription when each subscription has one topic, endpoint and status here
-    (the usual case: a string look-up per row), else by all four."""
-    subs = dict.fromkeys(columns[0])
-    if len(subs) == len(kinds):  # same first-sight order as `kinds`
-        return list(map(dict(zip(subs, itertools.count())).__getitem__, columns[0]))
-    index = dict(zip(kinds, itertools.count()))
-    return list(map(index.__getitem__, _kind_of_each(columns)))
-
-
-def _kind_of_each(columns: Columns) -> Iterator[Column]:
-    """Each row's (subscription, topic, endpoint, status)."""
-    return zip(columns[0], columns[1], columns[9], columns[8], strict=True)
-
-
-def _one_or_all(values: Sequence[Any]) -> tuple[Any, list[Any] | None]:
+def _one_or_all(values: Sequence[_T]) -> tuple[_T | None, list[_T] | None]:
     """A table column: its value when every item holds it, else the items."""
     return (values[0], None) if values.count(values[0]) == len(values) else (None, list(values))
 
 
-def _deltas(values: tuple[int, ...]) -> tuple[int, list[int] | None]:
-    """The smallest value and each value minus it (None when all are equal)."""
-    low = min(values)
-    if values.count(low) == len(values):
-        return low, None
-    return low, list(map(operator.sub, values, itertools.repeat(low)))
+def _deltas(values: list[int]) -> tuple[int, list[int] | None]:
+    """The first value and each value minus it (None when all are equal). A column of
+    one int object (a fetch batch's time, shared by its records) is found by identity
+    (`count` compares nothing else); any other is subtracted at once, not searched for
+    its smallest first (a delta may be negative)."""
+    first = values[0]
+    if values[-1] is first and values.count(first) == len(values):
+        return first, None
+    deltas = list(map(operator.sub, values, itertools.repeat(first)))
+    return (first, deltas) if any(deltas) else (first, None)
 
 
-def _columnar_event(columns: Columns,
-                    kinds: dict[tuple[str, str, str, int], None], ids: list[int],
+def _columnar_event(columns: list[Ledger], subs: list[str], topics: list[str],
+                    endpoints: list[str], statuses: list[int], ids: list[int],
                     shift_ms: int) -> Event:
-    subs, topics, endpoints, statuses = (list(c) for c in zip(*kinds, strict=True))
     topic, topic_list = _one_or_all(topics)
     endpoint, endpoint_list = _one_or_all(endpoints)
     status, status_list = _one_or_all(statuses)
@@ -518,10 +585,10 @@ def _columnar_event(columns: Columns,
     return Event(
         type="delivered", ts_ms=ts0, endpoint=endpoint, topic=topic, attempt=1,
         status=status, record_ts_ms=record_ts0, fetched_ts_ms=fetched0 + shift_ms,
-        count=len(ids), latencies_us=list(columns[5]), ts_deltas_ms=ts_deltas,
+        count=len(ids), latencies_us=micros(columns[5]), ts_deltas_ms=ts_deltas,
         record_ts_deltas_ms=record_ts_deltas, fetched_ts_deltas_ms=fetched_deltas,
-        subscriptions=subs, topics=topic_list, partitions=list(columns[2]), keys=ids,
-        record_offsets=list(columns[3]), endpoints=endpoint_list, statuses=status_list)
+        subscriptions=subs, topics=topic_list, partitions=columns[2], keys=ids,
+        record_offsets=columns[3], endpoints=endpoint_list, statuses=status_list)
 
 
 def expand_columnar(event: Event, subscription: str | None = None) -> list[Event]:
@@ -768,7 +835,7 @@ class Journal:
         flush_interval_ms: int = 200,
         max_buffered: int = 100_000,
         pace: Gate | None = None,
-        ledger: list[DeliveryRow] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         if max_segment_bytes <= 0 or max_segment_age_ms <= 0 or flush_interval_ms <= 0:
             raise UsageError("Journal sizes and intervals must be positive")
@@ -781,22 +848,24 @@ class Journal:
         self._max_age_ms = max_segment_age_ms
         self._interval_ms = flush_interval_ms
         self._max_buffered = max_buffered
+        self._max_rows = max_buffered * ROW_WIDTH  # the ledger's length at that many rows
         # emit() appends while the buffer is below `_accept`; beyond it, the slow path
         # closes the gate (or, after stop(), which sets it to 0, counts the drop). One
         # compare on the hot path.
         self._accept = max_buffered
         self.gate = pace if pace is not None else Gate()
         self._buffer: list[Event] = []
-        self.ledger: list[DeliveryRow] = [] if ledger is None else ledger
-        """Plain first-attempt deliveries not filed yet: the egress appends its rows here
-        (`ActorContext.delivered` is this list's `append`: no Python call per delivery);
+        self.ledger: Ledger = [] if ledger is None else ledger
+        """Plain first-attempt deliveries not filed yet, flat: the egress's rows'
+        values, `ROW_WIDTH` a row (`ActorContext.delivered` is this list's `extend`: no
+        Python call per delivery, and the row's tuple is freed at once);
         written as one columnar event at every commit and at stop, and at a flush when
         `RANGE_MAX_AGE_MS` / 2 passed since the last filing or it holds `max_buffered`
         rows (a round's rows in one event: its tables are written once). Rows appended
         after `stop()` are not seen (a runtime stops its actors first)."""
         self._ticks = self._filed_at = 0  # flushes so far; the one the ledger was filed at
-        self.tap: Callable[[list[DeliveryRow]], None] | None = None
-        """Told the ledger's rows as they are filed (the runtime's `delivered` listeners)."""
+        self.tap: Callable[[Ledger], None] | None = None
+        """Told the ledger as it is filed, flat (the runtime's `delivered` listeners)."""
         self._shift = clock.wall_ms() - clock.monotonic_ms()
         self._written = 0
         self._dropped = 0
@@ -815,7 +884,7 @@ class Journal:
         """Queue one event for the flush task. Never blocks, never raises. (The egress
         hands its plain first-attempt deliveries to `ledger` instead.)"""
         if type(event) is Delivery:
-            self.ledger.append(event.row())
+            self.ledger.extend(event.row())
             return
         if event.type == "committed":
             self._commit(event)  # type: ignore[arg-type]
@@ -833,33 +902,45 @@ class Journal:
         return self._shift
 
     def _file(self) -> None:
-        """Take the ledger's rows into `DeliveryRanges` (its cursors over
-        `RANGE_MAX_RECORDS` out to the buffer)."""
-        ledger, self._filed_at = self.ledger, self._ticks
-        if not ledger:
-            return
-        rows = ledger.copy()
-        ledger.clear()  # in place: the egress holds this list's `append`
-        if self.tap is not None:
-            self.tap(rows)
-        if self._state == "stopped":
-            self._drop([row_event(row, self._shift) for row in rows], "stopped")
-            return
-        self._queue(columnar(rows, self._shift))
+        """Write the ledger's rows, as one columnar event, into the buffer."""
+        self._filed_at = self._ticks
+        if self.ledger:
+            self._queue(self._take_ledger())
 
     def _commit(self, event: Event) -> None:
         """A commit puts the ledger's deliveries, as one columnar event, into the buffer
         ahead of it."""
-        rows, self._filed_at = self.ledger.copy(), self._ticks
-        self.ledger.clear()  # in place: the egress holds this list's `append`
-        if rows and self.tap is not None:
-            self.tap(rows)
-        released = columnar(rows, self._shift)
+        self._filed_at = self._ticks
+        released = self._take_ledger() if self.ledger else []
         released.append(event)
         if len(self._buffer) + len(released) <= self._accept:
             self._buffer += released
         else:
             self._queue(released)
+
+    def _take_ledger(self) -> list[Event]:
+        """The ledger's rows as events (none after stop: counted as dropped), the ledger
+        emptied in place (the egress holds this list's `extend`; not copied: the
+        columns are its slices)."""
+        ledger = self.ledger
+        try:
+            return self._ledger_events(ledger)
+        finally:
+            ledger.clear()
+
+    def _ledger_events(self, ledger: Ledger) -> list[Event]:
+        if len(ledger) % ROW_WIDTH:  # a sink fed something else than rows: cannot split
+            log.error("journal: %d values in the ledger, not rows of %d; dropped",
+                      len(ledger), ROW_WIDTH)
+            self._drop([Event(type="delivered", ts_ms=self._clock.wall_ms())]
+                       * max(1, len(ledger) // ROW_WIDTH), "malformed")
+            return []
+        if self.tap is not None:
+            self.tap(ledger)  # read before it returns: the ledger is cleared after
+        if self._state == "stopped":
+            self._drop([row_event(row, self._shift) for row in rows_of(ledger)], "stopped")
+            return []
+        return columnar_ledger(ledger, self._shift)
 
     def _queue(self, events: list[Event]) -> None:
         for event in events:
@@ -973,7 +1054,7 @@ class Journal:
     async def _flush_locked(self) -> None:
         ticks = max(1, RANGE_MAX_AGE_MS // self._interval_ms)
         self._ticks += 1
-        if self._ticks - self._filed_at >= ticks // 2 or len(self.ledger) >= self._max_buffered:
+        if self._ticks - self._filed_at >= ticks // 2 or len(self.ledger) >= self._max_rows:
             self._file()  # else the next commit files it: a cursor's rows side by side
         self._shift_ms()
         if self._buffer or self._unreported:

@@ -24,6 +24,7 @@ from actors.delivery.egress.http import EgressActor
 from actors.delivery.egress.outlet import Answer
 from actors.delivery.egress.transport import LeanTransport, TransportSettings, make_transport
 from actors.shared.messages import Deliver, Delivered, Record, RetryInfo
+from runtime.host.journal import ROW_WIDTH
 from runtime.host.metrics import Registry
 from runtime.kernel.clock import FakeClock
 from runtime.kernel.supervisor import ChildSpec
@@ -176,6 +177,7 @@ async def test_a_delivered_first_attempt_is_accounted_as_the_general_path_does(
         general._told(deliver, Answer(200), 12.5)
         fast_row, general_row = rows
         assert fast_row == general_row
+        assert len(fast_row) == ROW_WIDTH  # type: ignore[arg-type]  # the flat ledger's rows
         assert list(fast.attempts or ()) == list(general.attempts or ())
         assert fast.counters() == general.counters() == {"delivered": 1,
                                                          "failed_attempts": 0}

@@ -149,8 +149,9 @@ async def test_a_commit_round_is_one_event_ahead_of_which_its_cursors_deliveries
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, clock=FakeClock())
     await journal.open()
-    journal.ledger += [delivered(0).row(), delivered(0, partition=1).row(),
-                       delivered(1).row(), delivered(0, sub="idle_g").row()]
+    for one in (delivered(0), delivered(0, partition=1), delivered(1),
+                delivered(0, sub="idle_g")):
+        journal.ledger.extend(one.row())  # as the egress hands a row over in a runtime
     journal.emit(commit_round(T0 + 100, [("s_g", "t", 0, 2), ("s_g", "t", 1, 1),
                                          ("x_g", "u", 3, 9)]))
     assert (journal.buffered, journal.ledger) == (2, [])  # idle_g's goes out too
@@ -173,7 +174,7 @@ def test_a_round_of_one_topic_names_it_once_and_a_round_of_one_is_the_old_event(
         type="committed", ts_ms=T0, subscription="s_g", topic="t", partition=0, offset=2)
 
 
-async def test_in_a_runtime_the_egress_sink_is_the_journals_ledger_append(
+async def test_in_a_runtime_the_egress_sink_is_the_journals_ledger_extend(
         tmp_path: Path) -> None:
     runtime = runtime_with_journal(tmp_path, enabled=True)
     heard: list[Event] = []
@@ -184,7 +185,7 @@ async def test_in_a_runtime_the_egress_sink_is_the_journals_ledger_append(
     journal = await runtime._open_journal()
     assert journal is not None
     sink(delivered(4).row())
-    assert journal.ledger == [delivered(4).row()] and heard == []
+    assert journal.ledger == list(delivered(4).row()) and heard == []  # flat
     await journal.stop()
     assert heard == [delivered(4).event(SHIFT)]  # heard as the journal filed it
     assert [(e.offset, e.count) for e in lines(tmp_path / "journal")] == [(4, None)]
@@ -205,7 +206,7 @@ async def test_without_a_commit_the_ledger_is_filed_by_the_flushes_of_half_the_m
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, clock=FakeClock())
     await journal.open()
-    journal.ledger.append(delivered(3).row())
+    journal.ledger.extend(delivered(3).row())
     half = RANGE_MAX_AGE_MS // journal.flush_interval_ms // 2
     for _ in range(half - 1):
         await journal.flush()
@@ -214,3 +215,17 @@ async def test_without_a_commit_the_ledger_is_filed_by_the_flushes_of_half_the_m
     assert journal.ledger == [] and journal.written == 1  # filed and written
     await journal.stop()
     assert [(e.offset, e.latency_ms) for e in lines(tmp_path)] == [(3, 1.28)]
+
+
+async def test_a_ledger_that_is_not_whole_rows_is_dropped_and_said_not_misread(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=FakeClock())
+    await journal.open()
+    journal.ledger.extend(delivered(0).row())
+    journal.ledger.append(delivered(1).row())  # a sink fed a row whole: the ledger is flat
+    journal.emit(committed(2))
+    await journal.stop()
+
+    assert journal.dropped == 1
+    assert [(e.type, e.reason) for e in lines(tmp_path)] == [
+        ("committed", None), ("journal_dropped", "malformed")]

@@ -444,7 +444,7 @@ class EgressActor(OutletActor):
             self.health.record(True, status, None, now_wall)
         topic, partition, offset = record.topic, record.partition, record.offset
         self.context.delivered((
-            self._subscription, topic, partition, offset, now_wall, int(latency_ms * 1000),
+            self._subscription, topic, partition, offset, now_wall, latency_ms,
             record.timestamp_ms, record.fetched_ms, status, self.endpoint))
         ring = self.attempts
         if ring is not None:

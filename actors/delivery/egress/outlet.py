@@ -421,13 +421,15 @@ class OutletActor(Actor):
         the report's added latency is its send time (`ts_ms - latency_ms`) minus that
         (issue 35: this was a `sent` event per attempt, 40% of the journal's bytes). A
         plain first-attempt delivery goes to the journal, which holds it and
-        writes with its cursor's others as one ranged event; it goes as a row (a tuple in
-        `DeliveryRow`'s order) to the `delivered` sink, the journal's ledger: no call."""
+        writes with the others of its commit round as one columnar event; it goes as a
+        row (a tuple in `DeliveryRow`'s order, the latency as measured: the journal
+        turns it into microseconds) to the `delivered` sink, the journal's ledger: no
+        call."""
         attempt = record.attempt
         if attempt == 1 and reason is None and kind == "delivered" and record.retry is None:
             self.context.delivered((
                 self._subscription, record.topic, record.partition, record.offset,
-                now_wall, int(latency_ms * 1000), record.timestamp_ms, record.fetched_ms,
+                now_wall, latency_ms, record.timestamp_ms, record.fetched_ms,
                 status, self.endpoint))
             return
         topic, partition, offset = record.coordinates()  # a retry: its original ones
