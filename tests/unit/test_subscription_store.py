@@ -137,6 +137,19 @@ async def test_saves_of_different_subscriptions_may_run_at_once(tmp_path: Path) 
     assert len(os.listdir(tmp_path)) == 8
 
 
+def _hold_the_first_batch(store: SubscriptionStore) -> threading.Event:
+    """The writer's first batch waits in its thread until the event is set."""
+    write_all, held = store._write_all, threading.Event()
+
+    def writing(files: list[tuple[Path, bytes | None]]) -> list[OSError | None]:
+        if store.batches == 1:  # `take` counts the batch before it is written
+            assert held.wait(timeout=30), "the test never let the first batch go"
+        return write_all(files)
+
+    store._write_all = writing  # type: ignore[method-assign]
+    return held
+
+
 async def test_saves_asked_together_are_written_in_one_batch_each_answered_alone(
         tmp_path: Path) -> None:
     """A group commit: the first save's batch is written while the next 19 queue, and
@@ -144,7 +157,9 @@ async def test_saves_asked_together_are_written_in_one_batch_each_answered_alone
     (tmp_path / "bad_g.json").mkdir()  # a rename onto a directory fails
     (tmp_path / "bad_g.json" / "inside").touch()
     store = SubscriptionStore(tmp_path)
+    queued = _hold_the_first_batch(store)  # else the writer may take the queue in parts
     saves = [store.save(consumer(f"s{i}")) for i in range(19)] + [store.save(consumer("bad"))]
+    queued.set()
     outcomes = await asyncio.gather(*saves, return_exceptions=True)
     assert [type(o).__name__ for o in outcomes] == ["NoneType"] * 19 + ["IsADirectoryError"]
     assert store.batches == 2
