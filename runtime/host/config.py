@@ -80,6 +80,15 @@ DEFAULT_BODY_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_SUBSCRIPTIONS: Final = 10_000
 DEFAULT_MAX_TOPICS: Final = 10_000
 DEFAULT_MAX_PATTERNS: Final = 1_000
+DEFAULT_ORIGIN_MAX_CONNECTIONS: Final = 256
+"""Connections (requests in flight) to one origin across its subscriptions (issue 37; 1000
+before). Every connection a burst opens costs about 130-200 us of CPU to connect (bench/
+egress.py --phases fanout: a cold burst to 1,000 subscriptions of one origin opened 1,000
+of them, ~20 us per delivery of 10,000), kept for the next burst. 256 keeps a cold burst
+near a warm one's cost, still lets one origin take 2,560 pushes/s per instance at 100 ms of
+latency, and stays under common receivers' own limits with a second instance (nginx's
+default 512 connections per worker; 768 on Debian). A subscription's pool above it waits
+for the origin's turns: raise it for a few busy subscriptions to a far origin."""
 
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -219,8 +228,10 @@ class EgressConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     """Per-origin circuit breaker (actors/delivery/egress/origin.py); its thresholds come from the
     subscriptions' `circuitBreaker` settings (defaults: 50% of at least 20 answers in 30 s
     opens it for 10 s)."""
-    origin_max_connections: Annotated[int, Meta(ge=1, le=100_000)] = 1000
-    """Requests in flight to one origin (scheme, host, port) across all subscriptions."""
+    origin_max_connections: Annotated[int, Meta(ge=1, le=100_000)] = \
+        DEFAULT_ORIGIN_MAX_CONNECTIONS
+    """Requests in flight, and so connections, to one origin (scheme, host, port) across
+    all subscriptions (`DEFAULT_ORIGIN_MAX_CONNECTIONS` says why this many)."""
     deny_networks: list[str] | None = None
     """CIDRs never connected to; None means the defaults (link-local and cloud metadata)."""
     allow_references: list[str] | None = None

@@ -40,7 +40,10 @@ whenever a subscription of the origin starts.
 
 Rate limit: a token bucket of `rate` requests per second (burst: one second's worth).
 Connection limit: at most `max_connections` requests in flight to the origin across all
-its subscriptions (`[egress] origin_max_connections`).
+its subscriptions (`[egress] origin_max_connections`, 256 by default: runtime/host/
+config.py says why). A request holds a connection, so that many connections at most are
+open to the origin; a burst takes idle ones from the origin's shelf first and opens a new
+one only when none is idle (tests/integration/test_push_callbacks.py counts them).
 """
 
 from __future__ import annotations
@@ -56,12 +59,13 @@ from urllib.parse import urlsplit
 
 from actors.delivery.egress.status import BreakerChange, BreakerState, OriginStatus
 from actors.delivery.egress.transport import Shelf
+from runtime.host.config import DEFAULT_ORIGIN_MAX_CONNECTIONS
 
 DEFAULT_FAILURE_RATIO = 0.5
 DEFAULT_MIN_REQUESTS = 20
 DEFAULT_OPEN_MS = 10_000
 DEFAULT_WINDOW_MS = 30_000
-DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_CONNECTIONS: Final = DEFAULT_ORIGIN_MAX_CONNECTIONS
 HALF_OPEN_POLL_MS: Final = 100
 """How often a held request looks again while the probe is out (its answer may take up
 to the subscription's `timeoutMs`)."""

@@ -366,13 +366,15 @@ class Shelf:
     subscription that pushes there (issue 24: a thousand subscriptions of one endpoint
     reuse a few connections instead of opening their own). Each transport still holds at
     most its `pool` at once; the origin's limit bounds them all (egress/origin.py). The
-    last transport to close closes what is left."""
+    last transport to close closes what is left. `opened` counts the connections made to
+    the origin (tests and bench/egress.py read it: a warm burst opens none)."""
 
-    __slots__ = ("_idle", "users")
+    __slots__ = ("_idle", "opened", "users")
 
     def __init__(self) -> None:
         self._idle: deque[_Connection] = deque()
         self.users = 0
+        self.opened = 0
 
     def take(self) -> _Connection | None:
         now = time.monotonic()
@@ -607,6 +609,7 @@ class LeanTransport:
                 except BaseException:
                     connection.close()  # cancelled (timed out) here: not left open
                     raise
+                self._shelf.opened += 1
                 return connection
         raise last or OSError(f"cannot connect to {self._host}:{self._port}")
 
