@@ -356,7 +356,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             if args.profile:
                 import cProfile
                 profile = cProfile.Profile()
-                profile.enable()
+                if args.profile_phase != "warm":
+                    profile.enable()
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
             g0 = gc_time[0]
             await produce_all(topics, args.records)
@@ -377,8 +378,12 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                                                 some[int(len(some) * 0.99)] * 1000,
                                                 some[-1] * 1000, end - begin)
             note(args.tree, "fan-out:", result)
+            if profile is not None and args.profile_phase == "cold":
+                profile.disable()
             # the same again: workers, connections and series exist now (warm)
             await asyncio.sleep(1)
+            if profile is not None and args.profile_phase == "warm":
+                profile.enable()
             d0, c0 = delivered(), cpu_s()
             await produce_all(topics, args.records)
             result["warm_s"] = await until("warm", lambda: delivered() - d0 >= total)
@@ -672,7 +677,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     command += ["--stalls", "--stall-ms", str(args.stall_ms)] if args.stalls else []
     command += ["--subscribe-parts"] if args.subscribe_parts else []
     if args.profile and tree == HERE.parent:
-        command += ["--profile", args.profile]
+        command += ["--profile", args.profile, "--profile-phase", args.profile_phase]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
                                                    cwd=tree, env=env)
@@ -776,6 +781,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--filters", type=int, default=0,
                         help="distinct header filters for the filtered phase (0: none)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--profile-phase", choices=("cold", "warm", "both"), default="both",
+                        help="--profile: the first fan-out, the second, or both")
     parser.add_argument("--profile", default="",
                         help="cProfile the fan-out phases of this tree into this file")
     parser.add_argument("--gc-threshold", default="",
