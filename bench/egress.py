@@ -213,7 +213,7 @@ class Fan(Actor):
 
     def __init__(self) -> None:
         super().__init__("fan")
-        self.answered = self.failed = self.want = 0
+        self.answered = self.failed = self.want = self.messages = 0
         self.done: asyncio.Future[None] | None = None
 
     def burst(self, egresses: list[EgressActor], size: int, first: int) -> asyncio.Future[None]:
@@ -227,6 +227,7 @@ class Fan(Actor):
 
     async def handle(self, message: object) -> None:
         records = getattr(message, "records", None)
+        self.messages += 1  # outcome messages: a cursor's turns in the runtime
         self.answered += 1 if records is None else len(records)
         self.failed += type(message).__name__ == "Failed" or (
             records is not None and getattr(message, "failure", None) is not None)
@@ -267,7 +268,7 @@ async def fanout(port: int, subscriptions: int, size: int, bursts: int, limit: i
         print(f"  fan-out: {subscriptions} subscriptions x {size} records, origin limit "
               f"{origin.max_connections}", flush=True)
         for n in range(bursts):
-            opened = origin.shelf.opened
+            opened, fan.messages = origin.shelf.opened, 0
             started, cpu = time.perf_counter(), time.process_time()
             await fan.burst(egresses, size, n * size)  # type: ignore[arg-type]
             total = subscriptions * size
@@ -275,6 +276,7 @@ async def fanout(port: int, subscriptions: int, size: int, bursts: int, limit: i
                   f"{(time.process_time() - cpu) / total * 1e6:6.1f} us CPU/delivery, "
                   f"{time.perf_counter() - started:.3f} s, "
                   f"{origin.shelf.opened - opened} connections opened, "
+                  f"{fan.messages / subscriptions:.1f} outcome messages per subscription, "
                   f"{len(origin.shelf)} idle after ({load()})"
                   + (f", {fan.failed} failed" if fan.failed else ""), flush=True)
     finally:
