@@ -82,13 +82,15 @@ DEFAULT_MAX_TOPICS: Final = 10_000
 DEFAULT_MAX_PATTERNS: Final = 1_000
 DEFAULT_ORIGIN_MAX_CONNECTIONS: Final = 256
 """Connections (requests in flight) to one origin across its subscriptions (issue 37; 1000
-before). Every connection a burst opens costs about 130-200 us of CPU to connect (bench/
-egress.py --phases fanout: a cold burst to 1,000 subscriptions of one origin opened 1,000
-of them, ~20 us per delivery of 10,000), kept for the next burst. 256 keeps a cold burst
-near a warm one's cost, still lets one origin take 2,560 pushes/s per instance at 100 ms of
-latency, and stays under common receivers' own limits with a second instance (nginx's
-default 512 connections per worker; 768 on Debian). A subscription's pool above it waits
-for the origin's turns: raise it for a few busy subscriptions to a far origin."""
+before). A new connection costs 100-200 us of CPU here (connect and close: 330,000-450,000
+instructions under callgrind, three or four pushes' worth); a cold burst to 1,000
+subscriptions of one origin opened 1,000 of them, 157,000 instructions per delivery of
+10,000 against 115,000 warm (bench/egress.py --phases fanout), and 123,000 with 256. They
+are kept for the next burst. 256 still lets one origin take 2,560 pushes/s per instance at
+100 ms of latency and stays under common receivers' own limits with a second instance
+(nginx: 512 connections per worker by default, 768 on Debian). A subscription's pool
+above it waits for the origin's turns: raise it for a few busy subscriptions to a far
+origin."""
 
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

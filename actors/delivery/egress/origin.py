@@ -42,8 +42,9 @@ Rate limit: a token bucket of `rate` requests per second (burst: one second's wo
 Connection limit: at most `max_connections` requests in flight to the origin across all
 its subscriptions (`[egress] origin_max_connections`, 256 by default: runtime/host/
 config.py says why). A request holds a connection, so that many connections at most are
-open to the origin; a burst takes idle ones from the origin's shelf first and opens a new
-one only when none is idle (tests/integration/test_push_callbacks.py counts them).
+open to the origin (https: per TLS context); a burst takes idle ones from the origin's
+shelf first and opens a new one only when none is idle (tests/integration/
+test_push_callbacks.py counts them).
 """
 
 from __future__ import annotations
