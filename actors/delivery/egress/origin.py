@@ -290,10 +290,13 @@ class Slots:
     than arrival order: each cursor then got its outcomes one at a time, a turn of its
     own for each; sixteen keep most of a burst's outcomes of a cursor together."""
 
-    __slots__ = ("_free", "_loop", "_queues", "_served", "_turns", "_waiting")
+    __slots__ = ("_free", "_granted", "_loop", "_queues", "_served", "_turns", "_waiting")
 
     def __init__(self, limit: int) -> None:
         self._free = limit
+        # tickets handed a slot in this turn of the loop, run together in the next (issue
+        # 37: a loop callback each was a handle per push at fan-out, where most pushes wait)
+        self._granted: list[Ticket] = []
         # where hand-overs run, read once: `asyncio.get_running_loop()` makes a getpid()
         # system call on Python 3.11, and at fan-out most pushes are handed a slot (#37)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -342,10 +345,26 @@ class Slots:
             return
         ticket.granted = True
         self._waiting -= 1
+        granted = self._granted
+        granted.append(ticket)
+        if len(granted) > 1:
+            return  # a callback to run them is on its way
         loop = self._loop
         if loop is None or not loop.is_running():  # first, or a later loop (tests)
             loop = self._loop = asyncio.get_running_loop()
-        loop.call_soon(ticket.run)
+        loop.call_soon(self._run_granted)
+
+    def _run_granted(self) -> None:
+        """The tickets handed a slot since the last call, in the order they were handed
+        one: each one's callback, none nested inside `give` (a callback that gives a slot
+        back hands it to a ticket that runs in the next call)."""
+        granted, self._granted = self._granted, []
+        for ticket in granted:
+            try:
+                ticket.run()
+            except Exception as exc:  # as the loop does for a callback of its own
+                (self._loop or asyncio.get_running_loop()).call_exception_handler(
+                    {"message": "origin slot hand-over failed", "exception": exc})
 
     def _next(self) -> Ticket | None:
         turns, queues = self._turns, self._queues

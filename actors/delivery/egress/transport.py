@@ -19,8 +19,9 @@ redirects (a 3xx is a status like any other); the response body read up to
 `SNIPPET_BYTES` when the status is not 2xx (the attempts API shows them); at most `pool`
 connections in use, kept alive `KEEPALIVE_S` when idle and, given the origin's `Shelf`,
 shared with the other subscriptions of the origin (both transports: issue 37); every
-connection through the destination guard's socket factory. A response with `Connection: close`, a timeout, or
-anything unexpected closes its connection, never reuses it.
+connection through the destination guard's socket factory. A response with
+`Connection: close`, a timeout, or anything unexpected closes its connection, never
+reuses it.
 
 `https://` endpoints use aiohttp (its TLS options), whatever the default says.
 
