@@ -80,17 +80,27 @@ DEFAULT_BODY_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_SUBSCRIPTIONS: Final = 10_000
 DEFAULT_MAX_TOPICS: Final = 10_000
 DEFAULT_MAX_PATTERNS: Final = 1_000
-DEFAULT_ORIGIN_MAX_CONNECTIONS: Final = 256
+DEFAULT_ORIGIN_MAX_CONNECTIONS: Final = 512
 """Connections (requests in flight) to one origin across its subscriptions (issue 37; 1000
-before). A new connection costs 100-200 us of CPU here (connect and close: 330,000-450,000
-instructions under callgrind, three or four pushes' worth); a cold burst to 1,000
-subscriptions of one origin opened 1,000 of them, 157,000 instructions per delivery of
-10,000 against 115,000 warm (bench/egress.py --phases fanout), and 123,000 with 256. They
-are kept for the next burst. 256 still lets one origin take 2,560 pushes/s per instance at
-100 ms of latency and stays under common receivers' own limits with a second instance
-(nginx: 512 connections per worker by default, 768 on Debian). A subscription's pool
-above it waits for the origin's turns: raise it for a few busy subscriptions to a far
-origin."""
+before). The limit trades a cold burst's new connections against a warm one's batching:
+
+- a new connection costs 100-200 us of CPU here (connect and close: 330,000-450,000
+  instructions under callgrind, three or four pushes' worth). A cold burst of 10 records
+  to 1,000 subscriptions of one origin opened 920 of them at 1000 and 176 at 256 (the
+  runtime, bench/fanout.py); the egress alone (bench/egress.py --phases fanout) spent
+  157,000 instructions per delivery cold at 1000 against 121,000 at 256;
+- a warm burst (connections kept from the last one, 30 s) is cheaper with more requests
+  in flight, each turn of the loop answering more of them: 115,000 instructions per
+  delivery at 1000 against 119,000 at 256, and in the runtime 53 us of CPU per delivery
+  against 62 (same machine, runs alternated, load 1-2);
+- at a receiver's latency the limit caps the origin's rate per instance: 5,120 pushes/s at
+  100 ms with 512, about the rate of a fan-out's deliveries on one core (2,560 with 256
+  would hold a fan-out to a far origin below what the CPU does).
+
+512 halves a cold burst's connections and keeps a far origin's rate near the CPU's; it is
+also below Debian nginx's 768 connections per worker for one instance. A subscription's
+pool above it waits for the origin's turns: raise it for busy subscriptions of a far
+origin, lower it for a receiver that takes fewer connections."""
 
 
 class AdminConfig(_Frozen, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -40,7 +40,7 @@ whenever a subscription of the origin starts.
 
 Rate limit: a token bucket of `rate` requests per second (burst: one second's worth).
 Connection limit: at most `max_connections` requests in flight to the origin across all
-its subscriptions (`[egress] origin_max_connections`, 256 by default: runtime/host/
+its subscriptions (`[egress] origin_max_connections`, 512 by default: runtime/host/
 config.py says why). A request holds a connection, so that many connections at most are
 open to the origin (https: per TLS context); a burst takes idle ones from the origin's
 shelf first and opens a new one only when none is idle (tests/integration/
