@@ -58,7 +58,8 @@ from actors.delivery.document.subscription import (
 )
 from actors.delivery.egress.attempts import AttemptRing
 from actors.delivery.egress.http import EgressActor
-from actors.shared.messages import Deliver, Record
+from actors.delivery.egress.origin import Origins
+from actors.shared.messages import Deliver, DeliverMany, Record
 from runtime.host.metrics import Registry
 from runtime.kernel.actor import Actor
 from runtime.kernel.supervisor import ChildSpec
@@ -204,6 +205,84 @@ async def egress(port: int, count: int, window: int, transport: str) -> int:
         await system.stop(deadline_ms=3000)
 
 
+# -- fan-out: many egress actors, one origin -------------------------------------------
+class Fan(Actor):
+    """Where the cursors of one partition stand at fan-out: tells each subscription's
+    egress a burst of records in one `DeliverMany` (as a cursor's dispatch does) and
+    counts the outcomes."""
+
+    def __init__(self) -> None:
+        super().__init__("fan")
+        self.answered = self.failed = self.want = self.messages = 0
+        self.done: asyncio.Future[None] | None = None
+
+    def burst(self, egresses: list[EgressActor], size: int, first: int) -> asyncio.Future[None]:
+        self.done = asyncio.get_running_loop().create_future()
+        self.answered, self.want = 0, len(egresses) * size
+        for egress in egresses:
+            records = [Record("bench", 0, first + n, b"k", BODY, (), timestamp_ms=0,
+                              fetched_ms=0, attempt=1) for n in range(size)]
+            egress.tell_nowait(DeliverMany(records, epoch=1, reply_to=self))
+        return self.done
+
+    async def handle(self, message: object) -> None:
+        records = getattr(message, "records", None)
+        self.messages += 1  # outcome messages: a cursor's turns in the runtime
+        self.answered += 1 if records is None else len(records)
+        self.failed += type(message).__name__ == "Failed" or (
+            records is not None and getattr(message, "failure", None) is not None)
+        if self.answered >= self.want and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+async def fanout(port: int, subscriptions: int, size: int, bursts: int, limit: int,
+                 transport: str) -> None:
+    """`bursts` bursts of `size` records to each of `subscriptions` egress actors that
+    share one origin (`limit` connections; 0: the default): CPU per delivery and the
+    connections each burst opened. The first burst is cold (no connection yet)."""
+    events: list[object] = []
+    rows: list[object] = []
+    system = ActorSystem(emit=events.append, delivered=rows.append)
+    await system.start()
+    origins = Origins(max_connections=limit) if limit else Origins()
+    try:
+        fan = Fan()
+        await system.spawn(ChildSpec("fan", lambda: fan))
+        egresses = []
+        for n in range(subscriptions):
+            settings = egress_settings(Consumer(
+                id=f"s{n}", group=Group(id="bench"), broker="Kafka",
+                topics=[TopicSpec(name="bench")],
+                subscriptionMethod=msgspec.convert(
+                    # no timeout under callgrind (50 x slower)
+                    {"type": "http", "uri": f"http://127.0.0.1:{port}/hook",
+                     "timeoutMs": 600_000, "connectTimeoutMs": 600_000},
+                    SubscriptionMethod)))
+            actor = EgressActor(f"egress-{n}", settings, Registry(),
+                                origin=origins.get(settings.uri),
+                                transport=transport)  # type: ignore[arg-type]
+            actor.attempts = AttemptRing()
+            egresses.append(await system.spawn(ChildSpec(f"egress-{n}",
+                                                         lambda actor=actor: actor)))
+        origin = origins.get(f"http://127.0.0.1:{port}/hook")
+        print(f"  fan-out: {subscriptions} subscriptions x {size} records, origin limit "
+              f"{origin.max_connections}", flush=True)
+        for n in range(bursts):
+            opened, fan.messages = origin.shelf.opened, 0
+            started, cpu = time.perf_counter(), time.process_time()
+            await fan.burst(egresses, size, n * size)  # type: ignore[arg-type]
+            total = subscriptions * size
+            print(f"  burst {n + 1} ({'cold' if n == 0 else 'warm'}): "
+                  f"{(time.process_time() - cpu) / total * 1e6:6.1f} us CPU/delivery, "
+                  f"{time.perf_counter() - started:.3f} s, "
+                  f"{origin.shelf.opened - opened} connections opened, "
+                  f"{fan.messages / subscriptions:.1f} outcome messages per subscription, "
+                  f"{len(origin.shelf)} idle after ({load()})"
+                  + (f", {fan.failed} failed" if fan.failed else ""), flush=True)
+    finally:
+        await system.stop(deadline_ms=10_000)
+
+
 # -- the run --------------------------------------------------------------------------
 async def timed(name: str, run: Any, count: int, timeout_s: float) -> float:
     started, cpu = time.perf_counter(), time.process_time()
@@ -222,6 +301,10 @@ async def main(args: argparse.Namespace) -> None:
           f"{len(BODY)} B, window {args.window}, transport {args.transport}")
     results: dict[str, list[float]] = {"raw": [], "bare": [], "egress": []}
     with receiver() as port:
+        if args.phases == "fanout":
+            await fanout(port, args.subscriptions, args.burst, args.bursts,
+                         args.origin_connections, args.transport)
+            return
         for round_ in range(1, args.rounds + 1):
             print(f"round {round_}")
             for name, run in (("raw", raw(port, args.pushes, args.window)),
@@ -268,7 +351,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--transport", choices=("lean", "aiohttp"), default="lean")
     parser.add_argument("--py-spy", default="", help="sample the first egress phase")
     parser.add_argument("--phases", default="raw,bare,egress",
-                        help="which phases run (callgrind: egress alone)")
+                        help="which phases run (callgrind: egress alone); `fanout` alone: "
+                             "bursts to many egress actors of one origin")
+    parser.add_argument("--subscriptions", type=int, default=1000, help="fanout: egresses")
+    parser.add_argument("--burst", type=int, default=10, help="fanout: records each")
+    parser.add_argument("--bursts", type=int, default=3, help="fanout: the first is cold")
+    parser.add_argument("--origin-connections", type=int, default=0,
+                        help="fanout: the origin's limit (0: the default)")
     parser.add_argument("--timeout-s", type=float, default=120.0)
     return parser.parse_args(argv)
 

@@ -133,6 +133,12 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         family = runtime.metrics.counter("hookstream_delivered_total", "")
         return sum(c.value for c in family.children.values())
 
+    def connections_opened() -> int:
+        """Connections the lean transport opened to the endpoints (trees before issue 37's
+        `Shelf.opened`: -1)."""
+        origins = runtime.service(DeliveryService).origins
+        return sum(getattr(origin.shelf, "opened", -1) for origin in origins)
+
     async def until(what: str, check: Any) -> float:
         start = time.perf_counter()
         while not check():
@@ -358,12 +364,15 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             if args.profile:
                 import cProfile
                 profile = cProfile.Profile()
-                profile.enable()
+                if args.profile_phase != "warm":
+                    profile.enable()
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
             g0 = gc_time[0]
+            opened = connections_opened()
             await produce_all(topics, args.records)
             total = args.records * args.subscribers
             result["fanout_s"] = await until("fan-out", lambda: delivered() - d0 >= total)
+            result["fanout_connections"] = connections_opened() - opened
             result["fanout_us"] = (cpu_s() - c0) / total * 1e6
             result["fanout_gc_us"] = (gc_time[0] - g0) / total * 1e6
             result["fanout_load"] = load()
@@ -379,11 +388,17 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                                                 some[int(len(some) * 0.99)] * 1000,
                                                 some[-1] * 1000, end - begin)
             note(args.tree, "fan-out:", result)
+            if profile is not None and args.profile_phase == "cold":
+                profile.disable()
             # the same again: workers, connections and series exist now (warm)
             await asyncio.sleep(1)
+            if profile is not None and args.profile_phase == "warm":
+                profile.enable()
             d0, c0 = delivered(), cpu_s()
+            opened = connections_opened()
             await produce_all(topics, args.records)
             result["warm_s"] = await until("warm", lambda: delivered() - d0 >= total)
+            result["warm_connections"] = connections_opened() - opened
             result["warm_us"] = (cpu_s() - c0) / total * 1e6
             result["warm_ratio"] = result["warm_us"] / result["single_us"]
             result["warm_load"] = load()
@@ -720,7 +735,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     if args.switch_interval_ms:
         command += ["--switch-interval-ms", str(args.switch_interval_ms)]
     if args.profile and tree == HERE.parent:
-        command += ["--profile", args.profile]
+        command += ["--profile", args.profile, "--profile-phase", args.profile_phase]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
                                                    cwd=tree, env=env)
@@ -768,7 +783,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"  {args.records * args.subscribers} deliveries in {r['fanout_s']:.2f} s, "
               f"{r['fanout_us']:.0f} us/delivery = {r['fanout_ratio']:.2f} x single "
               f"({r['fanout_load']}; of which garbage collection "
-              f"{r['fanout_gc_us']:.0f} us)\n"
+              f"{r['fanout_gc_us']:.0f} us; {r.get('fanout_connections', '?')} connections "
+              "opened)\n"
               f"  /healthz while subscribing, idle and delivering: p99 "
               f"{r['health_p99_ms']:.0f} ms, max {r['health_max_ms']:.0f} ms; "
               + "; ".join(f"{phase} p50/p99/max {p50:.0f}/{p99:.0f}/{top:.0f} ms ({n})"
@@ -794,7 +810,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
                   f"at {r['restart_cursors_s']:.1f} s, every subscriber delivering at "
                   f"{r['restart_delivering_s']:.1f} s")
         print(f"  again (warm): {r['warm_s']:.2f} s, {r['warm_us']:.0f} us/delivery = "
-              f"{r['warm_ratio']:.2f} x single ({r['warm_load']})")
+              f"{r['warm_ratio']:.2f} x single ({r['warm_load']}; "
+              f"{r.get('warm_connections', '?')} connections opened)")
         if "filtered_us" in r:
             print(f"  filtered ({args.filters} distinct header filters): "
                   f"{r['filtered_us']:.0f} us/delivery = {r['filtered_ratio']:.2f} x "
@@ -824,6 +841,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--filters", type=int, default=0,
                         help="distinct header filters for the filtered phase (0: none)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--profile-phase", choices=("cold", "warm", "both"), default="both",
+                        help="--profile: the first fan-out, the second, or both")
     parser.add_argument("--profile", default="",
                         help="cProfile the fan-out phases of this tree into this file")
     parser.add_argument("--gc-threshold", default="",

@@ -16,7 +16,9 @@ import pytest
 from aiohttp import web
 
 from actors.delivery.document.settings import egress_settings
+from actors.delivery.egress.guard import DestinationGuard
 from actors.delivery.egress.http import EgressActor
+from actors.delivery.egress.origin import Origin
 from actors.shared.messages import Delivered, Failed
 from runtime.kernel.supervisor import ChildSpec
 from tests.conftest import TopicFactory
@@ -75,14 +77,19 @@ class HttpsReceiver:
     url: str
     peers: list[Any]
     """The client certificate of each request (None without one)."""
+    connections: list[Any] = field(default_factory=list)
+    """The client address and port of each request: its connection."""
 
 
 async def _serve(context: ssl.SSLContext) -> AsyncIterator[HttpsReceiver]:
     peers: list[Any] = []
+    connections: list[Any] = []
 
     async def hook(request: web.Request) -> web.Response:
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         peers.append(ssl_object.getpeercert() if ssl_object is not None else None)
+        connections.append(request.transport.get_extra_info("peername")
+                           if request.transport else None)
         await request.read()
         return web.Response(status=200)
 
@@ -94,7 +101,7 @@ async def _serve(context: ssl.SSLContext) -> AsyncIterator[HttpsReceiver]:
     await site.start()
     port = runner.addresses[0][1]
     try:
-        yield HttpsReceiver(f"https://127.0.0.1:{port}/hook", peers)
+        yield HttpsReceiver(f"https://127.0.0.1:{port}/hook", peers, connections)
     finally:
         await runner.cleanup()
 
@@ -114,6 +121,43 @@ async def https(pki: Pki) -> AsyncIterator[HttpsReceiver]:
 async def mutual(pki: Pki) -> AsyncIterator[HttpsReceiver]:
     async for receiver in _serve(pki.server_context(require_client_cert=True)):
         yield receiver
+
+
+@pytest.fixture
+async def optional(pki: Pki) -> AsyncIterator[HttpsReceiver]:
+    """Takes a client certificate of the client CA when one is offered, and none."""
+    context = pki.server_context(require_client_cert=True)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    async for receiver in _serve(context):
+        yield receiver
+
+
+async def test_https_subscriptions_of_one_origin_share_its_warm_connections_per_tls_context(
+        harness: Harness, optional: HttpsReceiver, pki: Pki) -> None:
+    origin, guard = Origin("shared"), DestinationGuard()  # the runtime has one guard
+    plain = {"caFile": str(pki.ca_file)}
+    certified = {**plain, "certFile": str(pki.cert_file), "keyFile": str(pki.key_file)}
+    first, second, third = [await _egress(harness, name, optional.url, origin, guard, tls=tls)
+                            for name, tls in (("a", plain), ("b", plain), ("c", certified))]
+    for offset in range(3):  # one after another: each finds the last one's connection idle
+        for egress in (first, second, third):
+            [outcome] = await harness.push(egress, make_record(offset))
+            assert isinstance(outcome, Delivered)
+    # a and b (the same CA file: one TLS context) shared one connection; c, with its client
+    # certificate, kept to its own and never lent it out
+    by_connection: dict[Any, set[bool]] = {}
+    for connection, peer in zip(optional.connections, optional.peers, strict=True):
+        by_connection.setdefault(connection, set()).add(peer is not None)
+    assert sorted(by_connection.values(), key=sorted) == [{False}, {True}]
+    assert optional.peers.count(None) == 6
+
+
+async def _egress(harness: Harness, name: str, url: str, origin: Origin,
+                  guard: DestinationGuard, **method: Any) -> EgressActor:
+    consumer = msgspec.structs.replace(make_consumer(url, **method), id=name)
+    actor = EgressActor(name, egress_settings(consumer), harness.metrics, guard, origin)
+    await harness.system.spawn(ChildSpec(name, lambda: actor, restart="temporary"))
+    return actor
 
 
 async def _push(harness: Harness, url: str, **method: Any) -> Delivered | Failed:

@@ -317,6 +317,24 @@ async def test_subscriptions_of_one_origin_share_warm_connections_and_take_turns
     assert harness.endpoint.peers == peers
 
 
+async def test_a_cold_burst_of_many_subscriptions_opens_at_most_the_origins_limit(
+        harness: Harness) -> None:
+    origin = Origin("shared", max_connections=6)
+    egresses = [await harness.egress("/ok", name=f"s{n}", origin=origin, maxConnections=10)
+                for n in range(30)]
+    for burst in range(2):  # cold, then warm
+        for n, egress in enumerate(egresses):
+            egress.tell_nowait(DeliverMany([make_record(burst * 1000 + n * 10 + k)
+                                            for k in range(5)], epoch=3,
+                                           reply_to=harness.collector))
+        outcomes = await harness.collector.wait_for(150 * (burst + 1))
+        assert all(o.delivered for o in outcomes)
+        # the first burst opened at most the limit; the second reused them, opening none
+        assert origin.shelf.opened <= 6 and len(harness.endpoint.peers) <= 6
+    assert harness.endpoint.most <= 6
+    assert len(origin.shelf) == origin.shelf.opened  # all kept alive for the next burst
+
+
 async def test_a_bursts_deliveries_reach_their_cursor_in_fewer_messages(
         harness: Harness) -> None:
     egress = await harness.egress("/held", maxConnections=50)

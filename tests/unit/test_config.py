@@ -34,6 +34,11 @@ def test_defaults_fill_what_is_not_given(tmp_path: Path) -> None:
     assert config.delay.levels == []
 
 
+def test_an_origin_takes_512_connections_unless_told(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, MINIMAL))
+    assert config.egress.origin_max_connections == 512  # issue 37: 1000 before
+
+
 def test_config_is_frozen(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, MINIMAL))
     with pytest.raises(AttributeError):

@@ -28,6 +28,11 @@ def test_origins_are_scheme_host_and_port() -> None:
     assert origins.get("http://h:1/a") is not origins.get("http://h:2/a")
 
 
+def test_an_origin_without_settings_takes_the_configs_default_connection_limit() -> None:
+    assert Origins().get("http://h:1/").max_connections == 512  # issue 37: 1000 before
+    assert Origin("h").max_connections == 512
+
+
 def test_the_breaker_opens_at_the_failure_ratio_probes_once_then_closes() -> None:
     breaker = CircuitBreaker(failure_ratio=0.5, min_requests=4, open_ms=1000)
     for ok in (True, False, True):

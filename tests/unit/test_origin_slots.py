@@ -75,3 +75,30 @@ async def test_a_slot_given_back_with_nobody_waiting_is_free_again() -> None:
     slots.take("a", lambda: None)
     slots.give()
     assert slots.take("b", lambda: None) is None
+
+
+async def test_slots_handed_over_in_one_turn_run_together_in_order_and_a_failure_stays_alone(
+        ) -> None:
+    loop = asyncio.get_running_loop()
+    errors: list[object] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context["exception"]))
+    slots, served = Slots(3), []
+    for who in "abc":
+        assert slots.take(who, lambda: None) is None
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    slots.take("d", lambda: served.append("d"))
+    slots.take("e", boom)
+    slots.take("f", lambda: (served.append("f"), slots.give()))  # gives back at once
+    slots.take("g", lambda: served.append("g"))
+    for _ in range(3):
+        slots.give()  # three answers in one turn: one loop callback runs d, e and f
+    assert served == [] and slots.waiting == 1
+    await turn()
+    assert served == ["d", "f"]  # f's slot went to g: it runs in the next call, not nested
+    assert [str(e) for e in errors] == ["boom"]  # reported; the batch went on
+    await turn()
+    assert served == ["d", "f", "g"] and slots.waiting == 0
+    loop.set_exception_handler(None)

@@ -40,7 +40,11 @@ whenever a subscription of the origin starts.
 
 Rate limit: a token bucket of `rate` requests per second (burst: one second's worth).
 Connection limit: at most `max_connections` requests in flight to the origin across all
-its subscriptions (`[egress] origin_max_connections`).
+its subscriptions (`[egress] origin_max_connections`, 512 by default: runtime/host/
+config.py says why). A request holds a connection, so that many connections at most are
+open to the origin (https: per TLS context); a burst takes idle ones from the origin's
+shelf first and opens a new one only when none is idle (tests/integration/
+test_push_callbacks.py counts them).
 """
 
 from __future__ import annotations
@@ -56,12 +60,13 @@ from urllib.parse import urlsplit
 
 from actors.delivery.egress.status import BreakerChange, BreakerState, OriginStatus
 from actors.delivery.egress.transport import Shelf
+from runtime.host.config import DEFAULT_ORIGIN_MAX_CONNECTIONS
 
 DEFAULT_FAILURE_RATIO = 0.5
 DEFAULT_MIN_REQUESTS = 20
 DEFAULT_OPEN_MS = 10_000
 DEFAULT_WINDOW_MS = 30_000
-DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_CONNECTIONS: Final = DEFAULT_ORIGIN_MAX_CONNECTIONS
 HALF_OPEN_POLL_MS: Final = 100
 """How often a held request looks again while the probe is out (its answer may take up
 to the subscription's `timeoutMs`)."""
@@ -285,10 +290,13 @@ class Slots:
     than arrival order: each cursor then got its outcomes one at a time, a turn of its
     own for each; sixteen keep most of a burst's outcomes of a cursor together."""
 
-    __slots__ = ("_free", "_loop", "_queues", "_served", "_turns", "_waiting")
+    __slots__ = ("_free", "_granted", "_loop", "_queues", "_served", "_turns", "_waiting")
 
     def __init__(self, limit: int) -> None:
         self._free = limit
+        # tickets handed a slot in this turn of the loop, run together in the next (issue
+        # 37: a loop callback each was a handle per push at fan-out, where most pushes wait)
+        self._granted: list[Ticket] = []
         # where hand-overs run, read once: `asyncio.get_running_loop()` makes a getpid()
         # system call on Python 3.11, and at fan-out most pushes are handed a slot (#37)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -337,10 +345,26 @@ class Slots:
             return
         ticket.granted = True
         self._waiting -= 1
+        granted = self._granted
+        granted.append(ticket)
+        if len(granted) > 1:
+            return  # a callback to run them is on its way
         loop = self._loop
         if loop is None or not loop.is_running():  # first, or a later loop (tests)
             loop = self._loop = asyncio.get_running_loop()
-        loop.call_soon(ticket.run)
+        loop.call_soon(self._run_granted)
+
+    def _run_granted(self) -> None:
+        """The tickets handed a slot since the last call, in the order they were handed
+        one: each one's callback, none nested inside `give` (a callback that gives a slot
+        back hands it to a ticket that runs in the next call)."""
+        granted, self._granted = self._granted, []
+        for ticket in granted:
+            try:
+                ticket.run()
+            except Exception as exc:  # as the loop does for a callback of its own
+                (self._loop or asyncio.get_running_loop()).call_exception_handler(
+                    {"message": "origin slot hand-over failed", "exception": exc})
 
     def _next(self) -> Ticket | None:
         turns, queues = self._turns, self._queues

@@ -17,9 +17,11 @@ timeout (`timeoutMs`, the request from the moment a pooled connection is ours); 
 redirects (a 3xx is a status like any other); the response body read up to
 `RESPONSE_BODY_CAP` and dropped (a longer one closes the connection), but for its first
 `SNIPPET_BYTES` when the status is not 2xx (the attempts API shows them); at most `pool`
-connections, kept alive `KEEPALIVE_S` when idle; every connection through the
-destination guard's socket factory. A response with `Connection: close`, a timeout, or
-anything unexpected closes its connection, never reuses it.
+connections in use, kept alive `KEEPALIVE_S` when idle and, given the origin's `Shelf`,
+shared with the other subscriptions of the origin (both transports: issue 37); every
+connection through the destination guard's socket factory. A response with
+`Connection: close`, a timeout, or anything unexpected closes its connection, never
+reuses it.
 
 `https://` endpoints use aiohttp (its TLS options), whatever the default says.
 
@@ -124,7 +126,7 @@ def make_transport(settings: TransportSettings, name: TransportName | None = Non
     url = settings.url
     if name == "lean" and isinstance(url, URL) and url.scheme == "http" and url.host:
         return LeanTransport(settings, url, shelf, owner)
-    return AiohttpTransport(settings, owner)
+    return AiohttpTransport(settings, owner, shelf)
 
 
 class _Owned:
@@ -160,27 +162,44 @@ class _Owned:
 
 # -- aiohttp ---------------------------------------------------------------------------
 class AiohttpTransport:
-    def __init__(self, settings: TransportSettings, owner: Spawner | None = None) -> None:
+    """With a `shelf` (its origin's), the subscriptions of one origin share one aiohttp
+    connector, as the lean ones share the shelf's connections (issue 37, item 3: a burst of
+    10,000 https subscriptions of one origin opened a connection, and a TLS handshake,
+    each, although the others' pools had idle ones). aiohttp keys its pooled connections
+    by host, port and TLS context, so subscriptions with their own CA or client
+    certificate never get one another's. The origin's slots bound the connections in use;
+    a subscription's own pool is its egress's count of pushes (and `send`'s semaphore)."""
+
+    def __init__(self, settings: TransportSettings, owner: Spawner | None = None,
+                 shelf: Shelf | None = None) -> None:
         self._url = settings.url
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
+        self._ssl = settings.ssl
+        self._shelf = shelf
+        if shelf is not None:
+            shelf.users += 1
+            connector = shelf.connector(settings.socket_factory)
+        else:
+            connector = aiohttp.TCPConnector(
                 limit=settings.pool, limit_per_host=settings.pool, ssl=settings.ssl,
                 keepalive_timeout=KEEPALIVE_S, ttl_dns_cache=DNS_CACHE_S,
-                socket_factory=settings.socket_factory),
+                socket_factory=settings.socket_factory)
+        self._session = aiohttp.ClientSession(
+            connector=connector, connector_owner=shelf is None,
             timeout=aiohttp.ClientTimeout(total=settings.total_s,
                                           sock_connect=settings.connect_s),
             headers=settings.headers,  # aiohttp merges these per request, in C (multidict)
             cookie_jar=aiohttp.DummyCookieJar(),  # a push never carries another's cookies
             auto_decompress=False,  # bodies are discarded
         )
+        self._pool = asyncio.Semaphore(settings.pool)  # `send`'s bound
         self._tasks = _Owned(owner)  # requests of `start`; cancelled on close
 
     def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
               params: Mapping[str, str] | None, done: Done) -> Exchange:
         """A task per request: aiohttp's own request needs one (https is ~100 us a push:
         the task is small beside it)."""
-        return self._tasks.spawn(self._run(self.send(method, headers, body, params), done),
-                                 "egress:request")
+        return self._tasks.spawn(self._run(self._request(method, headers, body, params),
+                                           done), "egress:request")
 
     @staticmethod
     async def _run(request: Awaitable[Reply], done: Done) -> None:
@@ -193,16 +212,26 @@ class AiohttpTransport:
 
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
                    params: Mapping[str, str] | None) -> Reply:
+        async with self._pool:
+            return await self._request(method, headers, body, params)
+
+    async def _request(self, method: str, headers: Mapping[str, str], body: bytes | None,
+                       params: Mapping[str, str] | None) -> Reply:
         async with self._session.request(method, self._url, data=body, params=params,
-                                         headers=headers, allow_redirects=False) as response:
+                                         headers=headers, allow_redirects=False,
+                                         ssl=self._ssl) as response:
             status = response.status
             kept = await discard_body(response, 0 if 200 <= status < 300 else SNIPPET_BYTES)
             answer = response.headers
             return status, answer.get("Retry-After"), answer.get("QOH-Action"), kept
 
     async def close(self) -> None:
+        if self._session.closed:
+            return
         await self._tasks.close()
         await self._session.close()
+        if self._shelf is not None:
+            await self._shelf.leave()
 
     @property
     def closed(self) -> bool:
@@ -366,13 +395,31 @@ class Shelf:
     subscription that pushes there (issue 24: a thousand subscriptions of one endpoint
     reuse a few connections instead of opening their own). Each transport still holds at
     most its `pool` at once; the origin's limit bounds them all (egress/origin.py). The
-    last transport to close closes what is left."""
+    last transport to close closes what is left. `opened` counts the connections made to
+    the origin (tests and bench/egress.py read it: a warm burst opens none)."""
 
-    __slots__ = ("_idle", "users")
+    __slots__ = ("_connectors", "_idle", "opened", "users")
 
     def __init__(self) -> None:
         self._idle: deque[_Connection] = deque()
         self.users = 0
+        self.opened = 0
+        # https: aiohttp's pool, one per socket factory (a runtime has one guard)
+        self._connectors: dict[SocketFactory, aiohttp.TCPConnector] | None = None
+
+    def connector(self, socket_factory: SocketFactory) -> aiohttp.TCPConnector:
+        """The aiohttp connector the https subscriptions of this origin share (made on
+        first use: it needs the running loop). No limit of its own: the origin's slots
+        bound the requests under way, each subscription's egress its own."""
+        connectors = self._connectors
+        if connectors is None:
+            connectors = self._connectors = {}
+        found = connectors.get(socket_factory)
+        if found is None or found.closed:
+            found = connectors[socket_factory] = aiohttp.TCPConnector(
+                limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_S,
+                ttl_dns_cache=DNS_CACHE_S, socket_factory=socket_factory)
+        return found
 
     def take(self) -> _Connection | None:
         now = time.monotonic()
@@ -391,11 +438,16 @@ class Shelf:
     def __len__(self) -> int:
         return len(self._idle)
 
-    def leave(self) -> None:
+    async def leave(self) -> None:
+        """A transport closed; the last one closes what is left."""
         self.users -= 1
-        if self.users <= 0:
-            while self._idle:
-                self._idle.pop().close()
+        if self.users > 0:
+            return
+        while self._idle:
+            self._idle.pop().close()
+        connectors, self._connectors = self._connectors, None
+        for connector in (connectors or {}).values():
+            await connector.close()
 
 
 _OVERRIDING: dict[tuple[str, ...], dict[tuple[str, ...], bool]] = {}
@@ -607,6 +659,7 @@ class LeanTransport:
                 except BaseException:
                     connection.close()  # cancelled (timed out) here: not left open
                     raise
+                self._shelf.opened += 1
                 return connection
         raise last or OSError(f"cannot connect to {self._host}:{self._port}")
 
@@ -635,9 +688,9 @@ class LeanTransport:
         for connection in list(self._using):
             connection.close()  # its request fails, as any request in flight at close
         self._using.clear()
-        self._shelf.leave()
         self.deadlines.close()
         await self._tasks.close()  # a request still connecting fails with ConnectionLost
+        await self._shelf.leave()
 
 
 class _Exchange:
