@@ -38,10 +38,11 @@ browser:
 	  echo "chromium could not be installed: the browser test will be skipped"
 
 # Parallel workers (pytest-xdist), each with its own embedded broker; the Spark tests share
-# one worker and its JVM. The suite waits on brokers and sockets more than it computes, so
-# more workers than cores pay (alone, after the Spark session's cut: 4 workers 5 min 38 s,
-# 6 workers 5 min 0 s). docs/testing.md says what each folder covers.
-TEST_WORKERS ?= 6
+# two workers and their JVMs. The suite waits on brokers and sockets as well as computing,
+# so more workers than cores pay: alone, 6 workers kept the cores 89% busy (5 min 9 s at
+# ad2ff1c), 8 workers fill the waits (4 min 43 s, the same commit, minutes apart).
+# docs/testing.md says what each folder covers.
+TEST_WORKERS ?= 8
 PYTEST := $(BIN)/python -m pytest -q -rs -p no:cacheprovider
 # pytest's exit code 5 (no tests collected) must fail the target, not pass it
 NO_TESTS_FAIL := rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; \
