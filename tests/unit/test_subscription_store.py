@@ -23,6 +23,7 @@ from actors.delivery.document.subscription import (
     decode_consumer,
     document,
 )
+from actors.delivery.document.writes import WriteQueue
 
 
 def consumer(sub_id: str, **method: Any) -> Consumer:
@@ -287,3 +288,21 @@ async def test_a_key_too_long_for_a_file_name_is_stored_under_a_bounded_one(
     assert await store.load_all() == ([long], [])
     await store.delete(long.key)
     assert os.listdir(tmp_path) == []
+
+
+async def test_a_writer_that_fails_outside_its_batches_fails_the_saves_it_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No save waits for ever: an error of the writer itself (not a file's) goes to every
+    save still queued, and the next save starts a new writer."""
+    store = SubscriptionStore(tmp_path)
+
+    def broken(self: WriteQueue[Any]) -> list[Any]:
+        raise RuntimeError("the writer broke")
+
+    monkeypatch.setattr(WriteQueue, "take", broken)
+    saves = [store.save(consumer(f"s{i}")) for i in range(3)]
+    outcomes = await asyncio.gather(*saves, return_exceptions=True)
+    assert [str(o) for o in outcomes] == ["the writer broke"] * 3
+    monkeypatch.undo()
+    await store.save(consumer("after"))
+    assert [c.id for c in (await store.load_all())[0]] == ["after"]

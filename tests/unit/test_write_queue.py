@@ -1,6 +1,7 @@
 """The subscription files' write queue (actors/delivery/document/writes.py), driven by a
 hypothesis state machine: random changes asked of a few files, batches taken by the one
-writer, whose end comes when a take finds nothing; after every step, a change is never
+writer, whose end comes when a take finds nothing (or on an error of its own, which answers the
+rest); after every step, a change is never
 queued without a writer under way (no save waits forever), there is one writer at most,
 each file's changes are written in the order asked and never two in one batch, and
 every change asked is written exactly once."""
@@ -45,6 +46,14 @@ class WriteQueueMachine(RuleBasedStateMachine):
             self.written.setdefault(path, []).append(change)
         if not batch:
             self.writer = False  # the writer ends
+
+    @precondition(lambda self: self.writer)
+    @rule()
+    def writer_fails(self) -> None:
+        """The writer ends on an error of its own: the rest is answered (with it)."""
+        for path, change in self.queue.abandon():
+            self.written.setdefault(path, []).append(change)
+        self.writer = False
 
     @invariant()
     def nothing_waits_without_a_writer(self) -> None:

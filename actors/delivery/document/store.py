@@ -92,7 +92,6 @@ class SubscriptionStore:
         # subscribes 8 at a time: p50 16 ms against 9; bench/RESULTS.md)
         self._writes: WriteQueue[Change] = WriteQueue()
         self._lock = threading.Lock()  # guards `_writes`: the loop asks, the writer takes
-        self._writer: asyncio.Future[None] | None = None
 
     @property
     def batches(self) -> int:
@@ -122,8 +121,20 @@ class SubscriptionStore:
         with self._lock:
             start = self._writes.ask(path, (data, done))
         if start:
-            self._writer = loop.run_in_executor(None, self._write_until_none, loop)
+            writer = loop.run_in_executor(None, self._write_until_none, loop)
+            writer.add_done_callback(self._writer_ended)
         return done
+
+    def _writer_ended(self, writer: asyncio.Future[None]) -> None:
+        """On the loop: a writer that failed outside its batches (their write errors go to
+        their savers) leaves no save waiting: what it left queued fails with its error."""
+        error = None if writer.cancelled() else writer.exception()
+        if error is None:
+            return
+        log.error("subscription store %s: the writer failed", self.directory, exc_info=error)
+        with self._lock:
+            stranded = self._writes.abandon()
+        _answer([done for _, (_, done) in stranded], [error] * len(stranded))
 
     # -- the writer: a worker thread ------------------------------------------------------
     def _write_until_none(self, loop: asyncio.AbstractEventLoop) -> None:

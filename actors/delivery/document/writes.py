@@ -55,3 +55,9 @@ class WriteQueue(Generic[T]):
         else:
             self.writing = False
         return batch
+
+    def abandon(self) -> list[tuple[Path, T]]:
+        """The writer ended without taking the rest: all that is queued, and no writer
+        under way (the next `ask` starts one)."""
+        queued, self.queued, self.writing = self.queued, [], False
+        return queued
