@@ -15,10 +15,11 @@ Per tree, on fresh topics:
    `--baseline-records` 100-byte records on a `--partitions` topic; CPU of the worker per
    record, from the first delivery to the last.
 2. Fan-out: `--subscribers` subscriptions (each its own group.id) of one `--partitions`
-   topic, subscribed through the admin API 25 at a time: the time until all answered,
-   RSS growth per subscription once every cursor exists (and again after the deliveries
-   below, and 22 s later: idle outlets' workers end after 10 to 20 s), idle CPU of the worker
-   and of the broker over `--idle-s` with nothing produced, then `--records` records
+   topic, subscribed through the admin API `--in-flight` at a time: the time until all
+   answered, until every cursor runs (exists and knows where it starts), RSS growth per
+   subscription then (and again after the deliveries below, and 22 s later: idle outlets'
+   workers end after 10 to 20 s), idle CPU of the worker and of the broker over
+   `--idle-s` from 2 s later, with nothing produced, then `--records` records
    produced: the time until every subscriber has them all (records x subscribers
    deliveries), and the worker's CPU per delivery over that window.
 
@@ -61,6 +62,39 @@ def cpu_s(pid: int | None = None) -> float:
         return time.process_time()
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Requests:
+    """Kafka requests this process sends, counted by kind (`--requests`): wraps aiokafka's
+    `AIOKafkaConnection.send`, so it counts every client's requests."""
+
+    def __init__(self) -> None:
+        from collections import Counter
+
+        from aiokafka.conn import AIOKafkaConnection
+
+        self.counts: Counter[str] = Counter()
+        send = AIOKafkaConnection.send
+        counts = self.counts
+
+        def counted(conn: Any, request: Any, expect_response: bool = True) -> Any:
+            counts[type(request).__name__.rsplit("Request", 1)[0]] += 1
+            return send(conn, request, expect_response)
+
+        AIOKafkaConnection.send = counted
+
+    def taken(self) -> str:
+        """The counts since the last call, most first."""
+        text = ", ".join(f"{kind} {n}" for kind, n in self.counts.most_common())
+        self.counts.clear()
+        return text or "none"
+
+    async def per_second(self, seconds: float, note: Any) -> None:
+        """Sleep `seconds`, noting each second's requests."""
+        for second in range(int(seconds)):
+            await asyncio.sleep(1)
+            note(f"  idle second {second + 1}: {self.taken()}")
+        await asyncio.sleep(seconds - int(seconds))
 
 
 def rss_kib() -> float:
@@ -119,6 +153,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                      f"{took * 1000:.0f} ms, collected {info['collected']}")
 
     parts = SubscribeParts() if args.subscribe_parts else None
+    requests = Requests() if args.requests else None
     gc.callbacks.append(on_gc)
     stalls = Stalls(args.stall_ms) if args.stalls else None
     beating = asyncio.create_task(stalls.beat_forever()) if stalls else None
@@ -176,6 +211,23 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     def cursors() -> int:
         return len(runtime.metrics.gauge("hookstream_inflight", "").children)
+
+    def awaiting() -> float:
+        """Cursors started and not yet told where they start (trees before this gauge:
+        0, and a cursor counts as running once it exists)."""
+        family = runtime.metrics.gauge("hookstream_group_cursors_awaiting_position", "")
+        return sum(c.value for c in family.children.values())
+
+    async def positioned() -> float:
+        """Until no cursor awaits its position, for 0.2 s in a row (a cursor just built
+        tells the member it runs a moment later)."""
+        start, calm = time.perf_counter(), 0
+        while calm < 10:
+            calm = calm + 1 if awaiting() == 0 else 0
+            if time.perf_counter() - start > args.timeout_s:
+                raise TimeoutError(f"positions: not within {args.timeout_s} s")
+            await asyncio.sleep(POLL_S)
+        return time.perf_counter() - start - 10 * POLL_S
 
     health: list[float] = []  # /healthz answer times while subscribing, idle, delivering
 
@@ -343,7 +395,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                     note(f"  stalled {count * 10:5d} ms in {where}")
             want = base_cursors + args.subscribers * args.partitions
             result["cursors_s"] = result["subscribe_s"] + await until(
-                "cursors", lambda: cursors() >= want)
+                "cursors", lambda: cursors() >= want) + await positioned()
             await asyncio.sleep(2)
             gc.collect()
             result["rss_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
@@ -353,7 +405,12 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             note(args.tree, "subscribed:", result)
             marks.append(len(health))
             c0, b0, t0 = cpu_s(), cpu_s(args.broker_pid), time.perf_counter()
-            await asyncio.sleep(args.idle_s)
+            if requests is not None:
+                note("  Kafka requests while subscribing and until 2 s after every cursor "
+                     "ran:", requests.taken())
+                await requests.per_second(args.idle_s, note)
+            else:
+                await asyncio.sleep(args.idle_s)
             marks.append(len(health))
             wall = time.perf_counter() - t0
             result["idle_runtime_pct"] = (cpu_s() - c0) / wall * 100
@@ -732,6 +789,7 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     command += ["--tracemalloc"] if args.tracemalloc else []
     command += ["--stalls", "--stall-ms", str(args.stall_ms)] if args.stalls else []
     command += ["--subscribe-parts"] if args.subscribe_parts else []
+    command += ["--requests"] if args.requests else []
     if args.switch_interval_ms:
         command += ["--switch-interval-ms", str(args.switch_interval_ms)]
     if args.profile and tree == HERE.parent:
@@ -851,6 +909,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="[egress] origin_max_connections (0: the default)")
     parser.add_argument("--stalls", action="store_true",
                         help="name what holds the event loop (a watchdog thread)")
+    parser.add_argument("--requests", action="store_true",
+                        help="count the worker's Kafka requests by kind: while subscribing, "
+                        "and each second of the idle window")
     parser.add_argument("--subscribe-parts", action="store_true",
                         help="where a subscribe's time goes (mailbox, turn, file)")
     parser.add_argument("--stall-ms", type=float, default=100.0,

@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.protocol.commit import OffsetFetchRequest
 
 from actors.delivery.path.member import InstanceMemberActor
 from actors.shared.messages import StatusQuery
@@ -313,3 +314,54 @@ async def test_a_commit_round_is_journaled_as_one_event_naming_every_cursor_it_m
             elif one.type == "committed" and one.subscription in {f"{i}_g-{i}" for i in ids}:
                 sub, partition = one.subscription or "", one.partition or 0
                 assert all((sub, partition, o) in written for o in range(one.offset or 0))
+
+
+async def test_a_subscriptions_cursors_read_their_group_in_one_request_and_the_gauge_says_so(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """Issue 32, item 12: the cursors of one subscription are claimed together, so its
+    group's committed offsets are read once for all its partitions (claimed a partition
+    after another, 10,000 subscribers' groups were each read four times and the reads ran
+    seconds past the last cursor's start); `hookstream_group_cursors_awaiting_position`
+    counts the cursors waiting for such a read, and is 0 once every one is placed."""
+    topic = await topic_factory(partitions=4)
+    ids = [f"w{n}" for n in range(48)]
+    receiver = await Receiver().start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe_many(api, ["first"], topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 4, partitions=4)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 4)  # partitions owned
+            the_member = member(runtime)
+            offsets = the_member.offsets
+            assert offsets is not None
+            first_reads: dict[str, list[int]] = {}  # group -> partitions of its first read
+            awaiting_then: list[float] = []
+            send = offsets.client.send
+
+            async def watched(node_id: int, request: object, **kw: object) -> object:
+                if isinstance(request, OffsetFetchRequest):
+                    group, wanted = request._consumer_group, request._partitions or []
+                    first_reads.setdefault(group, [p for _t, ps in wanted for p in ps])
+                    awaiting_then.append(awaiting(runtime))
+                return await send(node_id, request, **kw)  # type: ignore[arg-type]
+
+            offsets.client.send = watched  # type: ignore[method-assign]
+            await subscribe_many(api, ids, topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 4, partitions=4)
+            # each new subscription from the start: the 8 records; the first the 4 new
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 8 + 48 * 8,
+                                    timeout_s=60)
+            assert awaiting(runtime) == 0
+    finally:
+        await receiver.stop()
+    assert {f"g-{i}" for i in ids} <= set(first_reads)
+    split = {g: ps for g, ps in first_reads.items()
+             if g.startswith("g-w") and sorted(ps) != [0, 1, 2, 3]}
+    assert not split, f"groups whose first read named only some partitions: {split}"
+    assert max(awaiting_then) > 0  # a read under way is counted
+
+
+def awaiting(runtime: Runtime) -> float:
+    family = runtime.metrics.gauge("hookstream_group_cursors_awaiting_position", "")
+    return sum(child.value for child in family.children.values())

@@ -108,8 +108,8 @@ class InstanceMemberActor(Actor):
         self.released = asyncio.Event()
         self.listener = RebalanceListener(self, self.released)
         self.rebalances = 0
-        self.m_generation, self.m_assigned, self.m_riders, self.m_rebalances = _series(
-            metrics, {"group": group_id, "member": self.name})
+        (self.m_generation, self.m_assigned, self.m_riders, self.m_awaiting,
+         self.m_rebalances) = _series(metrics, {"group": group_id, "member": self.name})
 
     # -- lifecycle ---------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -368,14 +368,20 @@ class InstanceMemberActor(Actor):
                 f"mailbox={len(self._mailbox)}>")
 
 
-def _series(metrics: Registry, labels: dict[str, str]) -> tuple[Value, Value, Value, Value]:
-    """The member's generation, assigned partitions, subscriptions and rebalances."""
+def _series(metrics: Registry, labels: dict[str, str],
+            ) -> tuple[Value, Value, Value, Value, Value]:
+    """The member's generation, assigned partitions, subscriptions, cursors awaiting their
+    start position, and rebalances."""
     return (metrics.gauge("hookstream_group_generation",
                           "Generation of the instance group member").labels(**labels),
             metrics.gauge("hookstream_group_assigned_partitions",
                           "Partitions assigned to the instance group member").labels(**labels),
             metrics.gauge("hookstream_group_subscriptions",
                           "Subscriptions reading through the instance group member"
+                          ).labels(**labels),
+            metrics.gauge("hookstream_group_cursors_awaiting_position",
+                          "Cursors started and not yet told where they start (their "
+                          "groups' committed offsets and the logs' bounds are read)"
                           ).labels(**labels),
             metrics.counter("hookstream_group_rebalances_total",
                             "Assignments the instance group member received").labels(**labels))

@@ -49,6 +49,7 @@ class Member(Ref, Protocol):
     m_generation: Value
     m_assigned: Value
     m_riders: Value
+    m_awaiting: Value
 
     @property
     def path(self) -> str: ...

@@ -33,6 +33,7 @@ class Starts:
         self.rebalance = rebalance
         self._rewinds: dict[Seat, int] = {}  # new cursors waiting for their positions
         self._reading = False  # a read of positions is under way
+        self._in_read = 0  # seats of the read under way not yet answered
         self._parked: dict[Seat, Rewind] = {}
         """Newer cursors of seats still retiring: they wait for the retirement's end (a
         tree restarted as a whole rejoins before its old cursors stopped; dropping their
@@ -62,6 +63,7 @@ class Starts:
             fanout.add(key)  # a restart waits for its position again
             member.cancel_read(seat)
             self._rewinds[seat] = rewind.epoch
+            self._count()
 
     def reopened(self, retired: dict[Seat, int | None]) -> None:
         """These seats' retirement ended (the epochs it retired): a newer cursor parked
@@ -77,6 +79,8 @@ class Starts:
             return
         asked = {s: e for s, e in self._rewinds.items() if member.seats.current(s, e)}
         self._rewinds = {}
+        self._in_read = len(asked)
+        self._count()
         if not asked:
             return
         self._reading = True
@@ -88,6 +92,7 @@ class Starts:
     def positions(self, read: PositionsRead) -> None:
         member = self.member
         self._reading = not read.last
+        self._in_read = max(0, self._in_read - len(read.asked)) if self._reading else 0
         current = {s: e for s, e in read.asked.items()
                    if member.seats.current(s, e) and s[0] in member.roster.riders}
         held = {s: e for s, e in current.items() if s[1] in self.rebalance.suspended}
@@ -98,6 +103,8 @@ class Starts:
             log.warning("%s: reading committed offsets failed (%s); trying again",
                         member.path, read.failed)
             self._rewinds.update(current)
+        self._count()
+        if read.failed is not None:
             return
         for seat in current:
             group, committed = member.roster.riders[seat[0]].settings.group_id, read.committed[seat]
@@ -113,6 +120,10 @@ class Starts:
             if cursor is not None:
                 cursor.tell_system(Assigned(told, current[seat]))
                 member.feed(seat[1], member.fanouts[seat[1]].position(seat[0], start))
+
+    def _count(self) -> None:
+        """The cursors awaiting their position: asked for, or waiting to be."""
+        self.member.m_awaiting.set(len(self._rewinds) + self._in_read)
 
     def _start(self, seat: Seat, committed: int | None,
                bounds: Bounds | None) -> tuple[int | None, int | None]:
