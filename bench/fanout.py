@@ -40,6 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ RESULT = "RESULT "
 T0 = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 POLL_S = 0.02
+VALUE = attrgetter("value")
 IN_FLIGHT = 8
 """Subscribes posted at a time (issue 32 measured "posted 8 at a time")."""
 
@@ -165,8 +167,11 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         gc.set_threshold(*(int(n) for n in args.gc_threshold.split(",")))
 
     def delivered() -> float:
+        """Deliveries so far, summed in C: the waits poll it every `POLL_S`, and a
+        generator over 10,000 subscriptions' counters was 7% of the CPU charged to the
+        runtime's deliveries at 10,000 subscribers (cProfile of the cold burst)."""
         family = runtime.metrics.counter("hookstream_delivered_total", "")
-        return sum(c.value for c in family.children.values())
+        return sum(map(VALUE, family.children.values()))
 
     def connections_opened() -> int:
         """Connections the lean transport opened to the endpoints (trees before issue 37's
