@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -18,7 +19,7 @@ from actors.delivery.path.member import InstanceMemberActor
 from actors.shared.messages import StatusQuery
 from runtime.host.app import Runtime
 from runtime.host.journal import Event, closed_segments, expand
-from runtime.kafka import compat, make_consumer
+from runtime.kafka import compat, make_consumer, pipeline
 from runtime.kernel.supervisor import Supervisor
 from tests import waits
 from tests.conftest import TopicFactory
@@ -317,7 +318,8 @@ async def test_a_commit_round_is_journaled_as_one_event_naming_every_cursor_it_m
 
 
 async def test_a_subscriptions_cursors_read_their_group_in_one_request_and_the_gauge_says_so(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 32, item 12: the cursors of one subscription are claimed together, so its
     group's committed offsets are read once for all its partitions (claimed a partition
     after another, 10,000 subscribers' groups were each read four times and the reads ran
@@ -332,21 +334,19 @@ async def test_a_subscriptions_cursors_read_their_group_in_one_request_and_the_g
             await subscribe_many(api, ["first"], topic, receiver.url)
             await produce(kafka_bootstrap, topic, 4, partitions=4)
             await receiver.wait_for(lambda: len(receiver.delivered()) == 4)  # partitions owned
-            the_member = member(runtime)
-            offsets = the_member.offsets
-            assert offsets is not None
             first_reads: dict[str, list[int]] = {}  # group -> partitions of its first read
             awaiting_then: list[float] = []
-            send = offsets.client.send
+            send_all = pipeline.send_all
 
-            async def watched(node_id: int, request: object, **kw: object) -> object:
-                if isinstance(request, OffsetFetchRequest):
-                    group, wanted = request._consumer_group, request._partitions or []
-                    first_reads.setdefault(group, [p for _t, ps in wanted for p in ps])
-                    awaiting_then.append(awaiting(runtime))
-                return await send(node_id, request, **kw)  # type: ignore[arg-type]
+            def watched(conn: Any, requests: Sequence[Any]) -> Any:  # every request sent
+                for request in requests:
+                    if isinstance(request, OffsetFetchRequest):
+                        group, wanted = request._consumer_group, request._partitions or []
+                        first_reads.setdefault(group, [p for _t, ps in wanted for p in ps])
+                        awaiting_then.append(awaiting(runtime))
+                return send_all(conn, requests)
 
-            offsets.client.send = watched  # type: ignore[method-assign]
+            monkeypatch.setattr(pipeline, "send_all", watched)
             await subscribe_many(api, ids, topic, receiver.url)
             await produce(kafka_bootstrap, topic, 4, partitions=4)
             # each new subscription from the start: the 8 records; the first the 4 new
