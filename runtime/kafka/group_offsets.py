@@ -32,7 +32,6 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
@@ -44,6 +43,7 @@ from aiokafka.protocol.coordination import FindCoordinatorRequest
 from runtime.kafka import pipeline
 from runtime.kafka.client import make_client
 from runtime.kafka.commit_wire import FastOffsetCommitRequest
+from runtime.kafka.pipeline import S
 
 log = logging.getLogger(__name__)
 GROUP_COORDINATOR = 0  # FindCoordinator key type
@@ -154,7 +154,7 @@ class GroupOffsets:
                                   "uses this group.id; the commit is retried")
         return Refusal(group, f"commit refused: {name}")
 
-    async def _ask(self, requests: Mapping[str, Request[Any]],
+    async def _ask(self, requests: Mapping[str, Request[S]],
                    ) -> dict[str, Response | BaseException]:
         """Each group's request sent to its coordinator, written `PER_TURN` to a write
         and a loop turn (a commit round of 4,000 groups encoded in one turn held the loop
@@ -175,7 +175,7 @@ class GroupOffsets:
                 self._coordinators.pop(group, None)
         return {g: answers[g] for g in requests}
 
-    async def _ask_node(self, node: int, requests: Mapping[str, Request[Any]],
+    async def _ask_node(self, node: int, requests: Mapping[str, Request[S]],
                         ) -> dict[str, Response | BaseException]:
         try:
             conn = await pipeline.connection(self.client, node)

@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
-from aiokafka.protocol.api import Request, Response
+from aiokafka.protocol.api import Request, RequestStruct, Response
 
 _SIZE = struct.Struct(">i")
+S = TypeVar("S", bound=RequestStruct)
+"""The structs of a kind of request (the requests sent together are of one kind)."""
 
 
 async def connection(client: AIOKafkaClient, node: int) -> AIOKafkaConnection:
@@ -38,7 +40,7 @@ async def connection(client: AIOKafkaClient, node: int) -> AIOKafkaConnection:
     return conn
 
 
-def send_all(conn: AIOKafkaConnection, requests: Sequence[Request[Any]],
+def send_all(conn: AIOKafkaConnection, requests: Sequence[Request[S]],
              ) -> list[asyncio.Future[Response]]:
     """Write `requests` to `conn` in one write; the futures of their answers (resolved by
     the connection's reader, failed when it closes). Nothing is sent if one cannot be
