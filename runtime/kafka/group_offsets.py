@@ -193,7 +193,7 @@ class GroupOffsets:
                 except _FAILURES as exc:
                     failed = dict.fromkeys(groups[at:], exc)
                     break
-            await pipeline.settle(futures, [conn], self._timeout_s)
+            await pipeline.settle(futures, conn, self._timeout_s)
         except BaseException:
             for future in futures:
                 future.cancel()

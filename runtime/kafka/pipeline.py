@@ -64,28 +64,26 @@ def send_all(conn: AIOKafkaConnection, requests: Sequence[Request[S]],
     try:
         conn._writer.write(b"".join(part for *_, message in encoded
                                     for part in (_SIZE.pack(len(message)), message)))
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # RuntimeError: the transport closed under it
         conn.close(reason=CloseReason.CONNECTION_BROKEN, exc=exc)  # fails the futures
         raise KafkaConnectionError(f"connection to {conn._host}:{conn._port} broken: "
                                    f"{exc}") from exc
     return futures
 
 
-async def settle(futures: Sequence[asyncio.Future[Response]],
-                 conns: Sequence[AIOKafkaConnection], timeout_s: float) -> None:
-    """Wait for every answer, at most `timeout_s`: then the connections still owing one
-    are closed (as aiokafka does on a request's timeout, so they are made again) and the
-    answers not come fail with `RequestTimedOutError`. (A caller that is cancelled
-    cancels the futures: their answers are dropped when they come.)"""
+async def settle(futures: Sequence[asyncio.Future[Response]], conn: AIOKafkaConnection,
+                 timeout_s: float) -> None:
+    """Wait for every answer, at most `timeout_s`: then the connection is closed (as
+    aiokafka does on a request's timeout, so it is made again) and the answers not come
+    fail with `RequestTimedOutError`. (A caller that is cancelled cancels the futures:
+    their answers are dropped when they come.)"""
     if not futures:
         return
     _done, late = await asyncio.wait(futures, timeout=timeout_s)
     if late:
         for future in late:
             future.set_exception(RequestTimedOutError())
-        for conn in conns:
-            if conn._requests:
-                conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
+        conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
 
 
 def answer(future: asyncio.Future[Response]) -> Response | BaseException:

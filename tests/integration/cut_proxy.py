@@ -3,7 +3,8 @@
 `CutProxy` stands in front of a broker that advertises the proxy's address, so every
 connection a client makes passes through it. `cut()` closes every open connection and
 refuses new ones (accepted, then closed at once, as a lost route looks to a client) until
-`heal()`. Nothing of the protocol is imitated: bytes pass through unchanged.
+`heal()`; `stall()` holds every byte, connections open, until `flow()`. Nothing of the
+protocol is imitated: bytes pass through unchanged.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class CutProxy:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     @property
     def address(self) -> str:
@@ -55,6 +58,14 @@ class CutProxy:
     def heal(self) -> None:
         self._down = False
 
+    def stall(self) -> None:
+        """Stop passing bytes, connections kept open: a broker that does not answer."""
+        self._flowing.clear()
+
+    def flow(self) -> None:
+        """Pass bytes again (what came meanwhile goes on)."""
+        self._flowing.set()
+
     def _close_all(self) -> None:
         for writer in list(self._writers):
             writer.close()
@@ -72,14 +83,16 @@ class CutProxy:
             return
         self._writers |= {writer, up_writer}
         for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(_pipe(source, sink))
+            task = asyncio.create_task(_pipe(source, sink, self._flowing))
             self._pipes.add(task)
             task.add_done_callback(self._pipes.discard)
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                flowing: asyncio.Event) -> None:
     with contextlib.suppress(OSError, ConnectionError):
         while data := await source.read(65536):
+            await flowing.wait()
             sink.write(data)
             await sink.drain()
     sink.close()

@@ -11,7 +11,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
 
-from runtime.kafka import create_topics, make_admin, make_consumer, pipeline
+from runtime.kafka import create_topics, make_admin, make_client, make_consumer, pipeline
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kafka.group_offsets import PER_TURN, GroupOffsets
 from tests.conftest import TopicFactory
@@ -173,8 +173,7 @@ async def test_a_round_of_many_groups_goes_out_a_write_per_part_and_reads_back_i
     assert len(writes) == 8
 
 
-async def test_a_cut_fails_a_round_group_by_group_and_the_next_round_after_it_commits(
-        ) -> None:
+async def test_a_cut_fails_a_round_group_by_group_and_the_next_round_after_it_commits() -> None:
     """Issue 32, item 4: a round under way when the broker's connections are cut never
     raises: every group is refused with why, its coordinator forgotten; once the cut
     heals, the next round looks them up again and commits."""
@@ -212,3 +211,30 @@ async def until_committed(offsets: GroupOffsets,
             return True
         await asyncio.sleep(0.2)
     return False
+
+
+async def test_a_round_a_broker_does_not_answer_is_refused_at_the_deadline() -> None:
+    """A round whose answers do not come fails at the client's request timeout, each
+    group refused with why (the round never hangs), and the connection is made again for
+    the next round."""
+    proxy = CutProxy(0)
+    async with proxy, EmbeddedBroker(advertised=proxy.address) as broker:
+        proxy.target_port = int(broker.bootstrap.rsplit(":", 1)[1])
+        await create_topics(proxy.address, {"stalled": 1})
+        tp = TopicPartition("stalled", 0)
+        client = make_client(proxy.address, request_timeout_ms=1000)
+        await client.bootstrap()
+        offsets = GroupOffsets(client)
+        try:
+            groups = [f"s{i}" for i in range(PER_TURN + 1)]
+            assert await offsets.commit({g: {tp: 1} for g in groups}) == []
+            proxy.stall()
+            started = asyncio.get_running_loop().time()
+            refused = await offsets.commit({g: {tp: 2} for g in groups})
+            assert asyncio.get_running_loop().time() - started < 5
+            assert sorted(r.group for r in refused) == sorted(groups)
+            assert all("RequestTimedOut" in r.reason for r in refused)
+            proxy.flow()
+            assert await until_committed(offsets, {g: {tp: 3} for g in groups})
+        finally:
+            await client.close()
