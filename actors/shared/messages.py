@@ -250,6 +250,10 @@ class Assigned:
     metadata: str = ""
     """The committed offset's metadata (exactly-once delay levels keep their finished
     offsets above the position there)."""
+    pin: bool = True
+    """With no position: commit where fetching starts, at the first batch (a later owner
+    with nothing committed would not start there). False where it would: a group with
+    nothing committed and `auto.offset.reset=earliest` starts at the log's start."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,26 @@ def test_a_partition_without_a_committed_position_pins_where_it_started() -> Non
     assert book.pin() is None
 
 
+def test_a_partition_of_an_earliest_group_pins_nothing_and_commits_its_first_finish() -> None:
+    """Issue 37: with `auto.offset.reset=earliest` a later owner starts at the log's
+    start too; a pin per new cursor was a commit round of every new group."""
+    book = PartitionBook("none", 10, 1, 100, Backoff(100))
+    book.assign(None, pin=False)
+    book.take(recs(42, 43))
+    assert book.pin() is None
+    first, _second = book.dispatch()
+    assert book.finish(first) is None  # 43 still pending: the position waits
+    assert book.request_commit() == 43
+
+
+def test_a_truncated_log_pins_the_new_start_even_without_pins() -> None:
+    book = PartitionBook("none", 10, 1, 100, Backoff(100))
+    book.assign(100, pin=False)  # committed before the topic was recreated
+    assert book.restart_if_truncated(5) == 100
+    book.take(recs(5, 6))
+    assert book.pin() == 5
+
+
 def test_a_refetch_after_a_rewind_takes_only_the_new_records() -> None:
     book = new_book()
     book.take(recs(0, 1, 2))

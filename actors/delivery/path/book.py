@@ -59,7 +59,7 @@ class PartitionBook:
     record read back from the retry topic gets one attempt per delay).
     """
 
-    __slots__ = ("_commit", "_drains", "_gate", "_rand", "_taken", "_watched",
+    __slots__ = ("_commit", "_drains", "_gate", "_pins", "_rand", "_taken", "_watched",
                  "_watched_since", "backoff", "dispatcher", "halted", "highwater",
                  "retry_limit", "retry_topics", "stalled_since", "tracker")
 
@@ -76,6 +76,7 @@ class PartitionBook:
         self.highwater: int | None = None
         self._gate = PauseGate(buffer_limit)
         self._commit = CommitPoint()
+        self._pins = True  # `pin()` commits where a book with no position starts
         self._drains = DrainWaiters()
         self._rand = rand
         # in offset order; finished ones trimmed lazily; made with the first record
@@ -96,13 +97,15 @@ class PartitionBook:
                    cursor.retry.retries, retry_topics=cursor.retry_topics)
 
     # -- intake ------------------------------------------------------------------------
-    def assign(self, position: int | None) -> bool:
-        """Fetching starts at `position` (None: the group has no commit yet). False if the
-        book was assigned already: a rewind happens once per incarnation."""
+    def assign(self, position: int | None, *, pin: bool = True) -> bool:
+        """Fetching starts at `position` (None: the group has no commit yet; `pin`: commit
+        where it starts, see `pin()`). False if the book was assigned already: a rewind
+        happens once per incarnation."""
         if self.tracker is not None:
             return False
         self.tracker = OffsetTracker(position)
         self._commit.position = position
+        self._pins = pin
         return True
 
     @property
@@ -121,6 +124,7 @@ class PartitionBook:
             return None
         self.tracker = OffsetTracker(first)
         self._commit.position = None
+        self._pins = True  # the commit goes back: the old position means nothing now
         return start
 
     def take(self, records: list[Record], highwater: int | None = None) -> list[Record]:
@@ -219,8 +223,14 @@ class PartitionBook:
 
     def pin(self) -> int | None:
         """With no position committed yet, the position to commit now: it pins where we
-        started, so a later owner does not reset past these records (reset=latest)."""
-        return self.request_commit() if self._commit.position is None else None
+        started, so a later owner does not reset past these records (reset=latest), or
+        start past the log again after `restart_if_truncated`. None for a book assigned
+        with `pin=False` (reset=earliest: a later owner starts at the log's start too;
+        at fan-out a pin per new cursor was a commit round of every new group in its
+        first burst, issue 37)."""
+        if not self._pins or self._commit.position is not None:
+            return None
+        return self.request_commit()
 
     # -- dispatch and outcomes ---------------------------------------------------------
     def dispatch(self) -> list[Record]:

@@ -195,7 +195,7 @@ class PartitionActor(Actor):
             self._on_highwater(message.highwater)
         elif isinstance(message, Assigned):
             if message.epoch == self.epoch:
-                self.book.assign(message.position)
+                self.book.assign(message.position, pin=message.pin)
         elif isinstance(message, Drain):
             self._on_drain(message)
         elif isinstance(message, DrainDeadline):

@@ -118,8 +118,13 @@ class Starts:
         for seat, (told, start) in starts.items():
             cursor = self.cursors.find(*seat)
             if cursor is not None:
-                cursor.tell_system(Assigned(told, current[seat]))
+                cursor.tell_system(Assigned(told, current[seat],
+                                            pin=not self._earliest(seat)))
                 member.feed(seat[1], member.fanouts[seat[1]].position(seat[0], start))
+
+    def _earliest(self, seat: Seat) -> bool:
+        rider = self.member.roster.riders.get(seat[0])
+        return rider is not None and rider.settings.auto_offset_reset == "earliest"
 
     def _count(self) -> None:
         """The cursors awaiting their position: asked for, or waiting to be."""
