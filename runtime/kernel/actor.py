@@ -83,6 +83,37 @@ class _Timer:
             self.actor._timers.discard(self)
 
 
+class SharedTimers:
+    """`Actor.schedule` timers that may ring up to a `slack_ms` late, gathered on one clock
+    alarm per `slack_ms`-aligned instant, whichever actors set them (issue 37: a cursor
+    sets its commit tick for every burst it gets and gives it up once the burst is done;
+    an alarm each, a loop timer made and cancelled, was a seventh of a cursor's work per
+    burst at fan-out). Never early: a deadline is rounded up. Cancelling is the actor's
+    (its `_timers` set): the instant's alarm rings only the timers still pending there.
+    One per actor system (the context's), for the one loop it runs on."""
+
+    __slots__ = ("_due",)
+
+    def __init__(self) -> None:
+        self._due: dict[int, list[_Timer]] = {}  # by the instant they ring
+
+    def add(self, timer: _Timer, deadline_ms: int, slack_ms: int, clock: Clock,
+            loop: asyncio.AbstractEventLoop | None) -> None:
+        at = -(-deadline_ms // slack_ms) * slack_ms  # rounded up to the slack's grain
+        timers = self._due.get(at)
+        if timers is None:
+            timers = self._due[at] = []
+            clock.call_at(at, self._ring, at, loop=loop)
+        timers.append(timer)
+
+    def _ring(self, at: int) -> None:
+        for timer in self._due.pop(at, ()):
+            timer.ring()
+
+    def __len__(self) -> int:
+        return sum(len(timers) for timers in self._due.values())
+
+
 _COMPACT_AFTER = 64
 """Taken envelopes a mailbox that never empties keeps before it drops them (at least
 half of its list)."""
@@ -180,7 +211,8 @@ class Mailbox:
         self._head = head
         if envelope.counted:
             self._counted -= 1
-            self._wake_putter()
+            if self._putters:  # a sender waits for room (rare): no call otherwise (#37)
+                self._wake_putter()
         return envelope
 
     def _wake_putter(self) -> None:
@@ -248,6 +280,7 @@ class ActorContext:
     lifecycle: Callable[[Lifecycle], None] = field(default=discard)
     pace: Gate = field(default=OPEN)
     delivered: Callable[[Any], None] = field(default=discard)
+    timers: SharedTimers = field(default_factory=SharedTimers)
 
 
 class Ref(Protocol):
@@ -419,14 +452,20 @@ class Actor:
         """Whether any message of `schedule` is still to come."""
         return bool(self._timers)
 
-    def schedule(self, deadline_ms: int, message: object) -> Alarm:
+    def schedule(self, deadline_ms: int, message: object, slack_ms: int = 0) -> Alarm:
         """Deliver `message` to this actor at monotonic time `deadline_ms` (an alarm of
-        the clock: no task of its own; cancelled when the actor ends)."""
+        the clock: no task of its own; cancelled when the actor ends). With `slack_ms`, at
+        most that much later: it shares its alarm with the other timers due then
+        (`SharedTimers`), for a periodic chore set and cancelled often."""
         if self._timers is None:
             self._timers = set()
         timer = _Timer(self, message)
-        timer.alarm = self.context.clock.call_at(deadline_ms, timer.ring,
-                                                 loop=self._mailbox.loop)
+        context = self.context
+        if slack_ms > 0:
+            context.timers.add(timer, deadline_ms, slack_ms, context.clock, self._mailbox.loop)
+        else:
+            timer.alarm = context.clock.call_at(deadline_ms, timer.ring,
+                                                loop=self._mailbox.loop)
         self._timers.add(timer)
         return timer
 
