@@ -64,11 +64,12 @@ _ALIVE: Final = frozenset(("new", "starting", "running"))
 class _Timer:
     """One `Actor.schedule`: tells its message when the clock's alarm rings."""
 
-    __slots__ = ("actor", "alarm", "message")
+    __slots__ = ("actor", "alarm", "message", "shared_at")
 
     def __init__(self, actor: Actor, message: object) -> None:
         self.actor, self.message = actor, message
         self.alarm: Alarm | None = None
+        self.shared_at: int | None = None  # the instant of its `SharedTimers` alarm
 
     def ring(self) -> None:
         timers = self.actor._timers
@@ -79,6 +80,8 @@ class _Timer:
     def cancel(self) -> None:
         if self.alarm is not None:
             self.alarm.cancel()
+        elif self.shared_at is not None:
+            self.actor.context.timers.drop(self)
         if self.actor._timers is not None:
             self.actor._timers.discard(self)
 
@@ -88,26 +91,32 @@ class SharedTimers:
     alarm per `slack_ms`-aligned instant, whichever actors set them (issue 37: a cursor
     sets its commit tick for every burst it gets and gives it up once the burst is done;
     an alarm each, a loop timer made and cancelled, was a seventh of a cursor's work per
-    burst at fan-out). Never early: a deadline is rounded up. Cancelling is the actor's
-    (its `_timers` set): the instant's alarm rings only the timers still pending there.
-    One per actor system (the context's), for the one loop it runs on."""
+    burst at fan-out). Never early: a deadline is rounded up. A cancelled timer leaves at
+    once (kept until its instant, a burst's ticks outlived young collections and the
+    collector walked them). One per actor system (the context's), for its one loop."""
 
     __slots__ = ("_due",)
 
     def __init__(self) -> None:
-        self._due: dict[int, list[_Timer]] = {}  # by the instant they ring
+        self._due: dict[int, dict[_Timer, None]] = {}  # by the instant they ring
 
     def add(self, timer: _Timer, deadline_ms: int, slack_ms: int, clock: Clock,
             loop: asyncio.AbstractEventLoop | None) -> None:
         at = -(-deadline_ms // slack_ms) * slack_ms  # rounded up to the slack's grain
         timers = self._due.get(at)
         if timers is None:
-            timers = self._due[at] = []
+            timers = self._due[at] = {}
             clock.call_at(at, self._ring, at, loop=loop)
-        timers.append(timer)
+        timers[timer] = None
+        timer.shared_at = at
+
+    def drop(self, timer: _Timer) -> None:
+        at = timer.shared_at
+        if at is not None and (timers := self._due.get(at)) is not None:
+            timers.pop(timer, None)
 
     def _ring(self, at: int) -> None:
-        for timer in self._due.pop(at, ()):
+        for timer in self._due.pop(at, {}):
             timer.ring()
 
     def __len__(self) -> int:
