@@ -64,11 +64,12 @@ _ALIVE: Final = frozenset(("new", "starting", "running"))
 class _Timer:
     """One `Actor.schedule`: tells its message when the clock's alarm rings."""
 
-    __slots__ = ("actor", "alarm", "message")
+    __slots__ = ("actor", "alarm", "message", "shared_at")
 
     def __init__(self, actor: Actor, message: object) -> None:
         self.actor, self.message = actor, message
         self.alarm: Alarm | None = None
+        self.shared_at: int | None = None  # the instant of its `SharedTimers` alarm
 
     def ring(self) -> None:
         timers = self.actor._timers
@@ -79,8 +80,47 @@ class _Timer:
     def cancel(self) -> None:
         if self.alarm is not None:
             self.alarm.cancel()
+        elif self.shared_at is not None:
+            self.actor.context.timers.drop(self)
         if self.actor._timers is not None:
             self.actor._timers.discard(self)
+
+
+class SharedTimers:
+    """`Actor.schedule` timers that may ring up to a `slack_ms` late, gathered on one clock
+    alarm per `slack_ms`-aligned instant, whichever actors set them (issue 37: a cursor
+    sets its commit tick for every burst it gets and gives it up once the burst is done;
+    an alarm each, a loop timer made and cancelled, was a seventh of a cursor's work per
+    burst at fan-out). Never early: a deadline is rounded up. A cancelled timer leaves at
+    once (kept until its instant, a burst's ticks outlived young collections and the
+    collector walked them). One per actor system (the context's), for its one loop."""
+
+    __slots__ = ("_due",)
+
+    def __init__(self) -> None:
+        self._due: dict[int, dict[_Timer, None]] = {}  # by the instant they ring
+
+    def add(self, timer: _Timer, deadline_ms: int, slack_ms: int, clock: Clock,
+            loop: asyncio.AbstractEventLoop | None) -> None:
+        at = -(-deadline_ms // slack_ms) * slack_ms  # rounded up to the slack's grain
+        timers = self._due.get(at)
+        if timers is None:
+            timers = self._due[at] = {}
+            clock.call_at(at, self._ring, at, loop=loop)
+        timers[timer] = None
+        timer.shared_at = at
+
+    def drop(self, timer: _Timer) -> None:
+        at = timer.shared_at
+        if at is not None and (timers := self._due.get(at)) is not None:
+            timers.pop(timer, None)
+
+    def _ring(self, at: int) -> None:
+        for timer in self._due.pop(at, {}):
+            timer.ring()
+
+    def __len__(self) -> int:
+        return sum(len(timers) for timers in self._due.values())
 
 
 _COMPACT_AFTER = 64
@@ -180,7 +220,8 @@ class Mailbox:
         self._head = head
         if envelope.counted:
             self._counted -= 1
-            self._wake_putter()
+            if self._putters:  # a sender waits for room (rare): no call otherwise (#37)
+                self._wake_putter()
         return envelope
 
     def _wake_putter(self) -> None:
@@ -248,6 +289,7 @@ class ActorContext:
     lifecycle: Callable[[Lifecycle], None] = field(default=discard)
     pace: Gate = field(default=OPEN)
     delivered: Callable[[Any], None] = field(default=discard)
+    timers: SharedTimers = field(default_factory=SharedTimers)
 
 
 class Ref(Protocol):
@@ -419,14 +461,20 @@ class Actor:
         """Whether any message of `schedule` is still to come."""
         return bool(self._timers)
 
-    def schedule(self, deadline_ms: int, message: object) -> Alarm:
+    def schedule(self, deadline_ms: int, message: object, slack_ms: int = 0) -> Alarm:
         """Deliver `message` to this actor at monotonic time `deadline_ms` (an alarm of
-        the clock: no task of its own; cancelled when the actor ends)."""
+        the clock: no task of its own; cancelled when the actor ends). With `slack_ms`, at
+        most that much later: it shares its alarm with the other timers due then
+        (`SharedTimers`), for a periodic chore set and cancelled often."""
         if self._timers is None:
             self._timers = set()
         timer = _Timer(self, message)
-        timer.alarm = self.context.clock.call_at(deadline_ms, timer.ring,
-                                                 loop=self._mailbox.loop)
+        context = self.context
+        if slack_ms > 0:
+            context.timers.add(timer, deadline_ms, slack_ms, context.clock, self._mailbox.loop)
+        else:
+            timer.alarm = context.clock.call_at(deadline_ms, timer.ring,
+                                                loop=self._mailbox.loop)
         self._timers.add(timer)
         return timer
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from runtime.kernel.actor import Actor, ActorContext, Lifecycle, LifecycleKind
@@ -109,6 +110,11 @@ class ChildRef:
 
     supervisor: Supervisor | ChildRef
     name: str
+    _last: weakref.ref[Actor] | None = field(default=None, compare=False, repr=False)
+    """The incarnation found last: while it runs (and is not stopping) it is still the
+    current one (a supervisor replaces a child only after it ended), so a tell needs no
+    look-up through the supervisors (issue 37: a cursor tells its egress and its member
+    through a ChildRef at every burst). Weak: a ref never keeps an ended actor alive."""
 
     def parent(self) -> Supervisor:
         """The supervisor's current incarnation (`ActorDeadError`: none runs)."""
@@ -119,7 +125,12 @@ class ChildRef:
 
     @property
     def actor(self) -> Actor:
-        return self.parent().child(self.name)
+        last = self._last() if self._last is not None else None
+        if last is not None and last._state == "running" and not last._stopping:
+            return last
+        actor = self.parent().child(self.name)
+        self._last = weakref.ref(actor)
+        return actor
 
     def actor_as(self, kind: type[A]) -> A:
         """The current incarnation, checked to be a `kind` (typed access to its state)."""
@@ -291,7 +302,7 @@ class Supervisor(Actor):
         ctx = self.context
         actor.context = ActorContext(path=f"{self.path}/{spec.name}", clock=ctx.clock,
                                      emit=ctx.emit, lifecycle=ctx.lifecycle, pace=ctx.pace,
-                                     delivered=ctx.delivered)
+                                     delivered=ctx.delivered, timers=ctx.timers)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.get_running_loop().create_task(actor.run(ready), name=actor.path)
         child = self._children[spec.name] = _Child(spec, actor, task, self, restarts)

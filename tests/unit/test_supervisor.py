@@ -458,3 +458,27 @@ async def test_a_ref_through_its_supervisors_ref_follows_that_supervisors_restar
         fixed.tell_nowait("dropped")  # the old incarnation has no child any more
     fixed.tell_system("dropped")  # no incarnation runs there: dropped, not raised
     await system.stop()
+
+
+async def test_a_ref_that_told_an_incarnation_finds_the_next_one_after_a_restart() -> None:
+    """A ref keeps the incarnation it found last (issue 37: no look-up per tell), weakly,
+    and looks again once that one no longer runs: a restart, a stop under way."""
+    log: list[str] = []
+    system = ActorSystem(clock=FakeClock())
+    await system.start()
+    sup = await system.spawn(ChildSpec("sup", lambda: Supervisor(
+        "sup", "one_for_one", children=specs(log, "a"))))
+    ref = ChildRef(sup, "a")
+    first = ref.actor
+    assert ref.actor is first and await ref.ask("ping") == "a"
+    ref.tell_nowait("crash")
+    await until(lambda: sup.actor_as(Supervisor).child("a") is not first
+                and sup.actor_as(Supervisor).child("a").state == "running",
+                timeout_s=2, poll_s=0.005, what="a restarted")
+    assert ref.actor is not first and await ref.ask("ping") == "a"
+    assert log == ["start a", "stop a", "start a"]
+    second = ref.actor
+    await second.stop()  # stopping: refused as by the actor itself, not told to it
+    with pytest.raises(ActorDeadError):
+        ref.tell_nowait("late")
+    await system.stop()

@@ -207,6 +207,13 @@ class PartitionBook:
             return None
         return now_ms - taken[0].fetched_ms
 
+    def rest(self, now_ms: int) -> None:
+        """Nothing is pending (`finish` returned a position): what `oldest_pending_ms` and
+        `watch` would find, without their walk (a cursor rests after every burst it
+        finished: issue 37)."""
+        self._taken = None  # every record kept is finished: below the position
+        self._watched, self._watched_since, self.stalled_since = self.position(), now_ms, None
+
     def watch(self, now_ms: int, stall_after_ms: int) -> bool:
         """The stall watchdog, called periodically: True once when the commit position has
         not moved for `stall_after_ms` while records wait; `stalled_since` says since when

@@ -127,6 +127,9 @@ class Dispatcher(Generic[R]):
 
     def ready(self) -> list[R]:
         """Pop every record that may start now, oldest first."""
+        free, room = self._free, self._window - len(self._inflight)
+        if free is not None and not self._runnable and room > 0:
+            return self._start_free(free, room)  # only records of no lane wait
         started: list[R] = []
         while len(self._inflight) < self._window:
             lane = self._next_lane()
@@ -143,6 +146,18 @@ class Dispatcher(Generic[R]):
         if self._runnable:
             return heapq.heappop(self._runnable)[1]
         return None
+
+    def _start_free(self, free: deque[tuple[int, R]], room: int) -> list[R]:
+        """`ready` when no lane has a record waiting (always, in mode "none"): the oldest
+        `room` of the free ones, without a look at the lanes per record (issue 37)."""
+        started = [free.popleft()[1] for _ in range(min(room, len(free)))]
+        if not free:
+            self._free = None  # no empty block kept (issue 24, memory)
+        self._buffered -= len(started)
+        inflight = self._inflight
+        for record in started:
+            inflight[id(record)] = (record, _FREE)
+        return started
 
     def _start(self, lane: int) -> R:
         if lane == _FREE:

@@ -63,6 +63,10 @@ from runtime.kernel.errors import MailboxFullError
 
 log = logging.getLogger(__name__)
 IDLE_COMMIT_PERIOD_MS = 1000
+TICK_SLACK_MS = 50
+"""A commit tick may ring this much after its period: the ticks due together share one
+clock alarm (runtime/kernel/actor.py `SharedTimers`; issue 37: a cursor sets its tick for
+every burst it gets and gives it up when the burst is done)."""
 STALL_AFTER_MS = 60_000
 
 
@@ -169,12 +173,12 @@ class PartitionActor(Actor):
     async def handle(self, message: object) -> bool | PartitionStatus | None:
         if isinstance(message, Batch):
             return await self._on_batch(message)  # the consumer asks: am I paused now?
-        if isinstance(message, Delivered):
+        if isinstance(message, BatchOutcome):  # a burst's answers: the commonest next
+            await self._on_batch_outcome(message)
+        elif isinstance(message, Delivered):
             await self._on_delivered(message)
         elif isinstance(message, Failed):
             await self._on_failed(message)
-        elif isinstance(message, BatchOutcome):
-            await self._on_batch_outcome(message)
         elif isinstance(message, RetryDue):
             await self._on_retry_due(message)
         elif isinstance(message, DeadLettered):
@@ -192,7 +196,9 @@ class PartitionActor(Actor):
             # else idle: no tick until records come (a thousand idle cursors would wake
             # a thousand times a second for nothing)
         elif isinstance(message, Highwater):
-            self._on_highwater(message.highwater)
+            lag = self.book.note_highwater(message.highwater)
+            if lag is not None:
+                self.m_lag.set(lag)
         elif isinstance(message, Assigned):
             if message.epoch == self.epoch:
                 self.book.assign(message.position, pin=message.pin)
@@ -204,7 +210,6 @@ class PartitionActor(Actor):
         elif isinstance(message, Resume):
             if self.book.resume():
                 await self._pump()
-                self._flow(self.book.flow())
         elif isinstance(message, StatusQuery):
             return self._status()
         else:
@@ -241,14 +246,9 @@ class PartitionActor(Actor):
         lag = book.lag()
         if lag is not None:
             self.m_lag.set(lag)
-        await self._pump()
-        self._flow(book.flow())
+        if (waiting := self._send()) is not None:  # `_pump` without its coroutine
+            await self.peers.egress.tell(waiting)
         return book.paused
-
-    def _on_highwater(self, highwater: int) -> None:
-        lag = self.book.note_highwater(highwater)
-        if lag is not None:
-            self.m_lag.set(lag)
 
     def _filtered(self, taken: list[Record], filtered: list[int], now: int) -> None:
         """The batch's records the filter left out, finished already: one journal event
@@ -263,24 +263,30 @@ class PartitionActor(Actor):
             self._commit(self.book.request_commit())
 
     async def _pump(self) -> None:
-        """What the window lets start goes to the outlet in one message (issue 37: a
-        message per record was a turn of the outlet's mailbox each): `DeliverMany`,
-        which a batching egress groups into requests and the others push one by one."""
-        records = self.book.dispatch()
+        """What the window lets start goes to the outlet in one message (issue 37: one
+        a record was a turn of the outlet's mailbox each): `DeliverMany`, which a batching
+        egress groups into requests; then fetching pauses or resumes as the buffer says."""
+        if (waiting := self._send()) is not None:
+            await self.peers.egress.tell(waiting)  # waits for room, as before
+
+    def _send(self) -> Deliver | DeliverMany | None:
+        """`_pump` without a coroutine (issue 37: a cursor pumps twice a burst): returns
+        the message when the outlet's mailbox is full, for the caller to `tell`."""
+        book, message = self.book, None
+        records = book.dispatch()
+        self.m_inflight.value = book.inflight  # `set()`, without the call
         if records:
             message = DeliverMany(records, self.epoch, self) if len(records) > 1 or \
                 self.traits.batched else Deliver(records[0], self.epoch, self)
-            egress = self.peers.egress
             try:  # the usual case without the coroutines of `tell` (issue 37)
-                egress.tell_nowait(message)
+                self.peers.egress.tell_nowait(message)
+                message = None
             except MailboxFullError:
-                await egress.tell(message)  # waits for room, as before
-        self.m_inflight.set(self.book.inflight)
-
-    def _flow(self, paused: bool | None) -> None:
-        if paused is not None:
+                pass  # returned: the caller waits for room
+        if (paused := book.flow()) is not None:
             self.peers.consumer.tell_system(
                 FlowControl(self.topic, self.partition, paused, self.epoch, self.sub_key))
+        return message
 
     # -- outcomes ----------------------------------------------------------------------
     async def _on_delivered(self, outcome: Delivered) -> None:
@@ -305,9 +311,9 @@ class PartitionActor(Actor):
                     await self._on_failed(Failed(record, outcome.epoch, failure))
         finally:
             self._batching = False
-        if not self.book.draining:
-            await self._pump()
-            self._flow(self.book.flow())
+        # `_pump` without its coroutine
+        if not self.book.draining and (waiting := self._send()) is not None:
+            await self.peers.egress.tell(waiting)
 
     async def _on_failed(self, failed: Failed) -> None:
         if failed.epoch != self.epoch:
@@ -391,16 +397,12 @@ class PartitionActor(Actor):
         if self._finished(record) and not self._batching:
             # else _on_batch_outcome dispatches once for the whole batch
             await self._pump()
-            paused = self.book.flow()
-            if paused is not None:
-                self._flow(paused)
 
     def _finished(self, record: Record) -> bool:
         """`record` is done: its offset, a commit, the drain. True when more may be
         dispatched (not draining). Not a coroutine: a burst's records pass here one by
         one (issue 37)."""
-        # every record passes here: the decisions are None most of the time, so they are
-        # tested before calling what performs them
+        # every record passes here: decisions, mostly None, tested before performing them
         book = self.book
         position = book.finish(record)
         if position is not None:  # nothing is pending now
@@ -442,7 +444,8 @@ class PartitionActor(Actor):
     def _schedule_commit_tick(self) -> None:
         period = self.traits.commit_period_ms or IDLE_COMMIT_PERIOD_MS
         tick = CommitTick()
-        self._tick = tick, self.schedule(self.context.clock.monotonic_ms() + period, tick)
+        self._tick = tick, self.schedule(self.context.clock.monotonic_ms() + period, tick,
+                                         slack_ms=TICK_SLACK_MS)
 
     def _rest(self) -> None:
         """Nothing is pending and the position is committed: no tick until records come
@@ -452,7 +455,8 @@ class PartitionActor(Actor):
         tick, self._tick = self._tick, None
         if tick is not None:
             tick[1].cancel()
-        self._check_health()
+        self.m_oldest.value = 0  # `_check_health` with nothing pending, in one call
+        self.book.rest(self.context.clock.monotonic_ms())
 
     # -- drain (revoke, unsubscribe, shutdown) -----------------------------------------
     def _on_drain(self, drain: Drain) -> None:
