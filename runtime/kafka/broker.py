@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -275,11 +276,44 @@ class EmbeddedBroker:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the kernel picks it)."""
+    """A port that was free a moment ago and that this process has not handed out before.
+
+    It is drawn below the kernel's ephemeral range: a port the kernel picks (`bind` to 0) is
+    one it may also give a moment later to an outgoing connection's local end, which then
+    holds it before its owner binds it (a broker starting up connects out a lot)."""
+    below = _ephemeral_start()
+    for _ in range(_PORT_TRIES):
+        port = _PORT_RANDOM.randrange(_LOWEST_PORT, below)
+        if port not in _HANDED_OUT and _binds(host, port):
+            _HANDED_OUT.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+_LOWEST_PORT = 10_000
+_PORT_TRIES = 200
+_PORT_RANDOM = random.SystemRandom()
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_start() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+    return low if low > _LOWEST_PORT + 1_000 else 32_768
+
+
+def _binds(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_accepts(host: str, port: int) -> bool:
