@@ -79,6 +79,7 @@ class Requests:
         from runtime.kafka import pipeline
 
         send, send_all = AIOKafkaConnection.send, pipeline.send_all
+        send_commits = pipeline.send_commits
         counts = self.counts
 
         def kind(request: Any) -> str:
@@ -92,8 +93,13 @@ class Requests:
             counts.update(map(kind, requests))
             return send_all(conn, requests)
 
+        def counted_commits(conn: Any, commits: Any) -> Any:
+            counts["OffsetCommit"] += len(commits)
+            return send_commits(conn, commits)
+
         AIOKafkaConnection.send = counted
         pipeline.send_all = counted_all
+        pipeline.send_commits = counted_commits
 
     def taken(self) -> str:
         """The counts since the last call, most first."""
@@ -136,6 +142,9 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     from runtime.host.app import Runtime
     from runtime.host.config import parse_config
     from runtime.kafka import create_topics, make_producer
+
+    sys.path.insert(0, str(HERE))  # the worker's cwd is the tree; bench/delivery.py is here
+    from delivery import py_spy
 
     workdir = Path(args.workdir)
     config = parse_config({
@@ -442,9 +451,14 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
             g0 = gc_time[0]
             opened = connections_opened()
-            await produce_all(topics, args.records)
-            total = args.records * args.subscribers
-            result["fanout_s"] = await until("fan-out", lambda: delivered() - d0 >= total)
+            if requests is not None:
+                requests.taken()
+            with py_spy(args.py_spy):
+                await produce_all(topics, args.records)
+                total = args.records * args.subscribers
+                result["fanout_s"] = await until("fan-out", lambda: delivered() - d0 >= total)
+            if requests is not None:
+                note("  Kafka requests in the cold burst:", requests.taken())
             result["fanout_connections"] = connections_opened() - opened
             result["fanout_us"] = (cpu_s() - c0) / total * 1e6
             result["fanout_gc_us"] = (gc_time[0] - g0) / total * 1e6
@@ -469,8 +483,12 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 profile.enable()
             d0, c0 = delivered(), cpu_s()
             opened = connections_opened()
+            if requests is not None:
+                requests.taken()
             await produce_all(topics, args.records)
             result["warm_s"] = await until("warm", lambda: delivered() - d0 >= total)
+            if requests is not None:
+                note("  Kafka requests in the warm burst:", requests.taken())
             result["warm_connections"] = connections_opened() - opened
             result["warm_us"] = (cpu_s() - c0) / total * 1e6
             result["warm_ratio"] = result["warm_us"] / result["single_us"]
@@ -808,6 +826,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     command += ["--requests"] if args.requests else []
     if args.switch_interval_ms:
         command += ["--switch-interval-ms", str(args.switch_interval_ms)]
+    if args.py_spy and tree == HERE.parent:
+        command += ["--py-spy", args.py_spy]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile, "--profile-phase", args.profile_phase]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -919,6 +939,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=300.0)
     parser.add_argument("--profile-phase", choices=("cold", "warm", "both"), default="both",
                         help="--profile: the first fan-out, the second, or both")
+    parser.add_argument("--py-spy", default=None, type=os.path.abspath,
+                        help="sample the cold fan-out with py-spy (on PATH) into this file "
+                             "(bench/profile_summary.py reads it)")
     parser.add_argument("--profile", default="",
                         help="cProfile the fan-out phases of this tree into this file")
     parser.add_argument("--gc-threshold", default="",

@@ -1,147 +1,128 @@
-"""`OffsetCommit` on the wire without aiokafka's generic codec (issue 37).
+"""`OffsetCommit` on the wire, written and read with `struct` alone (issue 37).
 
-At fan-out a commit round sends one `OffsetCommit` per group that moved: with a thousand
-subscriptions, a request and its answer every few deliveries. aiokafka writes and reads
-each through its generic `Schema` (a generator per array, a `Struct` for each header), an
-eighth of a fan-out delivery's CPU in a cProfile of `bench/fanout.py --subscribers 1000`.
-`FastOffsetCommitRequest` is aiokafka's `OffsetCommitRequest` whose structs (v2 and v3,
-the versions aiokafka speaks) write the header and the body, and read the answer's header
-and body, with `struct`: the same bytes, the same response objects
+At fan-out a commit round sends one `OffsetCommit` per group that moved (the protocol
+carries one group per request): at 10,000 subscribers, 10,000 requests for one record
+each. Through aiokafka's `Request`, its versioned struct, its header struct and its
+generic `Schema`, writing one took more CPU than the rest of its round; a faster struct
+under the same classes (this module's first form) still built three objects a request.
+Here a request is bytes from a few cached pieces (a group's name and a topic's are
+encoded once), and an answer is read into the partitions that refused, nothing for a
+group that took its commit: the same bytes aiokafka writes and the same errors it reads
 (tests/unit/test_commit_wire.py compares them with aiokafka's codec).
+
+`CommitAnswers` is what aiokafka's connection reader needs in place of a request struct
+(`parse_response_header`, `RESPONSE_TYPE.decode`), shared by every commit of a version.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
 from io import BytesIO
 
-from aiokafka.protocol.commit import (
-    OffsetCommitRequest,
-    OffsetCommitRequest_v2,
-    OffsetCommitRequest_v3,
-    OffsetCommitRequestStruct,
-    OffsetCommitResponse_v2,
-    OffsetCommitResponse_v3,
-)
+from aiokafka.errors import IncompatibleBrokerVersion
+
+API_KEY = 8
+VERSIONS = (3, 2)
+"""The versions written, newest first (aiokafka's `OffsetCommitRequest` speaks these)."""
+NO_GENERATION = -1
+NO_MEMBER = ""
+KEEP_FOREVER = -1  # retention_time: the broker's default
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _HEADER = struct.Struct(">hhi")  # api key, api version, correlation id (then the client id)
 _PARTITION = struct.Struct(">iq")  # partition, offset (then the metadata)
 _ANSWER = struct.Struct(">ih")  # partition, error code
 
+Refused = tuple[tuple[str, int, int], ...]
+"""An answer: (topic, partition, error code) of each partition that refused; () if none."""
 
-def _string(text: str | None) -> bytes:
-    if text is None:
-        return b"\xff\xff"
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One group's positions: per topic, (partition, next offset)."""
+
+    group: str
+    topics: Mapping[str, list[tuple[int, int]]]
+    metadata: str = ""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _string(text: str) -> bytes:
     data = text.encode()
     return _I16.pack(len(data)) + data
 
 
-class _Encoded:
-    """A request header, encoded once."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def encode(self) -> bytes:
-        return self._data
+def version_of(versions: Mapping[int, tuple[int, int]]) -> int:
+    """The newest version both sides speak (`versions`: the broker's, per api key)."""
+    low, high = versions.get(API_KEY, (0, -1))
+    for version in VERSIONS:
+        if low <= version <= high:
+            return version
+    raise IncompatibleBrokerVersion(f"OffsetCommit: the broker speaks v{low}-v{high}, "
+                                    f"this client v{VERSIONS[-1]}-v{VERSIONS[0]}")
 
 
-class _ResponseHeader:
-    """`ResponseHeader_v0`: the correlation id."""
+def write(commit: Commit, version: int, correlation_id: int, client_id: str) -> bytes:
+    """The request (header and body, without the size in front) committing `commit`
+    without membership (no generation, no member id, the broker's retention)."""
+    metadata = _string(commit.metadata)
+    parts = [_HEADER.pack(API_KEY, version, correlation_id), _string(client_id),
+             _string(commit.group), _ANONYMOUS, _I32.pack(len(commit.topics))]
+    for topic, partitions in commit.topics.items():
+        parts += (_string(topic), _I32.pack(len(partitions)))
+        for partition, offset in partitions:
+            parts += (_PARTITION.pack(partition, offset), metadata)
+    return b"".join(parts)
 
+
+_ANONYMOUS = _I32.pack(NO_GENERATION) + _string(NO_MEMBER) + struct.pack(">q", KEEP_FOREVER)
+
+
+class _Header:
     __slots__ = ("correlation_id",)
 
     def __init__(self, correlation_id: int) -> None:
         self.correlation_id = correlation_id
 
 
-def _read_topics(data: bytes, at: int) -> list[tuple[str | None, list[tuple[int, int]]]]:
-    topics: list[tuple[str | None, list[tuple[int, int]]]] = []
+class CommitAnswers:
+    """Reads the answers of one version's commits (for aiokafka's connection reader)."""
+
+    __slots__ = ("RESPONSE_TYPE", "_throttled")
+
+    def __init__(self, version: int) -> None:
+        self.RESPONSE_TYPE = self  # aiokafka decodes with `request.RESPONSE_TYPE.decode`
+        self._throttled = version >= 3  # v3 answers start with the throttle time
+
+    @staticmethod
+    def parse_response_header(data: BytesIO) -> _Header:
+        return _Header(_I32.unpack(data.read(4))[0])
+
+    def decode(self, data: BytesIO) -> Refused:
+        return refused_in(data.read(), 4 if self._throttled else 0)
+
+
+ANSWERS = {version: CommitAnswers(version) for version in VERSIONS}
+
+
+def refused_in(data: bytes, at: int) -> Refused:
+    """The refusals in an answer's body from `at` (after the throttle time, if any)."""
+    refused: list[tuple[str, int, int]] = []
     (count,) = _I32.unpack_from(data, at)
     at += 4
     for _ in range(max(count, 0)):
         (size,) = _I16.unpack_from(data, at)
         at += 2
-        topic = None
-        if size >= 0:
-            topic = data[at:at + size].decode()
-            at += size
-        (parts,) = _I32.unpack_from(data, at)
+        topic = data[at:at + max(size, 0)].decode()
+        at += max(size, 0)
+        (partitions,) = _I32.unpack_from(data, at)
         at += 4
-        answers = [_ANSWER.unpack_from(data, at + 6 * n) for n in range(max(parts, 0))]
-        at += 6 * max(parts, 0)
-        topics.append((topic, answers))
-    return topics
-
-
-def _rest(data: BytesIO | bytes) -> bytes:
-    return data.read() if isinstance(data, BytesIO) else data
-
-
-class _FastResponseV2(OffsetCommitResponse_v2):  # type: ignore[misc]  # aiokafka is untyped
-    @classmethod
-    def decode(cls, data: BytesIO | bytes) -> _FastResponseV2:
-        return cls(_read_topics(_rest(data), 0))
-
-
-class _FastResponseV3(OffsetCommitResponse_v3):  # type: ignore[misc]  # aiokafka is untyped
-    @classmethod
-    def decode(cls, data: BytesIO | bytes) -> _FastResponseV3:
-        raw = _rest(data)
-        (throttle,) = _I32.unpack_from(raw, 0)
-        return cls(throttle, _read_topics(raw, 4))
-
-
-class _FastCodec:
-    """What the v2 and v3 structs share: the same body, the v1 request header."""
-
-    API_KEY: int
-    API_VERSION: int
-
-    def encode(self) -> bytes:
-        fields = vars(self)  # aiokafka's `Struct` keeps its fields there
-        topics = fields["topics"]
-        parts = [_string(fields["consumer_group"]),
-                 _I32.pack(fields["consumer_group_generation_id"]),
-                 _string(fields["consumer_id"]), _I64.pack(fields["retention_time"]),
-                 _I32.pack(len(topics))]
-        for topic, partitions in topics:
-            parts += (_string(topic), _I32.pack(len(partitions)))
-            for partition, offset, metadata in partitions:
-                parts += (_PARTITION.pack(partition, offset), _string(metadata))
-        return b"".join(parts)
-
-    def build_request_header(self, correlation_id: int,
-                             client_id: str) -> _Encoded:
-        return _Encoded(_HEADER.pack(self.API_KEY, self.API_VERSION, correlation_id)
-                        + _string(client_id))
-
-    def parse_response_header(self,
-                              read_buffer: BytesIO | bytes) -> _ResponseHeader:
-        data = read_buffer.read(4) if isinstance(read_buffer, BytesIO) else read_buffer[:4]
-        return _ResponseHeader(_I32.unpack(data)[0])
-
-
-class _FastV2(_FastCodec, OffsetCommitRequest_v2):  # type: ignore[misc]  # aiokafka is untyped
-    RESPONSE_TYPE = _FastResponseV2
-
-
-class _FastV3(_FastCodec, OffsetCommitRequest_v3):  # type: ignore[misc]  # aiokafka is untyped
-    RESPONSE_TYPE = _FastResponseV3
-
-
-_FAST: dict[type[OffsetCommitRequestStruct], type[OffsetCommitRequestStruct]] = {
-    OffsetCommitRequest_v2: _FastV2, OffsetCommitRequest_v3: _FastV3}
-
-
-class FastOffsetCommitRequest(OffsetCommitRequest):  # type: ignore[misc]  # aiokafka is untyped
-    """aiokafka's `OffsetCommitRequest`, built as the fast struct of its version."""
-
-    def build(self, request_struct_class: type[OffsetCommitRequestStruct],
-              ) -> OffsetCommitRequestStruct:
-        return super().build(_FAST.get(request_struct_class, request_struct_class))
+        for partition, error in _ANSWER.iter_unpack(data[at:at + 6 * max(partitions, 0)]):
+            if error:
+                refused.append((topic, partition, error))
+        at += 6 * max(partitions, 0)
+    return tuple(refused)

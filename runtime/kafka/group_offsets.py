@@ -30,26 +30,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
+from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import KafkaError, for_code
-from aiokafka.protocol.api import Request, Response
+from aiokafka.protocol.api import Response
 from aiokafka.protocol.commit import OffsetFetchRequest
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 
 from runtime.kafka import pipeline
 from runtime.kafka.client import make_client
-from runtime.kafka.commit_wire import FastOffsetCommitRequest
-from runtime.kafka.pipeline import S
+from runtime.kafka.commit_wire import Commit, Refused
+from runtime.kafka.pipeline import A
+
+R = TypeVar("R")
+"""A kind of request (the requests of one round are of one kind)."""
+Send = Callable[[AIOKafkaConnection, list[R]], pipeline.Answers[A]]
+"""Writes requests of a kind in one write (`pipeline.send_all`, `pipeline.send_commits`)."""
 
 log = logging.getLogger(__name__)
 GROUP_COORDINATOR = 0  # FindCoordinator key type
-NO_GENERATION = -1
-NO_MEMBER = ""
-KEEP_FOREVER = -1  # retention_time: the broker's default
 _STALE_COORDINATOR = frozenset({14, 15, 16})  # loading, not available, not coordinator
 _UNKNOWN_PARTITION = 3
 PER_TURN = 64
@@ -103,10 +107,9 @@ class GroupOffsets:
         """Commit every group's positions (one request per group, all under way, written
         `PER_TURN` at a time: runtime/kafka/pipeline.py), each with `metadata` (who wrote
         it); the groups that refused, with why."""
-        requests = {g: FastOffsetCommitRequest(g, NO_GENERATION, NO_MEMBER, KEEP_FOREVER,
-                                               _commit_topics(tps, metadata))
-                    for g, tps in positions.items() if tps}
-        answers = await self._ask(requests)
+        commits = {g: Commit(g, _by_topic(tps), metadata) for g, tps in positions.items()
+                   if tps}
+        answers = await self._ask(commits, pipeline.send_commits)
         return [r for g, a in answers.items() if (r := self._committed(g, a)) is not None]
 
     async def fetch_many(self, groups: Mapping[str, list[TopicPartition]],
@@ -116,7 +119,7 @@ class GroupOffsets:
         requests = {g: OffsetFetchRequest(g, [(topic, [p for p, _ in parts]) for topic, parts
                                               in _by_topic(dict.fromkeys(tps, 0)).items()])
                     for g, tps in groups.items()}
-        answers = await self._ask(requests)
+        answers = await self._ask(requests, pipeline.send_all)
         return [_fetched(g, groups[g], answers[g]) for g in groups]
 
     async def fetch(self, group: str, tps: list[TopicPartition]
@@ -133,17 +136,17 @@ class GroupOffsets:
         (found,) = await self.fetch_many({group: tps})
         return found
 
-    def _committed(self, group: str, answer: Response | BaseException) -> Refusal | None:
+    def _committed(self, group: str, answer: Refused | BaseException) -> Refusal | None:
+        if not answer:
+            return None
         if isinstance(answer, BaseException):
             return Refusal(group, f"commit failed: {answer!r}")
-        errors = {TopicPartition(topic, partition): error
-                  for topic, partitions in answer.topics
-                  for partition, error in partitions if error}
+        errors = {TopicPartition(topic, partition): error for topic, partition, error in answer}
         gone = frozenset(tp for tp, error in errors.items() if error == _UNKNOWN_PARTITION)
         if gone:
             return Refusal(group, f"commit refused: {', '.join(map(str, sorted(gone)))} "
                                   "unknown (deleted)", gone=gone)
-        return self._refused(group, next(iter(errors.values()))) if errors else None
+        return self._refused(group, next(iter(errors.values())))
 
     def _refused(self, group: str, code: int) -> Refusal:
         if code in _STALE_COORDINATOR:
@@ -154,13 +157,13 @@ class GroupOffsets:
                                   "uses this group.id; the commit is retried")
         return Refusal(group, f"commit refused: {name}")
 
-    async def _ask(self, requests: Mapping[str, Request[S]],
-                   ) -> dict[str, Response | BaseException]:
-        """Each group's request sent to its coordinator, written `PER_TURN` to a write
-        and a loop turn (a commit round of 4,000 groups encoded in one turn held the loop
-        0.4 s), all answered under one deadline; per group its answer, or why none came
-        (then its coordinator is looked up again next time)."""
-        answers: dict[str, Response | BaseException] = {}
+    async def _ask(self, requests: Mapping[str, R], send: Send[R, A],
+                   ) -> dict[str, A | BaseException]:
+        """Each group's request sent to its coordinator by `send`, written `PER_TURN` to a
+        write and a loop turn (a commit round of 4,000 groups encoded in one turn held the
+        loop 0.4 s), all answered under one deadline; per group its answer, or why none
+        came (then its coordinator is looked up again next time)."""
+        answers: dict[str, A | BaseException] = {}
         nodes = await self._coordinators_of(list(requests))
         by_node: dict[int, list[str]] = {}
         for group, node in nodes.items():
@@ -169,36 +172,34 @@ class GroupOffsets:
             else:
                 by_node.setdefault(node, []).append(group)
         for node, groups in by_node.items():
-            answers |= await self._ask_node(node, {g: requests[g] for g in groups})
+            answered: dict[str, A | BaseException] = await self._ask_node(
+                node, {g: requests[g] for g in groups}, send)
+            answers.update(answered)
         for group, found in answers.items():
             if isinstance(found, BaseException):
                 self._coordinators.pop(group, None)
         return {g: answers[g] for g in requests}
 
-    async def _ask_node(self, node: int, requests: Mapping[str, Request[S]],
-                        ) -> dict[str, Response | BaseException]:
+    async def _ask_node(self, node: int, requests: Mapping[str, R], send: Send[R, A],
+                        ) -> dict[str, A | BaseException]:
         try:
             conn = await pipeline.connection(self.client, node)
         except _FAILURES as exc:
             return dict.fromkeys(requests, exc)
         groups, items = list(requests), list(requests.values())
-        futures: list[asyncio.Future[Response]] = []
-        failed: dict[str, Response | BaseException] = {}
-        try:
-            for at in range(0, len(items), PER_TURN):
-                if at:
-                    await asyncio.sleep(0)  # the next part encodes in the next turn
-                try:
-                    futures += pipeline.send_all(conn, items[at:at + PER_TURN])
-                except _FAILURES as exc:
-                    failed = dict.fromkeys(groups[at:], exc)
-                    break
-            await pipeline.settle(futures, conn, self._timeout_s)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-        return {**dict(zip(groups, map(pipeline.answer, futures), strict=False)), **failed}
+        writes: list[pipeline.Answers[A]] = []
+        failed: dict[str, A | BaseException] = {}
+        for at in range(0, len(items), PER_TURN):
+            if at:
+                await asyncio.sleep(0)  # the next part encodes in the next turn
+            try:
+                writes.append(send(conn, items[at:at + PER_TURN]))
+            except _FAILURES as exc:
+                failed = dict.fromkeys(groups[at:], exc)
+                break
+        await pipeline.settle(writes, conn, self._timeout_s)
+        answered = [answer for write in writes for answer in write.results()]
+        return {**dict(zip(groups, answered, strict=False)), **failed}
 
     async def _coordinators_of(self, groups: list[str]) -> dict[str, int | BaseException]:
         """Each group's coordinator: cached, or looked up (the lookups written together
@@ -214,7 +215,8 @@ class GroupOffsets:
         if unknown:
             asked = self.client.get_random_node()
             lookups = {g: FindCoordinatorRequest(g, GROUP_COORDINATOR) for g in unknown}
-            for group, answer in (await self._ask_node(asked, lookups)).items():
+            for group, answer in (await self._ask_node(asked, lookups,
+                                                       pipeline.send_all)).items():
                 found[group] = self._coordinator_in(group, answer)
         return found
 
@@ -231,12 +233,6 @@ class GroupOffsets:
     @property
     def _timeout_s(self) -> float:
         return float(self.client._request_timeout_ms) / 1000
-
-
-def _commit_topics(positions: Mapping[TopicPartition, int], metadata: str,
-                   ) -> list[tuple[str, list[tuple[int, int, str]]]]:
-    return [(topic, [(p, offset, metadata) for p, offset in parts])
-            for topic, parts in _by_topic(positions).items()]
 
 
 def _fetched(group: str, tps: list[TopicPartition], answer: Response | BaseException,
