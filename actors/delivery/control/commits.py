@@ -11,9 +11,10 @@ so the refused positions are shown whether or not Kafka can be asked now. Only w
 holds comes from Kafka; when it cannot be read in time the answer says why
 (`positions_unavailable`) and shows the last position Kafka accepted from this instance
 instead. `with_accepted` and `without_accepted` are pure; `AcceptedReader` asks Kafka,
-through one long-lived client per broker: a client made per request had to bootstrap
-within the deadline each time, and under load none did (the details then showed no
-refused commit at all while the row did).
+through one long-lived client per broker: a client made per request had to bootstrap,
+find the coordinator and fetch against a 2 s deadline every time, which a loaded machine
+missed (a browser test's details then showed no refused commit at all while its row
+did: tests/browser/test_status_page.py).
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class AcceptedReader:
     should not wait behind the status page's.
 
     A start that fails is tried again by the next read; one that takes longer than a
-    read's deadline goes on (shielded), and the next read finds it done."""
+    read's deadline goes on (shielded), and the next read finds it done. Its callers are
+    the status answers' tasks: `_client` checks and sets without an await between, so
+    two reads never start two clients for one broker."""
 
     def __init__(self, clock: Clock, timeout_ms: int = FETCH_TIMEOUT_MS) -> None:
         self._clock, self._timeout_ms = clock, timeout_ms
