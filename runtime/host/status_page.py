@@ -13,7 +13,9 @@ open. A refresh starts `REFRESH_MS` after the last one ended: rounds never overl
 slow runtime is asked less often. Values the API gives as `null` (nothing counted yet, a
 partition never committed) show as "-", never as 0. A partition whose commits Kafka
 refuses (a live consumer in the subscription's group, #34) shows the refused position
-beside the last one Kafka accepted, in its row and in its details.
+beside the last one Kafka accepted, in its row and in its details; when Kafka cannot be
+asked what it holds, the details say so ("positions unavailable: ...") and still show the
+refused positions, which the runtime knows itself.
 
 It asks for the admin token when the API answers 401 (kept in the tab's sessionStorage
 only), and shows only what the APIs show (they redact secrets).
@@ -385,7 +387,9 @@ function detailsView(entry, one) {
     failures.length ? el("ul", {"class": "failures"}, ...failures) : "",
     activityView(entry, status.activity),
     partitionTable(status.partitions),
-    refusedTable(status.refused_commits),
+    status.positions_unavailable ? el("p", {"class": "muted unavailable"},
+      "positions unavailable: " + status.positions_unavailable) : "",
+    refusedTable(status.refused_commits, status.positions_unavailable),
     one.cluster ? ownersView(one.cluster) : "");
 }
 
@@ -401,10 +405,13 @@ function partitionTable(partitions) {
   return el("table", {"class": "inner partitions"}, head, ...rows);
 }
 
-// Kafka's `committed` is in the partition table; what it refused is apart (#34).
-function refusedTable(refused) {
+// Kafka's `committed` is in the partition table; what it refused is apart (#34). The
+// refused positions are the runtime's own; when Kafka could not be read (`unavailable`)
+// `accepted` is the last position Kafka took from this instance.
+function refusedTable(refused, unavailable) {
   if (!refused || !refused.length) return "";
-  const head = el("tr", {}, ...["partition", "refused", "accepted (Kafka holds)", "why"]
+  const accepted = unavailable ? "accepted from here" : "accepted (Kafka holds)";
+  const head = el("tr", {}, ...["partition", "refused", accepted, "why"]
     .map((h, i) => el("th", {"class": i === 0 || i === 3 ? "l" : ""}, h)));
   const rows = refused.map((c) => el("tr", {"data-refused": c.topic + "-" + c.partition},
     el("td", {"class": "l"}, c.topic + "-" + c.partition), el("td", {"class": "position"}, dash(c.position)),

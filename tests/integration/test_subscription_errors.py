@@ -3,6 +3,7 @@ and a subscription the store could not keep is refused before anything starts.""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,47 @@ async def test_a_refused_commit_shows_apart_from_the_position_kafka_accepted(
             assert "commit_refused" not in row["attention"], row
     finally:
         await old.stop()
+        await receiver.stop()
+
+
+async def test_a_refused_commit_shows_in_the_status_while_kafka_cannot_be_read(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flaky status page (a loaded machine): the row showed the refused commit, the
+    details none, because they came only from reading Kafka, which timed out. Kafka is
+    made silent for that read here (a listener that never answers): the refused position
+    the member knows still shows, with why what Kafka holds does not."""
+    from tests.integration.delivery_harness import LiveMember, Receiver, produce
+
+    topic = await topic_factory(partitions=1)
+    other = await LiveMember(kafka_bootstrap, topic, "g-silent").start()
+    receiver = await Receiver().start()
+    silent = socket.socket()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            admin = Admin(runtime)
+            await admin.subscribe(subscription("silent", [{"name": topic}], receiver.url))
+            await produce(kafka_bootstrap, topic, 30)
+            await receiver.wait_for(lambda: len(receiver.delivered()) == 30)
+            await until(lambda: summary_row(admin, lambda r: bool(r["refused_commits"])),
+                        timeout_s=15, what="the summary's row shows the refused commit")
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()  # connections wait in the backlog: no answer ever
+            address = f"127.0.0.1:{silent.getsockname()[1]}"
+            monkeypatch.setattr(runtime, "bootstrap", lambda _broker: address)
+            code, answer = await admin.call("GET", "/broker/subscription/silent/g-silent")
+            assert code == 200, answer
+            status = answer["data"]["status"]
+            assert [(r["partition"], r["position"], r["accepted"])
+                    for r in status["refused_commits"]] == [(0, 30, None)], status
+            assert status["positions_unavailable"].startswith("TimeoutError"), status
+            assert [(p["partition"], p["committed"]) for p in status["partitions"]] == [
+                (0, None)], status
+            code, answer = await admin.call("GET", "/broker/subscription/silent/nope")
+            assert code == 404 and answer["success"] is False, answer
+    finally:
+        silent.close()
+        await other.stop()
         await receiver.stop()
 
 

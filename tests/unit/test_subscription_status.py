@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from actors.delivery.control.commits import with_accepted
+from actors.delivery.control.commits import with_accepted, without_accepted
 from actors.delivery.control.status import Counters, Live, RefusedCommit, SubscriptionStatus
 from actors.delivery.egress.origin import CircuitBreaker, Origin
 from actors.delivery.egress.outlet import EndpointHealth
@@ -35,7 +35,7 @@ def test_the_answer_encodes_as_the_status_api_always_showed_it() -> None:
     encoded = msgspec.json.decode(msgspec.json.encode(status.answer(live)))
     assert list(encoded) == ["state", "reason", "since", "in_process", "next_attempt_at",
                              "partitions", "endpoint", "counters", "member", "activity",
-                             "refused_commits"]
+                             "refused_commits", "positions_unavailable"]
     assert encoded["partitions"][0] == {
         "topic": "t", "partition": 0, "committed": 3, "highwater": None, "lag": None,
         "inflight": 0, "retrying": 0, "pending": 0, "oldest_pending_ms": None,
@@ -81,3 +81,28 @@ def test_refused_positions_show_apart_from_what_kafka_accepted() -> None:
     assert [(p.partition, p.committed) for p in shown.partitions] == [(0, None), (1, 7)]
     assert shown.refused_commits == [RefusedCommit(
         topic="t", partition=0, position=30, reason="the group has live members")]
+
+
+def test_a_refused_position_the_member_knows_shows_though_no_partition_actor_answered() -> None:
+    known = [RefusedCommit(topic="t", partition=1, position=12, accepted=4)]
+    live = Live(partitions=[PartitionStatus(topic="t", partition=0, committed=30)])
+    shown = with_accepted(live, {("t", 0): None, ("t", 1): 9}, "live members", known)
+    assert [(c.partition, c.position, c.accepted, c.reason)
+            for c in shown.refused_commits] == [(0, 30, None, "live members"),
+                                                (1, 12, 9, "live members")]
+    assert shown.positions_unavailable is None
+
+
+def test_when_kafka_cannot_say_what_it_holds_the_refused_positions_show_and_why() -> None:
+    """The details showed no refused commit at all when Kafka's read timed out (a loaded
+    machine), while the row showed it: the refused positions are the runtime's own."""
+    known = [RefusedCommit(topic="t", partition=0, position=30, accepted=None)]
+    live = Live(partitions=[PartitionStatus(topic="t", partition=0, committed=30),
+                            PartitionStatus(topic="t", partition=1, committed=7)])
+    shown = without_accepted(live, known, "live members", "TimeoutError: not done in time")
+    assert shown.refused_commits == [RefusedCommit(topic="t", partition=0, position=30,
+                                                   accepted=None, reason="live members")]
+    assert [(p.partition, p.committed) for p in shown.partitions] == [(0, None), (1, 7)]
+    encoded = msgspec.json.decode(msgspec.json.encode(
+        SubscriptionStatus("running", since_ms=0).answer(shown)))
+    assert encoded["positions_unavailable"] == "TimeoutError: not done in time"

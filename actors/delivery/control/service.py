@@ -61,6 +61,7 @@ from actors.delivery.control.source import ClusterTopic, Direct, LocalFiles, Sub
 from actors.delivery.control.status import (
     STOPPED,
     Live,
+    RefusedCommit,
     SubscriptionAnswer,
     SubscriptionStatus,
 )
@@ -118,10 +119,12 @@ class DeliveryControl:
         self._overview: Overview | None = None
         self._rows = Rows()  # the overview's, each built again when it changed
         self._overview_fresh_ms = OVERVIEW_FRESH_MS
+        self._accepted: commits.AcceptedReader | None = None  # from start to stop
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        self._accepted = commits.AcceptedReader(runtime.clock)
         runtime.listen("dead_lettered", self.desk.note_give_up)
         runtime.listen("retry_scheduled", self.desk.note_give_up)
         journal = runtime.config.journal
@@ -179,8 +182,13 @@ class DeliveryControl:
         if cluster is not None:  # publishes `stopped`: the others stop counting on us
             await cluster.parent().stop_child(cluster.name)
         control, self._control = self._control, None
-        if control is not None:
-            await control.parent().stop_child(control.name)
+        try:
+            if control is not None:
+                await control.parent().stop_child(control.name)
+        finally:
+            accepted, self._accepted = self._accepted, None
+            if accepted is not None:
+                await accepted.aclose()
 
     @property
     def runtime(self) -> Runtime:
@@ -364,23 +372,28 @@ class DeliveryControl:
         tree = self._running_tree(key)
         shown = await live(tree, self.runtime.clock)
         error = shown.member.commit_error if shown.member is not None else None
-        if error and shown.partitions:  # what it asked for is not what Kafka holds
-            shown = await self._as_accepted(consumer, shown, error)
+        # what the member knows it was refused: there even when its rider answers late
+        known = refusals(self.runtime.metrics).get(key, [])
+        if known or (error and shown.partitions):  # asked for is not what Kafka holds
+            shown = await self._as_accepted(consumer, shown, known, error or "")
         return self._answer(key, shown)
 
-    async def _as_accepted(self, consumer: Consumer, shown: Live, error: str) -> Live:
+    async def _as_accepted(self, consumer: Consumer, shown: Live,
+                           known: list[RefusedCommit], error: str) -> Live:
         """`shown` with the positions Kafka accepted (actors/delivery/control/commits.py);
-        as it was when Kafka cannot be asked now."""
-        where = [(p.topic, p.partition) for p in shown.partitions]
+        with the member's refusals and why Kafka was not read when it cannot be now."""
+        reader = self._accepted
+        if reader is None:
+            raise UsageError("the delivery service is not running: start its Runtime")
         try:
-            accepted = await commits.accepted_positions(
-                self.runtime.bootstrap(consumer.broker), consumer.group_id, where,
-                self.runtime.clock)
+            accepted = await reader.read(
+                self.runtime.bootstrap(consumer.broker), consumer.group_id,
+                commits.asked_of(shown, known))
         except Exception as exc:  # the status answers anyway
             log.warning("subscription %s: cannot read its accepted positions: %r",
                         consumer.key, exc)
-            return shown
-        return commits.with_accepted(shown, accepted, error)
+            return commits.without_accepted(shown, known, error, commits.why_unavailable(exc))
+        return commits.with_accepted(shown, accepted, error, known)
 
     async def answers(self) -> dict[str, SubscriptionAnswer]:
         """Every subscription's `answer`, its actors all asked at once."""

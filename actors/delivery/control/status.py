@@ -67,7 +67,9 @@ class SubscriptionStatus:
                                              else None),
                             partitions=shown.partitions, endpoint=shown.endpoint,
                             counters=shown.counters, member=shown.member,
-                            refused_commits=shown.refused_commits, activity=activity)
+                            refused_commits=shown.refused_commits,
+                            positions_unavailable=shown.positions_unavailable,
+                            activity=activity)
 
 
 class Counters(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +104,7 @@ class Live(msgspec.Struct, frozen=True, kw_only=True):
     counters: Counters | None = None
     member: MemberStatus | None = None
     refused_commits: list[RefusedCommit] = []
+    positions_unavailable: str | None = None
 
 
 class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,6 +127,11 @@ class StatusAnswer(msgspec.Struct, frozen=True, kw_only=True):
     """While the member's commits to the subscription's group are refused (its
     `commitError`): each partition's position asked for, apart from `committed`, which
     then shows the position Kafka last accepted (one subscription's answer only)."""
+    positions_unavailable: str | None = None
+    """Why what Kafka holds for the group could not be read for this answer (None: it
+    was read, or nothing was refused): `refused_commits` then come from the member alone,
+    and their `accepted` (and a refused partition's `committed`) is the last position
+    Kafka accepted from this instance (actors/delivery/control/commits.py)."""
 
 
 class SubscriptionAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
