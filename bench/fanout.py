@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
 from operator import attrgetter
 from pathlib import Path
@@ -115,6 +116,38 @@ class Requests:
         await asyncio.sleep(seconds - int(seconds))
 
 
+def watch_members() -> weakref.WeakSet[Any]:
+    """The instance members this process builds (the bench reads their commit books)."""
+    from actors.delivery.path.member.actor import InstanceMemberActor
+
+    members: weakref.WeakSet[Any] = weakref.WeakSet()
+    init = InstanceMemberActor.__init__
+
+    def noted(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        members.add(self)
+
+    InstanceMemberActor.__init__ = noted  # type: ignore[method-assign]
+    return members
+
+
+async def committed(members: weakref.WeakSet[Any]) -> float:
+    """Seconds until no member holds a position to commit (pending or in a round) for
+    0.2 s in a row: a burst's CPU with its commits (the protocol's one request per group
+    that moved, which at fan-out mostly goes out after the last delivery)."""
+    start, quiet_since = time.perf_counter(), None
+    while time.perf_counter() - start < 60:
+        book = [m.commits for m in members]
+        if any(b.pending or b.in_flight is not None for b in book):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.perf_counter()
+        elif time.perf_counter() - quiet_since >= 0.2:
+            return quiet_since - start
+        await asyncio.sleep(POLL_S)
+    raise TimeoutError("commits: still pending after 60 s")
+
+
 def rss_kib() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -162,6 +195,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"tree": args.tree}
     import gc
     gc_time = [0.0, 0.0]  # total seconds, start of the running collection
+    passes, collected = [0, 0, 0], [0.0, 0.0, 0.0]  # per generation: passes, seconds
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -169,6 +203,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
         else:
             took = time.perf_counter() - gc_time[1]
             gc_time[0] += took
+            passes[info["generation"]] += 1
+            collected[info["generation"]] += took
             if took > 0.02 and parts is not None:
                 note(f"  GC at {time.perf_counter() - T0:.2f} s: gen {info['generation']} "
                      f"{took * 1000:.0f} ms, collected {info['collected']}")
@@ -180,6 +216,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
     beating = asyncio.create_task(stalls.beat_forever()) if stalls else None
     producer = make_producer(args.bootstrap, acks=1, linger_ms=50)
     await producer.start()
+    members = watch_members()
     runtime = Runtime(config, services=[DeliveryService])
     await runtime.start()
     if args.gc_threshold:  # after the start, which sets the young generation's own
@@ -449,7 +486,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 if args.profile_phase != "warm":
                     profile.enable()
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
-            g0 = gc_time[0]
+            g0, p0, s0 = gc_time[0], list(passes), list(collected)
             opened = connections_opened()
             if requests is not None:
                 requests.taken()
@@ -461,7 +498,13 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 note("  Kafka requests in the cold burst:", requests.taken())
             result["fanout_connections"] = connections_opened() - opened
             result["fanout_us"] = (cpu_s() - c0) / total * 1e6
+            result["committed_s"] = result["fanout_s"] + await committed(members)
+            result["committed_us"] = (cpu_s() - c0) / total * 1e6
+            result["committed_ratio"] = result["committed_us"] / result["single_us"]
             result["fanout_gc_us"] = (gc_time[0] - g0) / total * 1e6
+            result["fanout_gc_passes"] = [
+                f"gen {g}: {passes[g] - p0[g]} passes, {(collected[g] - s0[g]) * 1000:.0f} ms"
+                for g in range(3)]
             result["fanout_load"] = load()
             result["fanout_ratio"] = result["fanout_us"] / result["single_us"]
             probing.cancel()
@@ -886,6 +929,8 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               + "; ".join(f"{phase} p50/p99/max {p50:.0f}/{p99:.0f}/{top:.0f} ms ({n})"
                           for phase in ("subscribing", "idle", "delivering")
                           for p50, p99, top, n in [r[f"health_{phase}_ms"]]))
+        print(f"  with its commits: {r['committed_s']:.2f} s, {r['committed_us']:.0f} "
+              f"us/delivery = {r['committed_ratio']:.2f} x single")
         print(f"  RSS after delivering: {r['rss_after_kib_per_sub']:.0f} KiB/subscription, "
               f"{r['rss_idle_kib_per_sub']:.0f} after 22 s idle")
         if "python_kib_per_sub" in r:
