@@ -267,3 +267,43 @@ async def test_close_cancels_a_connect_under_way_and_fails_its_request() -> None
             await waiting
     assert transport.connecting == 0
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "egress:connect"]
+
+
+async def test_a_cold_burst_of_many_subscriptions_looks_their_origin_up_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: every connect of a cold burst needs the origin's addresses; the
+    subscriptions of one origin share one lookup (each was a hop to the resolver's thread,
+    once per subscription), and a lookup that fails is made again by the next connect."""
+    server = Held()
+    await server.start()
+    loop = asyncio.get_running_loop()
+    lookups: list[str] = []
+    real = loop.getaddrinfo
+    failing = [True]
+
+    async def counted(host: str, port: int, **kwargs: object) -> object:
+        lookups.append(host)
+        await asyncio.sleep(0.05)  # the burst's other connects come meanwhile
+        if failing[0]:
+            failing[0] = False
+            raise socket.gaierror("the resolver is down")
+        return await real(host, port, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "getaddrinfo", counted)
+    shelf = Shelf()
+    url = server.url.replace("127.0.0.1", "localhost") + "/keep"
+    transports = [lean_with_timeout(url, 5.0, pool=4, shelf=shelf) for _ in range(10)]
+    try:
+        first = await asyncio.gather(*(t.send("POST", {}, b"x", None) for t in transports),
+                                     return_exceptions=True)
+        assert len(lookups) == 2  # the failed one, then one for all the rest
+        assert sum(isinstance(r, OSError) for r in first) == 1
+        burst = await asyncio.gather(*(t.send("POST", {}, b"x", None)
+                                       for t in transports for _ in range(4)))
+        assert [r[0] for r in burst] == [200] * 40
+        assert len(lookups) == 2 and shelf.opened >= 4
+    finally:
+        for transport in transports:
+            await transport.close()
+        assert server.runner is not None
+        await server.runner.cleanup()

@@ -398,12 +398,16 @@ class Shelf:
     last transport to close closes what is left. `opened` counts the connections made to
     the origin (tests and bench/egress.py read it: a warm burst opens none)."""
 
-    __slots__ = ("_connectors", "_idle", "opened", "users")
+    __slots__ = ("_addresses", "_connectors", "_idle", "_lookup", "_resolved_at", "opened",
+                 "users")
 
     def __init__(self) -> None:
         self._idle: deque[_Connection] = deque()
         self.users = 0
         self.opened = 0
+        self._addresses: list[AddrInfoType] = []
+        self._resolved_at = 0.0
+        self._lookup: asyncio.Future[None] | None = None
         # https: aiohttp's pool, one per socket factory (a runtime has one guard)
         self._connectors: dict[SocketFactory, aiohttp.TCPConnector] | None = None
 
@@ -420,6 +424,29 @@ class Shelf:
                 limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_S,
                 ttl_dns_cache=DNS_CACHE_S, socket_factory=socket_factory)
         return found
+
+    async def addresses(self, host: str, port: int) -> list[AddrInfoType]:
+        """The origin's addresses, looked up once per `DNS_CACHE_S` for every subscription
+        that pushes there; connects that need them meanwhile wait for that lookup (a cold
+        burst at a thousand subscribers looked the origin up once per subscription, each
+        lookup a hop to the resolver's thread). After a failed lookup the next connect
+        looks up again."""
+        while True:
+            if self._addresses and time.monotonic() - self._resolved_at <= DNS_CACHE_S:
+                return self._addresses
+            if self._lookup is None:
+                break
+            await asyncio.shield(self._lookup)  # ours cancelled: the lookup goes on
+        loop = asyncio.get_running_loop()
+        self._lookup = loop.create_future()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            self._addresses = [(f, t, p, c, a) for f, t, p, c, a in infos]
+            self._resolved_at = time.monotonic()
+            return self._addresses
+        finally:
+            lookup, self._lookup = self._lookup, None
+            lookup.set_result(None)
 
     def take(self) -> _Connection | None:
         now = time.monotonic()
@@ -492,8 +519,6 @@ class LeanTransport:
         self._using: set[_Connection] = set()  # connections with a request of ours
         self._tasks = _Owned(owner)  # connecting: the one step that needs a task
         self.deadlines = _Deadlines(4 * settings.pool + 64, self.loop)
-        self._addresses: list[AddrInfoType] = []
-        self._resolved_at = 0.0
         self._closed = False
 
     def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
@@ -637,7 +662,7 @@ class LeanTransport:
         loop = asyncio.get_running_loop()
         last: OSError | None = None
         async with asyncio.timeout(self._settings.connect_s):
-            for info in await self._resolve():
+            for info in await self._shelf.addresses(self._host, self._port):
                 try:
                     sock = self._settings.socket_factory(info)
                 except OSError as exc:
@@ -662,15 +687,6 @@ class LeanTransport:
                 self._shelf.opened += 1
                 return connection
         raise last or OSError(f"cannot connect to {self._host}:{self._port}")
-
-    async def _resolve(self) -> list[AddrInfoType]:
-        now = time.monotonic()
-        if not self._addresses or now - self._resolved_at > DNS_CACHE_S:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                self._host, self._port, type=socket.SOCK_STREAM)
-            self._addresses = [(f, t, p, c, a) for f, t, p, c, a in infos]
-            self._resolved_at = now
-        return self._addresses
 
     @property
     def closed(self) -> bool:
