@@ -461,6 +461,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(2)
             gc.collect()
             result["rss_kib_per_sub"] = (rss_kib() - base_rss) / args.subscribers
+            result["frozen_objects"] = gc.get_freeze_count()
+            result["young_threshold"] = gc.get_threshold()[0]
             if args.tracemalloc:
                 result["python_kib_per_sub"], result["python_top"] = allocations(
                     before, tracemalloc.take_snapshot(), args.subscribers)

@@ -75,6 +75,18 @@ S = TypeVar("S")
 
 
 GC_YOUNG_THRESHOLD = 20_000
+GC_YOUNG_MAX = 100_000
+GC_FROZEN_PER_YOUNG = 30
+"""The young generation grows with what is kept out of the collector (one allocation
+allowed per this many frozen objects): a burst to every subscriber holds records, pushes
+and answers in flight in proportion to them, and each young pass walks the survivors. At
+10,000 subscribers (3 million objects frozen) passes every 20,000 allocations took 15 us of
+a delivery's CPU, every 100,000 6 us (bench/RESULTS.md); at 1,000 it stays 20,000."""
+
+
+def young_threshold(frozen: int) -> int:
+    """Allocations between young collections, with `frozen` objects kept long-lived."""
+    return min(GC_YOUNG_MAX, max(GC_YOUNG_THRESHOLD, frozen // GC_FROZEN_PER_YOUNG))
 
 
 class Runtime:
@@ -281,9 +293,11 @@ class Runtime:
         """What a service just built (a subscription's actors) lives long: out of the
         garbage collector's full passes too, as start-up's objects are. With a thousand
         subscriptions those passes took 45% of the CPU of a fan-out delivery
-        (bench/RESULTS.md, "Fan-out"). Cheap: the collector's lists are spliced."""
+        (bench/RESULTS.md, "Fan-out"). Cheap: the collector's lists are spliced. The
+        young generation grows with what is kept (`young_threshold`)."""
         if self.config.runtime.gc_freeze:
             gc.freeze()
+            gc.set_threshold(young_threshold(gc.get_freeze_count()), *gc.get_threshold()[1:])
 
     def release_long_lived(self) -> None:
         """Something long-lived went away (an unsubscribe): give everything back to the
