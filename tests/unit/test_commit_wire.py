@@ -34,7 +34,7 @@ def test_a_commit_is_written_as_aiokafka_writes_it(
         theirs = OffsetCommitRequest(group, -1, "", -1, [
             (topic, [(p, offset, metadata) for p, offset in parts])
             for topic, parts in topics.items()]).prepare({8: (version, version)})
-        assert theirs.API_VERSION == version
+        assert version == theirs.API_VERSION
         assert written == theirs.build_request_header(
             correlation_id=correlation, client_id=client).encode() + theirs.encode()
 
