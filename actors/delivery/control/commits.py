@@ -29,6 +29,7 @@ from actors.delivery.control.status import Live, RefusedCommit
 from runtime.errors import UsageError
 from runtime.kafka.group_offsets import GroupOffsets
 from runtime.kernel.clock import Clock, within
+from runtime.kernel.tasks import OwnedTasks
 
 Positions = Mapping[tuple[str, int], int | None]
 FETCH_TIMEOUT_MS = 2000
@@ -100,7 +101,8 @@ class AcceptedReader:
 
     def __init__(self, clock: Clock, timeout_ms: int = FETCH_TIMEOUT_MS) -> None:
         self._clock, self._timeout_ms = clock, timeout_ms
-        self._clients: dict[str, asyncio.Future[GroupOffsets]] = {}
+        self._clients: dict[str, asyncio.Task[GroupOffsets | Exception]] = {}
+        self._starts = OwnedTasks()
         self._closed = False
 
     async def read(self, bootstrap: str, group: str, partitions: Sequence[tuple[str, int]],
@@ -109,31 +111,42 @@ class AcceptedReader:
         `TimeoutError` past a deadline, or what the client raised."""
         offsets = await within(self._clock, asyncio.shield(self._client(bootstrap)),
                                self._timeout_ms)
+        if isinstance(offsets, Exception):
+            raise offsets
         found = await within(self._clock, offsets.fetch(
             group, [TopicPartition(t, p) for t, p in partitions]), self._timeout_ms)
         return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
 
-    def _client(self, bootstrap: str) -> asyncio.Future[GroupOffsets]:
+    def _client(self, bootstrap: str) -> asyncio.Task[GroupOffsets | Exception]:
         if self._closed:
             raise UsageError("the accepted positions reader is closed")
         started = self._clients.get(bootstrap)
-        if started is None or (started.done() and (started.cancelled()
-                                                   or started.exception() is not None)):
-            started = self._clients[bootstrap] = asyncio.ensure_future(
-                GroupOffsets.started(bootstrap))
+        if started is None or (started.done() and (started.cancelled() or isinstance(
+                started.result(), Exception))):
+            started = self._clients[bootstrap] = self._starts.spawn(
+                _start(bootstrap), name=f"accepted-positions:{bootstrap}")
         return started
 
     async def aclose(self) -> None:
         """Close every client (one still starting is cancelled first). Idempotent."""
         self._closed = True
         clients, self._clients = list(self._clients.values()), {}
+        await self._starts.aclose()  # cancels a start still under way
         for started in clients:
-            started.cancel()
-        for outcome in await asyncio.gather(*clients, return_exceptions=True):
+            outcome = None if started.cancelled() else started.result()
             if isinstance(outcome, GroupOffsets):
                 await outcome.close()
 
     def __repr__(self) -> str:
         ready = sum(1 for s in self._clients.values()
-                    if s.done() and not s.cancelled() and s.exception() is None)
+                    if s.done() and not s.cancelled() and isinstance(s.result(), GroupOffsets))
         return f"<AcceptedReader clients={ready}/{len(self._clients)} closed={self._closed}>"
+
+
+async def _start(bootstrap: str) -> GroupOffsets | Exception:
+    """A client for `bootstrap`, or why it could not start (the read that waits for it
+    raises that; the next read starts another)."""
+    try:
+        return await GroupOffsets.started(bootstrap)
+    except Exception as exc:
+        return exc
