@@ -22,6 +22,7 @@ def test_only_a_port_nobody_holds_is_handed_out(monkeypatch: pytest.MonkeyPatch)
     base = free_port() + 1
     monkeypatch.setattr(broker, "_LOWEST_PORT", base)
     monkeypatch.setattr(broker, "_ephemeral_start", lambda: base + 8)
+    monkeypatch.setattr(broker, "_HANDED_OUT", set())  # this worker's earlier ports
     held: list[socket.socket] = []
     try:
         for port in range(base, base + 8):
