@@ -77,6 +77,9 @@ S = TypeVar("S")
 GC_YOUNG_THRESHOLD = 20_000
 GC_YOUNG_MAX = 100_000
 GC_FROZEN_PER_YOUNG = 30
+GC_YOUNG_SIZING_MS = 10_000
+"""The young generation is sized again at most this often: `gc.get_freeze_count` walks
+every frozen object (24 ms at 3 million), and every subscribe asks to keep its actors."""
 """The young generation grows with what is kept out of the collector (one allocation
 allowed per this many frozen objects): a burst to every subscriber holds records, pushes
 and answers in flight in proportion to them, and each young pass walks the survivors. At
@@ -97,6 +100,7 @@ class Runtime:
         self.metrics = Registry()
         self.journal: EventJournal = NullJournal()
         self._listeners: dict[str, list[Callable[[Event], None]]] = {}
+        self._next_young_sizing_ms = 0  # when keep_long_lived may size the young again
         self._started_ms: int | None = None  # monotonic, once running (uptime)
         # the journal's backpressure: it closes the gate when its flushes fall behind and
         # the actors wait (runtime/kernel/gate.py)
@@ -297,7 +301,11 @@ class Runtime:
         young generation grows with what is kept (`young_threshold`)."""
         if self.config.runtime.gc_freeze:
             gc.freeze()
-            gc.set_threshold(young_threshold(gc.get_freeze_count()), *gc.get_threshold()[1:])
+            now_ms = self.clock.monotonic_ms()
+            if now_ms >= self._next_young_sizing_ms:  # counting walks every frozen object
+                self._next_young_sizing_ms = now_ms + GC_YOUNG_SIZING_MS
+                gc.set_threshold(young_threshold(gc.get_freeze_count()),
+                                 *gc.get_threshold()[1:])
 
     def release_long_lived(self) -> None:
         """Something long-lived went away (an unsubscribe): give everything back to the
