@@ -978,7 +978,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--subscribers", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--records", type=int, default=10)
-    parser.add_argument("--baseline-records", type=int, default=20_000)
+    parser.add_argument("--baseline-records", type=int, default=60_000,
+                        help="records of the single-subscription phase (20,000 before "
+                        "the seventh session: a one-second window, whose figure moved "
+                        "33-48 us between runs minutes apart)")
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--compare", default="")
     parser.add_argument("--topics", type=int, default=1,
