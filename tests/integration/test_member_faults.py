@@ -87,6 +87,11 @@ def counts(receiver: Receiver, topic: str) -> dict[str, int]:
     return found
 
 
+def pushing(receiver: Receiver) -> set[tuple[str, int]]:
+    """The (consumer, partition) pairs that pushed at least once: cursors under way."""
+    return {(push.consumer, push.partition) for push in receiver.pushes}
+
+
 async def delete_topic(bootstrap: str, topic: str) -> None:
     admin = make_admin(bootstrap)
     await admin.start()
@@ -146,19 +151,24 @@ async def test_a_topic_deleted_and_recreated_under_live_subscriptions_loses_noth
             await receiver.wait_for(
                 lambda: all(n == 80 for n in new_values(receiver, before).values())
                 and len(new_values(receiver, before)) == len(ids), timeout_s=60)
+            await asyncio.sleep(1)  # a second push of a new value would come by now
             assert crashed == []
     finally:
         await receiver.stop()
+    # nothing crashed: no value of the new topic went out twice (its offsets restart at
+    # 0, so the receiver's offset-keyed duplicates cannot tell; the values can)
+    assert new_values(receiver, before, distinct=False) == new_values(receiver, before)
 
 
-def new_values(receiver: Receiver, since: int) -> dict[str, int]:
-    """Per consumer, how many distinct values of the second production (v1000...) came."""
-    seen: dict[str, set[bytes]] = {}
+def new_values(receiver: Receiver, since: int, distinct: bool = True) -> dict[str, int]:
+    """Per consumer, how many values of the second production (v1000...) came: distinct
+    ones, or every push of them."""
+    seen: dict[str, list[bytes]] = {}
     wanted = {f"v{i}".encode() for i in range(1000, 1080)}
     for push in receiver.ok[since:]:
         if push.body in wanted:
-            seen.setdefault(push.consumer, set()).add(push.body)
-    return {c: len(v) for c, v in seen.items()}
+            seen.setdefault(push.consumer, []).append(push.body)
+    return {c: len(set(v)) if distinct else len(v) for c, v in seen.items()}
 
 
 async def test_a_committed_position_past_the_log_end_is_reset_and_delivers(
@@ -176,8 +186,10 @@ async def test_a_committed_position_past_the_log_end_is_reset_and_delivers(
             await receiver.wait_for(lambda: counts(receiver, topic).get("past_g-past") == 40,
                                     timeout_s=30)
             assert sorted(resets) == [5000, 5000]  # journaled: where it was, per partition
+            await asyncio.sleep(1)  # a second push would come by now
     finally:
         await receiver.stop()
+    assert receiver.duplicates() == []  # nothing crashed: nothing twice
 
 
 async def test_a_topic_created_after_its_subscriptions_is_read(
@@ -201,8 +213,10 @@ async def test_a_topic_created_after_its_subscriptions_is_read(
             await receiver.wait_for(
                 lambda: counts(receiver, late) == {"w1_g-w1": 20, "w2_g-w2": 20},
                 timeout_s=30)
+            await asyncio.sleep(1)  # a second push would come by now
     finally:
         await receiver.stop()
+    assert receiver.duplicates() == []  # nothing crashed: nothing twice
 
 
 async def test_unsubscribing_the_only_reader_of_a_topic_does_not_crash_the_member(
@@ -226,9 +240,13 @@ async def test_unsubscribing_the_only_reader_of_a_topic_does_not_crash_the_membe
             await produce(kafka_bootstrap, kept, 10, partitions=2, start=10)
             await receiver.wait_for(lambda: counts(receiver, kept) == {"keep_g-keep": 20},
                                     timeout_s=30)
+            await asyncio.sleep(1)  # a second push would come by now
             assert crashed == []
     finally:
         await receiver.stop()
+    # nothing crashed: the kept topic's records once each, and the dropped one's too
+    # (each unsubscribe drained and committed what it had sent)
+    assert receiver.duplicates() == []
 
 
 async def test_unsubscribes_asked_together_mid_stream_lose_nothing_and_double_nothing(
@@ -387,7 +405,8 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
 async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(tmp_path: Path) -> None:
     """Issue 32, item 4: a cut of the broker's connections (shorter than the session)
     fails commit rounds, which are sent again after it; the member never crashes, nothing
-    is revoked, nothing is lost or delivered twice."""
+    is revoked, nothing is lost or delivered twice; and records fetched before the cut keep
+    going out during it (pushing them needs no broker)."""
     proxy = CutProxy(0)
     async with EmbeddedBroker(advertised=proxy.address) as broker:
         proxy.target_port = int(broker.bootstrap.rsplit(":", 1)[1])
@@ -396,7 +415,8 @@ async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(tmp_path: P
             topic = "cut"
             await create_topics(bootstrap, {topic: 2})
             ids = [f"cut{n}" for n in range(20)]
-            receiver = await Receiver().start()
+            # 0.2 s an answer: the first half still goes out for seconds after the cut
+            receiver = await Receiver(paced(0.2)).start()
             total = 400
             try:
                 async with make_runtime(bootstrap, tmp_path,
@@ -406,12 +426,19 @@ async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(tmp_path: P
                     runtime.listen("partition_revoked", lambda e: revoked.append(e.partition))
                     await subscribe(Admin(runtime), ids, topic, receiver.url)
                     await produce(bootstrap, topic, total // 2, partitions=2)
-                    await receiver.wait_for(lambda: len(receiver.ok) >= total // 2, 60)
+                    # every cursor placed and pushing (its start reads Kafka), then the cut
+                    await receiver.wait_for(
+                        lambda: len(pushing(receiver)) == 2 * len(ids), 60)
                     before = len(revoked)
                     proxy.cut()
-                    # the cut lasts until the clients found it and a commit round failed
+                    at_cut = len(receiver.delivered())
+                    # the cut lasts until the clients found it and a commit round failed,
+                    # and until the first half went out: fetched before it, pushed during it
                     await until(lambda: cut_felt(proxy, Admin(runtime)),
                                 what="reconnects refused and a commit round failed")
+                    await receiver.wait_for(
+                        lambda: len(receiver.delivered()) == total // 2 * len(ids), 60)
+                    assert at_cut < total // 4 * len(ids)  # most went out during the cut
                     proxy.heal()
                     await produce(bootstrap, topic, total // 2, partitions=2, start=total // 2)
                     await receiver.wait_for(
