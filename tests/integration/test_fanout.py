@@ -203,6 +203,43 @@ async def test_unsubscribing_one_cursor_commits_it_and_the_others_go_on(
     assert sum(1 for c, *_ in receiver.delivered() if c == "go_g-go") == 50
 
 
+async def test_a_leave_draining_a_hung_endpoint_does_not_hold_the_others_fetch(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+    """Issue 32, item 10: an unsubscribe waits for its cursor's drain (pushes in flight
+    to an endpoint that answers late) on a task of its own; meanwhile the member fetches
+    and every other subscription of the topic gets what is produced."""
+    topic = await topic_factory(partitions=1)
+    release = asyncio.Event()
+
+    async def slow_for_go(push: Push) -> int:
+        if push.consumer.startswith("go_") and push.offset >= 10:
+            await release.wait()  # held: the drain of "go" waits for these answers
+        return 200
+
+    receiver = await Receiver(slow_for_go).start()
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)
+            await subscribe_many(api, ["stay", "go"], topic, receiver.url)
+            await produce(kafka_bootstrap, topic, 14)
+            await receiver.wait_for(
+                lambda: len(receiver.pushes) == 14 + 14)  # go's last 4 held in flight
+            leaving = asyncio.ensure_future(api.call(
+                "POST", "/broker/unsubscribe", {"id": "go", "group.id": "g-go"}))
+            await asyncio.sleep(0.2)  # the leave is under way, its drain waiting
+            await produce(kafka_bootstrap, topic, 50, start=14)
+            await receiver.wait_for(lambda: sum(
+                1 for c, *_ in receiver.delivered() if c == "stay_g-stay") == 64, 10)
+            assert not leaving.done()  # the others got everything while it drained
+            release.set()
+            status, _ = await leaving
+            assert status == 200
+    finally:
+        release.set()
+        await receiver.stop()
+    assert receiver.duplicates() == []
+
+
 async def test_a_subscriber_reset_to_latest_gets_only_records_produced_after_it_started(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
     topic = await topic_factory(partitions=1)
