@@ -339,7 +339,8 @@ async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
 
 
 async def test_two_deployments_committing_one_group_are_reported_not_ready(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
     """Issue 32, item 8: two instances with their own folders form two instance groups;
     both read every partition and commit to the subscription's group. That is reported:
     an ERROR, `/readyz` not ready naming the other instance group, and the status. Each
@@ -397,6 +398,8 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
             status, body = await Admin(one).call("GET", "/broker/subscription/twice/g-twice")
             assert status == 200
             assert "also committed to" in str(body)
+            assert any(r.levelname == "ERROR" and "also committed to" in r.getMessage()
+                       for r in caplog.records)  # and said once in the log, as an ERROR
     finally:
         await receiver.stop()
         await lagging.stop()
