@@ -1,6 +1,7 @@
 """The shape issue 32 (item 13) asks of the code, kept: the instance member's class in at
 most 300 lines, no class of actors/delivery over 400, and `Any` written fewer than 40
-times outside the report (imports counted). Read from the source, not from a run."""
+times outside the report (imports counted), no task created outside the kernel. Read from
+the source, not from a run."""
 
 from __future__ import annotations
 
@@ -37,3 +38,19 @@ def test_any_is_written_fewer_than_40_times_outside_the_report() -> None:
             if "report" not in path.relative_to(ROOT).parts[:2]:
                 written += len(re.findall(r"\bAny\b", path.read_text()))
     assert written < 40, f"Any written {written} times"
+
+
+def test_no_task_is_created_outside_the_kernel() -> None:
+    """Every task of actors/ and runtime/ is an actor's or one it owns (`spawn`,
+    `OwnedTasks`): made in runtime/kernel only, so none runs without an owner that ends
+    it (issue 32, item 13: the journal's standalone loop was the last one)."""
+    found = []
+    for folder in ("actors", "runtime"):
+        for path in (ROOT / folder).rglob("*.py"):
+            relative = path.relative_to(ROOT)
+            if relative.parts[:2] == ("runtime", "kernel"):
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if re.search(r"\b(create_task|ensure_future)\(", line):
+                    found.append(f"{relative}:{number}: {line.strip()}")
+    assert not found, found
