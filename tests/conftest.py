@@ -95,9 +95,12 @@ def _lacks_folder_marker(item: pytest.Item) -> bool:
 # reads), so this one groups by path: the Spark tests are two units of work, each run by one
 # worker with one JVM and one SparkSession (`_SPARK_UNIT_A` and the rest of tests/spark: one
 # unit of them all, minutes long, was the run's critical path; a second session costs a
-# JVM's start, seconds); every other test is a unit of its own, and so are the Spark tests
-# that start JVMs of their own instead of using the session (`_OWN_UNIT`: the follow job
-# and the standalone cluster run beside the Spark units, not after them). Units are handed
+# JVM's start, seconds); every other test is a unit of its own, and so is the follow job,
+# which starts JVMs of its own instead of using the session (`_OWN_UNIT`: it runs beside
+# the Spark units, not after them). The standalone cluster's test stays in its file's unit:
+# alone, its worker ran the file's three-instance delivery run a second time. A module's
+# tests must stay together in a unit, and `_LONG_FIRST` must not name one of them (a
+# module fixture is set up again when its tests are split). Units are handed
 # out largest first (the Spark units start at once), then in collection order, which
 # `_LONG_FIRST` sorts (in the workers: a serial run keeps the files' order): the longest
 # tests start early, so none of them is left to run alone at the end while the other
@@ -106,13 +109,13 @@ _ONE_WORKER = ("tests/spark/",)
 _SPARK_UNIT_A = tuple(f"tests/spark/{name}.py::" for name in (
     "test_ranged_deliveries", "test_attempt_latency", "test_journal_gaps",
     "test_columnar_deliveries", "test_filtered_audit", "test_transforms", "test_audit",
-    "test_follow_state"))
-# about half the Spark tests' CPU, measured per test
-_OWN_UNIT = ("tests/spark/test_follow.py::",
-             "tests/spark/test_report_end_to_end.py::test_the_standalone_cluster_")
+    "test_follow_state", "test_facts"))
+# about half the Spark tests' time, measured per file (the other unit has the standalone
+# cluster's test, which shares its file's three-instance delivery run with the file's
+# local reports: one run, not one per worker)
+_OWN_UNIT = ("tests/spark/test_follow.py::",)
 _LONG_FIRST = (  # the longest first, as measured with --durations in a parallel run
     "tests/spark/test_follow.py::",
-    "tests/spark/test_report_end_to_end.py::test_the_standalone_cluster_",
     "tests/integration/test_admin_fuzz.py::",
     "tests/chaos/test_seeded_chaos.py::",
     "tests/integration/test_fanout_processes.py::",
