@@ -15,6 +15,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.protocol.commit import OffsetFetchRequest
 
+from actors.delivery.control import trees
 from actors.delivery.path.member import InstanceMemberActor
 from actors.shared.messages import StatusQuery
 from runtime.host.app import Runtime
@@ -204,7 +205,8 @@ async def test_unsubscribing_one_cursor_commits_it_and_the_others_go_on(
 
 
 async def test_a_leave_draining_a_hung_endpoint_does_not_hold_the_others_fetch(
-        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 32, item 10: an unsubscribe waits for its cursor's drain (pushes in flight
     to an endpoint that answers late) on a task of its own; meanwhile the member fetches
     and every other subscription of the topic gets what is produced."""
@@ -217,6 +219,11 @@ async def test_a_leave_draining_a_hung_endpoint_does_not_hold_the_others_fetch(
         return 200
 
     receiver = await Receiver(slow_for_go).start()
+    # drain and stop limits longer than the waits below (2.5 and 3.5 s): the leave is
+    # still draining then, however slow the machine
+    for limit, ms in (("DRAIN_MS", 20_000), ("CONSUMER_STOP_MS", 21_000),
+                      ("SUBSCRIPTION_STOP_MS", 22_000)):
+        monkeypatch.setattr(trees, limit, ms)
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             api = Admin(runtime)
