@@ -3,7 +3,8 @@
 `CutProxy` stands in front of a broker that advertises the proxy's address, so every
 connection a client makes passes through it. `cut()` closes every open connection and
 refuses new ones (accepted, then closed at once, as a lost route looks to a client) until
-`heal()`; `stall()` holds every byte, connections open, until `flow()`. Nothing of the
+`heal()`; `reset()` cuts too, but resets the open connections (RST) instead of closing
+them; `stall()` holds every byte, connections open, until `flow()`. Nothing of the
 protocol is imitated: bytes pass through unchanged.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 from types import TracebackType
 
 from runtime.kafka.broker import free_port
@@ -54,6 +57,17 @@ class CutProxy:
         self._down = True
         self.cuts += 1
         self._close_all()
+
+    def reset(self) -> None:
+        """`cut()`, the open connections reset rather than closed (SO_LINGER 0: a RST, as
+        from a broker's host that went away): the client's next read or write fails with
+        `ConnectionResetError` instead of reading an end of stream."""
+        linger = struct.pack("ii", 1, 0)
+        for writer in self._writers:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:  # None: closed already
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        self.cut()
 
     def heal(self) -> None:
         self._down = False

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 from aiokafka import TopicPartition
+from aiokafka.client import AIOKafkaClient
 
 from actors.shared.group_consumer import HIGHWATER_REFRESH_MS
 from actors.shared.messages import StatusQuery
@@ -431,6 +433,59 @@ async def test_two_deployments_committing_one_group_are_reported_not_ready(
     finally:
         await receiver.stop()
         await lagging.stop()
+
+
+def test_a_commit_round_on_connections_reset_under_it_fails_and_never_raises() -> None:
+    """Issue 32, item 4, where it began: on uvloop (the runtime's loop: runtime/__main__.py)
+    a reset connection's transport is closed at once while aiokafka still holds it as
+    connected until its reader task runs; a round written in that window gets
+    `RuntimeError('unable to perform operation on <TCPTransport closed=True ...>; the
+    handler is closed')` from the write. c17b9ae's GroupOffsets caught only KafkaError,
+    so it escaped the round (`_commit_one`, `_send`) and crashed the member. A round must
+    fail group by group, and the next one after the reset commit. The round starts one to
+    four loop turns after the reset: c17b9ae raised at two and three."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        reasons = runner.run(rounds_across_resets())
+    assert reasons and all(r.startswith("commit failed") for r in reasons), reasons
+
+
+async def rounds_across_resets() -> list[str]:
+    """A round of 200 groups right after each of four resets; why the groups were
+    refused."""
+    proxy = CutProxy(0)  # its target: the broker below, once it listens
+    async with proxy, EmbeddedBroker(advertised=proxy.address) as broker:
+        proxy.target_port = int(broker.bootstrap.rsplit(":", 1)[1])
+        await create_topics(proxy.address, {"reset": 1})
+        tp = TopicPartition("reset", 0)
+        client = AIOKafkaClient(bootstrap_servers=proxy.address)
+        await client.bootstrap()
+        offsets, groups, reasons = GroupOffsets(client), [f"r{i}" for i in range(200)], []
+        try:
+            for turns in range(1, 5):
+                proxy.heal()
+                assert await committed_in_time(offsets, {g: {tp: turns} for g in groups})
+                proxy.reset()
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                refused = await offsets.commit({g: {tp: 10 + turns} for g in groups})
+                reasons += [r.reason for r in refused]
+            proxy.heal()
+            assert await committed_in_time(offsets, {g: {tp: 20} for g in groups})
+        finally:
+            await client.close()
+    return reasons
+
+
+async def committed_in_time(offsets: GroupOffsets,
+                            positions: dict[str, dict[TopicPartition, int]]) -> bool:
+    """Commit until no group refuses (the client reconnects after a cut in its own time)."""
+    left = dict(positions)
+    for _ in range(50):
+        left = {r.group: positions[r.group] for r in await offsets.commit(left)}
+        if not left:
+            return True
+        await asyncio.sleep(0.2)
+    return False
 
 
 async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(
