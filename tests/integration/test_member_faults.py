@@ -41,6 +41,7 @@ from tests.integration.processes import (
     write_config,
 )
 from tests.integration.test_fanout import member
+from tests.integration.test_group_offsets import until_committed
 from tests.waits import until
 
 pytestmark = pytest.mark.integration
@@ -463,29 +464,17 @@ async def rounds_across_resets() -> list[str]:
         try:
             for turns in range(1, 5):
                 proxy.heal()
-                assert await committed_in_time(offsets, {g: {tp: turns} for g in groups})
+                assert await until_committed(offsets, {g: {tp: turns} for g in groups})
                 proxy.reset()
                 for _ in range(turns):
                     await asyncio.sleep(0)
                 refused = await offsets.commit({g: {tp: 10 + turns} for g in groups})
                 reasons += [r.reason for r in refused]
             proxy.heal()
-            assert await committed_in_time(offsets, {g: {tp: 20} for g in groups})
+            assert await until_committed(offsets, {g: {tp: 20} for g in groups})
         finally:
             await client.close()
     return reasons
-
-
-async def committed_in_time(offsets: GroupOffsets,
-                            positions: dict[str, dict[TopicPartition, int]]) -> bool:
-    """Commit until no group refuses (the client reconnects after a cut in its own time)."""
-    left = dict(positions)
-    for _ in range(50):
-        left = {r.group: positions[r.group] for r in await offsets.commit(left)}
-        if not left:
-            return True
-        await asyncio.sleep(0.2)
-    return False
 
 
 async def test_a_broker_cut_fails_commit_rounds_but_never_the_member(
