@@ -234,8 +234,11 @@ class Runtime:
         self._heard(list(row))
 
     def _lifecycle(self, event: Lifecycle) -> None:
-        self.journal.emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,
-                                reason=event.reason))
+        """An actor started, restarted, stopped or crashed: journaled, and heard by the
+        listeners of its type as every other event is (they were journaled only, and a
+        listener of `actor_crashed` heard nothing)."""
+        self._emit(Event(type=event.type, ts_ms=event.ts_ms, actor=event.actor,
+                         reason=event.reason))
 
     def _health(self) -> dict[str, object]:
         started = self._started_ms

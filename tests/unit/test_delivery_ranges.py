@@ -24,6 +24,7 @@ from runtime.host.journal import (
     expand,
     ranged,
 )
+from runtime.kernel.actor import Lifecycle
 from runtime.kernel.clock import FakeClock
 
 T0 = 1_700_000_000_000
@@ -229,3 +230,17 @@ async def test_a_ledger_that_is_not_whole_rows_is_dropped_and_said_not_misread(
     assert journal.dropped == 1
     assert [(e.type, e.reason) for e in lines(tmp_path)] == [
         ("committed", None), ("journal_dropped", "malformed")]
+
+
+def test_an_actor_crashed_listener_hears_the_supervisors_report(tmp_path: Path) -> None:
+    """Lifecycle events reach the listeners of their type as every other event does (they
+    were journaled only: a listener of `actor_crashed` heard nothing)."""
+    runtime = runtime_with_journal(tmp_path, enabled=False)
+    heard: list[Event] = []
+    runtime.listen("actor_crashed", heard.append)
+
+    runtime._lifecycle(Lifecycle("actor_crashed", "/hookstream/groups/x", T0, "boom"))
+    runtime._lifecycle(Lifecycle("actor_started", "/hookstream/groups/x", T0 + 1))
+
+    assert [(e.type, e.actor, e.reason) for e in heard] == [
+        ("actor_crashed", "/hookstream/groups/x", "boom")]
