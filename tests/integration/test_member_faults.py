@@ -40,7 +40,7 @@ from tests.integration.processes import (
     terminate,
     write_config,
 )
-from tests.integration.test_fanout import member
+from tests.integration.test_fanout import group_positions, member
 from tests.integration.test_group_offsets import until_committed
 from tests.waits import until
 
@@ -173,13 +173,25 @@ async def test_a_topic_deleted_and_recreated_under_live_subscriptions_loses_noth
             await receiver.wait_for(
                 lambda: all(n == 80 for n in new_values(receiver, before).values())
                 and len(new_values(receiver, before)) == len(ids), timeout_s=60)
-            await asyncio.sleep(1)  # a second push of a new value would come by now
+            await committed_to_the_end(runtime, [f"g-{i}" for i in ids], topic, 4, 20)
             assert crashed == []
     finally:
         await receiver.stop()
     # nothing crashed: no value of the new topic went out twice (its offsets restart at
     # 0, so the receiver's offset-keyed duplicates cannot tell; the values can)
     assert new_values(receiver, before, distinct=False) == new_values(receiver, before)
+
+
+async def committed_to_the_end(runtime: Runtime, groups: list[str], topic: str,
+                               partitions: int, end: int) -> None:
+    """Until every group committed `end` on every partition: with nothing in flight and
+    nothing to fetch again, no second push can come after (nothing crashed)."""
+    want = {g: dict.fromkeys(range(partitions), end) for g in groups}
+
+    async def there() -> bool:
+        return await group_positions(runtime, groups, topic, partitions) == want
+
+    await until(there, what=f"{groups} committed {end} on every partition of {topic}")
 
 
 def new_values(receiver: Receiver, since: int, distinct: bool = True) -> dict[str, int]:
@@ -208,7 +220,7 @@ async def test_a_committed_position_past_the_log_end_is_reset_and_delivers(
             await receiver.wait_for(lambda: counts(receiver, topic).get("past_g-past") == 40,
                                     timeout_s=30)
             assert sorted(resets) == [5000, 5000]  # journaled: where it was, per partition
-            await asyncio.sleep(1)  # a second push would come by now
+            await committed_to_the_end(runtime, ["g-past"], topic, 2, 20)
     finally:
         await receiver.stop()
     assert receiver.duplicates() == []  # nothing crashed: nothing twice
@@ -235,7 +247,7 @@ async def test_a_topic_created_after_its_subscriptions_is_read(
             await receiver.wait_for(
                 lambda: counts(receiver, late) == {"w1_g-w1": 20, "w2_g-w2": 20},
                 timeout_s=30)
-            await asyncio.sleep(1)  # a second push would come by now
+            await committed_to_the_end(runtime, ["g-w1", "g-w2"], late, 2, 10)
     finally:
         await receiver.stop()
     assert receiver.duplicates() == []  # nothing crashed: nothing twice
@@ -267,8 +279,12 @@ async def test_unsubscribing_the_only_reader_of_a_topic_does_not_crash_the_membe
             status, reply = await api.call("POST", "/broker/unsubscribe",
                                            {"id": "drop", "group.id": "g-drop"})
             assert status == 200, reply
-            # at least one refresh of the high watermarks, whatever its phase
-            await asyncio.sleep(1.5 * HIGHWATER_REFRESH_MS / 1000)
+            # until the member's turns made a refresh of the high watermarks after the
+            # leave (the next one is due a period after it; c17b9ae crashed in it)
+            the_member = member(runtime)
+            left_at = the_member.context.clock.monotonic_ms()
+            await until(lambda: the_member.side._ends_due >= left_at + HIGHWATER_REFRESH_MS
+                        or bool(crashed), what="a refresh of the high watermarks")
             assert crashed == []
             await create_topics(kafka_bootstrap, {later: 2})
             await produce(kafka_bootstrap, later, 10, partitions=2)
