@@ -77,14 +77,14 @@ S = TypeVar("S")
 GC_YOUNG_THRESHOLD = 20_000
 GC_YOUNG_MAX = 100_000
 GC_FROZEN_PER_YOUNG = 30
-GC_YOUNG_SIZING_MS = 10_000
-"""The young generation is sized again at most this often: `gc.get_freeze_count` walks
-every frozen object (24 ms at 3 million), and every subscribe asks to keep its actors."""
 """The young generation grows with what is kept out of the collector (one allocation
 allowed per this many frozen objects): a burst to every subscriber holds records, pushes
 and answers in flight in proportion to them, and each young pass walks the survivors. At
 10,000 subscribers (3 million objects frozen) passes every 20,000 allocations took 15 us of
 a delivery's CPU, every 100,000 6 us (bench/RESULTS.md); at 1,000 it stays 20,000."""
+GC_YOUNG_SIZING_MS = 10_000
+"""The young generation is sized again at most this often: `gc.get_freeze_count` walks
+every frozen object (24 ms at 3 million), and every subscribe asks to keep its actors."""
 
 
 def young_threshold(frozen: int) -> int:
