@@ -231,15 +231,17 @@ async def test_a_leave_draining_a_hung_endpoint_does_not_hold_the_others_fetch(
             await produce(kafka_bootstrap, topic, 14)
             await receiver.wait_for(
                 lambda: len(receiver.pushes) == 14 + 14)  # go's last 4 held in flight
-            leaving = asyncio.ensure_future(api.call(
-                "POST", "/broker/unsubscribe", {"id": "go", "group.id": "g-go"}))
-            await asyncio.sleep(0.2)  # the leave is under way, its drain waiting
-            await produce(kafka_bootstrap, topic, 50, start=14)
-            await receiver.wait_for(lambda: sum(
-                1 for c, *_ in receiver.delivered() if c == "stay_g-stay") == 64, 10)
-            assert not leaving.done()  # the others got everything while it drained
-            release.set()
-            status, _ = await leaving
+            async with asyncio.TaskGroup() as group:  # the leave's call ends with the test
+                leaving = group.create_task(api.call(
+                    "POST", "/broker/unsubscribe", {"id": "go", "group.id": "g-go"}))
+                seats = member(runtime).seats
+                await until(lambda: bool(seats.retiring), what="the leave draining")
+                await produce(kafka_bootstrap, topic, 50, start=14)
+                await receiver.wait_for(lambda: sum(
+                    1 for c, *_ in receiver.delivered() if c == "stay_g-stay") == 64, 10)
+                assert not leaving.done()  # the others got everything while it drained
+                release.set()
+            status, _ = leaving.result()
             assert status == 200
     finally:
         release.set()
