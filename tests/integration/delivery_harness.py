@@ -66,6 +66,7 @@ class Receiver:
     ok: list[Push] = field(default_factory=list)
     port: int = 0
     path: str = "/hook"
+    backlog: int = 128  # its listen backlog: a small one overflows under a burst of connects
     _runner: web.AppRunner | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -78,7 +79,7 @@ class Receiver:
         app.router.add_route("*", self.path, self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=self.backlog)
         await site.start()
         self.port = self._runner.addresses[0][1]
         return self

@@ -307,3 +307,77 @@ async def test_a_cold_burst_of_many_subscriptions_looks_their_origin_up_once(
             await transport.close()
         assert server.runner is not None
         await server.runner.cleanup()
+
+
+class OneConnection:
+    """A receiver that accepts one connection, then nothing: its one-place backlog is then
+    taken by a filler, so a connect to it hangs (its SYN dropped), as at a receiver whose
+    accept queue overflowed under a burst of connects. It answers `200` on the connection
+    it has, the first request once `release` is set."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.listener.setblocking(False)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
+        self.release = asyncio.Event()
+        self.requests = 0
+        self.first = asyncio.Event()
+        self.filler: socket.socket | None = None
+        self.task = asyncio.ensure_future(self._serve())
+
+    async def _serve(self) -> None:
+        conn, _ = await asyncio.get_running_loop().sock_accept(self.listener)
+        # the backlog's one place taken: nothing else connects from now on
+        self.filler = socket.create_connection(self.listener.getsockname())
+        reader, writer = await asyncio.open_connection(sock=conn)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                self.requests += 1
+                if self.requests == 1:
+                    self.first.set()
+                    await self.release.wait()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        if self.filler is not None:
+            self.filler.close()
+        self.listener.close()
+
+
+async def test_requests_waiting_for_a_connect_take_a_connection_freed_meanwhile() -> None:
+    """Issue 32, item 7: a request that found no idle connection connects, but the first
+    connection of its origin freed meanwhile serves it. Bound to its own connect, a push
+    waited for SYNs resent after 1 s and 3 s at a receiver whose accept queue overflowed
+    (answering in 5 ms), so a stop's drain ran to its limit and the records above it,
+    delivered, were delivered again after the restart."""
+    server = OneConnection()
+    shelf = Shelf()
+    first, other = lean(server.url, shelf=shelf), lean(server.url, pool=2, shelf=shelf)
+    try:
+        held = asyncio.ensure_future(first.send("POST", {}, b"x", None))
+        await server.first.wait()
+        waiting = [asyncio.ensure_future(other.send("POST", {}, b"x", None))
+                   for _ in range(2)]
+        await until(lambda: other.connecting == 2, timeout_s=5, poll_s=0.005,
+                    what="both requests connecting")
+        server.release.set()
+        replies = [await held] + await asyncio.gather(*waiting)
+        assert [reply[0] for reply in replies] == [200] * 3
+        assert shelf.opened == 1 and server.requests == 3  # all on the first connection
+    finally:
+        server.release.set()
+        await first.close()
+        await other.close()
+        await server.stop()
+    assert other.connecting == 0

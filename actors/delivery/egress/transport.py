@@ -29,7 +29,9 @@ Two ways to send (issue 37). `start` returns at once and tells a `Done` callback
 outcome: the lean transport writes on a shelved connection and its parser callbacks
 complete the request, so a push on a warm connection costs no task and no future (a new
 connection is the one step that runs a task); aiohttp runs a task per request (it needs
-one). `send` is `start` and a future, for callers that await.
+one). `send` is `start` and a future, for callers that await. A lean request that found
+no idle connection connects, and takes whichever comes first: its new connection or one
+of the origin's freed meanwhile (`Shelf.put`); aiohttp's requests wait for their own.
 
 Tasks. A transport runs its tasks through its owner (`Spawner`, runtime/kernel/tasks.py):
 the egress actor whose transport it is, so they end with the actor; used on its own, a
@@ -398,11 +400,13 @@ class Shelf:
     last transport to close closes what is left. `opened` counts the connections made to
     the origin (tests and bench/egress.py read it: a warm burst opens none)."""
 
-    __slots__ = ("_addresses", "_connectors", "_idle", "_lookup", "_resolved_at", "opened",
-                 "users")
+    __slots__ = ("_addresses", "_connectors", "_idle", "_lookup", "_resolved_at", "_waiting",
+                 "opened", "users")
 
     def __init__(self) -> None:
         self._idle: deque[_Connection] = deque()
+        # requests waiting for a connection of their own, oldest first (made on first use)
+        self._waiting: deque[_Exchange] | None = None
         self.users = 0
         self.opened = 0
         self._addresses: list[AddrInfoType] = []
@@ -459,8 +463,31 @@ class Shelf:
         return None
 
     def put(self, connection: _Connection) -> None:
+        """A free connection: the oldest request still waiting for one takes it (whichever
+        transport of the origin it is of), else it waits idle. A request that found none
+        idle connects, but it is not bound to that connect: a connect can hang for
+        seconds (a receiver whose accept queue overflowed drops the connection request,
+        resent after 1 s, then 3 s) while the connections in use free up in milliseconds
+        (issue 32, item 7: pushes held that long ran a stop's drain to its limit, and the
+        records above them, delivered, were delivered again after the restart)."""
+        waiting = self._waiting
+        while waiting:
+            exchange = waiting.popleft()
+            if exchange.waiting:
+                exchange.send_on(connection)
+                return
         connection.idle_since = time.monotonic()
         self._idle.append(connection)
+
+    def wait(self, exchange: _Exchange) -> None:
+        """`exchange` found no idle connection: the next one `put` here is its own, unless
+        its connect ends first."""
+        waiting = self._waiting
+        if waiting is None:
+            waiting = self._waiting = deque()
+        while waiting and not waiting[0].waiting:  # served or over: gone from the front
+            waiting.popleft()
+        waiting.append(exchange)
 
     def __len__(self) -> int:
         return len(self._idle)
@@ -542,10 +569,13 @@ class LeanTransport:
     def _begin(self, data: bytes, head: bool, done: Done) -> Exchange:
         exchange = _Exchange(self, data, head, done)
         self.deadlines.add(exchange)
-        connection = self._shelf.take()
+        shelf = self._shelf
+        connection = shelf.take()
         if connection is not None:
             exchange.send_on(connection)
-        else:  # rare once warm: a new connection, the one step that needs a task
+        else:  # rare once warm: a new connection, the one step that needs a task; the
+            # first connection freed meanwhile serves it instead (`Shelf.put`)
+            shelf.wait(exchange)
             exchange.task = self._tasks.spawn(self._connect_for(exchange), "egress:connect")
         return exchange
 
@@ -564,7 +594,8 @@ class LeanTransport:
             self._give_slot()
 
     async def _connect_for(self, exchange: _Exchange) -> None:
-        """Connect within the request's total timeout (and `connect_s`), then send."""
+        """Connect within the request's total timeout (and `connect_s`), then send, unless
+        a connection freed meanwhile took the request: the new one goes to the shelf."""
         try:
             async with asyncio.timeout_at(exchange.deadline):
                 connection = await self._connect()
@@ -573,12 +604,16 @@ class LeanTransport:
                 exchange.fail(ConnectionLost("the transport closed"))  # unless given up
             raise
         except Exception as exc:
-            exchange.fail(exc)
+            if exchange.waiting:  # else served by a connection freed meanwhile
+                exchange.fail(exc)
             return
         exchange.task = None
-        if exchange.over or self._closed:
-            self._release(connection)  # still a good connection for the next request
-            exchange.fail(ConnectionLost("the transport closed"))
+        if self._closed:
+            connection.close()
+            exchange.fail(ConnectionLost("the transport closed"))  # unless over already
+            return
+        if not exchange.waiting:  # over, or served by a connection freed meanwhile
+            self._release(connection)  # a good connection for the next request
             return
         try:
             exchange.send_on(connection)
@@ -728,6 +763,11 @@ class _Exchange:
         """Told, given up or expired: nothing more happens to it."""
         return self._done is None
 
+    @property
+    def waiting(self) -> bool:
+        """Not over, and not sent yet: it waits for a connection."""
+        return self._done is not None and self._connection is None
+
     def send_on(self, connection: _Connection) -> None:
         self._connection = connection
         self._owner._using.add(connection)  # `using`, inline: once per request (#37)
@@ -738,6 +778,7 @@ class _Exchange:
 
     def _answered(self, reply: Reply | None, exc: BaseException | None) -> None:
         connection, self._connection = self._connection, None
+        done, self._done = self._done, None  # over before its connection serves another
         owner = self._owner
         if connection is not None:  # `owner.release`, inline: once per request (#37)
             if exc is not None:
@@ -747,8 +788,7 @@ class _Exchange:
                 owner._shelf.put(connection)
             else:
                 connection.close()
-        done, self._done = self._done, None  # `tell`, inline
-        if done is not None:
+        if done is not None:  # `tell`, inline
             self._data = b""  # `_Deadlines` may keep this object a while: not its bytes
             owner.deadlines.drop_over()
             done(reply, exc)
