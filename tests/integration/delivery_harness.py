@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -106,6 +107,14 @@ class Receiver:
     def duplicates(self) -> list[tuple[str, str, int, int]]:
         counts = Counter((p.consumer, p.topic, p.partition, p.offset) for p in self.ok)
         return [k for k, n in counts.items() if n > 1]
+
+    def duplicates_without_failure(self, journal: Path) -> list[tuple[str, str, int, int]]:
+        """Records pushed twice although no attempt of theirs failed (the runtime's journal
+        in `journal`): at least once allows a second push after a failed one only (a
+        request that timed out but reached the receiver late, as at a receiver whose
+        accept queue overflowed on a machine under load)."""
+        failed = set(failed_records(journal))
+        return [key for key in self.duplicates() if key not in failed]
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
         """Until `predicate()` holds, checked at each push (and every 0.5 s, for state
@@ -260,3 +269,16 @@ class LiveMember:
             self._polling.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(self.consumer.stop(), 15)
+
+
+def failed_records(journal: Path) -> list[tuple[str, str, int, int]]:
+    """(subscription, topic, partition, offset) of every failed attempt the journal
+    folder `journal` holds, in closed and open segments."""
+    found = []
+    for segment in sorted(journal.glob("*.jsonl*")):
+        for line in segment.read_text().splitlines():
+            event = json.loads(line) if '"failed"' in line else None
+            if event is not None and event["type"] == "failed":
+                found.append((event["subscription"], event["topic"], event["partition"],
+                              event["offset"]))
+    return found
