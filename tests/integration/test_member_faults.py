@@ -329,15 +329,18 @@ async def test_unsubscribes_asked_together_mid_stream_lose_nothing_and_double_no
 
 async def test_a_graceful_stop_mid_stream_delivers_nothing_twice(
         kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path) -> None:
-    topic = await topic_factory(partitions=4)
+    topic = await topic_factory(partitions=2)
     ids = [f"gs{n}" for n in range(5)]
-    receiver = await Receiver(backlog=4).start()  # as in the SIGTERM test below
+    # the receiver's accept queue is its default here: in this process, the runtime's
+    # burst starves its accepts, and a small queue then leaves connections half open
+    # (the SIGTERM test below, with the receiver in another process, has a small one)
+    receiver = await Receiver().start()
     total = 600
     try:
         async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
             await subscribe(Admin(runtime), ids, topic, receiver.url)
             producing = asyncio.create_task(produce(kafka_bootstrap, topic, total,
-                                                    partitions=4))
+                                                    partitions=2))
             await receiver.wait_for(lambda: len(receiver.delivered()) >= 300, timeout_s=60)
         await producing
         async with make_runtime(kafka_bootstrap, tmp_path):
@@ -345,7 +348,7 @@ async def test_a_graceful_stop_mid_stream_delivers_nothing_twice(
                                     timeout_s=60)
     finally:
         await receiver.stop()
-    assert receiver.duplicates_without_failure(tmp_path / "journal") == []
+    assert receiver.duplicates() == []
 
 
 async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
