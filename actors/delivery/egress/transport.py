@@ -773,8 +773,8 @@ class _Exchange:
         self._owner._using.add(connection)  # `using`, inline: once per request (#37)
         try:
             connection.request(self._data, self._head, self._answered)
-        except ConnectionLost as exc:
-            self._answered(None, exc)
+        except Exception as exc:  # gone already (uvloop: a closed handler's RuntimeError):
+            self._answered(None, exc)  # `Shelf.put` sends from another connection's answer
 
     def _answered(self, reply: Reply | None, exc: BaseException | None) -> None:
         connection, self._connection = self._connection, None
