@@ -375,9 +375,9 @@ async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
     total = 1000
     process = await start_process(config, port)
     try:
-        for sub_id in ids:
+        for sub_id in ids:  # a push on a half-open connection fails in 5 s, not 30
             body = subscription(sub_id, [{"name": topic, "config": {"concurrencyFactor": 10}}],
-                                receiver.url)
+                                receiver.url, timeoutMs=5000)
             status, reply = await admin(port, "POST", "/broker/subscription", body)
             assert status == 200, reply
         producing = asyncio.create_task(produce(kafka_bootstrap, topic, total, partitions=4))
