@@ -9,6 +9,7 @@ import os
 import stat
 import threading
 import time
+from asyncio import Future
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,27 @@ async def test_files_deleted_together_go_in_one_batch_a_failure_raised_after_the
         await store.delete("s0_g", "stuck_g", "s1_g", "s2_g")
     assert store.batches == batches + 1
     assert sorted(os.listdir(tmp_path)) == ["stuck_g.json"]
+
+
+async def test_changes_asked_together_are_all_queued_before_the_writer_takes_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer thread may take its first batch before the loop goes on (it did under
+    `make test`'s load: files deleted together went in two batches). Here it takes at once,
+    as soon as it is started: the deletes asked together still go in one batch."""
+    store = SubscriptionStore(tmp_path)
+    await asyncio.gather(*(store.save(consumer(f"s{i}")) for i in range(3)))
+    loop = asyncio.get_running_loop()
+
+    def at_once(executor: object, work: Callable[..., None], *args: object) -> Future[None]:
+        done: Future[None] = loop.create_future()
+        done.set_result(work(*args))
+        return done
+
+    monkeypatch.setattr(loop, "run_in_executor", at_once)
+    batches = store.batches
+    await store.delete("s0_g", "s1_g", "s2_g")
+    assert store.batches == batches + 1
+    assert os.listdir(tmp_path) == []
 
 
 async def test_a_missing_directory_loads_as_empty(tmp_path: Path) -> None:

@@ -101,29 +101,33 @@ class SubscriptionStore:
     def save(self, consumer: Consumer) -> asyncio.Future[None]:
         """Start writing `consumer`'s file; the future is done once it is durable (or
         failed with the error of its write)."""
-        return self._queue(self.path(consumer.key), encode(consumer))
+        return self._queue([(self.path(consumer.key), encode(consumer))])[0]
 
     async def delete(self, *keys: str) -> None:
         """Remove these subscriptions' files (in one batch when asked together); the
         first failure is raised once all are done."""
         paths = [self.path(key) for key in keys]  # a bad name refuses before any
-        outcomes = [self._queue(path, None) for path in paths]
+        outcomes = self._queue([(path, None) for path in paths])
         errors = [error for error in await asyncio.gather(*outcomes, return_exceptions=True)
                   if error is not None]
         if errors:
             raise errors[0]
 
-    def _queue(self, path: Path, data: bytes | None) -> asyncio.Future[None]:
-        """Queue a change; the writer is started unless one is under way (it takes what is
-        queued until nothing is: no loop turn between its batches)."""
+    def _queue(self, changes: list[tuple[Path, bytes | None]]) -> list[asyncio.Future[None]]:
+        """Queue changes asked together, all before the writer may take any (started
+        after the first, it took that one alone now and then under load); the writer is
+        started unless one is under way (it takes what is queued until nothing is: no
+        loop turn between its batches)."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
+        dones: list[asyncio.Future[None]] = [loop.create_future() for _ in changes]
+        start = False
         with self._lock:
-            start = self._writes.ask(path, (data, done))
+            for (path, data), done in zip(changes, dones, strict=True):
+                start = self._writes.ask(path, (data, done)) or start
         if start:
             writer = loop.run_in_executor(None, self._write_until_none, loop)
             writer.add_done_callback(self._writer_ended)
-        return done
+        return dones
 
     def _writer_ended(self, writer: asyncio.Future[None]) -> None:
         """On the loop: a writer that failed outside its batches (their write errors go to
