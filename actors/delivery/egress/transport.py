@@ -63,6 +63,9 @@ from runtime.kernel.tasks import OwnedTasks, Spawner
 RESPONSE_BODY_CAP: Final = 64 * 1024
 SNIPPET_BYTES: Final = 1024
 KEEPALIVE_S: Final = 30
+SPARE_FRESH_S: Final = 1.0
+"""How long a connect a freed connection made needless stands in for a new one: a connect
+older than this likely had its request dropped (a full accept queue), resent after 1 s."""
 DNS_CACHE_S: Final = 300
 Reply = tuple[int, str | None, str | None, bytes]
 """status, Retry-After, QOH-Action, the first SNIPPET_BYTES of a non-2xx answer's body"""
@@ -400,13 +403,15 @@ class Shelf:
     last transport to close closes what is left. `opened` counts the connections made to
     the origin (tests and bench/egress.py read it: a warm burst opens none)."""
 
-    __slots__ = ("_addresses", "_connectors", "_idle", "_lookup", "_resolved_at", "_waiting",
-                 "opened", "users")
+    __slots__ = ("_addresses", "_connectors", "_idle", "_lookup", "_resolved_at", "_spares",
+                 "_waiting", "opened", "users")
 
     def __init__(self) -> None:
         self._idle: deque[_Connection] = deque()
         # requests waiting for a connection of their own, oldest first (made on first use)
         self._waiting: deque[_Exchange] | None = None
+        # connects under way whose request a freed connection served: (started, connect)
+        self._spares: deque[tuple[float, asyncio.Task[None]]] | None = None
         self.users = 0
         self.opened = 0
         self._addresses: list[AddrInfoType] = []
@@ -474,6 +479,11 @@ class Shelf:
         while waiting:
             exchange = waiting.popleft()
             if exchange.waiting:
+                connect, exchange.task = exchange.task, None
+                if connect is not None and not connect.done():  # it serves the next one
+                    if self._spares is None:
+                        self._spares = deque()
+                    self._spares.append((exchange.since, connect))
                 exchange.send_on(connection)
                 return
         connection.idle_since = time.monotonic()
@@ -488,6 +498,25 @@ class Shelf:
         while waiting and not waiting[0].waiting:  # served or over: gone from the front
             waiting.popleft()
         waiting.append(exchange)
+
+    def adopt_spare(self, now: float) -> bool:
+        """Whether a connect under way that a freed connection made needless, and younger
+        than `SPARE_FRESH_S`, stands in for a new one (its connection goes to the request
+        that waits first): a cold burst opens no more connections than requests waited
+        for one at once."""
+        spares = self._spares
+        while spares:
+            since, connect = spares.popleft()
+            if not connect.done() and now - since <= SPARE_FRESH_S:
+                return True
+        return False
+
+    def first_waiting(self) -> _Exchange | None:
+        """The oldest request still waiting for a connection."""
+        waiting = self._waiting
+        while waiting and not waiting[0].waiting:
+            waiting.popleft()
+        return waiting[0] if waiting else None
 
     def __len__(self) -> int:
         return len(self._idle)
@@ -576,7 +605,11 @@ class LeanTransport:
         else:  # rare once warm: a new connection, the one step that needs a task; the
             # first connection freed meanwhile serves it instead (`Shelf.put`)
             shelf.wait(exchange)
-            exchange.task = self._tasks.spawn(self._connect_for(exchange), "egress:connect")
+            now = time.monotonic()
+            if not shelf.adopt_spare(now):
+                exchange.since = now
+                exchange.task = self._tasks.spawn(self._connect_for(exchange),
+                                                  "egress:connect")
         return exchange
 
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
@@ -606,6 +639,8 @@ class LeanTransport:
         except Exception as exc:
             if exchange.waiting:  # else served by a connection freed meanwhile
                 exchange.fail(exc)
+            else:  # a spare failed: the request it stood in for connects itself
+                self._connect_first_waiting()
             return
         exchange.task = None
         if self._closed:
@@ -620,6 +655,12 @@ class LeanTransport:
         except Exception as exc:  # the request fails; its owner (the egress) never does
             connection.close()
             exchange.fail(exc)
+
+    def _connect_first_waiting(self) -> None:
+        first = self._shelf.first_waiting()
+        if first is not None and first.task is None and not self._closed:
+            first.since = time.monotonic()
+            first.task = self._tasks.spawn(self._connect_for(first), "egress:connect")
 
     async def _take_slot(self) -> None:
         """At most `pool` requests (connections) at once; waiters in arrival order."""
@@ -749,7 +790,8 @@ class _Exchange:
     answer told to `done` by the connection's parser callbacks, its total timeout kept
     by the transport's `_Deadlines`."""
 
-    __slots__ = ("_connection", "_data", "_done", "_head", "_owner", "deadline", "task")
+    __slots__ = ("_connection", "_data", "_done", "_head", "_owner", "deadline", "since",
+                 "task")
 
     def __init__(self, owner: LeanTransport, data: bytes, head: bool, done: Done) -> None:
         self._owner, self._data, self._head = owner, data, head
@@ -757,6 +799,7 @@ class _Exchange:
         self.deadline = owner.loop.time() + owner.total_s
         self._connection: _Connection | None = None
         self.task: asyncio.Task[None] | None = None  # while connecting
+        self.since = 0.0  # when its connect started
 
     @property
     def over(self) -> bool:
