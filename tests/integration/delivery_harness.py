@@ -271,14 +271,17 @@ class LiveMember:
             await asyncio.wait_for(self.consumer.stop(), 15)
 
 
-def failed_records(journal: Path) -> list[tuple[str, str, int, int]]:
-    """(subscription, topic, partition, offset) of every failed attempt the journal
-    folder `journal` holds, in closed and open segments."""
+def journal_events(folder: Path, kind: str) -> list[dict[str, Any]]:
+    """The events of type `kind` in the journal folder `folder` (its segments, closed and
+    open), as JSON objects."""
     found = []
-    for segment in sorted(journal.glob("*.jsonl*")):
-        for line in segment.read_text().splitlines():
-            event = json.loads(line) if '"failed"' in line else None
-            if event is not None and event["type"] == "failed":
-                found.append((event["subscription"], event["topic"], event["partition"],
-                              event["offset"]))
+    for path in folder.glob("segment-*"):
+        found += [e for e in map(json.loads, path.read_text().splitlines())
+                  if e["type"] == kind]
     return found
+
+
+def failed_records(journal: Path) -> list[tuple[str, str, int, int]]:
+    """(subscription, topic, partition, offset) of every failed attempt in `journal`."""
+    return [(e["subscription"], e["topic"], e["partition"], e["offset"])
+            for e in journal_events(journal, "failed")]

@@ -6,7 +6,6 @@ dead-letter topic on their retry schedule."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from tests.integration.delivery_harness import (
     Admin,
     Push,
     Receiver,
+    journal_events,
     make_runtime,
     produce,
     subscription,
@@ -109,7 +109,7 @@ async def test_a_dead_endpoints_records_reach_the_dead_letter_topic_with_few_req
     finally:
         await receiver.stop()
     assert "hookstream_origin_breaker_transitions_total" in metrics
-    changes = [e["reason"] for e in _events(tmp_path / "journal", "breaker_changed")]
+    changes = [e["reason"] for e in journal_events(tmp_path / "journal", "breaker_changed")]
     assert any(c.startswith("closed -> open") for c in changes), changes
 
 
@@ -129,14 +129,6 @@ async def _metrics(admin: Admin) -> tuple[int, str]:
     async with aiohttp.ClientSession() as session, session.get(
             admin.base + "/metrics", headers=admin.headers) as response:
         return response.status, await response.text()
-
-
-def _events(folder: Path, kind: str) -> list[dict[str, str]]:
-    found = []
-    for path in folder.glob("segment-*"):
-        found += [e for e in map(json.loads, path.read_text().splitlines())
-                  if e["type"] == kind]
-    return found
 
 
 async def test_subscriptions_of_one_origin_share_the_strictest_rate_limit(

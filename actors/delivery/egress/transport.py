@@ -492,12 +492,10 @@ class Shelf:
     def wait(self, exchange: _Exchange) -> None:
         """`exchange` found no idle connection: the next one `put` here is its own, unless
         its connect ends first."""
-        waiting = self._waiting
-        if waiting is None:
-            waiting = self._waiting = deque()
-        while waiting and not waiting[0].waiting:  # served or over: gone from the front
-            waiting.popleft()
-        waiting.append(exchange)
+        if self._waiting is None:
+            self._waiting = deque()
+        self.first_waiting()  # those served or over leave from the front
+        self._waiting.append(exchange)
 
     def adopt_spare(self, now: float) -> bool:
         """Whether a connect under way that a freed connection made needless, and younger
@@ -517,6 +515,13 @@ class Shelf:
         while waiting and not waiting[0].waiting:
             waiting.popleft()
         return waiting[0] if waiting else None
+
+    def connect_first_waiting(self) -> None:
+        """A spare connect failed: the request that waits first connects itself, through
+        its own transport, unless it has a connect already."""
+        first = self.first_waiting()
+        if first is not None and first.task is None:
+            first.connect()
 
     def __len__(self) -> int:
         return len(self._idle)
@@ -605,12 +610,15 @@ class LeanTransport:
         else:  # rare once warm: a new connection, the one step that needs a task; the
             # first connection freed meanwhile serves it instead (`Shelf.put`)
             shelf.wait(exchange)
-            now = time.monotonic()
-            if not shelf.adopt_spare(now):
-                exchange.since = now
-                exchange.task = self._tasks.spawn(self._connect_for(exchange),
-                                                  "egress:connect")
+            if not shelf.adopt_spare(time.monotonic()):
+                self.connect_for(exchange)
         return exchange
+
+    def connect_for(self, exchange: _Exchange) -> None:
+        """Start `exchange`'s own connect, unless this transport is closed."""
+        if not self._closed:
+            exchange.since = time.monotonic()
+            exchange.task = self._tasks.spawn(self._connect_for(exchange), "egress:connect")
 
     async def send(self, method: str, headers: Mapping[str, str], body: bytes | None,
                    params: Mapping[str, str] | None) -> Reply:
@@ -633,14 +641,14 @@ class LeanTransport:
             async with asyncio.timeout_at(exchange.deadline):
                 connection = await self._connect()
         except asyncio.CancelledError:
-            if self._closed:  # else its owner ends: nobody is told (module docstring)
-                exchange.fail(ConnectionLost("the transport closed"))  # unless given up
-            raise
+            if self._closed and exchange.waiting:  # else its owner ends: nobody is told
+                exchange.fail(ConnectionLost("the transport closed"))  # (module docstring)
+            raise  # and nothing new starts on an owner that is ending
         except Exception as exc:
-            if exchange.waiting:  # else served by a connection freed meanwhile
+            if exchange.waiting:
                 exchange.fail(exc)
-            else:  # a spare failed: the request it stood in for connects itself
-                self._connect_first_waiting()
+            else:  # a spare failed: the request that waits first connects itself
+                self._shelf.connect_first_waiting()
             return
         exchange.task = None
         if self._closed:
@@ -655,12 +663,6 @@ class LeanTransport:
         except Exception as exc:  # the request fails; its owner (the egress) never does
             connection.close()
             exchange.fail(exc)
-
-    def _connect_first_waiting(self) -> None:
-        first = self._shelf.first_waiting()
-        if first is not None and first.task is None and not self._closed:
-            first.since = time.monotonic()
-            first.task = self._tasks.spawn(self._connect_for(first), "egress:connect")
 
     async def _take_slot(self) -> None:
         """At most `pool` requests (connections) at once; waiters in arrival order."""
@@ -810,6 +812,10 @@ class _Exchange:
     def waiting(self) -> bool:
         """Not over, and not sent yet: it waits for a connection."""
         return self._done is not None and self._connection is None
+
+    def connect(self) -> None:
+        """Start a connect of its own, through its transport."""
+        self._owner.connect_for(self)
 
     def send_on(self, connection: _Connection) -> None:
         self._connection = connection
