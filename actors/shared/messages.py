@@ -199,9 +199,12 @@ class DeadLettered:
     response: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class CommitTick:
-    """Timer -> partition: `autoCommitPeriodMs` elapsed."""
+    """Timer -> partition: `autoCommitPeriodMs` elapsed. A plain class: its instances
+    are made in C (a dataclass's generated `__init__` was a Python call per burst of a
+    cursor, issue 37); each is compared by identity."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

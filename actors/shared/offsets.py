@@ -32,13 +32,15 @@ class OffsetTracker:
     and `finish` costs O(1) amortised.
     """
 
-    __slots__ = ("_done", "_last", "_pending", "_start", "_window")
+    __slots__ = ("_done", "_pending", "_start", "_window", "last")
 
     def __init__(self, start: int | None = None) -> None:
         if start is not None and start < 0:
             raise InvalidArgument(f"start must be >= 0 or None, got {start}")
         self._start = start
-        self._last: int | None = None
+        self.last: int | None = None
+        """The highest offset received so far (read it; an attribute, not a property: read
+        at every batch, issue 37)."""
         # Received offsets from the lowest unfinished one on, in order; `_done` marks
         # the finished ones among them. The head of `_window` is never finished.
         # made with the first offset: an empty deque is 760 bytes (issue 24)
@@ -48,14 +50,14 @@ class OffsetTracker:
 
     def add(self, offset: int) -> None:
         """Note a received record. Raises `InvalidArgument` unless offsets increase."""
-        if self._last is not None and offset <= self._last:
-            raise InvalidArgument(f"offset {offset} received after {self._last}: must increase")
+        if self.last is not None and offset <= self.last:
+            raise InvalidArgument(f"offset {offset} received after {self.last}: must increase")
         if self._start is not None and offset < self._start:
             raise InvalidArgument(
                 f"offset {offset} is below the start position {self._start}; "
                 "if the fetch position moved back, build a new OffsetTracker(start=...)"
             )
-        self._last = offset
+        self.last = offset
         if self._window is None:
             self._window = deque()
         self._window.append(offset)
@@ -67,19 +69,17 @@ class OffsetTracker:
 
         Idempotent, so a late or duplicate outcome is harmless.
         """
-        if self._done.get(offset, True):
+        done = self._done
+        if done.get(offset, True):
             return False
-        self._done[offset] = True
+        done[offset] = True
         self._pending -= 1
-        self._drop_finished_prefix()
-        return True
-
-    def _drop_finished_prefix(self) -> None:
-        window, done = self._window, self._done
+        window = self._window  # the finished prefix goes (inline: a call per record, #37)
         while window and done[window[0]]:
             del done[window.popleft()]
         if not window:  # all finished: what the burst grew goes (a dict never shrinks)
             self._window, self._done = None, {}
+        return True
 
     def committable(self) -> int | None:
         """The position to commit: every received record below it is finished.
@@ -90,18 +90,13 @@ class OffsetTracker:
         """
         if self._window:
             return self._window[0]
-        if self._last is not None:
-            return self._last + 1
+        if self.last is not None:
+            return self.last + 1
         return self._start
 
     def finished_above(self) -> list[int]:
         """Finished offsets above the commit position (done out of order), ascending."""
         return [offset for offset in self._window or () if self._done[offset]]
-
-    @property
-    def last(self) -> int | None:
-        """The highest offset received so far."""
-        return self._last
 
     def pending(self) -> int:
         """How many received records are not finished."""
@@ -122,5 +117,5 @@ class OffsetTracker:
     def __repr__(self) -> str:
         return (
             f"<OffsetTracker committable={self.committable()} pending={self._pending} "
-            f"last={self._last}>"
+            f"last={self.last}>"
         )

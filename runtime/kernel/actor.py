@@ -61,15 +61,14 @@ class _Envelope(msgspec.Struct, gc=False):
 _ALIVE: Final = frozenset(("new", "starting", "running"))
 
 
-class _Timer:
-    """One `Actor.schedule`: tells its message when the clock's alarm rings."""
+class _Timer(msgspec.Struct, eq=False):
+    """One `Actor.schedule`: tells its message when the clock's alarm rings. A Struct
+    made in C (a cursor sets one per burst: issue 37), compared and hashed by identity."""
 
-    __slots__ = ("actor", "alarm", "message", "shared_at")
-
-    def __init__(self, actor: Actor, message: object) -> None:
-        self.actor, self.message = actor, message
-        self.alarm: Alarm | None = None
-        self.shared_at: int | None = None  # the instant of its `SharedTimers` alarm
+    actor: Actor
+    message: object
+    alarm: Alarm | None = None
+    shared_at: int | None = None  # the instant of its `SharedTimers` alarm
 
     def ring(self) -> None:
         timers = self.actor._timers
@@ -78,12 +77,15 @@ class _Timer:
             self.actor.tell_system(self.message)
 
     def cancel(self) -> None:
+        actor = self.actor
         if self.alarm is not None:
             self.alarm.cancel()
-        elif self.shared_at is not None:
-            self.actor.context.timers.drop(self)
-        if self.actor._timers is not None:
-            self.actor._timers.discard(self)
+        elif (at := self.shared_at) is not None:  # `SharedTimers.drop`, inline (#37)
+            timers = actor.context.timers._due.get(at)
+            if timers is not None:
+                timers.pop(self, None)
+        if actor._timers is not None:
+            actor._timers.discard(self)
 
 
 class SharedTimers:
@@ -109,11 +111,6 @@ class SharedTimers:
             clock.call_at(at, self._ring, at, loop=loop)
         timers[timer] = None
         timer.shared_at = at
-
-    def drop(self, timer: _Timer) -> None:
-        at = timer.shared_at
-        if at is not None and (timers := self._due.get(at)) is not None:
-            timers.pop(timer, None)
 
     def _ring(self, at: int) -> None:
         for timer in self._due.pop(at, {}):
@@ -367,7 +364,11 @@ class Actor:
         """Queue a message or raise `MailboxFullError`."""
         if self._stopping or self._state not in _ALIVE:
             self._check_alive()
-        self._mailbox.put_nowait(_Envelope(message))
+        mailbox = self._mailbox  # `put_nowait`, inline: a tell a burst at fan-out (#37)
+        if mailbox._counted >= mailbox.capacity:
+            raise MailboxFullError(f"mailbox full ({mailbox.capacity} messages)")
+        mailbox._counted += 1
+        mailbox._push(_Envelope(message))
 
     def tell_system(self, message: object) -> None:
         """Queue a message ignoring the bound: for owned tasks reporting back."""

@@ -112,15 +112,17 @@ class PartitionBook:
     def accepts_batches(self) -> bool:
         """False before `assign` (batches fetched for an older incarnation) and while
         draining (the next owner fetches them again)."""
-        return self.tracker is not None and not self._drains.draining
+        return self.tracker is not None and self._drains.deadline_ms is None  # `draining`
 
     def restart_if_truncated(self, first: int) -> int | None:
         """The committed position was past the log's end (topic truncated or recreated) and
         the consumer reset to `first`, an earlier offset: start over from there. Returns
         the position given up, or None when nothing changed."""
         tracker = self._tracker()
+        if tracker.last is not None:  # records came: the position is theirs
+            return None
         start = tracker.committable()
-        if tracker.last is not None or start is None or first >= start:
+        if start is None or first >= start:
             return None
         self.tracker = OffsetTracker(first)
         self._commit.position = None
@@ -207,12 +209,12 @@ class PartitionBook:
             return None
         return now_ms - taken[0].fetched_ms
 
-    def rest(self, now_ms: int) -> None:
-        """Nothing is pending (`finish` returned a position): what `oldest_pending_ms` and
-        `watch` would find, without their walk (a cursor rests after every burst it
-        finished: issue 37)."""
+    def rest(self, now_ms: int, position: int) -> None:
+        """Nothing is pending (`finish` returned `position`, the position now): what
+        `oldest_pending_ms` and `watch` would find, without their walk (a cursor rests
+        after every burst it finished: issue 37)."""
         self._taken = None  # every record kept is finished: below the position
-        self._watched, self._watched_since, self.stalled_since = self.position(), now_ms, None
+        self._watched, self._watched_since, self.stalled_since = position, now_ms, None
 
     def watch(self, now_ms: int, stall_after_ms: int) -> bool:
         """The stall watchdog, called periodically: True once when the commit position has
@@ -242,7 +244,7 @@ class PartitionBook:
     # -- dispatch and outcomes ---------------------------------------------------------
     def dispatch(self) -> list[Record]:
         """The buffered records that may start now (attempt 1); none while draining."""
-        if self._drains.draining or self.halted:
+        if self._drains.deadline_ms is not None or self.halted:  # `draining`, inline
             return []
         ready = self.dispatcher.ready()
         for record in ready:

@@ -104,7 +104,7 @@ class Dispatcher(Generic[R]):
         entry = (self._seq, record)
         self._seq += 1
         self._buffered += 1
-        lane = self._lane_for(record)
+        lane = _FREE if self._mode == "none" else self._lane_for(record)  # no call (#37)
         if lane == _FREE:
             if self._free is None:
                 self._free = deque()

@@ -172,11 +172,15 @@ class PartitionActor(Actor):
     # -- messages ----------------------------------------------------------------------
     async def handle(self, message: object) -> bool | PartitionStatus | None:
         if isinstance(message, Batch):
-            return await self._on_batch(message)  # the consumer asks: am I paused now?
+            waiting = self._on_batch(message)  # not a coroutine: one a burst (issue 37)
+            if waiting is not None:  # the outlet's mailbox is full: wait for room
+                await self.peers.egress.tell(waiting)
+            return self.book.paused  # the consumer asks: am I paused now?
         if isinstance(message, BatchOutcome):  # a burst's answers: the commonest next
             await self._on_batch_outcome(message)
         elif isinstance(message, Delivered):
-            await self._on_delivered(message)
+            if (waiting := self._on_delivered(message)) is not None:
+                await self.peers.egress.tell(waiting)
         elif isinstance(message, Failed):
             await self._on_failed(message)
         elif isinstance(message, RetryDue):
@@ -208,18 +212,19 @@ class PartitionActor(Actor):
             if self.book.draining:
                 self._finish_drain()
         elif isinstance(message, Resume):
-            if self.book.resume():
-                await self._pump()
+            if self.book.resume() and (waiting := self._send()) is not None:
+                await self.peers.egress.tell(waiting)
         elif isinstance(message, StatusQuery):
-            return self._status()
+            return status_of(self)
         else:
             raise UnexpectedMessage(self.path, message)
         return None
 
-    async def _on_batch(self, batch: Batch) -> bool:
+    def _on_batch(self, batch: Batch) -> Deliver | DeliverMany | None:
+        """Take a batch, start what the window lets start (`_send`'s return)."""
         book = self.book
         if not book.accepts_batches:
-            return book.paused  # fetched for an older incarnation, or draining: refetched
+            return None  # fetched for an older incarnation, or draining: refetched
         restarted = book.restart_if_truncated(batch.records[0].offset)
         if restarted is not None:
             log.warning("%s: committed position %d is past the log; restarting at %d",
@@ -245,10 +250,8 @@ class PartitionActor(Actor):
             self._schedule_commit_tick()  # it was idle: ticks again while records wait
         lag = book.lag()
         if lag is not None:
-            self.m_lag.set(lag)
-        if (waiting := self._send()) is not None:  # `_pump` without its coroutine
-            await self.peers.egress.tell(waiting)
-        return book.paused
+            self.m_lag.value = lag  # `set()`, without the call
+        return self._send()
 
     def _filtered(self, taken: list[Record], filtered: list[int], now: int) -> None:
         """The batch's records the filter left out, finished already: one journal event
@@ -262,19 +265,15 @@ class PartitionActor(Actor):
         if self.book.pending == 0:
             self._commit(self.book.request_commit())
 
-    async def _pump(self) -> None:
-        """What the window lets start goes to the outlet in one message (issue 37: one
-        a record was a turn of the outlet's mailbox each): `DeliverMany`, which a batching
-        egress groups into requests; then fetching pauses or resumes as the buffer says."""
-        if (waiting := self._send()) is not None:
-            await self.peers.egress.tell(waiting)  # waits for room, as before
-
     def _send(self) -> Deliver | DeliverMany | None:
-        """`_pump` without a coroutine (issue 37: a cursor pumps twice a burst): returns
-        the message when the outlet's mailbox is full, for the caller to `tell`."""
+        """What the window lets start goes to the outlet in one message (issue 37: one a
+        record was a turn of the outlet's mailbox each): `DeliverMany`, which a batching
+        egress groups into requests; then fetching pauses or resumes as the buffer says.
+        Not a coroutine (a cursor sends twice a burst): returns the message when the
+        outlet's mailbox is full, for the caller to `tell` (it waits for room)."""
         book, message = self.book, None
         records = book.dispatch()
-        self.m_inflight.value = book.inflight  # `set()`, without the call
+        self.m_inflight.value = book.dispatcher.inflight  # `set()`, without the calls
         if records:
             message = DeliverMany(records, self.epoch, self) if len(records) > 1 or \
                 self.traits.batched else Deliver(records[0], self.epoch, self)
@@ -289,11 +288,14 @@ class PartitionActor(Actor):
         return message
 
     # -- outcomes ----------------------------------------------------------------------
-    async def _on_delivered(self, outcome: Delivered) -> None:
+    def _on_delivered(self, outcome: Delivered) -> Deliver | DeliverMany | None:
+        """A record delivered alone; `_send`'s return (a call, not a coroutine: #37)."""
         if outcome.epoch != self.epoch:
-            return
-        self.m_delivered.inc()
-        await self._finish(outcome.record)
+            return None
+        self.m_delivered.value += 1  # `inc()`, without the call
+        if self._finished(outcome.record):  # `_finish`: never batching here
+            return self._refill()
+        return None
 
     async def _on_batch_outcome(self, outcome: BatchOutcome) -> None:
         """A batch's answer: each record as if alone, but one dispatch for them all."""
@@ -311,8 +313,7 @@ class PartitionActor(Actor):
                     await self._on_failed(Failed(record, outcome.epoch, failure))
         finally:
             self._batching = False
-        # `_pump` without its coroutine
-        if not self.book.draining and (waiting := self._send()) is not None:
+        if not self.book.draining and (waiting := self._refill()) is not None:
             await self.peers.egress.tell(waiting)
 
     async def _on_failed(self, failed: Failed) -> None:
@@ -394,9 +395,20 @@ class PartitionActor(Actor):
         await self._finish(record)
 
     async def _finish(self, record: Record) -> None:
-        if self._finished(record) and not self._batching:
-            # else _on_batch_outcome dispatches once for the whole batch
-            await self._pump()
+        # batching: `_on_batch_outcome` dispatches once for the whole batch
+        if self._finished(record) and not self._batching and \
+                (waiting := self._refill()) is not None:
+            await self.peers.egress.tell(waiting)  # waits for room
+
+    def _refill(self) -> Deliver | DeliverMany | None:
+        """After records finished: `_send` when records wait, else the in-flight gauge
+        alone (the pause gate's last look, at the end of `_send`, saw the same empty
+        buffer; issue 37: at fan-out a cursor's burst ends so, five calls saved)."""
+        dispatcher = self.book.dispatcher
+        if dispatcher.buffered:
+            return self._send()
+        self.m_inflight.value = dispatcher.inflight
+        return None
 
     def _finished(self, record: Record) -> bool:
         """`record` is done: its offset, a commit, the drain. True when more may be
@@ -405,11 +417,12 @@ class PartitionActor(Actor):
         # every record passes here: decisions, mostly None, tested before performing them
         book = self.book
         position = book.finish(record)
+        draining = book.draining
         if position is not None:  # nothing is pending now
             self._commit(position)
-            if self._tick is not None and not book.draining:
-                self._rest()
-        if book.draining:
+            if self._tick is not None and not draining:
+                self._rest(position)
+        if draining:
             if book.drained:
                 self._finish_drain()
             return False
@@ -420,10 +433,10 @@ class PartitionActor(Actor):
         """Perform a commit decision of the book: tell the consumer, update the gauges."""
         if position is None:
             return
-        self.m_committed.set(position)
+        self.m_committed.value = position  # `set()`, without the call (issue 37)
         highwater = self.book.highwater
         if highwater is not None:
-            self.m_lag.set(max(highwater - position, 0))
+            self.m_lag.value = max(highwater - position, 0)
         self.peers.consumer.tell_system(
             CommitRequest(self.topic, self.partition, position, self.epoch, self.sub_key))
 
@@ -447,7 +460,7 @@ class PartitionActor(Actor):
         self._tick = tick, self.schedule(self.context.clock.monotonic_ms() + period, tick,
                                          slack_ms=TICK_SLACK_MS)
 
-    def _rest(self) -> None:
+    def _rest(self, position: int) -> None:
         """Nothing is pending and the position is committed: no tick until records come
         again, and what it would find is set now (the oldest pending age, the stall
         watch). Every cursor that finished a burst was woken once more a second later for
@@ -456,7 +469,7 @@ class PartitionActor(Actor):
         if tick is not None:
             tick[1].cancel()
         self.m_oldest.value = 0  # `_check_health` with nothing pending, in one call
-        self.book.rest(self.context.clock.monotonic_ms())
+        self.book.rest(self.context.clock.monotonic_ms(), position)
 
     # -- drain (revoke, unsubscribe, shutdown) -----------------------------------------
     def _on_drain(self, drain: Drain) -> None:
@@ -470,20 +483,6 @@ class PartitionActor(Actor):
         position = self.book.finish_drain()
         if position is not None:
             self.m_committed.set(position)
-
-    def _status(self) -> PartitionStatus:
-        """The answer to a `StatusQuery` (the status API, readiness), built between two
-        messages."""
-        book, now = self.book, self.context.clock.monotonic_ms()
-        stalled = book.stalled_since
-        return PartitionStatus(
-            topic=self.topic, partition=self.partition, committed=book.committed,
-            highwater=book.highwater, lag=book.lag(), inflight=book.inflight,
-            retrying=self.retrying, pending=book.pending,
-            oldest_pending_ms=book.oldest_pending_ms(now), paused=book.paused,
-            last_error=self.last_error, dead_lettered=int(self.m_dead.value),
-            filtered=int(self._filtered_series().value),
-            stalled_for_ms=None if stalled is None else now - stalled)
 
     def _journal(self, kind: EventType, record: Record, *, reason: str | None,
                  status: int | None = None, latency_ms: float | None = None,
@@ -500,3 +499,18 @@ class PartitionActor(Actor):
                 f"inflight={book.inflight}/{book.dispatcher} "
                 f"watermark={book.position()} paused={book.paused} "
                 f"mailbox={len(self._mailbox)}/{self._mailbox.capacity}>")
+
+
+def status_of(cursor: PartitionActor) -> PartitionStatus:
+    """A cursor's answer to a `StatusQuery` (the status API, readiness), built by its own
+    handler between two messages."""
+    book, now = cursor.book, cursor.context.clock.monotonic_ms()
+    stalled = book.stalled_since
+    return PartitionStatus(
+        topic=cursor.topic, partition=cursor.partition, committed=book.committed,
+        highwater=book.highwater, lag=book.lag(), inflight=book.inflight,
+        retrying=cursor.retrying, pending=book.pending,
+        oldest_pending_ms=book.oldest_pending_ms(now), paused=book.paused,
+        last_error=cursor.last_error, dead_lettered=int(cursor.m_dead.value),
+        filtered=int(cursor._filtered_series().value),
+        stalled_for_ms=None if stalled is None else now - stalled)
