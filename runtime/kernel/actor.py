@@ -102,15 +102,15 @@ class SharedTimers:
     def __init__(self) -> None:
         self._due: dict[int, dict[_Timer, None]] = {}  # by the instant they ring
 
-    def add(self, timer: _Timer, deadline_ms: int, slack_ms: int, clock: Clock,
-            loop: asyncio.AbstractEventLoop | None) -> None:
-        at = -(-deadline_ms // slack_ms) * slack_ms  # rounded up to the slack's grain
+    def due(self, at: int, clock: Clock, loop: asyncio.AbstractEventLoop | None
+            ) -> dict[_Timer, None]:
+        """The timers of instant `at`, its alarm set when it has none yet (`Actor.schedule`
+        adds to it, rounding the deadline up to the slack's grain)."""
         timers = self._due.get(at)
         if timers is None:
             timers = self._due[at] = {}
             clock.call_at(at, self._ring, at, loop=loop)
-        timers[timer] = None
-        timer.shared_at = at
+        return timers
 
     def _ring(self, at: int) -> None:
         for timer in self._due.pop(at, {}):
@@ -471,8 +471,11 @@ class Actor:
             self._timers = set()
         timer = _Timer(self, message)
         context = self.context
-        if slack_ms > 0:
-            context.timers.add(timer, deadline_ms, slack_ms, context.clock, self._mailbox.loop)
+        if slack_ms > 0:  # `SharedTimers.add`, inline
+            shared, at = context.timers, -(-deadline_ms // slack_ms) * slack_ms
+            due = shared._due.get(at) or shared.due(at, context.clock, self._mailbox.loop)
+            due[timer] = None
+            timer.shared_at = at
         else:
             timer.alarm = context.clock.call_at(deadline_ms, timer.ring,
                                                 loop=self._mailbox.loop)

@@ -249,11 +249,9 @@ class InstanceMemberActor(Actor):
         """Hand records to cursors. With several cursors each gets its own copies: a
         cursor counts attempts on its records."""
         shared = len(self.fanouts[tp].cursors) > 1
-        for key, records in feed:
-            cursor = self.cursors.find(key, tp)
-            if cursor is not None:
-                batch = [r.clone() for r in records] if shared else records
-                cursor.tell_system(Batch(batch, highwater))
+        for cursor, records in self.cursors.routes(tp, feed):
+            batch = [r.clone() for r in records] if shared else records
+            cursor.tell_system(Batch(batch, highwater))
 
     def _steer(self) -> None:
         """Fetch a partition only while some cursor is live on it."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from aiokafka import TopicPartition
 
-from actors.delivery.path.fanout import Fanout
+from actors.delivery.path.fanout import Fanout, Feed
 from actors.delivery.path.member import io
 from actors.delivery.path.member.commits import Position, Seat
 from actors.delivery.path.member.messages import CursorFailed, Drained, Retired, StartNext
@@ -35,6 +35,7 @@ from actors.delivery.path.member.waves import Waves
 from actors.delivery.path.partition import PartitionActor, PartitionPeers
 from actors.delivery.path.roster import Rider, consumes
 from actors.shared.group_consumer import Wiring, child_name
+from actors.shared.messages import Record
 from runtime.errors import ActorDeadError
 from runtime.kafka import topic_creation
 from runtime.kernel import Actor, ChildSpec, Supervisor
@@ -73,6 +74,19 @@ class Cursors:
     def find(self, key: str, tp: TopicPartition) -> Actor | None:
         rider = self.member.roster.riders.get(key)
         return _cursor_of(rider, tp) if rider is not None else None
+
+    def routes(self, tp: TopicPartition, feed: Feed) -> list[tuple[Actor, list[Record]]]:
+        """The cursors of a fanout's feed on `tp` (`find` of each key) with their records,
+        those not running left out: in one call, the partition's cursor name made once (a
+        fetched batch goes to every cursor of its partition: issue 37)."""
+        riders, name = self.member.roster.riders, child_name(tp)
+        routed = []
+        for key, records in feed:
+            rider = riders.get(key)
+            cursor = _cursor_named(rider, name) if rider is not None else None
+            if cursor is not None:
+                routed.append((cursor, records))
+        return routed
 
     # -- starting ----------------------------------------------------------------------
     def start_partitions(self, new: list[TopicPartition]) -> None:
@@ -376,11 +390,16 @@ def _last_positions(member: Member, riders: dict[Seat, Rider],
 
 
 def _cursor_of(rider: Rider, tp: TopicPartition) -> Actor | None:
-    """`rider`'s cursor on `tp`, None when it has none running. Asked for every cursor a
+    """`rider`'s cursor on `tp`, None when it has none running."""
+    return _cursor_named(rider, child_name(tp))
+
+
+def _cursor_named(rider: Rider, name: str) -> Actor | None:
+    """`rider`'s cursor `name`, None when it has none running. Asked for every cursor a
     fetched batch goes to: one lookup of the name, no context manager (issue 37)."""
     try:
         sup = rider.partitions.actor_as(Supervisor)
-        return sup.child(child_name(tp)) if sup.alive else None
+        return sup.child(name) if sup.alive else None
     except ActorDeadError:  # no supervisor running, or no such child
         return None
 
