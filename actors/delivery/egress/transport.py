@@ -63,6 +63,9 @@ from runtime.kernel.tasks import OwnedTasks, Spawner
 RESPONSE_BODY_CAP: Final = 64 * 1024
 SNIPPET_BYTES: Final = 1024
 KEEPALIVE_S: Final = 30
+DEADLINES_SLACK: Final = 64
+"""Requests over that a queue of total timeouts keeps behind a long-running one before it
+sweeps them out, beyond `4 x pool` per transport that shares it."""
 SPARE_FRESH_S: Final = 1.0
 """How long a connect a freed connection made needless stands in for a new one: a connect
 older than this likely had its request dropped (a full accept queue), resent after 1 s."""
@@ -403,8 +406,8 @@ class Shelf:
     last transport to close closes what is left. `opened` counts the connections made to
     the origin (tests and bench/egress.py read it: a warm burst opens none)."""
 
-    __slots__ = ("_addresses", "_connectors", "_idle", "_lookup", "_resolved_at", "_spares",
-                 "_waiting", "opened", "users")
+    __slots__ = ("_addresses", "_connectors", "_deadlines", "_idle", "_lookup", "_resolved_at",
+                 "_spares", "_waiting", "opened", "users")
 
     def __init__(self) -> None:
         self._idle: deque[_Connection] = deque()
@@ -419,6 +422,8 @@ class Shelf:
         self._lookup: asyncio.Future[None] | None = None
         # https: aiohttp's pool, one per socket factory (a runtime has one guard)
         self._connectors: dict[SocketFactory, aiohttp.TCPConnector] | None = None
+        # the lean transports' total timeouts, one queue per timeout (made on first use)
+        self._deadlines: dict[float, _Deadlines] | None = None
 
     def connector(self, socket_factory: SocketFactory) -> aiohttp.TCPConnector:
         """The aiohttp connector the https subscriptions of this origin share (made on
@@ -456,6 +461,36 @@ class Shelf:
         finally:
             lookup, self._lookup = self._lookup, None
             lookup.set_result(None)
+
+    def deadlines(self, total_s: float, pool: int, loop: asyncio.AbstractEventLoop
+                  ) -> _Deadlines:
+        """The queue of total timeouts that the lean transports of this origin whose
+        requests time out after `total_s` share: one loop timer for them all (issue 37: a
+        timer per subscription, armed by its first push, was four objects more per
+        subscription for the collector and a loop timer each at fan-out). Requests of one
+        timeout come in deadline order whichever transport starts them. Its sweep limit
+        grows by `4 x pool` per transport (`release_deadlines` gives it back)."""
+        shared = self._deadlines
+        if shared is None:
+            shared = self._deadlines = {}
+        deadlines = shared.get(total_s)
+        if deadlines is None:
+            deadlines = shared[total_s] = _Deadlines(DEADLINES_SLACK, loop)
+        deadlines.users += 1
+        deadlines.limit += 4 * pool
+        return deadlines
+
+    def release_deadlines(self, total_s: float, pool: int) -> None:
+        """A transport of `deadlines(total_s, pool)` closed; the last one stops its timer
+        (requests still in it are its own, over or failed by its close)."""
+        deadlines = (self._deadlines or {}).get(total_s)
+        if deadlines is None:
+            return
+        deadlines.users -= 1
+        deadlines.limit -= 4 * pool
+        if deadlines.users <= 0:
+            deadlines.close()
+            del (self._deadlines or {})[total_s]
 
     def take(self) -> _Connection | None:
         now = time.monotonic()
@@ -579,7 +614,7 @@ class LeanTransport:
         self._waiting: deque[asyncio.Future[None]] | None = None  # made on first wait
         self._using: set[_Connection] = set()  # connections with a request of ours
         self._tasks = _Owned(owner)  # connecting: the one step that needs a task
-        self.deadlines = _Deadlines(4 * settings.pool + 64, self.loop)
+        self.deadlines = self._shelf.deadlines(settings.total_s, settings.pool, self.loop)
         self._closed = False
 
     def start(self, method: str, headers: Mapping[str, str], body: bytes | None,
@@ -782,7 +817,7 @@ class LeanTransport:
         for connection in list(self._using):
             connection.close()  # its request fails, as any request in flight at close
         self._using.clear()
-        self.deadlines.close()
+        self._shelf.release_deadlines(self._settings.total_s, self._settings.pool)
         await self._tasks.close()  # a request still connecting fails with ConnectionLost
         await self._shelf.leave()
 
@@ -877,18 +912,20 @@ class _Exchange:
 
 
 class _Deadlines:
-    """The total timeouts of one transport's requests, on one loop timer (issue 37: a
-    timer handle per request, made and cancelled, was 2-4 us of a push on uvloop). Its
-    requests share one timeout, so their deadlines come in start order: one timer armed
-    for the oldest one still under way is enough. Requests that are over leave from the
-    front as they end; a long-running one at the front keeps those behind it until the
-    queue passes `limit`, when they are swept out in place."""
+    """The total timeouts of requests that share one timeout (the lean transports of one
+    origin with that timeout: `Shelf.deadlines`), on one loop timer (issue 37: a timer
+    handle per request, made and cancelled, was 2-4 us of a push on uvloop). Their
+    deadlines come in start order: one timer armed for the oldest one still under way is
+    enough. Requests that are over leave from the front as they end; a long-running one
+    at the front keeps those behind it until the queue passes `limit`, when they are
+    swept out in place."""
 
-    __slots__ = ("_entries", "_limit", "_loop", "_timer")
+    __slots__ = ("_entries", "_loop", "_timer", "limit", "users")
 
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         self._entries: deque[_Exchange] | None = None  # made on first use
-        self._limit = limit
+        self.limit = limit
+        self.users = 0  # transports sharing it (`Shelf.deadlines`)
         self._loop = loop
         self._timer: asyncio.TimerHandle | None = None
 
@@ -899,7 +936,7 @@ class _Deadlines:
         entries.append(exchange)
         if self._timer is None:
             self._arm(exchange.deadline)
-        elif len(entries) > self._limit:
+        elif len(entries) > self.limit:
             live = [entry for entry in entries if not entry.over]
             entries.clear()  # in place: `_expire` may be iterating it (a request it
             entries.extend(live)  # expired started the next one)
