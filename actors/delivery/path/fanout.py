@@ -34,7 +34,7 @@ they wait (issue 25).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from actors.shared.messages import Record
@@ -53,6 +53,9 @@ class Cursor:
     """The next offset it needs; None while live: "from the next record fetched"."""
     told: int | None = None
     """The last high watermark it was told outside a batch (`note_highwater`)."""
+    target: object = field(default=None, compare=False, repr=False)
+    """Whom its records are told to, as its reader last found it (the instance member's
+    cursor actor; opaque here): gone with this entry when the cursor leaves."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,10 +80,21 @@ class Cursors:
         those not running left out: in one call, the partition's cursor name made once (a
         fetched batch goes to every cursor of its partition: issue 37)."""
         riders, name = self.member.roster.riders, child_name(tp)
+        fanout = self.member.fanouts.get(tp)
+        entries = fanout.cursors if fanout is not None else {}
         routed = []
         for key, records in feed:
-            rider = riders.get(key)
-            cursor = _cursor_named(rider, name) if rider is not None else None
+            entry = entries.get(key)
+            cursor = entry.target if entry is not None else None
+            # the one found last, while it has not ended, is still its supervisor's (a
+            # supervisor replaces a child after it ended): no walk through the rider, its
+            # supervisor and its children at every batch (issue 37: 4% of a delivery at
+            # 10,000 subscribers, a few cold objects each)
+            if not isinstance(cursor, Actor) or not cursor.alive:
+                rider = riders.get(key)
+                cursor = _cursor_named(rider, name) if rider is not None else None
+                if entry is not None:
+                    entry.target = cursor
             if cursor is not None:
                 routed.append((cursor, records))
         return routed
