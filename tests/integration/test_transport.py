@@ -189,25 +189,34 @@ def lean_with_timeout(url: str, total_s: float, pool: int = 2,
     return transport
 
 
-async def test_one_timer_expires_a_held_request_while_fast_ones_pass_it() -> None:
+@contextlib.asynccontextmanager
+async def held_server() -> AsyncIterator[Held]:
+    """A `Held` server, released and stopped at the end."""
     server = Held()
     await server.start()
-    shelf = Shelf()
-    held = lean_with_timeout(server.url + "/held", 0.3, shelf=shelf)
-    fast = lean_with_timeout(server.url + "/keep", 0.3, pool=1, shelf=shelf)
     try:
-        started = time.monotonic()
-        waiting = asyncio.ensure_future(held.send("POST", {}, b"x", None))
-        replies = [await fast.send("POST", {}, b"x", None) for _ in range(50)]
-        with pytest.raises(TimeoutError):
-            await waiting
-        took = time.monotonic() - started
+        yield server
     finally:
         server.release.set()
-        await held.close()
-        await fast.close()
         assert server.runner is not None
         await server.runner.cleanup()
+
+
+async def test_one_timer_expires_a_held_request_while_fast_ones_pass_it() -> None:
+    async with held_server() as server:
+        shelf = Shelf()
+        held = lean_with_timeout(server.url + "/held", 0.3, shelf=shelf)
+        fast = lean_with_timeout(server.url + "/keep", 0.3, pool=1, shelf=shelf)
+        try:
+            started = time.monotonic()
+            waiting = asyncio.ensure_future(held.send("POST", {}, b"x", None))
+            replies = [await fast.send("POST", {}, b"x", None) for _ in range(50)]
+            with pytest.raises(TimeoutError):
+                await waiting
+            took = time.monotonic() - started
+        finally:
+            await held.close()
+            await fast.close()
     assert [r[0] for r in replies] == [200] * 50
     assert 0.3 <= took < 1.5
     assert len(fast.deadlines) == 0 and len(held.deadlines) == 0  # nothing kept
@@ -216,32 +225,28 @@ async def test_one_timer_expires_a_held_request_while_fast_ones_pass_it() -> Non
 async def test_transports_of_one_origin_and_timeout_share_one_timer() -> None:
     # issue 37: ten thousand subscriptions of one endpoint armed ten thousand loop
     # timers; those of one timeout now share one, and a timeout still holds for each
-    server = Held()
-    await server.start()
-    shelf = Shelf()
-    first = lean_with_timeout(server.url + "/keep", 0.3, shelf=shelf)
-    second = lean_with_timeout(server.url + "/held", 0.3, pool=3, shelf=shelf)
-    other = lean_with_timeout(server.url + "/keep", 5.0, shelf=shelf)
-    try:
-        assert first.deadlines is second.deadlines is not other.deadlines
-        assert first.deadlines.limit == 4 * 2 + 4 * 3 + 64  # each sharer's pool counts
-        assert (await first.send("POST", {}, b"x", None))[0] == 200
-        assert (await other.send("POST", {}, b"x", None))[0] == 200
-        await first.close()  # a sharer leaves: the queue stays for the other
-        assert second.deadlines.limit == 4 * 3 + 64
-        started = time.monotonic()
-        with pytest.raises(TimeoutError):
-            await second.send("POST", {}, b"x", None)
-        assert 0.3 <= time.monotonic() - started < 1.5
-        shared = second.deadlines
-        await second.close()  # the last sharer: its timer stops
-        assert shared._timer is None and len(shared) == 0
-    finally:
-        server.release.set()
-        for transport in (first, second, other):
-            await transport.close()
-        assert server.runner is not None
-        await server.runner.cleanup()
+    async with held_server() as server:
+        shelf = Shelf()
+        first = lean_with_timeout(server.url + "/keep", 0.3, shelf=shelf)
+        second = lean_with_timeout(server.url + "/held", 0.3, pool=3, shelf=shelf)
+        other = lean_with_timeout(server.url + "/keep", 5.0, shelf=shelf)
+        try:
+            assert first.deadlines is second.deadlines is not other.deadlines
+            assert first.deadlines.limit == 4 * 2 + 4 * 3 + 64  # each sharer's pool counts
+            assert (await first.send("POST", {}, b"x", None))[0] == 200
+            assert (await other.send("POST", {}, b"x", None))[0] == 200
+            await first.close()  # a sharer leaves: the queue stays for the other
+            assert second.deadlines.limit == 4 * 3 + 64
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await second.send("POST", {}, b"x", None)
+            assert 0.3 <= time.monotonic() - started < 1.5
+            shared = second.deadlines
+            await second.close()  # the last sharer: its timer stops
+            assert shared._timer is None and len(shared) == 0
+        finally:
+            for transport in (first, second, other):
+                await transport.close()
 
 
 async def test_requests_that_ended_behind_a_held_one_are_swept_out() -> None:
