@@ -249,6 +249,33 @@ async def test_transports_of_one_origin_and_timeout_share_one_timer() -> None:
                 await transport.close()
 
 
+async def test_a_connect_that_hangs_fails_at_the_connect_timeout() -> None:
+    # a listener whose accept queue is full drops the connection request: the connect
+    # hangs (resent after 1 s, 3 s...); `connect_s` ends it long before the total timeout
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    address = listener.getsockname()
+    fillers = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(address)
+        fillers.append(filler)
+    settings = TransportSettings(URL(f"http://127.0.0.1:{address[1]}/hook"), {}, 1, 30.0,
+                                 0.3, DestinationGuard().socket_factory)
+    transport = make_transport(settings, "lean")
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await transport.send("POST", {}, b"x", None)
+        assert 0.3 <= time.monotonic() - started < 2.0  # not the total's 30 s
+    finally:
+        await transport.close()
+        for sock in (*fillers, listener):
+            sock.close()
+
+
 async def test_requests_that_ended_behind_a_held_one_are_swept_out() -> None:
     # the first request is held: the fast ones after it end but stay behind it in
     # start order, until the queue passes its limit (4 x pool + 64) and is swept

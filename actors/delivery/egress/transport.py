@@ -673,7 +673,10 @@ class LeanTransport:
         """Connect within the request's total timeout (and `connect_s`), then send, unless
         a connection freed meanwhile took the request: the new one goes to the shelf."""
         try:
-            async with asyncio.timeout_at(exchange.deadline):
+            # the request's total timeout, or the connect's own when sooner: one timer
+            # (issue 37: a cold burst at fan-out connects hundreds of times)
+            async with asyncio.timeout_at(min(exchange.deadline,
+                                              self.loop.time() + self._settings.connect_s)):
                 connection = await self._connect()
         except asyncio.CancelledError:
             if self._closed and exchange.waiting:  # else its owner ends: nobody is told
@@ -772,33 +775,34 @@ class LeanTransport:
             connection.close()
 
     async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
+        """A new connection to the origin, tried at each of its addresses in turn; under
+        the caller's timeout (`_connect_for`: the connect's own, or the request's)."""
+        loop = self.loop
         last: OSError | None = None
-        async with asyncio.timeout(self._settings.connect_s):
-            for info in await self._shelf.addresses(self._host, self._port):
-                try:
-                    sock = self._settings.socket_factory(info)
-                except OSError as exc:
-                    last = exc
-                    continue
-                try:
-                    sock.setblocking(False)
-                    await loop.sock_connect(sock, info[4])
-                    _, connection = await loop.create_connection(_Connection, sock=sock)
-                except OSError as exc:
-                    sock.close()
-                    last = exc
-                    continue
-                except BaseException:
-                    sock.close()
-                    raise
-                try:  # uvloop calls connection_made after create_connection returned
-                    await connection.made
-                except BaseException:
-                    connection.close()  # cancelled (timed out) here: not left open
-                    raise
-                self._shelf.opened += 1
-                return connection
+        for info in await self._shelf.addresses(self._host, self._port):
+            try:
+                sock = self._settings.socket_factory(info)
+            except OSError as exc:
+                last = exc
+                continue
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, info[4])
+                _, connection = await loop.create_connection(_Connection, sock=sock)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            try:  # uvloop calls connection_made after create_connection returned
+                await connection.made
+            except BaseException:
+                connection.close()  # cancelled (timed out) here: not left open
+                raise
+            self._shelf.opened += 1
+            return connection
         raise last or OSError(f"cannot connect to {self._host}:{self._port}")
 
     @property
