@@ -81,8 +81,12 @@ class Dispatcher(Generic[R]):
         # (arrival number of the lane's head record, lane) for every lane that has
         # buffered records and nothing in flight.
         self._runnable: list[tuple[int, int]] = []
-        # Started records by identity, with their lane.
-        self._inflight: dict[int, tuple[R, int]] = {}
+        # Started records by identity (the dict keeps each alive, so an id names one), and
+        # the lane of those that hold one: no tuple per record, and a dict of records the
+        # collector does not track stays untracked (issue 37: one object less per cursor
+        # for a young collection after a burst at fan-out)
+        self._inflight: dict[int, R] = {}
+        self._lane_of: dict[int, int] = {}
         self._buffered = 0
 
     @property
@@ -156,7 +160,7 @@ class Dispatcher(Generic[R]):
         self._buffered -= len(started)
         inflight = self._inflight
         for record in started:
-            inflight[id(record)] = (record, _FREE)
+            inflight[id(record)] = record
         return started
 
     def _start(self, lane: int) -> R:
@@ -172,7 +176,9 @@ class Dispatcher(Generic[R]):
                 del self._queues[lane]  # keeps memory to lanes that have work
             self._busy.add(lane)
         self._buffered -= 1
-        self._inflight[id(record)] = (record, lane)
+        self._inflight[id(record)] = record
+        if lane != _FREE:
+            self._lane_of[id(record)] = lane
         return record
 
     def done(self, record: R) -> None:
@@ -181,11 +187,10 @@ class Dispatcher(Generic[R]):
         `record` must be the object `ready()` returned; `InvalidArgument` if it is not in flight
         (calling `done` twice would free a slot that another record holds).
         """
-        # Keys are ids of live objects (the dict holds them), so an id names one record.
-        entry = self._inflight.pop(id(record), None)
-        if entry is None:
+        key = id(record)
+        if self._inflight.pop(key, None) is None:
             raise InvalidArgument(f"done() for a record that is not in flight: {record!r}")
-        lane = entry[1]
+        lane = self._lane_of.pop(key, _FREE)
         if lane == _FREE:
             return
         self._busy.discard(lane)
