@@ -77,15 +77,12 @@ class _Timer(msgspec.Struct, eq=False):
             self.actor.tell_system(self.message)
 
     def cancel(self) -> None:
-        actor = self.actor
         if self.alarm is not None:
             self.alarm.cancel()
-        elif (at := self.shared_at) is not None:  # `SharedTimers.drop`, inline (#37)
-            timers = actor.context.timers._due.get(at)
-            if timers is not None:
-                timers.pop(self, None)
-        if actor._timers is not None:
-            actor._timers.discard(self)
+        elif self.shared_at is not None:
+            self.actor.context.timers.drop(self)
+        if self.actor._timers is not None:
+            self.actor._timers.discard(self)
 
 
 class SharedTimers:
@@ -102,15 +99,20 @@ class SharedTimers:
     def __init__(self) -> None:
         self._due: dict[int, dict[_Timer, None]] = {}  # by the instant they ring
 
-    def due(self, at: int, clock: Clock, loop: asyncio.AbstractEventLoop | None
-            ) -> dict[_Timer, None]:
-        """The timers of instant `at`, its alarm set when it has none yet (`Actor.schedule`
-        adds to it, rounding the deadline up to the slack's grain)."""
+    def add(self, timer: _Timer, deadline_ms: int, slack_ms: int, clock: Clock,
+            loop: asyncio.AbstractEventLoop | None) -> None:
+        at = -(-deadline_ms // slack_ms) * slack_ms  # rounded up to the slack's grain
         timers = self._due.get(at)
         if timers is None:
             timers = self._due[at] = {}
             clock.call_at(at, self._ring, at, loop=loop)
-        return timers
+        timers[timer] = None
+        timer.shared_at = at
+
+    def drop(self, timer: _Timer) -> None:
+        at = timer.shared_at
+        if at is not None and (timers := self._due.get(at)) is not None:
+            timers.pop(timer, None)
 
     def _ring(self, at: int) -> None:
         for timer in self._due.pop(at, {}):
@@ -471,11 +473,8 @@ class Actor:
             self._timers = set()
         timer = _Timer(self, message)
         context = self.context
-        if slack_ms > 0:  # `SharedTimers.add`, inline
-            shared, at = context.timers, -(-deadline_ms // slack_ms) * slack_ms
-            due = shared._due.get(at) or shared.due(at, context.clock, self._mailbox.loop)
-            due[timer] = None
-            timer.shared_at = at
+        if slack_ms > 0:
+            context.timers.add(timer, deadline_ms, slack_ms, context.clock, self._mailbox.loop)
         else:
             timer.alarm = context.clock.call_at(deadline_ms, timer.ring,
                                                 loop=self._mailbox.loop)
