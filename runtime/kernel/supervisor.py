@@ -143,17 +143,10 @@ class ChildRef:
         await self.actor.tell(message)
 
     def tell_nowait(self, message: object) -> None:
-        last = self._last() if self._last is not None else None
-        if last is None or last._state != "running" or last._stopping:  # `actor`'s
-            last = self.actor  # look-up, only when the one found last ended (#37)
-        last.tell_nowait(message)
+        self.actor.tell_nowait(message)
 
     def tell_system(self, message: object) -> None:
         """Bypass the mailbox bound; dropped when no incarnation runs (as for an actor)."""
-        last = self._last() if self._last is not None else None
-        if last is not None and last._state == "running" and not last._stopping:
-            last.tell_system(message)  # the one found last, without `actor`'s call (#37)
-            return
         try:
             actor = self.actor
         except ActorDeadError:

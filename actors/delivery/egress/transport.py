@@ -483,14 +483,15 @@ class Shelf:
     def release_deadlines(self, total_s: float, pool: int) -> None:
         """A transport of `deadlines(total_s, pool)` closed; the last one stops its timer
         (requests still in it are its own, over or failed by its close)."""
-        deadlines = (self._deadlines or {}).get(total_s)
-        if deadlines is None:
+        shared = self._deadlines
+        deadlines = shared.get(total_s) if shared is not None else None
+        if shared is None or deadlines is None:
             return
         deadlines.users -= 1
         deadlines.limit -= 4 * pool
-        if deadlines.users <= 0:
+        if deadlines.users == 0:
             deadlines.close()
-            del (self._deadlines or {})[total_s]
+            del shared[total_s]
 
     def take(self) -> _Connection | None:
         now = time.monotonic()

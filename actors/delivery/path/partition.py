@@ -270,10 +270,17 @@ class PartitionActor(Actor):
         record was a turn of the outlet's mailbox each): `DeliverMany`, which a batching
         egress groups into requests; then fetching pauses or resumes as the buffer says.
         Not a coroutine (a cursor sends twice a burst): returns the message when the
-        outlet's mailbox is full, for the caller to `tell` (it waits for room)."""
+        outlet's mailbox is full, for the caller to `tell` (it waits for room). With
+        nothing buffered it only sets the in-flight gauge: the pause gate's last look (one
+        follows every change of the buffer) saw it empty too (issue 37: a cursor's burst
+        at fan-out ends so, and the dispatch was five calls for nothing)."""
         book, message = self.book, None
+        dispatcher = book.dispatcher
+        if not dispatcher.buffered:
+            self.m_inflight.value = dispatcher.inflight  # `set()`, without the call
+            return None
         records = book.dispatch()
-        self.m_inflight.value = book.dispatcher.inflight  # `set()`, without the calls
+        self.m_inflight.value = dispatcher.inflight
         if records:
             message = DeliverMany(records, self.epoch, self) if len(records) > 1 or \
                 self.traits.batched else Deliver(records[0], self.epoch, self)
@@ -294,7 +301,7 @@ class PartitionActor(Actor):
             return None
         self.m_delivered.value += 1  # `inc()`, without the call
         if self._finished(outcome.record):  # `_finish`: never batching here
-            return self._refill()
+            return self._send()
         return None
 
     async def _on_batch_outcome(self, outcome: BatchOutcome) -> None:
@@ -313,7 +320,7 @@ class PartitionActor(Actor):
                     await self._on_failed(Failed(record, outcome.epoch, failure))
         finally:
             self._batching = False
-        if not self.book.draining and (waiting := self._refill()) is not None:
+        if not self.book.draining and (waiting := self._send()) is not None:
             await self.peers.egress.tell(waiting)
 
     async def _on_failed(self, failed: Failed) -> None:
@@ -397,18 +404,8 @@ class PartitionActor(Actor):
     async def _finish(self, record: Record) -> None:
         # batching: `_on_batch_outcome` dispatches once for the whole batch
         if self._finished(record) and not self._batching and \
-                (waiting := self._refill()) is not None:
+                (waiting := self._send()) is not None:
             await self.peers.egress.tell(waiting)  # waits for room
-
-    def _refill(self) -> Deliver | DeliverMany | None:
-        """After records finished: `_send` when records wait, else the in-flight gauge
-        alone (the pause gate's last look, at the end of `_send`, saw the same empty
-        buffer; issue 37: at fan-out a cursor's burst ends so, five calls saved)."""
-        dispatcher = self.book.dispatcher
-        if dispatcher.buffered:
-            return self._send()
-        self.m_inflight.value = dispatcher.inflight
-        return None
 
     def _finished(self, record: Record) -> bool:
         """`record` is done: its offset, a commit, the drain. True when more may be
