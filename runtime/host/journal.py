@@ -115,7 +115,7 @@ EventType = Literal[
     RecordEventType, "dead_letter_failed", "committed", "stalled", "replayed", "offset_reset",
     "actor_started", "actor_restarted", "actor_stopped", "actor_crashed",
     "partition_assigned", "partition_revoked", "delay_forwarded", "journal_dropped",
-    "breaker_changed", "subscription_disabled", "filtered",
+    "breaker_changed", "subscription_disabled", "filtered", "drain_cut",
 ]
 RECORD_EVENT_TYPES: Final[tuple[str, ...]] = get_args(RecordEventType)
 EVENT_TYPES: Final[tuple[str, ...]] = get_args(EventType)  # nested Literals flatten

@@ -108,13 +108,20 @@ class Receiver:
         counts = Counter((p.consumer, p.topic, p.partition, p.offset) for p in self.ok)
         return [k for k, n in counts.items() if n > 1]
 
-    def duplicates_without_failure(self, journal: Path) -> list[tuple[str, str, int, int]]:
-        """Records pushed twice although no attempt of theirs failed (the runtime's journal
-        in `journal`): at least once allows a second push after a failed one only (a
-        request that timed out but reached the receiver late, as at a receiver whose
-        accept queue overflowed on a machine under load)."""
+    def unexplained_duplicates(self, journal: Path) -> list[tuple[str, str, int, int]]:
+        """Records pushed twice that the runtime's journal (in `journal`) does not explain.
+        At least once allows a second push after a failed attempt (a request that timed
+        out but reached the receiver late, as at a receiver whose accept queue overflowed
+        on a machine under load), and of the records from a `drain_cut`'s position on: the
+        drain of a stop or revoke reached its deadline with a push in flight there, so the
+        next owner starts at that record (and pushes again what was finished above it)."""
         failed = set(failed_records(journal))
-        return [key for key in self.duplicates() if key not in failed]
+        cuts: dict[tuple[str, str, int], int] = {}
+        for cut in journal_events(journal, "drain_cut"):
+            cursor = cut["subscription"], cut["topic"], cut["partition"]
+            cuts[cursor] = min(cut["offset"], cuts.get(cursor, cut["offset"]))
+        return [key for key in self.duplicates() if key not in failed
+                and key[3] < cuts.get(key[:3], key[3] + 1)]
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
         """Until `predicate()` holds, checked at each push (and every 0.5 s, for state

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from tests.integration.delivery_harness import (
     Admin,
     Push,
     Receiver,
+    journal_events,
     make_runtime,
     produce,
     subscription,
@@ -247,6 +248,56 @@ async def test_a_leave_draining_a_hung_endpoint_does_not_hold_the_others_fetch(
         release.set()
         await receiver.stop()
     assert receiver.duplicates() == []
+
+
+async def test_a_drain_cut_at_its_deadline_is_journaled_and_its_records_go_again(
+        kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unsubscribe whose drain reaches its deadline with a push still in flight hands
+    over the position of that record: the next subscription of the group pushes it and
+    what was finished above it again, and the journal says so (`drain_cut`), which is
+    what tells such duplicates from a stop that commits short for nothing."""
+    topic = await topic_factory(partitions=1)
+    release = asyncio.Event()
+
+    async def hangs_at_5(push: Push) -> int:
+        if push.consumer == cut_sub and push.offset == 5 and not release.is_set():
+            await release.wait()  # in flight past the drain's deadline
+        return 200
+
+    def of_cut(keys: Iterable[tuple[str, str, int, int]]) -> list[int]:
+        return sorted(offset for sub, *_, offset in keys if sub == cut_sub)
+
+    def ok_of_cut() -> int:
+        return sum(1 for push in receiver.ok if push.consumer == cut_sub)
+
+    receiver = await Receiver(hangs_at_5).start()
+    monkeypatch.setattr(trees, "DRAIN_MS", 300)
+    cut_sub = "cut_g-cut"
+    try:
+        async with make_runtime(kafka_bootstrap, tmp_path) as runtime:
+            api = Admin(runtime)  # two subscriptions of the topic: the instance member's
+            await subscribe_many(api, ["stay", "cut"], topic, receiver.url, concurrency=10)
+            await produce(kafka_bootstrap, topic, 10)
+            await receiver.wait_for(lambda: ok_of_cut() == 9)  # all but offset 5
+            status, _ = await api.call("POST", "/broker/unsubscribe",
+                                       {"id": "cut", "group.id": "g-cut"})
+            assert status == 200
+            assert await group_positions(runtime, ["g-cut"], topic, 1) == {"g-cut": {0: 5}}
+            release.set()
+            await subscribe_many(api, ["cut"], topic, receiver.url, concurrency=10)
+            await receiver.wait_for(lambda: ok_of_cut() >= 9 + 5)
+    finally:
+        release.set()
+        await receiver.stop()
+    assert of_cut(receiver.delivered()) == list(range(10))
+    assert set(of_cut(receiver.duplicates())) >= {6, 7, 8, 9}
+    cuts = journal_events(tmp_path / "journal", "drain_cut")
+    assert [(c["subscription"], c["topic"], c["partition"], c["offset"]) for c in cuts] \
+        == [(cut_sub, topic, 0, 5)]
+    assert cuts[0]["reason"] == "1 in flight at the drain deadline; 4 finished above " \
+        "position 5 go again"
+    assert receiver.unexplained_duplicates(tmp_path / "journal") == []
 
 
 async def test_a_subscriber_reset_to_latest_gets_only_records_produced_after_it_started(

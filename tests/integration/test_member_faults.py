@@ -393,8 +393,9 @@ async def test_sigterm_mid_stream_delivers_nothing_twice_after_the_restart(
         await kill(process)
         await receiver.stop()
     # a push that timed out (a connection the full accept queue left half open, on a
-    # machine under load) may go twice, as after any failure; nothing else may
-    assert receiver.duplicates_without_failure(tmp_path / "journal") == []
+    # machine under load) may go twice, as after any failure, and so may what a stop's
+    # drain cut at its deadline (such a push still in flight: journaled); nothing else
+    assert receiver.unexplained_duplicates(tmp_path / "journal") == []
 
 
 async def test_two_deployments_committing_one_group_are_reported_not_ready(

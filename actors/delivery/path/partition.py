@@ -210,6 +210,7 @@ class PartitionActor(Actor):
             self._on_drain(message)
         elif isinstance(message, DrainDeadline):
             if self.book.draining:
+                report_cut(self)
                 self._finish_drain()
         elif isinstance(message, Resume):
             if self.book.resume() and (waiting := self._send()) is not None:
@@ -511,3 +512,19 @@ def status_of(cursor: PartitionActor) -> PartitionStatus:
         last_error=cursor.last_error, dead_lettered=int(cursor.m_dead.value),
         filtered=int(cursor._filtered_series().value),
         stalled_for_ms=None if stalled is None else now - stalled)
+
+
+def report_cut(cursor: PartitionActor) -> None:
+    """The drain's deadline passed with records in flight: the position handed over stays
+    at the lowest of them, so the next owner pushes it, and what this one delivered above
+    it, again. Logged and journaled (`drain_cut`): a stop or revoke that duplicates says
+    where and why (a push slower than the drain: an endpoint answering late, a connection
+    a full accept queue left half open)."""
+    book, position = cursor.book, cursor.book.position()
+    above = len(book.tracker.finished_above()) if book.tracker is not None else 0
+    reason = (f"{book.inflight} in flight at the drain deadline; {above} finished above "
+              f"position {position} go again")
+    log.warning("%s: drain cut: %s", cursor.path, reason)
+    cursor.context.emit(Event(
+        type="drain_cut", ts_ms=cursor.context.clock.wall_ms(), subscription=cursor.sub_key,
+        topic=cursor.topic, partition=cursor.partition, offset=position, reason=reason))
