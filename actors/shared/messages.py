@@ -199,12 +199,11 @@ class DeadLettered:
     response: str | None = None
 
 
-class CommitTick:
-    """Timer -> partition: `autoCommitPeriodMs` elapsed. A plain class: its instances
-    are made in C (a dataclass's generated `__init__` was a Python call per burst of a
-    cursor, issue 37); each is compared by identity."""
-
-    __slots__ = ()
+class CommitTick(msgspec.Struct, eq=False, gc=False):
+    """Timer -> partition: `autoCommitPeriodMs` elapsed. Made in C (a dataclass's
+    generated `__init__` was a Python call per burst of a cursor, issue 37) and not
+    tracked by the collector (it holds nothing: a plain class's instances were, one young
+    object per cursor and burst for each young pass to walk); compared by identity."""
 
 
 @dataclass(frozen=True, slots=True)

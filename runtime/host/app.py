@@ -61,7 +61,7 @@ from runtime.host.status_page import HEADERS, PAGE, SCRIPT
 from runtime.kafka import compat
 from runtime.kafka.broker import EmbeddedBroker
 from runtime.kernel.actor import Lifecycle
-from runtime.kernel.clock import Clock, RealClock, within
+from runtime.kernel.clock import Alarm, Clock, RealClock, within
 from runtime.kernel.gate import Gate
 from runtime.kernel.supervisor import ChildSpec
 from runtime.kernel.system import ActorSystem
@@ -101,6 +101,7 @@ class Runtime:
         self.journal: EventJournal = NullJournal()
         self._listeners: dict[str, list[Callable[[Event], None]]] = {}
         self._next_young_sizing_ms = 0  # when keep_long_lived may size the young again
+        self._young_sizing: Alarm | None = None  # the sizing due when it may again
         self._started_ms: int | None = None  # monotonic, once running (uptime)
         # the journal's backpressure: it closes the gate when its flushes fall behind and
         # the actors wait (runtime/kernel/gate.py)
@@ -304,11 +305,22 @@ class Runtime:
         young generation grows with what is kept (`young_threshold`)."""
         if self.config.runtime.gc_freeze:
             gc.freeze()
-            now_ms = self.clock.monotonic_ms()
-            if now_ms >= self._next_young_sizing_ms:  # counting walks every frozen object
-                self._next_young_sizing_ms = now_ms + GC_YOUNG_SIZING_MS
-                gc.set_threshold(young_threshold(gc.get_freeze_count()),
-                                 *gc.get_threshold()[1:])
+            self._size_young()
+
+    def _size_young(self) -> None:
+        """The young generation sized to what is frozen now, at most every
+        `GC_YOUNG_SIZING_MS` (counting walks every frozen object). Asked sooner, it is
+        sized once more when that interval ends, so the last of a run of subscribes counts
+        too: 10,000 subscribed in 16 s kept the size the first 4,500 made (49,528 instead of
+        100,000), and a burst to all of them paid twice the young passes."""
+        now_ms = self.clock.monotonic_ms()
+        if now_ms >= self._next_young_sizing_ms:
+            self._next_young_sizing_ms = now_ms + GC_YOUNG_SIZING_MS
+            self._young_sizing = None
+            gc.set_threshold(young_threshold(gc.get_freeze_count()), *gc.get_threshold()[1:])
+        elif self._young_sizing is None:
+            self._young_sizing = self.clock.call_at(self._next_young_sizing_ms,
+                                                    self._size_young)
 
     def release_long_lived(self) -> None:
         """Something long-lived went away (an unsubscribe): give everything back to the
@@ -396,6 +408,8 @@ class Runtime:
         started = self.clock.monotonic_ms()
         deadline = started + self.config.runtime.shutdown_deadline_ms
         summaries = [summary_of(s) for s in self.services.values()]
+        if self._young_sizing is not None:
+            self._young_sizing.cancel()
         try:
             await self.admin.stop()
             names = list(reversed(self.services))
