@@ -251,30 +251,47 @@ class Hold:
 
 
 class Ticket:
-    """A place in `Slots`' queue. When a slot is handed to it, `callback` runs soon (a
-    loop turn later, so a chain of hand-overs never nests); `cancel` takes it out (or
-    passes on a slot handed to it that it did not use yet)."""
+    """A place in `Slots`' queue (`Slots.take`). When a slot is handed to it, `run` is
+    called soon (a loop turn later, so a chain of hand-overs never nests); `cancel` takes
+    it out (or passes on a slot handed to it that it did not use yet). A push is its own
+    ticket (actors/delivery/egress/push.py: at fan-out most pushes wait for a slot, and a
+    ticket and a bound method each were two young objects per push for the collector,
+    issue 37); `Call` is one that runs a callback."""
 
-    __slots__ = ("_slots", "callback", "granted")
+    __slots__ = ("_slots", "granted", "queued")
 
-    def __init__(self, slots: Slots, callback: Callable[[], object]) -> None:
-        self._slots = slots
-        self.callback: Callable[[], object] | None = callback
+    def __init__(self) -> None:
+        self.queued = False  # waiting or handed a slot, and neither run nor cancelled
         self.granted = False
+        self._slots: Slots | None = None
 
     def run(self) -> None:
-        callback, self.callback = self.callback, None
-        if callback is not None:
-            callback()
+        """The slot handed over is this ticket's holder's now (it gives it back)."""
+        raise NotImplementedError
 
     def cancel(self) -> None:
-        if self.callback is None:
+        if not self.queued:
             return  # ran already (its holder gives the slot back) or cancelled
-        self.callback = None
+        self.queued = False
+        slots = self._slots
+        assert slots is not None  # queued by `Slots.take`
         if self.granted:
-            self._slots.give()  # handed over, not used: pass it on
+            slots.give()  # handed over, not used: pass it on
         else:
-            self._slots.forget()
+            slots.forget()
+
+
+class Call(Ticket):
+    """A ticket that runs `callback` when a slot is handed to it."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[], object]) -> None:
+        super().__init__()
+        self.callback = callback
+
+    def run(self) -> None:
+        self.callback()
 
 
 class Slots:
@@ -305,13 +322,13 @@ class Slots:
         self._served = 0  # slots handed to the current turn's user
         self._waiting = 0
 
-    def take(self, who: object, callback: Callable[[], object]) -> Ticket | None:
-        """None: a slot is taken now. Else the ticket whose `callback` runs when one is
-        handed over (the holder gives it back with `give`)."""
+    def take(self, who: object, ticket: Ticket) -> Ticket | None:
+        """None: a slot is taken now. Else `ticket`, queued: its `run` is called when one
+        is handed over (the holder gives it back with `give`)."""
         if self._free > 0 and not self._waiting:
             self._free -= 1
             return None
-        ticket = Ticket(self, callback)
+        ticket._slots, ticket.granted, ticket.queued = self, False, True
         queue = self._queues.get(who)
         if queue is None:
             queue = self._queues[who] = deque()
@@ -326,7 +343,7 @@ class Slots:
             self._free -= 1
             return
         taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ticket = self.take(who, partial(_resolve, taken))
+        ticket = self.take(who, Call(partial(_resolve, taken)))
         assert ticket is not None  # none free: it waits
         try:
             await taken
@@ -360,6 +377,9 @@ class Slots:
         back hands it to a ticket that runs in the next call)."""
         granted, self._granted = self._granted, []
         for ticket in granted:
+            if not ticket.queued:
+                continue  # cancelled after the hand-over: it passed the slot on
+            ticket.queued = False
             try:
                 ticket.run()
             except Exception as exc:  # as the loop does for a callback of its own
@@ -372,7 +392,7 @@ class Slots:
             who = turns[0]
             queue = queues[who]
             ticket = queue.popleft()
-            while ticket.callback is None and queue:  # cancelled ones are skipped
+            while not ticket.queued and queue:  # cancelled ones are skipped
                 ticket = queue.popleft()
             self._served += 1
             if not queue:
@@ -382,7 +402,7 @@ class Slots:
             elif self._served >= TURN:
                 turns.rotate(-1)  # the next user's turn
                 self._served = 0
-            if ticket.callback is not None:
+            if ticket.queued:
                 return ticket
         return None
 

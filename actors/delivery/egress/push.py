@@ -8,10 +8,12 @@ step waits for (a batch's `Push` may first linger on an alarm for more records):
 
     begin -> the origin says go            (else a clock alarm tries again, or the
           |                                 breaker fails it at once: bounded retries)
-          -> an origin slot is ours         (else the slot's ticket runs `_send` later)
+          -> an origin slot is ours         (else the push waits as its own ticket
+          |                                 for one: `run` when it is handed one)
           -> the transport's `start`        (the lean one writes on a shelved connection;
           |                                 its total timeout is a loop timer)
-          -> `_answered` by the transport   (the lean one from its parser callbacks)
+          -> `_answered` by the transport   (the lean one from its parser callbacks; the
+          |                                 push is its own `Done`: `__call__`)
           -> the egress records the outcome and tells the cursor, and starts the next
              record it holds
 
@@ -64,20 +66,21 @@ class Owner(Protocol):
     def push_crashed(self, error: Exception) -> None: ...
 
 
-class Push:
+class Push(Ticket):
     """See the module docstring. `started` is when it began (perf_counter seconds): its
     latency is measured from there, as a worker's `_timed` did (the origin's hold and
-    slot wait included, the wait for the subscription's own pool not)."""
+    slot wait included, the wait for the subscription's own pool not). It is its own
+    slot ticket (`run`) and its own answer callback (`__call__`): neither a ticket nor a
+    bound method per push (issue 37: young objects for the collector at fan-out)."""
 
-    __slots__ = ("_alarm", "_exchange", "_holding", "_owner", "_probe", "_ticket", "job",
-                 "started")
+    __slots__ = ("_alarm", "_exchange", "_holding", "_owner", "_probe", "job", "started")
 
     def __init__(self, owner: Owner, job: Job) -> None:
         self._owner = owner
         self.job = job
         self.started = time.perf_counter()
         self._alarm: Alarm | None = None
-        self._ticket: Ticket | None = None
+        self.queued = False  # waiting for an origin slot (`Ticket`)
         self._exchange: Exchange | None = None
         self._holding = False  # an origin slot is ours
         self._probe = False  # the origin's half-open probe is ours
@@ -114,20 +117,18 @@ class Push:
             else:
                 breaker = owner.origin.breaker  # `hold` may have made this the probe
                 self._probe = breaker.state != "closed" and breaker.probing
-                self._ticket = owner.slots.take(owner.subscription, self._send)
-                if self._ticket is None:
-                    self._send()
+                if owner.slots.take(owner.subscription, self) is None:
+                    self.run()  # a slot was free
         except Exception as exc:
             owner.push_crashed(exc)
 
-    def _send(self) -> None:
-        """An origin slot is ours: build the request and start it."""
-        self._ticket = None
+    def run(self) -> None:
+        """An origin slot is ours (free, or handed over): build the request and start it."""
         self._holding = True
         owner = self._owner
         try:
             try:
-                self._exchange = owner.start_request(self.job, self._answered)
+                self._exchange = owner.start_request(self.job, self)
             except Exception as exc:  # no session, a request that cannot be built
                 self._answered(None, exc)
         except Exception as exc:
@@ -146,14 +147,14 @@ class Push:
         except Exception as error:
             owner.push_crashed(error)
 
+    __call__ = _answered  # the transport's `Done`: the push itself, no bound method
+
     def abandon(self) -> None:
         """The egress stops: give the push up, telling nobody."""
         if self._alarm is not None:
             self._alarm.cancel()
             self._alarm = None
-        if self._ticket is not None:
-            self._ticket.cancel()
-            self._ticket = None
+        self.cancel()  # its wait for a slot, if it waits
         exchange, self._exchange = self._exchange, None
         if exchange is not None:
             exchange.cancel()
@@ -166,6 +167,6 @@ class Push:
         job = self.job
         record = job.record if isinstance(job, Deliver) else job[0][0]
         size = "" if isinstance(job, Deliver) else f" +{len(job) - 1}"
-        step = ("held" if self._alarm else "waiting for a slot" if self._ticket else
+        step = ("held" if self._alarm else "waiting for a slot" if self.queued else
                 "sent" if self._holding else "starting")
         return f"<Push {record.topic}-{record.partition}@{record.offset}{size} {step}>"
