@@ -1,13 +1,16 @@
 """High fan-out (issue 24): many subscriptions of one topic, this code against another tree.
 
     .venv/bin/python bench/fanout.py [--subscribers 1000] [--partitions 4] [--records 10]
-        [--baseline-records 20000] [--idle-s 10] [--compare DIR] [--timeout-s 300]
+        [--baseline-records 20000] [--idle-s 10] [--compare DIR] [--repeat N]
+        [--timeout-s 300]
 
 Runs on loopback, everything started here and stopped at the end: the embedded broker,
 the receiver (bench/receiver.py, a uvloop responder answering `200`), and per code tree a
 worker process that runs the runtime in-process (uvloop, journal on). `--compare DIR`
 runs the same worker on another checkout (e.g. `git worktree add /tmp/old <commit>`)
 right after, against the same broker and receiver, so the figures come from one run.
+`--repeat N` runs the trees in turn N times (A B A B ...) and ends with each tree's
+medians: minutes apart, one tree's single-subscription figure moved by a third.
 
 Per tree, on fresh topics:
 
@@ -34,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -912,9 +916,10 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
     with receiver() as (url, _), tempfile.TemporaryDirectory() as tmp:
         async with broker() as (bootstrap, pid):
             results = []
-            for n, tree in enumerate(trees):
-                results.append(await run_tree(tree, args, bootstrap, pid, url,
-                                              Path(tmp) / str(n)))
+            for turn in range(args.repeat):  # the trees in turn: A B A B ...
+                for n, tree in enumerate(trees):
+                    results.append(await run_tree(tree, args, bootstrap, pid, url,
+                                                  Path(tmp) / f"{turn}-{n}"))
     print(f"fanout: {args.subscribers} subscribers on {args.topics} topic(s) x "
           f"{args.partitions} partitions, "
           f"{args.records} records each; python {sys.version.split()[0]}")
@@ -971,6 +976,24 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
             print(f"  filtered ({args.filters} distinct header filters): "
                   f"{r['filtered_us']:.0f} us/delivery = {r['filtered_ratio']:.2f} x "
                   f"unfiltered fan-out, in {r['filtered_s']:.2f} s ({r['filtered_load']})")
+    if args.repeat > 1:
+        print_medians(results, trees)
+
+
+def print_medians(results: list[dict[str, Any]], trees: list[Path]) -> None:
+    """Each tree's medians over its runs (`--repeat`): a run's ratio is to its own
+    single subscription, taken minutes before in the same worker."""
+    print(f"medians over {len(results) // len(trees)} runs of each tree, in turn:")
+    for tree in trees:
+        mine = [r for r in results if r["tree"] == str(tree)]
+
+        def median(key: str, runs: list[dict[str, Any]] = mine) -> float:
+            return statistics.median(r[key] for r in runs)
+
+        cold = ", ".join(f"{r['fanout_ratio']:.2f}" for r in mine)
+        print(f"  {tree}: single {median('single_us'):.0f} us/record; cold "
+              f"{median('fanout_us'):.0f} us/delivery = {median('fanout_ratio'):.2f} x single "
+              f"(runs: {cold}); warm {median('warm_ratio'):.2f} x")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -999,6 +1022,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--filters", type=int, default=0,
                         help="distinct header filters for the filtered phase (0: none)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the trees in turn this many times and print each one's "
+                             "medians (the machine's speed moves by a third within an hour)")
     parser.add_argument("--profile-phase", choices=("cold", "warm", "both"), default="both",
                         help="--profile: the first fan-out, the second, or both")
     parser.add_argument("--py-spy", default=None, type=os.path.abspath,
