@@ -986,14 +986,11 @@ def print_medians(results: list[dict[str, Any]], trees: list[Path]) -> None:
     print(f"medians over {len(results) // len(trees)} runs of each tree, in turn:")
     for tree in trees:
         mine = [r for r in results if r["tree"] == str(tree)]
-
-        def median(key: str, runs: list[dict[str, Any]] = mine) -> float:
-            return statistics.median(r[key] for r in runs)
-
-        cold = ", ".join(f"{r['fanout_ratio']:.2f}" for r in mine)
-        print(f"  {tree}: single {median('single_us'):.0f} us/record; cold "
-              f"{median('fanout_us'):.0f} us/delivery = {median('fanout_ratio'):.2f} x single "
-              f"(runs: {cold}); warm {median('warm_ratio'):.2f} x")
+        single, cold_us, cold, warm = (statistics.median(r[key] for r in mine) for key in (
+            "single_us", "fanout_us", "fanout_ratio", "warm_ratio"))
+        runs = ", ".join(f"{r['fanout_ratio']:.2f}" for r in mine)
+        print(f"  {tree}: single {single:.0f} us/record; cold {cold_us:.0f} us/delivery = "
+              f"{cold:.2f} x single (runs: {runs}); warm {warm:.2f} x")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -483,9 +483,9 @@ class Shelf:
     def release_deadlines(self, total_s: float, pool: int) -> None:
         """A transport of `deadlines(total_s, pool)` closed; the last one stops its timer
         (requests still in it are its own, over or failed by its close)."""
-        shared = self._deadlines
-        deadlines = shared.get(total_s) if shared is not None else None
-        if shared is None or deadlines is None:
+        shared = self._deadlines or {}
+        deadlines = shared.get(total_s)
+        if deadlines is None:
             return
         deadlines.users -= 1
         deadlines.limit -= 4 * pool
