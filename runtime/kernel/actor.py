@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, TypeVar
 
@@ -25,6 +26,7 @@ import msgspec
 from runtime.kernel.clock import Alarm, Clock, RealClock
 from runtime.kernel.errors import ActorDeadError, ActorKilled, MailboxFullError, UsageError
 from runtime.kernel.gate import OPEN, Gate
+from runtime.kernel.turns import SharedTurns
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -122,6 +124,14 @@ class SharedTimers:
         return sum(len(timers) for timers in self._due.values())
 
 
+class _Waiter(Protocol):
+    """What waits for a mailbox's next put: its reader's future, or a light actor's rest."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+
 _COMPACT_AFTER = 64
 """Taken envelopes a mailbox that never empties keeps before it drops them (at least
 half of its list)."""
@@ -147,12 +157,15 @@ class Mailbox:
         self.capacity = capacity
         self._items: list[_Envelope | None] = []  # taken ones are None up to `_head`
         self._head = 0
-        self._getter: asyncio.Future[None] | None = None
+        self._getter: _Waiter | None = None
         self._counted = 0
         # senders waiting for room; made when the first one waits (an empty deque is 760
         # bytes, and most mailboxes never fill: issue 24, memory per subscription)
         self._putters: deque[asyncio.Future[None]] | None = None
         self.closed = False
+        self.resting: _Rest | None = None
+        """Its light actor idle (`Actor.light`): what its task waits on for a hand-over;
+        kept here, not on the actor (a cursor stays under CPython's shared-key limit)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         """Its reader's loop, set when the actor runs: `asyncio.get_running_loop()` makes
         a getpid() system call on Python 3.11, and an actor that keeps up waits on every
@@ -252,6 +265,64 @@ class Mailbox:
         return len(self._items) - self._head
 
 
+class _Rest:
+    """A light actor idle: it stands in its mailbox for the reader's future, and a put
+    queues the actor on the shared runner (`ActorContext.turns`) instead of waking its
+    task, which waits on `handed` until a turn hands over to it."""
+
+    __slots__ = ("actor", "handed", "loop")
+
+    def __init__(self, actor: Actor, loop: asyncio.AbstractEventLoop) -> None:
+        self.actor = actor
+        self.loop = loop
+        self.handed: asyncio.Future[_Envelope | _Suspended] = loop.create_future()
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: None, /) -> None:
+        self.actor.context.turns.wake(self)
+
+    def turn(self) -> None:
+        self.actor._light_turn(self)
+
+    def hand_over(self, handed: _Envelope | _Suspended) -> None:
+        """The actor's task goes on from `handed`; the actor no longer rests."""
+        self.actor._mailbox.resting = None
+        self.handed.set_result(handed)
+
+
+class _Suspended:
+    """A handler that waited in a turn: its coroutine and what it waits for."""
+
+    __slots__ = ("coro", "waiting")
+
+    def __init__(self, coro: Coroutine[object, None, object], waiting: object) -> None:
+        self.coro = coro
+        self.waiting = waiting
+
+
+@types.coroutine
+def _resume(coro: Coroutine[object, None, object], waiting: object,
+            ) -> Generator[object, None, object]:
+    """The rest of a handler that waited in a turn, run by the actor's own task: what it
+    yielded on the runner is yielded to the task (which waits for it as for its own),
+    then the coroutine goes on to its end; a cancel goes into it as it would have."""
+    while True:
+        try:
+            yield waiting
+        except BaseException as exc:
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                waiting = coro.send(None)
+            except StopIteration as stop:
+                return stop.value
+
+
 LifecycleKind = Literal["actor_started", "actor_restarted", "actor_stopped", "actor_crashed"]
 
 
@@ -289,6 +360,7 @@ class ActorContext:
     pace: Gate = field(default=OPEN)
     delivered: Callable[[Any], None] = field(default=discard)
     timers: SharedTimers = field(default_factory=SharedTimers)
+    turns: SharedTurns = field(default_factory=SharedTurns)
 
 
 class Ref(Protocol):
@@ -315,6 +387,13 @@ class Actor:
     paced: bool = True
     """Whether the emit sink's backpressure holds this actor (`ActorContext.pace`): False
     for what the sink itself needs to catch up (supervisors, the journal's flusher)."""
+    light: bool = False
+    """Whether its turns run on the system's shared runner while it is idle
+    (runtime/kernel/turns.py): a message that finds it idle queues it there instead of
+    waking its task, and its task takes over only for a handler that waits (for room in
+    a mailbox, an answer) and for stop, crash and the pace gate. For actors woken for a
+    message or two at a time by the thousand (a cursor at fan-out, its egress), whose
+    handlers seldom wait; their handlers must not need `asyncio.current_task()`."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -502,17 +581,26 @@ class Actor:
         mailbox = self._mailbox
         gate = self.context.pace if self.paced else OPEN
         items = mailbox._items  # cleared in place, never replaced
+        light = self.light
         while True:
             # the next envelope without a coroutine for it (issue 37: an actor that keeps up
             # waits for every message): the queued one, or the put's future awaited here
-            while len(items) == mailbox._head:
-                getter = mailbox.waiter()
-                try:
-                    await getter
-                finally:
-                    if mailbox._getter is getter:  # cancelled while waiting
-                        mailbox._getter = None
-            envelope = mailbox.get_nowait()
+            if len(items) == mailbox._head:
+                if not light:
+                    getter = mailbox.waiter()
+                    try:
+                        await getter
+                    finally:
+                        if mailbox._getter is getter:  # cancelled while waiting
+                            mailbox._getter = None
+                    continue
+                handed = await self._light_rest()
+                if isinstance(handed, _Suspended):  # a turn's handler waits: go on here
+                    await _resume(handed.coro, handed.waiting)
+                    continue
+                envelope = handed
+            else:
+                envelope = mailbox.get_nowait()
             message = envelope.message
             if message is _STOP:
                 return
@@ -525,6 +613,62 @@ class Actor:
             else:
                 await self._dispatch(envelope)
             del envelope, message  # an idle actor must not keep its last message alive
+
+    # -- light actors: turns on the shared runner (runtime/kernel/turns.py) --------------
+    async def _light_rest(self) -> _Envelope | _Suspended:
+        """Idle with nothing queued: the next messages are handled by turns on the shared
+        runner (`_light_turn`) until one needs this task; returns what it hands over."""
+        mailbox = self._mailbox
+        loop = mailbox.loop or asyncio.get_running_loop()
+        rest = mailbox.resting = _Rest(self, loop)
+        mailbox._getter = rest
+        try:
+            return await rest.handed
+        except asyncio.CancelledError:
+            handed = rest.handed
+            if handed.done() and not handed.cancelled() and handed.exception() is None \
+                    and isinstance(suspended := handed.result(), _Suspended):
+                suspended.coro.close()  # its `finally` runs, an ask's asker is told
+            raise
+        finally:
+            mailbox.resting = None
+            if mailbox._getter is rest:
+                mailbox._getter = None
+
+    def _light_turn(self, rest: _Rest) -> None:
+        """What the mailbox holds, handled on the shared runner, in order. A handler that
+        waits, a stop, a crash or the closed pace gate hand over to the actor's task,
+        which goes on from there; otherwise the actor rests again."""
+        mailbox = self._mailbox
+        if mailbox.resting is not rest:
+            return  # its task took over since (cancelled, say)
+        items = mailbox._items
+        gate = self.context.pace if self.paced else OPEN
+        while len(items) > mailbox._head:
+            envelope = mailbox.get_nowait()
+            message = envelope.message
+            if message is _STOP or isinstance(message, _Crash) or not gate.open:
+                rest.hand_over(envelope)
+                return
+            coro = self.handle(message) if envelope.reply is None else \
+                self._dispatch(envelope)
+            try:
+                waiting = coro.send(None)
+            except StopIteration:
+                continue
+            except BaseException as exc:  # the handler failed: the actor crashes now,
+                mailbox.resting = None  # as it would on its task, its tasks not run again
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                self._state = "cancelled" if cancelled else "crashed"
+                self._cancel_owned()
+                if cancelled:
+                    rest.handed.cancel()
+                else:
+                    rest.handed.set_exception(exc)
+                return
+            rest.hand_over(_Suspended(coro, waiting))
+            return
+        mailbox._getter = rest  # idle again
 
     async def _dispatch(self, envelope: _Envelope) -> None:
         reply = envelope.reply
@@ -544,11 +688,7 @@ class Actor:
     async def _teardown(self) -> None:
         if self._state in ("starting", "running"):
             self._state = "stopped"
-        for timer in list(self._timers or ()):
-            timer.cancel()
-        tasks = list(self._tasks or ())
-        for task in tasks:
-            task.cancel()
+        tasks = self._cancel_owned()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         dead = ActorDeadError(f"actor {self.path} {self._state} before replying")
@@ -559,6 +699,15 @@ class Actor:
             await self.on_stop()
         except Exception:
             log.exception("%s: on_stop failed", self.path)
+
+    def _cancel_owned(self) -> list[asyncio.Task[object]]:
+        """Its timers and owned tasks cancelled; returns the tasks, for the caller to await."""
+        for timer in list(self._timers or ()):
+            timer.cancel()
+        tasks = list(self._tasks or ())
+        for task in tasks:
+            task.cancel()
+        return tasks
 
     def __repr__(self) -> str:
         return (

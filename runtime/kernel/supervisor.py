@@ -302,7 +302,8 @@ class Supervisor(Actor):
         ctx = self.context
         actor.context = ActorContext(path=f"{self.path}/{spec.name}", clock=ctx.clock,
                                      emit=ctx.emit, lifecycle=ctx.lifecycle, pace=ctx.pace,
-                                     delivered=ctx.delivered, timers=ctx.timers)
+                                     delivered=ctx.delivered, timers=ctx.timers,
+                                     turns=ctx.turns)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.get_running_loop().create_task(actor.run(ready), name=actor.path)
         child = self._children[spec.name] = _Child(spec, actor, task, self, restarts)

@@ -17,6 +17,8 @@ from runtime.kernel.system import ActorSystem
 from runtime.kernel.tasks import OwnedTasks
 from tests.waits import until
 
+pytestmark = pytest.mark.usefixtures("turns_mode")
+
 
 class Recorder(Actor):
     def __init__(self, name: str = "rec", gate: asyncio.Event | None = None) -> None:

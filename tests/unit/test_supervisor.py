@@ -20,6 +20,8 @@ from runtime.kernel.supervisor import RETRY_CAP_MS, ChildRef, ChildSpec, Strateg
 from runtime.kernel.system import ActorSystem
 from tests.waits import until
 
+pytestmark = pytest.mark.usefixtures("turns_mode")
+
 
 class Worker(Actor):
     """Counts its incarnations; crashes on 'crash', exits normally on 'quit'."""

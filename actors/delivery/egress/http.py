@@ -195,6 +195,8 @@ GoneCallback = Callable[[str, str], None]
 class EgressActor(OutletActor):
     """Pushes the records of one subscription to its endpoint."""
 
+    light = True  # a cursor's dispatch at a time, by the thousand (kernel turns)
+
     __slots__ = ("_batch_size", "_batches", "_event_loop", "_fail_fast", "_finished",
                  "_form", "_gone", "_has_body", "_headers", "_lean", "_linger_ms",
                  "_method", "_pushes", "_redact", "_session",

@@ -102,6 +102,7 @@ _FILTERED = PARTITION_SERIES.index("hookstream_filtered_total")
 
 class PartitionActor(Actor):
     mailbox_capacity = 1024
+    light = True  # woken a batch and an answer at a time, by the thousand (kernel turns)
 
     def __init__(self, name: str, settings: CursorSettings, topic: str, partition: int,
                  epoch: int, peers: PartitionPeers, metrics: Registry,

@@ -1,0 +1,166 @@
+"""Light actors: turns on the shared runner (runtime/kernel/turns.py), the hand-over to the
+actor's own task when a handler waits, and what a stop, a crash, a cancel or the pace
+gate do then. The kernel's other tests run in both modes too (tests/unit/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from runtime.errors import ActorDeadError
+from runtime.kernel.actor import Actor
+from runtime.kernel.gate import Gate
+from runtime.kernel.supervisor import ChildSpec
+from runtime.kernel.system import ActorSystem
+from tests.waits import until
+
+
+class Light(Actor):
+    light = True
+
+    def __init__(self, name: str = "light", capacity: int = 256) -> None:
+        self.mailbox_capacity = capacity
+        super().__init__(name)
+        self.seen: list[tuple[Any, asyncio.Task[Any] | None]] = []
+        self.hold: asyncio.Future[None] | None = None
+        self.peer: Light | None = None
+        self.closed: list[Any] = []
+
+    async def handle(self, message: Any) -> Any:
+        self.seen.append((message, asyncio.current_task()))
+        if message == "wait":
+            assert self.hold is not None
+            try:
+                await self.hold
+            finally:
+                self.closed.append(message)
+            self.seen.append(("waited", asyncio.current_task()))
+        elif message == "boom":
+            raise RuntimeError("boom")
+        elif isinstance(message, int) and self.peer is not None:
+            await self.peer.tell(message)  # waits while the peer's mailbox is full
+        return f"re:{message}"
+
+    def messages(self) -> list[Any]:
+        return [message for message, _ in self.seen]
+
+
+async def start(*actors: Actor, pace: Gate | None = None) -> ActorSystem:
+    system = ActorSystem(pace=pace)
+    await system.start()
+    for actor in actors:
+        await system.spawn(ChildSpec(actor.name, _made(actor), restart="temporary"))
+    return system
+
+
+def _made(actor: Actor) -> Callable[[], Actor]:
+    return lambda: actor
+
+
+def task_of(actor: Actor) -> asyncio.Task[Any]:
+    return next(t for t in asyncio.all_tasks() if t.get_name() == actor.path)
+
+
+async def test_messages_and_asks_are_handled_on_the_runner_without_the_actors_task() -> None:
+    actor = Light()
+    system = await start(actor)
+    turns = system.root.context.turns
+    passes = turns.passes
+    for i in range(5):
+        await actor.tell(i)
+    assert await actor.ask("last") == "re:last"
+    assert actor.messages() == [0, 1, 2, 3, 4, "last"]
+    assert [task for _, task in actor.seen] == [None] * 6  # no task ran a handler
+    assert turns.passes > passes
+    await system.stop()
+
+
+async def test_a_handler_that_waits_goes_on_on_the_actors_task_and_later_messages_wait(
+        ) -> None:
+    actor = Light()
+    actor.hold = asyncio.get_running_loop().create_future()
+    system = await start(actor)
+    for message in (1, "wait", 2, 3):
+        await actor.tell(message)
+    await until(lambda: "wait" in actor.messages(), timeout_s=5, what="the waiting turn")
+    await asyncio.sleep(0.01)
+    assert actor.messages() == [1, "wait"]  # 2 and 3 wait behind the handler
+    actor.hold.set_result(None)
+    assert await actor.ask(4) == "re:4"  # queued while its task worked: handled there
+    assert await actor.ask(5) == "re:5"  # idle again: on the runner
+    assert actor.messages() == [1, "wait", "waited", 2, 3, 4, 5]
+    tasks = dict((m, t) for m, t in actor.seen)
+    assert tasks["waited"] is task_of(actor)  # the rest of the turn ran on its task
+    assert tasks[1] is None and tasks[5] is None  # before and after: on the runner
+    await system.stop()
+
+
+async def test_a_crash_in_a_turn_fails_the_ask_and_the_actor_at_once() -> None:
+    actor = Light()
+    system = await start(actor)
+    with pytest.raises(RuntimeError, match="boom"):
+        await actor.ask("boom")
+    assert not actor.alive  # crashed in the turn, before its task woke
+    with pytest.raises(ActorDeadError):
+        await actor.tell("after")
+    await system.stop()
+
+
+async def test_a_cancel_between_the_hand_over_and_the_task_closes_the_waiting_handler(
+        ) -> None:
+    actor = Light()
+    actor.hold = asyncio.get_running_loop().create_future()
+    system = await start(actor)
+    asked = asyncio.ensure_future(actor.ask("wait"))
+    await asyncio.sleep(0)  # the ask is queued; the runner's pass runs next
+    await asyncio.sleep(0)  # the pass ran: the turn handed over, the task not woken yet
+    assert actor.messages() == ["wait"] and not actor.closed
+    task_of(actor).cancel()
+    with pytest.raises(ActorDeadError):
+        await asyncio.wait_for(asked, 5)
+    assert actor.closed == ["wait"]  # its `finally` ran: closed, not left for the collector
+    await system.stop()
+
+
+async def test_a_closed_pace_gate_holds_a_light_actor_until_it_reopens() -> None:
+    gate = Gate()
+    actor = Light()
+    system = await start(actor, pace=gate)
+    gate.close()
+    await actor.tell(1)
+    await actor.tell(2)
+    await asyncio.sleep(0.02)
+    assert actor.messages() == []
+    gate.reopen()
+    await until(lambda: actor.messages() == [1, 2], timeout_s=5, what="both after the gate")
+    await system.stop()
+
+
+async def test_a_light_sender_waits_for_room_in_a_light_receiver_and_nothing_is_lost(
+        ) -> None:
+    receiver = Light("receiver", capacity=2)
+    sender = Light("sender")
+    sender.peer = receiver
+    system = await start(receiver, sender)
+    for i in range(200):
+        sender.tell_system(i)  # past the sender's bound: the receiver's holds them back
+    await until(lambda: len(receiver.seen) == 200, timeout_s=5, what="all 200 forwarded")
+    assert receiver.messages() == list(range(200))
+    assert any(task is not None for _, task in sender.seen)  # it waited on its task
+    await system.stop()
+
+
+async def test_stop_after_queued_messages_and_kill_reach_a_light_actor() -> None:
+    first, second = Light("first"), Light("second")
+    system = await start(first, second)
+    for i in range(3):
+        first.tell_system(i)
+    await first.stop()
+    await until(lambda: first.state == "stopped", timeout_s=5, what="first stopped")
+    assert first.messages() == [0, 1, 2]
+    second.kill("chaos")
+    await until(lambda: second.state == "crashed", timeout_s=5, what="second crashed")
+    await system.stop()
