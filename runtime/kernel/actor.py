@@ -4,6 +4,12 @@ An actor's state is touched by its own task only, so it needs no locks. Slow wor
 Kafka I/O) runs in tasks the actor owns (`spawn`), and their results come back as
 messages. Timers come back as messages too (`schedule`).
 
+A light actor (`Actor.light`) that is idle is not woken on its task: a message queues it
+on the system's shared runner (runtime/kernel/turns.py), whose one loop callback runs the
+turns of every actor queued, one message after another. A handler that waits hands the
+rest of its turn to the actor's own task, which handles the mailbox until it is empty,
+then rests again; still one handler at a time, in mailbox order.
+
 Lifecycle: the owner (a `Supervisor`) runs `actor.run(ready)`; `ready` resolves after
 `on_start` returned, so "start means ready". `stop()` is a message handled after the
 ones already queued; the owner cancels only after its shutdown deadline. When an actor

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.errors import ActorDeadError
 from runtime.kernel.actor import Actor
@@ -164,3 +166,63 @@ async def test_stop_after_queued_messages_and_kill_reach_a_light_actor() -> None
     second.kill("chaos")
     await until(lambda: second.state == "crashed", timeout_s=5, what="second crashed")
     await system.stop()
+
+
+class Interleaved(Actor):
+    """Handles ("sync", sender, n) at once and ("wait", sender, n) after its future
+    resolves; notes whether two handlers ever overlap."""
+
+    light = True
+
+    def __init__(self, holds: dict[tuple[int, int], asyncio.Future[None]]) -> None:
+        super().__init__("interleaved")
+        self.holds = holds
+        self.inside = False
+        self.overlapped = False
+        self.handled: list[tuple[int, int]] = []
+
+    async def handle(self, message: Any) -> Any:
+        kind, sender, n = message
+        if self.inside:
+            self.overlapped = True
+        self.inside = True
+        try:
+            if kind == "wait":
+                await self.holds[(sender, n)]
+            self.handled.append((sender, n))
+        finally:
+            self.inside = False
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(0, 3)),
+                min_size=1, max_size=40))
+def test_turns_and_hand_overs_keep_one_handler_at_a_time_in_order_and_lose_nothing(
+        steps: list[tuple[int, bool, int]]) -> None:
+    """Three senders tell in random order, some messages wait for a future that resolves
+    a random number of loop turns later: each sender's messages are handled in the order
+    told, never two handlers at once, every one handled."""
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        holds: dict[tuple[int, int], asyncio.Future[None]] = {}
+        actor = Interleaved(holds)
+        system = await start(actor)
+        told: list[list[int]] = [[], [], []]
+        for sender, waits, turns_later in steps:
+            n = len(told[sender])
+            if waits:
+                hold = holds[(sender, n)] = loop.create_future()
+                loop.call_later(turns_later * 0.001, hold.set_result, None)
+            actor.tell_system(("wait" if waits else "sync", sender, n))
+            told[sender].append(n)
+            for _ in range(turns_later):
+                await asyncio.sleep(0)
+        await until(lambda: len(actor.handled) == len(steps), timeout_s=5,
+                    what="every message handled")
+        assert not actor.overlapped
+        for sender in range(3):
+            assert [n for s, n in actor.handled if s == sender] == told[sender]
+        await system.stop()
+
+    asyncio.run(run())
