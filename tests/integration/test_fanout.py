@@ -287,6 +287,7 @@ async def test_a_drain_cut_at_its_deadline_is_journaled_and_its_records_go_again
             release.set()
             await subscribe_many(api, ["cut"], topic, receiver.url, concurrency=10)
             await receiver.wait_for(lambda: ok_of_cut() >= 9 + 5)
+            assert "hookstream_drain_cuts_total 1" in runtime.metrics.render().splitlines()
     finally:
         release.set()
         await receiver.stop()

@@ -90,6 +90,7 @@ class PartitionTraits:
     reads_retries: bool  # a partition of the subscription's retry topic
     batched: bool  # batches of more than one: records go to the egress as `DeliverMany`
     wanted: Callable[[Record], bool] | None = None  # the topic's filter (issue 26)
+    drain_cuts: Value | None = None  # the process's count of drains cut (`report_cut`)
 
 
 PARTITION_SERIES = (
@@ -115,7 +116,8 @@ class PartitionActor(Actor):
         wanted = settings.filter
         self.traits = PartitionTraits(settings.commit_period_ms, stall_after_ms,
                                       settings.reads_retries, settings.batch_size > 1,
-                                      None if wanted is None else partial(matches, wanted))
+                                      None if wanted is None else partial(matches, wanted),
+                                      drain_cuts_of(metrics))
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
@@ -526,6 +528,17 @@ def report_cut(cursor: PartitionActor) -> None:
     reason = (f"{book.inflight} in flight at the drain deadline; {above} finished above "
               f"position {position} go again")
     log.warning("%s: drain cut: %s", cursor.path, reason)
+    if cursor.traits.drain_cuts is not None:
+        cursor.traits.drain_cuts.inc()
     cursor.context.emit(Event(
         type="drain_cut", ts_ms=cursor.context.clock.wall_ms(), subscription=cursor.sub_key,
         topic=cursor.topic, partition=cursor.partition, offset=position, reason=reason))
+
+
+def drain_cuts_of(metrics: Registry) -> Value:
+    """The process-wide count of drains cut at their deadline: no labels, so an alert on
+    its increase outlives the subscription (its own series go when it leaves)."""
+    return metrics.counter(
+        "hookstream_drain_cuts_total", "Drains (revoke, unsubscribe, stop) that reached "
+        "their deadline with records in flight: those records and the ones finished above "
+        "them are pushed again (the journal's drain_cut events say where)").child(())
