@@ -290,7 +290,12 @@ class _Rest:
         self.actor.context.turns.wake(self)
 
     def turn(self) -> None:
-        self.actor._light_turn(self)
+        try:
+            self.actor._light_turn(self)
+        except Exception as exc:  # a fault of the kernel's, not of a handler: the actor
+            if not self.handed.done():  # crashes with it rather than rest unwakeable
+                self.actor._mailbox.resting = None
+                self.handed.set_exception(exc)
 
     def hand_over(self, handed: _Envelope | _Suspended) -> None:
         """The actor's task goes on from `handed`; the actor no longer rests."""

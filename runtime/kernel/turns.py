@@ -59,6 +59,3 @@ class SharedTurns:
                 turn.turn()
             except Exception:  # a fault of the kernel itself: the others still run
                 log.exception("a light actor's turn failed outside its handler")
-
-    def __len__(self) -> int:
-        return len(self._queued)

@@ -155,6 +155,20 @@ async def test_a_light_sender_waits_for_room_in_a_light_receiver_and_nothing_is_
     await system.stop()
 
 
+async def test_a_fault_of_the_turn_itself_crashes_the_actor_instead_of_leaving_it_deaf(
+        ) -> None:
+    actor = Light()
+    system = await start(actor)
+
+    def broken(rest: object) -> None:
+        raise RuntimeError("the kernel's own fault")
+
+    actor._light_turn = broken  # type: ignore[method-assign]
+    await actor.tell(1)
+    await until(lambda: actor.state == "crashed", timeout_s=5, what="the actor crashed")
+    await system.stop()
+
+
 async def test_stop_after_queued_messages_and_kill_reach_a_light_actor() -> None:
     first, second = Light("first"), Light("second")
     system = await start(first, second)
