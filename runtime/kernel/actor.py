@@ -297,6 +297,14 @@ class _Rest:
                 self.actor._mailbox.resting = None
                 self.handed.set_exception(exc)
 
+    def abandon(self) -> None:
+        """The actor's task was cancelled while it rested: a turn's handler handed over
+        and not yet resumed is closed (its `finally` runs, an ask's asker is told)."""
+        handed = self.handed
+        if handed.done() and not handed.cancelled() and handed.exception() is None \
+                and isinstance(suspended := handed.result(), _Suspended):
+            suspended.coro.close()
+
     def hand_over(self, handed: _Envelope | _Suspended) -> None:
         """The actor's task goes on from `handed`; the actor no longer rests."""
         self.actor._mailbox.resting = None
@@ -605,11 +613,26 @@ class Actor:
                         if mailbox._getter is getter:  # cancelled while waiting
                             mailbox._getter = None
                     continue
-                handed = await self._light_rest()
+                # light: the next messages are handled by turns on the shared runner
+                # (`_light_turn`) until one needs this task; awaited here, without a
+                # coroutine of its own (a frame more per idle actor: issue 37, memory)
+                rest = mailbox.resting = _Rest(self, mailbox.loop or asyncio.get_running_loop())
+                mailbox._getter = rest
+                try:
+                    handed = await rest.handed
+                except asyncio.CancelledError:
+                    rest.abandon()
+                    raise
+                finally:
+                    mailbox.resting = None
+                    if mailbox._getter is rest:
+                        mailbox._getter = None
                 if isinstance(handed, _Suspended):  # a turn's handler waits: go on here
                     await _resume(handed.coro, handed.waiting)
+                    del handed
                     continue
                 envelope = handed
+                del handed  # not kept while the actor rests again (nor its message)
             else:
                 envelope = mailbox.get_nowait()
             message = envelope.message
@@ -626,26 +649,6 @@ class Actor:
             del envelope, message  # an idle actor must not keep its last message alive
 
     # -- light actors: turns on the shared runner (runtime/kernel/turns.py) --------------
-    async def _light_rest(self) -> _Envelope | _Suspended:
-        """Idle with nothing queued: the next messages are handled by turns on the shared
-        runner (`_light_turn`) until one needs this task; returns what it hands over."""
-        mailbox = self._mailbox
-        loop = mailbox.loop or asyncio.get_running_loop()
-        rest = mailbox.resting = _Rest(self, loop)
-        mailbox._getter = rest
-        try:
-            return await rest.handed
-        except asyncio.CancelledError:
-            handed = rest.handed
-            if handed.done() and not handed.cancelled() and handed.exception() is None \
-                    and isinstance(suspended := handed.result(), _Suspended):
-                suspended.coro.close()  # its `finally` runs, an ask's asker is told
-            raise
-        finally:
-            mailbox.resting = None
-            if mailbox._getter is rest:
-                mailbox._getter = None
-
     def _light_turn(self, rest: _Rest) -> None:
         """What the mailbox holds, handled on the shared runner, in order. A handler that
         waits, a stop, a crash or the closed pace gate hand over to the actor's task,

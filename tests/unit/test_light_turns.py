@@ -5,6 +5,8 @@ gate do then. The kernel's other tests run in both modes too (tests/unit/conftes
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -166,6 +168,42 @@ async def test_a_fault_of_the_turn_itself_crashes_the_actor_instead_of_leaving_i
     actor._light_turn = broken  # type: ignore[method-assign]
     await actor.tell(1)
     await until(lambda: actor.state == "crashed", timeout_s=5, what="the actor crashed")
+    await system.stop()
+
+
+class Note:
+    """A message that can be watched by a weak reference."""
+
+
+async def test_an_idle_light_actor_keeps_no_message_it_handed_over_to_its_task() -> None:
+    """Handed over twice, by a handler that waits and by the closed pace gate: once the
+    task has handled them and the actor rests again, neither message is kept."""
+    hold = asyncio.get_running_loop().create_future()
+
+    class Waits(Actor):
+        light = True
+
+        async def handle(self, message: Any) -> Any:
+            if not hold.done():
+                await hold  # hands the rest of the turn over to the task
+
+    gate = Gate()
+    actor = Waits("waits")
+    system = await start(actor, pace=gate)
+    notes = [Note(), Note()]
+    gone = [weakref.ref(note) for note in notes]
+    await actor.tell(notes[0])
+    await asyncio.sleep(0.01)
+    hold.set_result(None)
+    await asyncio.sleep(0.01)
+    gate.close()
+    await actor.tell(notes[1])  # handed over as it is: the gate holds it
+    await asyncio.sleep(0.01)
+    gate.reopen()
+    del notes
+    await asyncio.sleep(0.01)  # handled on its task, then resting again
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
     await system.stop()
 
 
