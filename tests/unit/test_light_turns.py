@@ -25,11 +25,14 @@ from tests.waits import until
 class Light(Actor):
     light = True
 
-    def __init__(self, name: str = "light", capacity: int = 256) -> None:
+    def __init__(self, name: str = "light", capacity: int = 256, holds: bool = False,
+                 ) -> None:
         self.mailbox_capacity = capacity
         super().__init__(name)
         self.seen: list[tuple[Any, asyncio.Task[Any] | None]] = []
-        self.hold: asyncio.Future[None] | None = None
+        # what a "wait" message waits for
+        self.hold: asyncio.Future[None] | None = (
+            asyncio.get_running_loop().create_future() if holds else None)
         self.peer: Light | None = None
         self.closed: list[Any] = []
 
@@ -84,14 +87,14 @@ async def test_messages_and_asks_are_handled_on_the_runner_without_the_actors_ta
 
 async def test_a_handler_that_waits_goes_on_on_the_actors_task_and_later_messages_wait(
         ) -> None:
-    actor = Light()
-    actor.hold = asyncio.get_running_loop().create_future()
+    actor = Light(holds=True)
     system = await start(actor)
     for message in (1, "wait", 2, 3):
         await actor.tell(message)
     await until(lambda: "wait" in actor.messages(), timeout_s=5, what="the waiting turn")
     await asyncio.sleep(0.01)
     assert actor.messages() == [1, "wait"]  # 2 and 3 wait behind the handler
+    assert actor.hold is not None
     actor.hold.set_result(None)
     assert await actor.ask(4) == "re:4"  # queued while its task worked: handled there
     assert await actor.ask(5) == "re:5"  # idle again: on the runner
@@ -115,8 +118,7 @@ async def test_a_crash_in_a_turn_fails_the_ask_and_the_actor_at_once() -> None:
 
 async def test_a_cancel_between_the_hand_over_and_the_task_closes_the_waiting_handler(
         ) -> None:
-    actor = Light()
-    actor.hold = asyncio.get_running_loop().create_future()
+    actor = Light(holds=True)
     system = await start(actor)
     asked = asyncio.ensure_future(actor.ask("wait"))
     await asyncio.sleep(0)  # the ask is queued; the runner's pass runs next
@@ -179,13 +181,20 @@ async def test_an_idle_light_actor_keeps_no_message_it_handed_over_to_its_task()
     """Handed over twice, by a handler that waits and by the closed pace gate: once the
     task has handled them and the actor rests again, neither message is kept."""
     hold = asyncio.get_running_loop().create_future()
+    began: list[int] = []
+    handled: list[int] = []
 
     class Waits(Actor):
         light = True
 
         async def handle(self, message: Any) -> Any:
+            began.append(1)
             if not hold.done():
                 await hold  # hands the rest of the turn over to the task
+            handled.append(1)
+
+    def resting() -> bool:
+        return actor._mailbox.resting is not None
 
     gate = Gate()
     actor = Waits("waits")
@@ -193,15 +202,16 @@ async def test_an_idle_light_actor_keeps_no_message_it_handed_over_to_its_task()
     notes = [Note(), Note()]
     gone = [weakref.ref(note) for note in notes]
     await actor.tell(notes[0])
-    await asyncio.sleep(0.01)
+    await until(lambda: began == [1], timeout_s=5, what="the turn handed over")
     hold.set_result(None)
-    await asyncio.sleep(0.01)
+    await until(lambda: handled == [1] and resting(), timeout_s=5, what="resting again")
     gate.close()
     await actor.tell(notes[1])  # handed over as it is: the gate holds it
-    await asyncio.sleep(0.01)
+    await until(lambda: not resting(), timeout_s=5, what="the task took the message")
     gate.reopen()
     del notes
-    await asyncio.sleep(0.01)  # handled on its task, then resting again
+    await until(lambda: handled == [1, 1] and resting(), timeout_s=5,
+                what="handled on its task, then resting again")
     gc.collect()
     assert [ref() for ref in gone] == [None, None]
     await system.stop()

@@ -89,8 +89,8 @@ class PartitionTraits:
     stall_after_ms: int
     reads_retries: bool  # a partition of the subscription's retry topic
     batched: bool  # batches of more than one: records go to the egress as `DeliverMany`
+    drain_cuts: Value  # the process's count of drains cut (`report_cut`)
     wanted: Callable[[Record], bool] | None = None  # the topic's filter (issue 26)
-    drain_cuts: Value | None = None  # the process's count of drains cut (`report_cut`)
 
 
 PARTITION_SERIES = (
@@ -116,8 +116,8 @@ class PartitionActor(Actor):
         wanted = settings.filter
         self.traits = PartitionTraits(settings.commit_period_ms, stall_after_ms,
                                       settings.reads_retries, settings.batch_size > 1,
-                                      None if wanted is None else partial(matches, wanted),
-                                      drain_cuts_of(metrics))
+                                      drain_cuts_of(metrics),
+                                      None if wanted is None else partial(matches, wanted))
         self.retrying = 0  # records waiting for a retry timer
         self._give_ups = Throttle()
         self.last_error: str | None = None
@@ -528,8 +528,7 @@ def report_cut(cursor: PartitionActor) -> None:
     reason = (f"{book.inflight} in flight at the drain deadline; {above} finished above "
               f"position {position} go again")
     log.warning("%s: drain cut: %s", cursor.path, reason)
-    if cursor.traits.drain_cuts is not None:
-        cursor.traits.drain_cuts.inc()
+    cursor.traits.drain_cuts.inc()
     cursor.context.emit(Event(
         type="drain_cut", ts_ms=cursor.context.clock.wall_ms(), subscription=cursor.sub_key,
         topic=cursor.topic, partition=cursor.partition, offset=position, reason=reason))
