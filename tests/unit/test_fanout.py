@@ -3,9 +3,12 @@ fanout.py, issue 24): independent progress, the bounded buffer, catch-up entry a
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from actors.delivery.path.fanout import CatchUp, Fanout
 from actors.shared.messages import Record
@@ -198,3 +201,22 @@ def test_a_cursor_behind_the_buffer_is_told_the_high_watermark_too() -> None:
     fanout.add("late")
     assert isinstance(fanout.position("late", 0), CatchUp)
     assert fanout.note_highwater(100) == ["late"]
+
+
+@given(gaps=st.lists(st.integers(1, 4), min_size=1, max_size=60),
+       capacity=st.integers(1, 40), start=st.integers(0, 250))
+def test_a_resume_gets_exactly_the_buffered_records_at_or_above_its_position(
+        gaps: list[int], capacity: int, start: int) -> None:
+    fanout = positioned(capacity, a=0)
+    fetched = [Record("t", 0, o, None, b"v", (), 0, 0)
+               for o in itertools.accumulate(gaps, initial=0)]
+    fanout.pause("a")
+    fanout.append(fetched)
+    fanout.cursors["a"].next = start  # where the paused cursor stopped
+    buffered = fetched[-capacity:]
+    expected = [r.offset for r in buffered if r.offset >= start]
+    got = fanout.resume("a")
+    if start < buffered[0].offset:
+        assert got == CatchUp("a", start)
+    else:
+        assert offsets(got) == ({"a": expected} if expected else {})

@@ -33,8 +33,11 @@ they wait (issue 25).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import attrgetter
 from typing import Literal
 
 from actors.shared.messages import Record
@@ -221,9 +224,14 @@ class Fanout:
         return bool(self.ring) and self.ring[0].offset <= offset
 
     def _from(self, offset: int | None) -> list[Record]:
-        if offset is None or not self.ring or offset >= self.ring[-1].offset + 1:
+        """The buffered records at or above `offset`: found by bisection and copied from
+        the end (a resume wants the newest records; a copy of the whole ring and a scan
+        from its start were 4% of a single subscription's delivery, issue 37)."""
+        ring = self.ring
+        if offset is None or not ring or offset > ring[-1].offset:
             return []
-        return _at_or_above(list(self.ring), offset)
+        wanted = len(ring) - bisect_left(ring, offset, key=_OFFSET)
+        return list(islice(reversed(ring), wanted))[::-1]
 
     def __repr__(self) -> str:
         states: dict[str, int] = {}
@@ -236,10 +244,11 @@ _TAKES: dict[str, int] = {"live": 1, "latest": 1}
 _UNFED: frozenset[str] = frozenset({"paused", "behind"})
 
 
+_OFFSET = attrgetter("offset")
+
+
 def _at_or_above(records: list[Record], offset: int | None) -> list[Record]:
+    """The part of `records` (offset order) at or above `offset`."""
     if offset is None or not records or records[0].offset >= offset:
         return records
-    index = 0
-    while index < len(records) and records[index].offset < offset:
-        index += 1
-    return records[index:]
+    return records[bisect_left(records, offset, key=_OFFSET):]
