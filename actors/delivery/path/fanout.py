@@ -226,7 +226,7 @@ class Fanout:
     def _from(self, offset: int | None) -> list[Record]:
         """The buffered records at or above `offset`: found by bisection and copied from
         the end (a resume wants the newest records; a copy of the whole ring and a scan
-        from its start were 4% of a single subscription's delivery, issue 37)."""
+        from its start were 2% of a single subscription's delivery, issue 37)."""
         ring = self.ring
         if offset is None or not ring or offset > ring[-1].offset:
             return []
