@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,13 @@ def load() -> str:
 
 POLLS_CPU_S = [0.0]
 """CPU seconds this process spent counting deliveries for the bench's own waits."""
+
+
+def system_and_faults() -> tuple[float, int]:
+    """This process's system CPU seconds and minor page faults so far: a burst's share
+    of kernel work (first touches of memory, sockets) beside its CPU."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_stime, usage.ru_minflt
 
 
 def cpu_s(pid: int | None = None) -> float:
@@ -155,6 +163,12 @@ async def committed(members: weakref.WeakSet[Any]) -> float:
             return quiet_since - start
         await asyncio.sleep(POLL_S)
     raise TimeoutError("commits: still pending after 60 s")
+
+
+def kernel_share(since: tuple[float, int], total: int) -> tuple[float, float]:
+    """System CPU (us) and minor page faults per delivery since `since`."""
+    system, faults = system_and_faults()
+    return (system - since[0]) / total * 1e6, (faults - since[1]) / total
 
 
 def rss_kib() -> float:
@@ -501,6 +515,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 if args.profile_phase != "warm":
                     profile.enable()
             d0, c0, t0 = delivered(), cpu_s(), time.perf_counter()
+            k0 = system_and_faults()
             g0, p0, s0 = gc_time[0], list(passes), list(collected)
             polls0 = POLLS_CPU_S[0]
             opened = connections_opened()
@@ -514,8 +529,10 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 note("  Kafka requests in the cold burst:", requests.taken())
             result["fanout_connections"] = connections_opened() - opened
             result["fanout_us"] = (cpu_s() - c0) / total * 1e6
+            result["fanout_system_us"], result["fanout_faults"] = kernel_share(k0, total)
             result["fanout_polls_us"] = (POLLS_CPU_S[0] - polls0) / total * 1e6
-            result["committed_s"] = result["fanout_s"] + await committed(members)
+            with py_spy(args.py_spy_commits):
+                result["committed_s"] = result["fanout_s"] + await committed(members)
             result["committed_us"] = (cpu_s() - c0) / total * 1e6
             result["committed_ratio"] = result["committed_us"] / result["single_us"]
             result["fanout_gc_us"] = (gc_time[0] - g0) / total * 1e6
@@ -542,6 +559,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             if profile is not None and args.profile_phase == "warm":
                 profile.enable()
             d0, c0 = delivered(), cpu_s()
+            k0 = system_and_faults()
             opened = connections_opened()
             if requests is not None:
                 requests.taken()
@@ -551,6 +569,7 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                 note("  Kafka requests in the warm burst:", requests.taken())
             result["warm_connections"] = connections_opened() - opened
             result["warm_us"] = (cpu_s() - c0) / total * 1e6
+            result["warm_system_us"], result["warm_faults"] = kernel_share(k0, total)
             result["warm_ratio"] = result["warm_us"] / result["single_us"]
             result["warm_load"] = load()
             gc.collect()  # and after delivering: what records, connections and rings added
@@ -888,6 +907,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
         command += ["--switch-interval-ms", str(args.switch_interval_ms)]
     if args.py_spy and tree == HERE.parent:
         command += ["--py-spy", args.py_spy]
+    if args.py_spy_commits and tree == HERE.parent:
+        command += ["--py-spy-commits", args.py_spy_commits]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile, "--profile-phase", args.profile_phase]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -942,7 +963,9 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
               f"({r['fanout_load']}; of which garbage collection "
               f"{r['fanout_gc_us']:.0f} us; {r.get('fanout_connections', '?')} connections "
               f"opened; the bench's counter polls, not counted: "
-              f"{r.get('fanout_polls_us', 0):.1f} us)\n"
+              f"{r.get('fanout_polls_us', 0):.1f} us; system CPU "
+              f"{r.get('fanout_system_us', 0):.0f} us and {r.get('fanout_faults', 0):.1f} "
+              f"page faults a delivery)\n"
               f"  /healthz while subscribing, idle and delivering: p99 "
               f"{r['health_p99_ms']:.0f} ms, max {r['health_max_ms']:.0f} ms; "
               + "; ".join(f"{phase} p50/p99/max {p50:.0f}/{p99:.0f}/{top:.0f} ms ({n})"
@@ -971,7 +994,9 @@ async def drive(args: argparse.Namespace, trees: list[Path]) -> None:
                   f"{r['restart_delivering_s']:.1f} s")
         print(f"  again (warm): {r['warm_s']:.2f} s, {r['warm_us']:.0f} us/delivery = "
               f"{r['warm_ratio']:.2f} x single ({r['warm_load']}; "
-              f"{r.get('warm_connections', '?')} connections opened)")
+              f"{r.get('warm_connections', '?')} connections opened; system CPU "
+              f"{r.get('warm_system_us', 0):.0f} us and {r.get('warm_faults', 0):.1f} page "
+              f"faults a delivery)")
         if "filtered_us" in r:
             print(f"  filtered ({args.filters} distinct header filters): "
                   f"{r['filtered_us']:.0f} us/delivery = {r['filtered_ratio']:.2f} x "
@@ -1027,6 +1052,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--py-spy", default=None, type=os.path.abspath,
                         help="sample the cold fan-out with py-spy (on PATH) into this file "
                              "(bench/profile_summary.py reads it)")
+    parser.add_argument("--py-spy-commits", default=None, type=os.path.abspath,
+                        help="sample the cold burst's commits (from its last delivery to "
+                             "the last commit round's end) into this file")
     parser.add_argument("--profile", default="",
                         help="cProfile the fan-out phases of this tree into this file")
     parser.add_argument("--gc-threshold", default="",
