@@ -293,6 +293,14 @@ def quiet_spark_logs() -> None:
 SHORT_JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 
 
+NO_CALL_SITES = ("spark.python.sql.dataFrameDebugging.enabled", "false")
+"""PySpark's call sites off: with them on, every Column function the report calls (some
+thousands a report) captures the Python stack (`inspect.stack()`) and makes four or five
+py4j round trips to name it in the JVM (the active session, the origin object, a conf read,
+set, clear), for error messages only. Off, a failed query says less about which line of
+the report built it; results are the same."""
+
+
 def spark_session(master: str, java_options: str | None = None) -> tuple[SparkSession, bool]:
     """An active session in this process is reused (and not stopped); else a new one.
     `java_options` for the driver JVM: None means SHORT_JOB_JAVA_OPTIONS on a local
@@ -307,6 +315,7 @@ def spark_session(master: str, java_options: str | None = None) -> tuple[SparkSe
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config(*NO_CALL_SITES)
     )
     local = master.startswith("local")
     if local:

@@ -59,6 +59,8 @@ def make_session(java_options: str) -> SparkSession:
     """The tests' SparkSession (the class archive's build runs one too)."""
     from pyspark.sql import SparkSession
 
+    from runtime.report.job import NO_CALL_SITES
+
     session = (
         # One task thread and one shuffle partition: the frames are a few hundred rows, and
         # under `make test` the unit's worker has about one core; a second thread and
@@ -84,6 +86,7 @@ def make_session(java_options: str) -> SparkSession:
         # runs in the JVMs the tests start: the follow job and the standalone cluster.
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        .config(*NO_CALL_SITES)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
