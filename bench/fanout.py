@@ -501,7 +501,8 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
                      "ran:", requests.taken())
                 await requests.per_second(args.idle_s, note)
             else:
-                await asyncio.sleep(args.idle_s)
+                with py_spy(args.py_spy_idle):
+                    await asyncio.sleep(args.idle_s)
             marks.append(len(health))
             wall = time.perf_counter() - t0
             result["idle_runtime_pct"] = (cpu_s() - c0) / wall * 100
@@ -909,6 +910,8 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
         command += ["--py-spy", args.py_spy]
     if args.py_spy_commits and tree == HERE.parent:
         command += ["--py-spy-commits", args.py_spy_commits]
+    if args.py_spy_idle and tree == HERE.parent:
+        command += ["--py-spy-idle", args.py_spy_idle]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile, "--profile-phase", args.profile_phase]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -1055,6 +1058,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--py-spy-commits", default=None, type=os.path.abspath,
                         help="sample the cold burst's commits (from its last delivery to "
                              "the last commit round's end) into this file")
+    parser.add_argument("--py-spy-idle", default=None, type=os.path.abspath,
+                        help="sample the idle window after subscribing into this file")
     parser.add_argument("--profile", default="",
                         help="cProfile the fan-out phases of this tree into this file")
     parser.add_argument("--gc-threshold", default="",
