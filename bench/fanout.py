@@ -496,12 +496,12 @@ async def worker(args: argparse.Namespace) -> dict[str, Any]:
             note(args.tree, "subscribed:", result)
             marks.append(len(health))
             c0, b0, t0 = cpu_s(), cpu_s(args.broker_pid), time.perf_counter()
-            if requests is not None:
-                note("  Kafka requests while subscribing and until 2 s after every cursor "
-                     "ran:", requests.taken())
-                await requests.per_second(args.idle_s, note)
-            else:
-                with py_spy(args.py_spy_idle):
+            with py_spy(args.py_spy_idle):
+                if requests is not None:
+                    note("  Kafka requests while subscribing and until 2 s after every "
+                         "cursor ran:", requests.taken())
+                    await requests.per_second(args.idle_s, note)
+                else:
                     await asyncio.sleep(args.idle_s)
             marks.append(len(health))
             wall = time.perf_counter() - t0
@@ -906,12 +906,9 @@ async def run_tree(tree: Path, args: argparse.Namespace, bootstrap: str, broker_
     command += ["--requests"] if args.requests else []
     if args.switch_interval_ms:
         command += ["--switch-interval-ms", str(args.switch_interval_ms)]
-    if args.py_spy and tree == HERE.parent:
-        command += ["--py-spy", args.py_spy]
-    if args.py_spy_commits and tree == HERE.parent:
-        command += ["--py-spy-commits", args.py_spy_commits]
-    if args.py_spy_idle and tree == HERE.parent:
-        command += ["--py-spy-idle", args.py_spy_idle]
+    for option in ("py_spy", "py_spy_commits", "py_spy_idle"):  # this tree's only
+        if getattr(args, option) and tree == HERE.parent:
+            command += [f"--{option.replace('_', '-')}", getattr(args, option)]
     if args.profile and tree == HERE.parent:
         command += ["--profile", args.profile, "--profile-phase", args.profile_phase]
     env = {**os.environ, "PYTHONPATH": str(tree)}

@@ -296,6 +296,8 @@ class _Rest:
             if not self.handed.done():  # crashes with it rather than rest unwakeable
                 self.actor._mailbox.resting = None
                 self.handed.set_exception(exc)
+            else:  # its task took over already: nobody else would hear of it
+                log.exception("%s: a turn failed after its hand-over", self.actor.path)
 
     def abandon(self) -> None:
         """The actor's task was cancelled while it rested: a turn's handler handed over
